@@ -1,0 +1,21 @@
+PYTHON ?= python3
+PIP := $(PYTHON) -m pip
+
+.PHONY: install test test-gpu generate clean
+
+install:            ## install gemmgen (editable) with the test tools
+	$(PIP) install -q -e '.[dev]'
+
+test:               ## tests that need no GPU (nvcc compiles run where nvcc is installed)
+	$(PYTHON) -m pytest -q
+
+test-gpu:           ## tests that need a GPU and PyCUDA
+	$(PYTHON) -m pytest -q -m gpu
+
+generate:           ## refresh generated/ from the presets
+	rm -f generated/*.cu
+	for p in $$($(PYTHON) -m gemmgen list --names); do $(PYTHON) -m gemmgen emit --preset $$p >/dev/null || exit 1; done
+	ls generated
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,9 @@
+"""gemmgen: generate specialized CUDA GEMM kernels from a validated tile configuration."""
+__version__ = "0.1.0"
+
+from .config import ConfigError, SimtConfig, SIMT_RULES, config_from_dict  # noqa: E402
+from .presets import PRESETS, get_preset  # noqa: E402
+from .render import config_from_source, emit, render  # noqa: E402
+
+__all__ = ["ConfigError", "SimtConfig", "SIMT_RULES", "PRESETS", "config_from_dict",
+           "config_from_source", "emit", "get_preset", "render", "__version__"]

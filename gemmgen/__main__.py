@@ -1,0 +1,4 @@
+"""python -m gemmgen: the command line."""
+from .cli import main
+
+main()

@@ -1,0 +1,323 @@
+"""Configuration model: the FP32 SIMT kernel family, its derived figures and its rule table."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+
+from .arch import STATIC_SMEM_LIMIT, get_arch
+from .rules import (Cmp, Rule, Violation, at_least, at_most, equal, multiple_of, not_equal,
+                    one_of, violations)
+
+FLOAT_BYTES = 4
+WARP_SIZE = 32
+LANES_M, LANES_N = 8, 4  # lanes of a warp along M and N, as in Lei Mao's v06
+MAX_ACC_REGS = 128
+
+
+class ConfigError(ValueError):
+    """An invalid configuration: ``violations`` lists every broken rule, ``suggestions``
+    up to three nearest valid configurations (possibly empty)."""
+
+    def __init__(self, violations: list[Violation], suggestions: list = (), base=None):
+        self.violations = list(violations)
+        self.suggestions = list(suggestions)
+        lines = [f"invalid configuration: {len(self.violations)} rule(s) broken"]
+        lines += [f"  {v}" for v in self.violations]
+        if self.suggestions:
+            lines.append("nearest valid configurations:")
+            for s in self.suggestions:
+                change = ", ".join(f"{k}={v}" for k, v in s.as_dict().items()
+                                   if base is not None and getattr(base, k, v) != v)
+                lines.append(f"  {change + ': ' if change else ''}{s.name}")
+        super().__init__("\n".join(lines))
+
+
+def _when_stages0(check: Cmp, rid: str, name: str, why: str) -> Rule:
+    return Rule(rid, name, check, why, when=equal("STAGES", 0))
+
+
+_STAGED = at_least("STAGES", 1)
+_WARP_TILED = not_equal("WM", 0)
+
+SIMT_RULES: tuple[Rule, ...] = (
+    Rule("R01", "bm-positive", at_least("BM", 1), "the block tile needs rows"),
+    Rule("R02", "bn-positive", at_least("BN", 1), "the block tile needs columns"),
+    Rule("R03", "bk-positive", at_least("BK", 1), "each K step covers at least one k"),
+    Rule("R04", "tm-positive", at_least("TM", 1), "each thread owns at least one row"),
+    Rule("R05", "tn-positive", at_least("TN", 1), "each thread owns at least one column"),
+    Rule("R06", "wm-nonnegative", at_least("WM", 0), "WM is a tile size, 0 meaning no warp tile"),
+    Rule("R07", "wn-nonnegative", at_least("WN", 0), "WN is a tile size, 0 meaning no warp tile"),
+    Rule("R08", "vec-width", one_of("VEC", (1, 2, 4)), "float, float2 or float4 accesses"),
+    Rule("R09", "skew-nonnegative", at_least("SKEW", 0), "skew pads shared-memory rows"),
+    Rule("R10", "stages-range", one_of("STAGES", (0, 1, 2)),
+         "0 = no shared memory, 1 = single buffer, 2 = double buffer"),
+    Rule("R11", "wm-needs-wn", not_equal("WN", 0), "a warp tile needs both WM and WN",
+         when=_WARP_TILED),
+    Rule("R12", "wn-needs-wm", not_equal("WM", 0), "a warp tile needs both WM and WN",
+         when=not_equal("WN", 0)),
+    Rule("R13", "bm-tm", multiple_of("BM", "TM"), "thread tiles must cover the block rows"),
+    Rule("R14", "bn-tn", multiple_of("BN", "TN"), "thread tiles must cover the block columns"),
+    Rule("R15", "bm-wm", multiple_of("BM", "WM"), "warp tiles must cover the block rows",
+         when=_WARP_TILED),
+    Rule("R16", "bn-wn", multiple_of("BN", "WN"), "warp tiles must cover the block columns",
+         when=not_equal("WN", 0)),
+    Rule("R17", "wm-lanes", multiple_of("WM", ("LANES_M", "TM")),
+         "the warp's 8 lane rows of TM must cover WM", when=_WARP_TILED),
+    Rule("R18", "wn-lanes", multiple_of("WN", ("LANES_N", "TN")),
+         "the warp's 4 lane columns of TN must cover WN", when=not_equal("WN", 0)),
+    Rule("R19", "whole-warps", multiple_of("THREADS", WARP_SIZE), "blocks are whole warps"),
+    Rule("R20", "max-threads", at_most("THREADS", 1024), "CUDA allows 1024 threads per block"),
+    Rule("R21", "bk-vec", multiple_of("BK", "VEC"), "A is loaded in vectors along K",
+         when=_STAGED),
+    Rule("R22", "a-tile-loads", multiple_of(("BM", "BK"), ("THREADS", "VEC")),
+         "every thread loads the same number of A vectors", when=_STAGED),
+    Rule("R23", "b-tile-loads", multiple_of(("BK", "BN"), ("THREADS", "VEC")),
+         "every thread loads the same number of B vectors", when=_STAGED),
+    Rule("R24", "tn-vec", multiple_of("TN", "VEC"),
+         "B fragments are read from shared memory as vectors", when=_STAGED),
+    Rule("R25", "tm-vec", multiple_of("TM", "VEC"),
+         "A fragments of the transposed tile are read as vectors", when=equal("TRANSPOSE_A", 1)),
+    Rule("R26", "skew-vec", multiple_of("SKEW", "VEC"), "padded rows must stay vector-aligned"),
+    Rule("R27", "acc-registers", at_most("ACC_REGS", MAX_ACC_REGS),
+         "more accumulators than half the 255-register budget spill"),
+    Rule("R28", "static-smem", at_most("SMEM_BYTES", STATIC_SMEM_LIMIT),
+         "static shared memory is limited to 48 KiB per block"),
+    _when_stages0(equal(("TM", "TN"), 1), "R29", "stages0-thread-tile",
+                  "without shared memory each thread computes one element"),
+    _when_stages0(equal("BK", 1), "R30", "stages0-bk", "without shared memory K steps by one"),
+    _when_stages0(equal("VEC", 1), "R31", "stages0-vec", "without shared memory loads are scalar"),
+    _when_stages0(equal("SKEW", 0), "R32", "stages0-skew", "without shared memory there is no padding"),
+    _when_stages0(equal("WM", 0), "R33", "stages0-warp-tile",
+                  "without shared memory there is no warp tile"),
+    _when_stages0(equal("TRANSPOSE_A", 0), "R34", "stages0-transpose",
+                  "without shared memory there is no A tile to transpose"),
+    Rule("R35", "thread-order", equal("STAGES", 0),
+         "only the naive kernel walks M with consecutive threads", when=equal("THREAD_ORDER_M", 1)),
+)
+
+
+def _div(a: int, b: int) -> int:
+    return a // b if b else 0
+
+
+@dataclass(frozen=True, slots=True)
+class SimtConfig:
+    """An FP32 SIMT GEMM kernel: C[M,N] = alpha * A[M,K] @ B[K,N] + beta * C, row-major, fp32.
+
+    Fields (elements, not bytes): ``bm, bn, bk`` block tile; ``wm, wn`` warp tile (``None``:
+    no warp tiling, each thread owns one contiguous TM x TN tile); ``tm, tn`` thread tile per
+    warp sub-tile; ``vec`` floats per global/shared access (1, 2, 4); ``skew`` padding floats per
+    shared-memory row; ``stages`` 0 (operands straight from global memory), 1 (one shared buffer)
+    or 2 (double buffering); ``transpose_a`` stores the A tile K-major in shared memory (Lei
+    Mao's v05, siboehm's kernel 6); ``thread_order`` "n" (consecutive threads take consecutive
+    columns: coalesced) or "m" (consecutive rows: the naive kernel's order).
+
+    Raises ``ConfigError`` listing every broken rule of ``SIMT_RULES`` with its numbers.
+    """
+
+    bm: int
+    bn: int
+    bk: int
+    tm: int
+    tn: int
+    wm: int | None = None
+    wn: int | None = None
+    vec: int = 4
+    skew: int = 0
+    stages: int = 2
+    transpose_a: bool = True
+    thread_order: str = "n"
+
+    family = "simt"
+    dtype = "fp32"
+    template = "simt.cu.j2"
+    rules = SIMT_RULES
+
+    def __post_init__(self) -> None:
+        problems = self._type_problems()
+        if problems:
+            raise TypeError("; ".join(problems))
+        found = violations(self.rules, self.env())
+        if found:
+            from .suggest import nearest  # local: suggest imports this module
+            raise ConfigError(found, nearest(self), base=self)
+
+    @classmethod
+    def unchecked(cls, **values) -> "SimtConfig":
+        """Build without validation (for tests and for rendering invalid configs on purpose)."""
+        cfg = object.__new__(cls)
+        for f in fields(cls):
+            object.__setattr__(cfg, f.name, values.get(f.name, f.default))
+        return cfg
+
+    def replace(self, *, check: bool = True, **changes) -> "SimtConfig":
+        values = {**self.as_dict(), **changes}
+        values.pop("family")
+        return type(self)(**values) if check else type(self).unchecked(**values)
+
+    def _type_problems(self) -> list[str]:
+        out = []
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in ("wm", "wn") and v is None:
+                continue
+            want = {"transpose_a": bool, "thread_order": str}.get(f.name, int)
+            if not isinstance(v, want) or (want is int and isinstance(v, bool)):
+                out.append(f"{f.name} must be {want.__name__}, got {v!r}")
+        if self.thread_order not in ("n", "m"):
+            out.append(f"thread_order must be 'n' or 'm', got {self.thread_order!r}")
+        return out
+
+    # ---- identity -------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """Every field in a fixed order; the kernel symbol, file name and cache key."""
+        warp = f"w{self.wm}x{self.wn}" if self.warp_tiled else "wnone"
+        a = "at" if self.transpose_a else "an"
+        return (f"gemm_simt_f32_{self.bm}x{self.bn}x{self.bk}_{warp}_t{self.tm}x{self.tn}"
+                f"_v{self.vec}_skew{self.skew}_st{self.stages}_{a}_o{self.thread_order}")
+
+    def as_dict(self) -> dict:
+        return {"family": self.family, **{f.name: getattr(self, f.name) for f in fields(self)}}
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), sort_keys=False, separators=(", ", ": "))
+
+    # ---- derived figures ------------------------------------------------------------------
+    @property
+    def warp_tiled(self) -> bool:
+        return bool(self.wm) or bool(self.wn)
+
+    @property
+    def threads(self) -> int:
+        """Threads per block."""
+        if self.warp_tiled:
+            return WARP_SIZE * _div(self.bm, self.wm or 0) * _div(self.bn, self.wn or 0)
+        return _div(self.bm, self.tm) * _div(self.bn, self.tn)
+
+    @property
+    def warps(self) -> int:
+        return _div(self.threads, WARP_SIZE)
+
+    @property
+    def wm_iter(self) -> int:
+        """Warp sub-tiles along M each thread visits (1 without warp tiling)."""
+        return _div(self.wm or 0, LANES_M * self.tm) if self.warp_tiled else 1
+
+    @property
+    def wn_iter(self) -> int:
+        return _div(self.wn or 0, LANES_N * self.tn) if self.warp_tiled else 1
+
+    @property
+    def acc_regs(self) -> int:
+        """fp32 accumulator registers per thread."""
+        return self.tm * self.tn * self.wm_iter * self.wn_iter
+
+    @property
+    def a_smem_shape(self) -> tuple[int, int]:
+        """Rows x columns (floats) of one A buffer: [BK][BM+skew] if transposed, else [BM][BK+skew]."""
+        return (self.bk, self.bm + self.skew) if self.transpose_a else (self.bm, self.bk + self.skew)
+
+    @property
+    def b_smem_shape(self) -> tuple[int, int]:
+        return (self.bk, self.bn + self.skew)
+
+    @property
+    def smem_bytes(self) -> int:
+        """Static shared memory per block in bytes (all stages)."""
+        a, b = self.a_smem_shape, self.b_smem_shape
+        return self.stages * FLOAT_BYTES * (a[0] * a[1] + b[0] * b[1])
+
+    @property
+    def a_loads(self) -> int:
+        """Vector loads of A per thread per K tile."""
+        return _div(self.bm * self.bk, self.threads * self.vec) if self.stages else 0
+
+    @property
+    def b_loads(self) -> int:
+        return _div(self.bk * self.bn, self.threads * self.vec) if self.stages else 0
+
+    @property
+    def global_loads_per_thread(self) -> int:
+        """Global load instructions per thread per K tile (A and B vectors)."""
+        return self.a_loads + self.b_loads if self.stages else 2 * self.bk
+
+    def env(self) -> dict[str, int]:
+        """The named quantities the rules and the template's constants use."""
+        return {
+            "BM": self.bm, "BN": self.bn, "BK": self.bk, "TM": self.tm, "TN": self.tn,
+            "WM": self.wm or 0, "WN": self.wn or 0, "VEC": self.vec, "SKEW": self.skew,
+            "STAGES": self.stages, "TRANSPOSE_A": int(self.transpose_a),
+            "THREAD_ORDER_M": int(self.thread_order == "m"), "LANES_M": LANES_M,
+            "LANES_N": LANES_N, "WARP_SIZE": WARP_SIZE, "THREADS": self.threads, "ACC_REGS": self.acc_regs,
+            "SMEM_BYTES": self.smem_bytes,
+        }
+
+    @property
+    def flops_per_byte(self) -> dict[str, float | None]:
+        """Arithmetic intensity (FLOP per byte moved) at each level of the tiling hierarchy.
+
+        ``global``: block tile, bytes a block loads from global memory per K step;
+        ``shared``: warp footprint, distinct shared-memory bytes a warp reads (None if stages 0);
+        ``register``: thread tile, bytes each thread loads into registers per k.
+        """
+        def tile(m: int, n: int) -> float:
+            return 2 * m * n / (FLOAT_BYTES * (m + n))
+        tm, tn = self.tm * self.wm_iter, self.tn * self.wn_iter
+        if self.warp_tiled:
+            wm, wn = self.wm or 0, self.wn or 0
+        else:  # the rows and columns the 32 threads of one warp cover
+            across = max(1, min(WARP_SIZE, _div(self.bn, self.tn)))
+            wm, wn = self.tm * max(1, WARP_SIZE // across), self.tn * across
+        return {"global": tile(self.bm, self.bn) if self.stages else tile(tm, tn),
+                "shared": tile(wm, wn) if self.stages else None,
+                "register": tile(tm, tn)}
+
+    def blocks_per_sm(self, arch: str = "sm_90") -> int:
+        """Resident blocks per SM that threads and shared memory allow (registers not counted)."""
+        a = get_arch(arch)
+        by_threads = _div(a.threads_per_sm, self.threads)
+        by_smem = a.smem_per_sm // (self.smem_bytes + a.smem_reserved_per_block)
+        return min(a.blocks_per_sm, by_threads, by_smem)
+
+    def grid(self, m: int, n: int) -> tuple[int, int, int]:
+        """Launch grid for an M x N output: (ceil(N/BN), ceil(M/BM), 1); block = (threads, 1, 1)."""
+        return (-(-n // self.bn), -(-m // self.bm), 1)
+
+    def template_constants(self) -> dict[str, int]:
+        """Every compile-time constant the kernel declares: fields plus derived values."""
+        a_rows, a_cols = self.a_smem_shape
+        return {**self.env(), "WARPS_N": _div(self.bn, self.wn or 0) if self.warp_tiled else 0,
+                "THREADS_N": _div(self.bn, self.tn), "WM_ITER": self.wm_iter,
+                "WN_ITER": self.wn_iter,
+                "WM_STEP": LANES_M * self.tm, "WN_STEP": LANES_N * self.tn,
+                "A_LOADS": self.a_loads, "B_LOADS": self.b_loads,
+                "A_VECS_PER_ROW": _div(self.bk, self.vec), "B_VECS_PER_ROW": _div(self.bn, self.vec),
+                "AS_ROWS": a_rows, "AS_COLS": a_cols, "BS_COLS": self.b_smem_shape[1],
+                "VEC_BYTES": FLOAT_BYTES * self.vec}
+
+    def figures(self, arch: str = "sm_90") -> dict:
+        """The derived figures the emitted header and ``gemmgen list`` report."""
+        return {"threads": self.threads, "warps": self.warps, "smem_bytes": self.smem_bytes,
+                "acc_regs": self.acc_regs, "global_loads_per_thread": self.global_loads_per_thread,
+                "flops_per_byte": {k: None if v is None else round(v, 3)
+                                   for k, v in self.flops_per_byte.items()},
+                f"blocks_per_sm_{get_arch(arch).name}": self.blocks_per_sm(arch)}
+
+
+def config_from_dict(data: dict) -> SimtConfig:
+    """Rebuild a config from ``as_dict()`` output (the emitted header's JSON line).
+
+    Raises ``ValueError`` for an unknown family, ``ConfigError`` if the values are invalid.
+    """
+    data = dict(data)
+    family = data.pop("family", "simt")
+    if family != SimtConfig.family:
+        raise ValueError(f"unknown kernel family {family!r}")
+    known = {f.name for f in fields(SimtConfig)}
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"unknown config fields: {', '.join(sorted(unknown))}")
+    return SimtConfig(**data)
+
+

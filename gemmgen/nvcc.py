@@ -1,0 +1,105 @@
+"""Compiling: nvcc to cubin/fatbin with ptxas -v, parsed into per-arch resource reports."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class BuildError(RuntimeError):
+    """nvcc rejected a generated kernel. ``path`` is the .cu file, ``log`` nvcc's output."""
+
+    def __init__(self, path: str | os.PathLike, log: str, command: list[str] | None = None):
+        self.path, self.log, self.command = str(path), log, command or []
+        super().__init__(f"nvcc failed on {self.path}:\n{log.strip()}")
+
+    def static_assert_ids(self) -> set[str]:
+        """Rule ids (``R07``) of the static_asserts that fired."""
+        return set(re.findall(r'static assertion failed with "(R\d+)', self.log))
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What ptxas reports for one kernel on one arch: registers per thread, static shared
+    memory, stack frame and spill traffic in bytes."""
+
+    arch: str
+    registers: int
+    smem_bytes: int
+    stack_bytes: int
+    spill_stores: int
+    spill_loads: int
+
+    @property
+    def spills(self) -> int:
+        return self.spill_stores + self.spill_loads
+
+
+_ENTRY = re.compile(r"Compiling entry function '(\w+)' for '(sm_\w+)'")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers(?:.*?, (\d+) bytes smem)?")
+
+
+def parse_ptxas(log: str) -> dict[str, Resources]:
+    """Per-arch resources from ``nvcc -Xptxas -v`` output (one kernel per file)."""
+    out: dict[str, Resources] = {}
+    arch = frame = None
+    for line in log.splitlines():
+        if m := _ENTRY.search(line):
+            arch, frame = m.group(2), None
+        elif (m := _FRAME.search(line)) and arch:
+            frame = tuple(int(x) for x in m.groups())
+        elif (m := _USED.search(line)) and arch:
+            stack, st, ld = frame or (0, 0, 0)
+            out[arch] = Resources(arch, int(m.group(1)), int(m.group(2) or 0), stack, st, ld)
+    return out
+
+
+def nvcc_path() -> str | None:
+    """The nvcc on PATH or under $CUDA_HOME/bin, or None."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    candidate = Path(home or "/usr/local/cuda") / "bin" / "nvcc"
+    return str(candidate) if candidate.is_file() else None
+
+
+def compile_file(path: str | os.PathLike, archs: tuple[str, ...] = ("sm_90",),
+                 timeout: float = 300) -> dict[str, Resources]:
+    """Compile ``path`` for each of ``archs`` (``sm_80``, ``sm_90``, ...) in one nvcc call and
+    return ptxas's report per arch. Raises ``BuildError`` with nvcc's message and the path,
+    or ``FileNotFoundError`` when nvcc is not installed."""
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise FileNotFoundError("nvcc not found on PATH or in $CUDA_HOME/bin")
+    gencode = [f"-gencode=arch=compute_{a[3:]},code={a}" for a in archs]
+    with tempfile.TemporaryDirectory(prefix="gemmgen-nvcc-") as tmp:
+        cmd = [nvcc, "-fatbin", *gencode, "-Xptxas", "-v", "-o", str(Path(tmp) / "k.fatbin"),
+               str(path)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        raise BuildError(path, log, cmd)
+    report = parse_ptxas(log)
+    missing = [a for a in archs if a not in report]
+    if missing:
+        raise BuildError(path, f"no ptxas report for {missing} in:\n{log}", cmd)
+    return report
+
+
+def compile_source(source: str, archs: tuple[str, ...] = ("sm_90",), name: str = "kernel",
+                   keep_dir: str | os.PathLike | None = None) -> dict[str, Resources]:
+    """Write ``source`` to ``<keep_dir or a temp dir>/<name>.cu`` and ``compile_file`` it."""
+    if keep_dir is not None:
+        path = Path(keep_dir) / f"{name}.cu"
+        path.write_text(source)
+        return compile_file(path, archs)
+    with tempfile.TemporaryDirectory(prefix="gemmgen-src-") as tmp:
+        path = Path(tmp) / f"{name}.cu"
+        path.write_text(source)
+        return compile_file(path, archs)

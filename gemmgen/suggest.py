@@ -1,0 +1,52 @@
+"""Nearest valid configurations to an invalid one, for ConfigError's suggestions."""
+from __future__ import annotations
+
+import itertools
+import math
+
+from .rules import violations
+
+# Values tried for each field; a suggestion changes at most MAX_CHANGES fields of the request.
+DOMAIN: dict[str, tuple] = {
+    "bm": (16, 32, 64, 128, 256), "bn": (16, 32, 64, 128, 256), "bk": (1, 4, 8, 16, 32),
+    "tm": (1, 2, 4, 8, 16), "tn": (1, 2, 4, 8, 16), "wm": (None, 16, 32, 64, 128),
+    "wn": (None, 16, 32, 64, 128), "vec": (1, 2, 4), "skew": (0, 1, 2, 4, 8),
+    "stages": (0, 1, 2), "transpose_a": (False, True), "thread_order": ("n", "m"),
+}
+MAX_CHANGES = 3
+
+
+def _distance(field: str, old, new) -> float:
+    """How far a change moves: octaves for sizes, 1 for switches."""
+    if isinstance(old, int) and isinstance(new, int) and not isinstance(old, bool):
+        return abs(math.log2(max(old, 0) + 1) - math.log2(max(new, 0) + 1))
+    return 1.0
+
+
+def nearest(cfg, count: int = 3) -> list:
+    """Up to ``count`` valid configs of ``type(cfg)`` that differ from ``cfg`` in the fewest
+    fields (at most MAX_CHANGES), closest first, ties broken by name."""
+    base = cfg.as_dict()
+    base.pop("family")
+    cls = type(cfg)
+    fields_ = list(DOMAIN)
+    found: dict[str, tuple[float, object]] = {}
+    for changes in range(1, MAX_CHANGES + 1):
+        for chosen in itertools.combinations(fields_, changes):
+            options = [[v for v in DOMAIN[f] if v != base[f]] for f in chosen]
+            for values in itertools.product(*options):
+                trial = cls.unchecked(**{**base, **dict(zip(chosen, values))})
+                if violations(cls.rules, trial.env()):
+                    continue
+                dist = sum(_distance(f, base[f], v) for f, v in zip(chosen, values))
+                found.setdefault(trial.name, (dist, trial))
+        if len(found) >= count:
+            break
+    ranked = sorted(found.values(), key=lambda item: (item[0], item[1].name))
+    return [trial for _, trial in ranked[:count]]
+
+
+def changed_fields(old, new) -> dict:
+    """The fields of ``new`` that differ from ``old`` (for showing a suggestion as flags)."""
+    a, b = old.as_dict(), new.as_dict()
+    return {k: b[k] for k in b if a[k] != b[k]}

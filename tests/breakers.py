@@ -1,0 +1,48 @@
+"""For every rule: a config that breaks that rule and no other (a preset plus overrides)."""
+from gemmgen.presets import PRESETS
+
+BREAKERS = {
+    "bm-positive": ("vectorized", {"bm": 0}),
+    "bn-positive": ("vectorized", {"bn": 0}),
+    "bk-positive": ("vectorized", {"bk": 0}),
+    "tm-positive": ("vectorized", {"tm": 0}),
+    "tn-positive": ("vectorized", {"tn": 0}),
+    "wm-nonnegative": ("warptile_db", {"wm": -64}),
+    "wn-nonnegative": ("warptile_db", {"wn": -32, "bn": 64, "wm": 128, "bm": 256, "tn": 8,
+                                       "tm": 2, "bk": 4, "vec": 2}),
+    "vec-width": ("warptile_db", {"bm": 16, "bn": 96, "bk": 6, "tm": 2, "tn": 6, "wm": 16,
+                                  "wn": 96, "vec": 3, "skew": 3, "transpose_a": False}),
+    "skew-nonnegative": ("tile2d", {"skew": -1}),
+    "stages-range": ("tile2d", {"stages": 3}),
+    "wm-needs-wn": ("vectorized", {"wm": 64}),
+    "wn-needs-wm": ("vectorized", {"wn": 32}),
+    "bm-tm": ("vectorized", {"bm": 8, "tm": 16}),
+    "bn-tn": ("vectorized", {"bn": 8, "tn": 16}),
+    "bm-wm": ("warptile_db", {"bm": 8}),
+    "bn-wn": ("warptile_db", {"bn": 8}),
+    "wm-lanes": ("warptile_db", {"tm": 16}),
+    "wn-lanes": ("warptile_db", {"tn": 16}),
+    "whole-warps": ("vectorized", {"bm": 8}),
+    "max-threads": ("coalesced", {"bm": 48}),
+    "bk-vec": ("warptile", {"bm": 192, "bn": 192, "bk": 3, "wm": 64, "wn": 64, "vec": 2,
+                            "skew": 8}),
+    "a-tile-loads": ("vectorized", {"bn": 48}),
+    "b-tile-loads": ("vectorized", {"bm": 48}),
+    "tn-vec": ("warptile_db", {"tn": 1}),
+    "tm-vec": ("warptile_db", {"tm": 1}),
+    "skew-vec": ("vectorized", {"skew": 1}),
+    "acc-registers": ("vectorized", {"tm": 32}),
+    "static-smem": ("vectorized", {"bk": 64}),
+    "stages0-thread-tile": ("coalesced", {"tm": 2}),
+    "stages0-bk": ("coalesced", {"bk": 2}),
+    "stages0-vec": ("coalesced", {"vec": 2}),
+    "stages0-skew": ("coalesced", {"skew": 1}),
+    "stages0-warp-tile": ("coalesced", {"wm": 16, "wn": 16}),
+    "stages0-transpose": ("coalesced", {"transpose_a": True}),
+    "thread-order": ("vectorized", {"thread_order": "m"}),
+}
+
+
+def breaker(rule_name: str):
+    preset, overrides = BREAKERS[rule_name]
+    return PRESETS[preset].config.replace(check=False, **overrides)

@@ -1,0 +1,41 @@
+"""Shared fixtures: the gpu marker skips where there is no CUDA device or no PyCUDA; nvcc
+tests skip where nvcc is missing."""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # tests/breakers.py
+
+
+def _gpu_missing() -> str | None:
+    try:
+        import pycuda.driver as drv
+    except ImportError:
+        return "PyCUDA is not installed (pip install 'gemmgen[cuda]')"
+    try:
+        drv.init()
+        if drv.Device.count() == 0:
+            return "no CUDA device"
+    except Exception as exc:  # noqa: BLE001 - any driver failure means no usable GPU
+        return f"no usable CUDA device: {exc}"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [i for i in items if "gpu" in i.keywords]
+    if not gpu_items:
+        return
+    reason = _gpu_missing()
+    if reason:
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason=f"gpu test: {reason}"))
+
+
+@pytest.fixture(scope="session")
+def nvcc():
+    from gemmgen.nvcc import nvcc_path
+    path = nvcc_path()
+    if path is None:
+        pytest.skip("nvcc is not installed")
+    return path

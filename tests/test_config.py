@@ -1,0 +1,98 @@
+"""The configuration model: every rule, all-violations errors, suggestions, derived figures."""
+import pytest
+
+from breakers import BREAKERS, breaker
+from gemmgen import PRESETS, SIMT_RULES, ConfigError, SimtConfig
+from gemmgen.rules import violations
+
+
+def test_every_rule_has_a_breaker():
+    assert {r.name for r in SIMT_RULES} == set(BREAKERS)
+    assert len({r.id for r in SIMT_RULES}) == len(SIMT_RULES)
+
+
+@pytest.mark.parametrize("rule", SIMT_RULES, ids=lambda r: f"{r.id}-{r.name}")
+def test_config_breaking_only_one_rule_is_rejected_with_its_message(rule):
+    cfg = breaker(rule.name)
+    found = violations(SIMT_RULES, cfg.env())
+    assert [v.rule.id for v in found] == [rule.id]
+    with pytest.raises(ConfigError) as info:
+        cfg.replace()  # the checked constructor
+    message = str(info.value)
+    assert f"{rule.id} {rule.name}:" in message
+    assert rule.why in message
+
+
+def test_all_violations_are_listed_with_numbers():
+    with pytest.raises(ConfigError) as info:
+        SimtConfig(128, 128, 16, 8, 7)
+    ids = [v.rule.name for v in info.value.violations]
+    assert ids == ["bn-tn", "a-tile-loads", "b-tile-loads", "tn-vec"]
+    text = str(info.value)
+    assert "BN = 128 is not a multiple of TN = 7" in text
+    assert "BM*BK = 128*16 = 2048 is not a multiple of THREADS*VEC = 288*4 = 1152" in text
+
+
+def test_suggestions_are_valid_nearest_first():
+    with pytest.raises(ConfigError) as info:
+        SimtConfig(128, 128, 16, 8, 7)
+    sugg = info.value.suggestions
+    assert 1 <= len(sugg) <= 3
+    for s in sugg:
+        assert violations(SIMT_RULES, s.env()) == []
+    assert [s.tn for s in sugg] == [8, 4, 16]  # only TN changes; |log2| distance from 7
+    assert "tn=8: gemm_simt_f32_128x128x16" in str(info.value)
+
+
+def test_suggestions_may_change_several_fields():
+    with pytest.raises(ConfigError) as info:
+        SimtConfig(128, 128, 16, 4, 4, wm=64, wn=32, stages=0)
+    assert info.value.suggestions, "a valid neighbour exists within three changes"
+    for s in info.value.suggestions:
+        assert violations(SIMT_RULES, s.env()) == []
+
+
+def test_wrong_types_are_type_errors():
+    with pytest.raises(TypeError, match="bm must be int"):
+        SimtConfig("128", 128, 16, 8, 8)
+    with pytest.raises(TypeError, match="thread_order"):
+        SimtConfig(128, 128, 16, 8, 8, thread_order="x")
+
+
+def test_rule_renders_as_cpp_and_formula():
+    rule = next(r for r in SIMT_RULES if r.name == "a-tile-loads")
+    assert rule.cpp() == "!(STAGES >= 1) || ((THREADS*VEC) == 0 || (BM*BK) % (THREADS*VEC) == 0)"
+    assert rule.static_assert().startswith('static_assert(!(STAGES >= 1)')
+    assert "R22 a-tile-loads: BM*BK % THREADS*VEC == 0 when STAGES >= 1" in rule.static_assert()
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_presets_are_valid_and_named_uniquely(name):
+    cfg = PRESETS[name].config
+    assert violations(SIMT_RULES, cfg.env()) == []
+    assert cfg.name.startswith("gemm_simt_f32_")
+    assert len({p.config.name for p in PRESETS.values()}) == len(PRESETS)
+
+
+def test_derived_figures_of_the_warp_tiled_preset():
+    cfg = PRESETS["warptile_db"].config  # 128x128x16, warp 64x32, thread 4x4, vec 4, skew 4
+    assert cfg.threads == 256 and cfg.warps == 8
+    assert (cfg.wm_iter, cfg.wn_iter) == (2, 2)
+    assert cfg.acc_regs == 4 * 4 * 2 * 2
+    assert cfg.smem_bytes == 2 * 4 * (16 * (128 + 4) + 16 * (128 + 4))
+    assert cfg.a_loads == 128 * 16 // (256 * 4) and cfg.global_loads_per_thread == 4
+    fpb = cfg.flops_per_byte
+    assert fpb["global"] == pytest.approx(2 * 128 * 128 / (4 * 256))
+    assert fpb["shared"] == pytest.approx(2 * 64 * 32 / (4 * 96))
+    assert fpb["register"] == pytest.approx(2 * 8 * 8 / (4 * 16))
+    # sm_90: 2048 threads -> 8 blocks; 228 KiB / (33792 + 1024) -> 6 blocks
+    assert cfg.blocks_per_sm("sm_90") == 6
+    assert cfg.blocks_per_sm("sm_86") == 2  # 100 KiB / 34816
+    assert cfg.grid(4095, 4097) == (33, 32, 1)
+
+
+def test_naive_figures():
+    cfg = PRESETS["naive"].config
+    assert cfg.threads == 1024 and cfg.smem_bytes == 0
+    assert cfg.flops_per_byte["shared"] is None
+    assert cfg.blocks_per_sm() == 2
