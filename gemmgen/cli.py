@@ -143,4 +143,12 @@ def list_presets(names: bool, as_json: bool) -> None:
         click.echo(f"   {c.name}")
 
 
+@main.command()
+def rules() -> None:
+    """Show the validation rules (each is also a static_assert in the emitted kernel)."""
+    from .config import SIMT_RULES
+    for rule in SIMT_RULES:
+        click.echo(f"{rule.id}  {rule.name:<20} {rule.formula():<44} {rule.why}")
+
+
 __all__ = ["main"]

@@ -137,10 +137,14 @@ class SimtConfig:
         problems = self._type_problems()
         if problems:
             raise TypeError("; ".join(problems))
-        found = violations(self.rules, self.env())
+        found = self.violations()
         if found:
             from .suggest import nearest  # local: suggest imports this module
             raise ConfigError(found, nearest(self), base=self)
+
+    def violations(self) -> list[Violation]:
+        """Every rule of ``SIMT_RULES`` this config breaks (empty when valid)."""
+        return violations(self.rules, self.env())
 
     @classmethod
     def unchecked(cls, **values) -> "SimtConfig":
@@ -262,7 +266,7 @@ class SimtConfig:
         ``register``: thread tile, bytes each thread loads into registers per k.
         """
         def tile(m: int, n: int) -> float:
-            return 2 * m * n / (FLOAT_BYTES * (m + n))
+            return 2 * m * n / (FLOAT_BYTES * (m + n)) if m + n > 0 else 0.0
         tm, tn = self.tm * self.wm_iter, self.tn * self.wn_iter
         if self.warp_tiled:
             wm, wn = self.wm or 0, self.wn or 0

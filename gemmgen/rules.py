@@ -69,7 +69,9 @@ class Cmp:
         if self.op == "in":
             return f"{lhs} in {{{', '.join(map(str, self.rhs))}}}"
         if self.op == "multiple of":
-            return f"{lhs} % {_text(self.rhs)} == 0"
+            def paren(term: Term) -> str:
+                return f"({_text(term)})" if len(term) > 1 else _text(term)
+            return f"{paren(self.lhs)} % {paren(self.rhs)} == 0"
         return f"{lhs} {self.op} {_text(self.rhs)}"
 
     def explain(self, env: dict[str, int]) -> str:

@@ -63,7 +63,7 @@ def test_rule_renders_as_cpp_and_formula():
     rule = next(r for r in SIMT_RULES if r.name == "a-tile-loads")
     assert rule.cpp() == "!(STAGES >= 1) || ((THREADS*VEC) == 0 || (BM*BK) % (THREADS*VEC) == 0)"
     assert rule.static_assert().startswith('static_assert(!(STAGES >= 1)')
-    assert "R22 a-tile-loads: BM*BK % THREADS*VEC == 0 when STAGES >= 1" in rule.static_assert()
+    assert "R22 a-tile-loads: (BM*BK) % (THREADS*VEC) == 0 when STAGES >= 1" in rule.static_assert()
 
 
 @pytest.mark.parametrize("name", list(PRESETS))

@@ -1,0 +1,74 @@
+"""The command line, through click's CliRunner."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from gemmgen import PRESETS, config_from_source
+from gemmgen.cli import main
+
+
+@pytest.fixture
+def run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    return lambda *args: runner.invoke(main, list(args))
+
+
+def test_emit_writes_generated_name(run, tmp_path):
+    result = run("emit", "--bm", "128", "--bn", "128", "--bk", "16", "--tm", "8", "--tn", "8")
+    assert result.exit_code == 0, result.output
+    files = list((tmp_path / "generated").glob("*.cu"))
+    assert [f.name for f in files] == ["gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st2_at_on.cu"]
+    cfg = config_from_source(files[0].read_text())
+    assert (cfg.bm, cfg.bn, cfg.bk, cfg.tm, cfg.tn, cfg.stages) == (128, 128, 16, 8, 8, 2)
+
+
+def test_invalid_config_exits_2_lists_every_rule_and_writes_nothing(run, tmp_path):
+    result = run("emit", "--bm", "128", "--bn", "128", "--bk", "16", "--tm", "8", "--tn", "7")
+    assert result.exit_code == 2
+    for rid in ("R14 bn-tn", "R22 a-tile-loads", "R23 b-tile-loads", "R24 tn-vec"):
+        assert rid in result.output
+    assert "--tn 8" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_preset_with_override_and_output_path(run, tmp_path):
+    result = run("emit", "--preset", "warptile_db", "--skew", "0", "-o", "k.cu")
+    assert result.exit_code == 0, result.output
+    cfg = config_from_source((tmp_path / "k.cu").read_text())
+    assert cfg == PRESETS["warptile_db"].config.replace(skew=0)
+
+
+def test_config_json_round_trip(run, tmp_path):
+    line = PRESETS["tile1d"].config.to_json()
+    result = run("emit", "--config-json", line, "-o", "k.cu")
+    assert result.exit_code == 0, result.output
+    assert config_from_source((tmp_path / "k.cu").read_text()) == PRESETS["tile1d"].config
+
+
+def test_check_prints_ptxas_resources(run, nvcc):
+    result = run("emit", "--bm", "128", "--bn", "128", "--bk", "16", "--tm", "8", "--tn", "8",
+                 "--check")
+    assert result.exit_code == 0, result.output
+    assert "nvcc sm_90:" in result.output
+    assert "0 bytes spill stores, 0 bytes spill loads" in result.output
+    assert "bytes shared memory (model 33792)" in result.output
+
+
+def test_list_shows_every_preset_with_source(run):
+    result = run("list")
+    assert result.exit_code == 0
+    for p in PRESETS.values():
+        assert p.name in result.output and p.source in result.output
+    names = run("list", "--names").output.split()
+    assert names == list(PRESETS)
+    data = json.loads(run("list", "--json").output)
+    assert [d["kernel"] for d in data] == [p.config.name for p in PRESETS.values()]
+
+
+def test_rules_lists_the_table(run):
+    from gemmgen import SIMT_RULES
+    out = run("rules").output.splitlines()
+    assert len(out) == len(SIMT_RULES)
+    assert out[21].split()[:2] == ["R22", "a-tile-loads"]

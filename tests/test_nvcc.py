@@ -1,0 +1,93 @@
+"""nvcc agrees with the Python model: presets compile cleanly, and a config compiles if and
+only if validate() finds nothing, with the same rules firing as static_asserts."""
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from breakers import BREAKERS, breaker
+from gemmgen import PRESETS, SIMT_RULES, SimtConfig, render
+from gemmgen.nvcc import BuildError, compile_source, parse_ptxas
+
+ARCHS = ("sm_80", "sm_90")
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_preset_compiles_without_spills_and_with_the_model_smem(nvcc, name, tmp_path):
+    cfg = PRESETS[name].config
+    report = compile_source(render(cfg), ARCHS, name=cfg.name, keep_dir=tmp_path)
+    for arch in ARCHS:
+        res = report[arch]
+        assert res.spills == 0, f"{arch}: {res}"
+        assert res.stack_bytes == 0, f"{arch}: local-memory stack frame {res}"
+        assert res.smem_bytes == cfg.smem_bytes
+        assert 0 < res.registers <= 255
+
+
+@pytest.mark.parametrize("rule", SIMT_RULES, ids=lambda r: f"{r.id}-{r.name}")
+def test_each_rule_fires_alone_as_a_static_assert(nvcc, rule):
+    cfg = breaker(rule.name)
+    with pytest.raises(BuildError) as info:
+        compile_source(render(cfg), ("sm_90",), name=cfg.name)
+    assert info.value.static_assert_ids() == {rule.id}
+    assert cfg.name in info.value.path
+
+
+def test_build_error_names_the_file_and_shows_nvcc(nvcc, tmp_path):
+    cfg = SimtConfig.unchecked(bm=128, bn=128, bk=16, tm=8, tn=7)
+    with pytest.raises(BuildError) as info:
+        compile_source(render(cfg), ("sm_90",), name=cfg.name, keep_dir=tmp_path)
+    err = info.value
+    assert err.path == str(tmp_path / f"{cfg.name}.cu")
+    assert "static assertion failed" in str(err) and err.path in str(err)
+    assert err.static_assert_ids() == {v.rule.id for v in cfg.violations()}
+
+
+def test_parse_ptxas_reads_each_arch():
+    log = """ptxas info    : Compiling entry function 'k' for 'sm_80'
+ptxas info    : Function properties for k
+    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 33792 bytes smem, 412 bytes cmem[0]
+ptxas info    : Compiling entry function 'k' for 'sm_90'
+ptxas info    : Function properties for k
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 40 registers, used 0 barriers
+"""
+    rep = parse_ptxas(log)
+    assert (rep["sm_80"].registers, rep["sm_80"].smem_bytes, rep["sm_80"].spills) == (255, 33792, 16)
+    assert (rep["sm_90"].registers, rep["sm_90"].smem_bytes, rep["sm_90"].stack_bytes) == (40, 0, 0)
+
+
+# Random configs around the presets: half perturb one or two fields of a preset (often
+# valid), half draw every field freely (usually invalid). Sizes stay small enough for CI.
+FIELD_VALUES = {
+    "bm": [16, 32, 48, 64, 128], "bn": [16, 32, 64, 96, 128], "bk": [1, 2, 4, 8, 16],
+    "tm": [1, 2, 3, 4, 8], "tn": [1, 2, 4, 6, 8], "wm": [None, 16, 32, 64],
+    "wn": [None, 16, 32, 64], "vec": [1, 2, 3, 4], "skew": [0, 1, 2, 4],
+    "stages": [0, 1, 2], "transpose_a": [False, True], "thread_order": ["n", "n", "m"],
+}
+
+
+@st.composite
+def configs(draw):
+    if draw(st.booleans()):
+        base = draw(st.sampled_from(list(PRESETS.values()))).config.as_dict()
+        base.pop("family")
+        for field in draw(st.lists(st.sampled_from(list(FIELD_VALUES)), min_size=1, max_size=2)):
+            base[field] = draw(st.sampled_from(FIELD_VALUES[field]))
+        return SimtConfig.unchecked(**base)
+    return SimtConfig.unchecked(**{f: draw(st.sampled_from(v)) for f, v in FIELD_VALUES.items()})
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=configs())
+def test_python_verdict_equals_nvcc_verdict(nvcc, cfg):
+    found = {v.rule.id for v in cfg.violations()}
+    event("invalid" if found else "valid")
+    try:
+        report = compile_source(render(cfg), ("sm_90",), name=cfg.name)
+    except BuildError as err:
+        assert found, f"valid by the model but nvcc failed:\n{err.log[-2000:]}"
+        assert err.static_assert_ids() == found
+    else:
+        assert not found, f"nvcc accepted a config the model rejects: {sorted(found)}"
+        assert report["sm_90"].smem_bytes == cfg.smem_bytes
