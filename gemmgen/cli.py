@@ -26,6 +26,7 @@ FIELD_FLAGS = {
     "vec": ("--vec", 4, "floats per global/shared access: 1, 2 or 4"),
     "skew": ("--skew", 4, "padding floats per shared-memory row"),
     "stages": ("--stages", 2, "0 no shared memory, 1 single buffer, 2 double buffer"),
+    "min_blocks": ("--min-blocks", 1, "resident blocks per SM asked of ptxas (__launch_bounds__)"),
 }
 
 

@@ -12,6 +12,7 @@ FLOAT_BYTES = 4
 WARP_SIZE = 32
 LANES_M, LANES_N = 8, 4  # lanes of a warp along M and N, as in Lei Mao's v06
 MAX_ACC_REGS = 128
+MAX_THREADS_PER_SM = 2048
 
 
 class ConfigError(ValueError):
@@ -93,6 +94,10 @@ SIMT_RULES: tuple[Rule, ...] = (
                   "without shared memory there is no A tile to transpose"),
     Rule("R35", "thread-order", equal("STAGES", 0),
          "only the naive kernel walks M with consecutive threads", when=equal("THREAD_ORDER_M", 1)),
+    Rule("R36", "min-blocks-positive", at_least("MIN_BLOCKS", 1),
+         "__launch_bounds__ asks for at least one resident block"),
+    Rule("R37", "min-blocks-threads", at_most(("MIN_BLOCKS", "THREADS"), MAX_THREADS_PER_SM),
+         "no SM holds more than 2048 threads"),
 )
 
 
@@ -110,7 +115,10 @@ class SimtConfig:
     shared-memory row; ``stages`` 0 (operands straight from global memory), 1 (one shared buffer)
     or 2 (double buffering); ``transpose_a`` stores the A tile K-major in shared memory (Lei
     Mao's v05, siboehm's kernel 6); ``thread_order`` "n" (consecutive threads take consecutive
-    columns: coalesced) or "m" (consecutive rows: the naive kernel's order).
+    columns: coalesced) or "m" (consecutive rows: the naive kernel's order); ``min_blocks`` the
+    resident blocks per SM asked of ptxas through ``__launch_bounds__(threads, min_blocks)``,
+    which caps registers per thread at 65536 / (threads * min_blocks) (CUTLASS's
+    kMinBlocksPerMultiprocessor).
 
     Raises ``ConfigError`` listing every broken rule of ``SIMT_RULES`` with its numbers.
     """
@@ -127,6 +135,7 @@ class SimtConfig:
     stages: int = 2
     transpose_a: bool = True
     thread_order: str = "n"
+    min_blocks: int = 1
 
     family = "simt"
     dtype = "fp32"
@@ -179,7 +188,8 @@ class SimtConfig:
         warp = f"w{self.wm}x{self.wn}" if self.warp_tiled else "wnone"
         a = "at" if self.transpose_a else "an"
         return (f"gemm_simt_f32_{self.bm}x{self.bn}x{self.bk}_{warp}_t{self.tm}x{self.tn}"
-                f"_v{self.vec}_skew{self.skew}_st{self.stages}_{a}_o{self.thread_order}")
+                f"_v{self.vec}_skew{self.skew}_st{self.stages}_{a}_o{self.thread_order}"
+                f"_mb{self.min_blocks}")
 
     def as_dict(self) -> dict:
         return {"family": self.family, **{f.name: getattr(self, f.name) for f in fields(self)}}
@@ -252,7 +262,8 @@ class SimtConfig:
             "BM": self.bm, "BN": self.bn, "BK": self.bk, "TM": self.tm, "TN": self.tn,
             "WM": self.wm or 0, "WN": self.wn or 0, "VEC": self.vec, "SKEW": self.skew,
             "STAGES": self.stages, "TRANSPOSE_A": int(self.transpose_a),
-            "THREAD_ORDER_M": int(self.thread_order == "m"), "LANES_M": LANES_M,
+            "THREAD_ORDER_M": int(self.thread_order == "m"), "MIN_BLOCKS": self.min_blocks,
+            "LANES_M": LANES_M,
             "LANES_N": LANES_N, "WARP_SIZE": WARP_SIZE, "THREADS": self.threads, "ACC_REGS": self.acc_regs,
             "SMEM_BYTES": self.smem_bytes,
         }

@@ -12,6 +12,7 @@ DOMAIN: dict[str, tuple] = {
     "tm": (1, 2, 4, 8, 16), "tn": (1, 2, 4, 8, 16), "wm": (None, 16, 32, 64, 128),
     "wn": (None, 16, 32, 64, 128), "vec": (1, 2, 4), "skew": (0, 1, 2, 4, 8),
     "stages": (0, 1, 2), "transpose_a": (False, True), "thread_order": ("n", "m"),
+    "min_blocks": (1, 2),
 }
 MAX_CHANGES = 3
 

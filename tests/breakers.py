@@ -40,6 +40,8 @@ BREAKERS = {
     "stages0-warp-tile": ("coalesced", {"wm": 16, "wn": 16}),
     "stages0-transpose": ("coalesced", {"transpose_a": True}),
     "thread-order": ("vectorized", {"thread_order": "m"}),
+    "min-blocks-positive": ("vectorized", {"min_blocks": 0}),
+    "min-blocks-threads": ("vectorized", {"min_blocks": 9}),
 }
 
 

@@ -19,7 +19,7 @@ def test_emit_writes_generated_name(run, tmp_path):
     result = run("emit", "--bm", "128", "--bn", "128", "--bk", "16", "--tm", "8", "--tn", "8")
     assert result.exit_code == 0, result.output
     files = list((tmp_path / "generated").glob("*.cu"))
-    assert [f.name for f in files] == ["gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st2_at_on.cu"]
+    assert [f.name for f in files] == ["gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st2_at_on_mb1.cu"]
     cfg = config_from_source(files[0].read_text())
     assert (cfg.bm, cfg.bn, cfg.bk, cfg.tm, cfg.tn, cfg.stages) == (128, 128, 16, 8, 8, 2)
 

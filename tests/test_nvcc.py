@@ -64,6 +64,7 @@ FIELD_VALUES = {
     "tm": [1, 2, 3, 4, 8], "tn": [1, 2, 4, 6, 8], "wm": [None, 16, 32, 64],
     "wn": [None, 16, 32, 64], "vec": [1, 2, 3, 4], "skew": [0, 1, 2, 4],
     "stages": [0, 1, 2], "transpose_a": [False, True], "thread_order": ["n", "n", "m"],
+    "min_blocks": [1, 1, 2, 0],
 }
 
 

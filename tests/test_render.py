@@ -31,7 +31,7 @@ def test_header_states_configuration_and_figures():
     assert f"threads                    = {cfg.threads}" in head
     assert f"smem_bytes                 = {cfg.smem_bytes}" in head
     assert "flops_per_byte.global" in head and "blocks_per_sm_sm_90        = 6" in head
-    assert f'extern "C" __global__ void __launch_bounds__({cfg.name}_cfg::THREADS)' in src
+    assert f'extern "C" __global__ void __launch_bounds__({cfg.name}_cfg::THREADS, {cfg.name}_cfg::MIN_BLOCKS)' in src
 
 
 @pytest.mark.parametrize("name", ["naive", "warptile_db"])

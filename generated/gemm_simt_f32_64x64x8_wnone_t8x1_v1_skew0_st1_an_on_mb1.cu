@@ -6,10 +6,10 @@
 //
 // configuration:
 //   family         = simt
-//   bm             = 32
-//   bn             = 32
-//   bk             = 32
-//   tm             = 1
+//   bm             = 64
+//   bn             = 64
+//   bk             = 8
+//   tm             = 8
 //   tn             = 1
 //   wm             = None
 //   wn             = None
@@ -18,26 +18,27 @@
 //   stages         = 1
 //   transpose_a    = False
 //   thread_order   = n
+//   min_blocks     = 1
 // derived figures (arch sm_90):
-//   threads                    = 1024
-//   warps                      = 32
-//   smem_bytes                 = 8192
-//   acc_regs                   = 1
+//   threads                    = 512
+//   warps                      = 16
+//   smem_bytes                 = 4096
+//   acc_regs                   = 8
 //   global_loads_per_thread    = 2
-//   flops_per_byte.global      = 8.0
-//   flops_per_byte.shared      = 0.485
-//   flops_per_byte.register    = 0.25
-//   blocks_per_sm_sm_90        = 2
-// launch: grid = (ceil(N/BN), ceil(M/BM), 1) = (ceil(N/32), ceil(M/32), 1), block = (1024, 1, 1), static shared memory 8192 bytes
+//   flops_per_byte.global      = 16.0
+//   flops_per_byte.shared      = 3.2
+//   flops_per_byte.register    = 0.444
+//   blocks_per_sm_sm_90        = 4
+// launch: grid = (ceil(N/BN), ceil(M/BM), 1) = (ceil(N/64), ceil(M/64), 1), block = (512, 1, 1), static shared memory 4096 bytes
 //
-// gemmgen-config: {"family": "simt", "bm": 32, "bn": 32, "bk": 32, "tm": 1, "tn": 1, "wm": null, "wn": null, "vec": 1, "skew": 0, "stages": 1, "transpose_a": false, "thread_order": "n"}
+// gemmgen-config: {"family": "simt", "bm": 64, "bn": 64, "bk": 8, "tm": 8, "tn": 1, "wm": null, "wn": null, "vec": 1, "skew": 0, "stages": 1, "transpose_a": false, "thread_order": "n", "min_blocks": 1}
 
-namespace gemm_simt_f32_32x32x32_wnone_t1x1_v1_skew0_st1_an_on_cfg {
+namespace gemm_simt_f32_64x64x8_wnone_t8x1_v1_skew0_st1_an_on_mb1_cfg {
 
-[[maybe_unused]] constexpr int BM = 32;
-[[maybe_unused]] constexpr int BN = 32;
-[[maybe_unused]] constexpr int BK = 32;
-[[maybe_unused]] constexpr int TM = 1;
+[[maybe_unused]] constexpr int BM = 64;
+[[maybe_unused]] constexpr int BN = 64;
+[[maybe_unused]] constexpr int BK = 8;
+[[maybe_unused]] constexpr int TM = 8;
 [[maybe_unused]] constexpr int TN = 1;
 [[maybe_unused]] constexpr int WM = 0;
 [[maybe_unused]] constexpr int WN = 0;
@@ -46,25 +47,26 @@ namespace gemm_simt_f32_32x32x32_wnone_t1x1_v1_skew0_st1_an_on_cfg {
 [[maybe_unused]] constexpr int STAGES = 1;
 [[maybe_unused]] constexpr int TRANSPOSE_A = 0;
 [[maybe_unused]] constexpr int THREAD_ORDER_M = 0;
+[[maybe_unused]] constexpr int MIN_BLOCKS = 1;
 [[maybe_unused]] constexpr int LANES_M = 8;
 [[maybe_unused]] constexpr int LANES_N = 4;
 [[maybe_unused]] constexpr int WARP_SIZE = 32;
-[[maybe_unused]] constexpr int THREADS = 1024;
-[[maybe_unused]] constexpr int ACC_REGS = 1;
-[[maybe_unused]] constexpr int SMEM_BYTES = 8192;
+[[maybe_unused]] constexpr int THREADS = 512;
+[[maybe_unused]] constexpr int ACC_REGS = 8;
+[[maybe_unused]] constexpr int SMEM_BYTES = 4096;
 [[maybe_unused]] constexpr int WARPS_N = 0;
-[[maybe_unused]] constexpr int THREADS_N = 32;
+[[maybe_unused]] constexpr int THREADS_N = 64;
 [[maybe_unused]] constexpr int WM_ITER = 1;
 [[maybe_unused]] constexpr int WN_ITER = 1;
-[[maybe_unused]] constexpr int WM_STEP = 8;
+[[maybe_unused]] constexpr int WM_STEP = 64;
 [[maybe_unused]] constexpr int WN_STEP = 4;
 [[maybe_unused]] constexpr int A_LOADS = 1;
 [[maybe_unused]] constexpr int B_LOADS = 1;
-[[maybe_unused]] constexpr int A_VECS_PER_ROW = 32;
-[[maybe_unused]] constexpr int B_VECS_PER_ROW = 32;
-[[maybe_unused]] constexpr int AS_ROWS = 32;
-[[maybe_unused]] constexpr int AS_COLS = 32;
-[[maybe_unused]] constexpr int BS_COLS = 32;
+[[maybe_unused]] constexpr int A_VECS_PER_ROW = 8;
+[[maybe_unused]] constexpr int B_VECS_PER_ROW = 64;
+[[maybe_unused]] constexpr int AS_ROWS = 64;
+[[maybe_unused]] constexpr int AS_COLS = 8;
+[[maybe_unused]] constexpr int BS_COLS = 64;
 [[maybe_unused]] constexpr int VEC_BYTES = 4;
 
 
@@ -104,6 +106,8 @@ static_assert(!(STAGES == 0) || (SKEW == 0), "R32 stages0-skew: SKEW == 0 when S
 static_assert(!(STAGES == 0) || (WM == 0), "R33 stages0-warp-tile: WM == 0 when STAGES == 0");
 static_assert(!(STAGES == 0) || (TRANSPOSE_A == 0), "R34 stages0-transpose: TRANSPOSE_A == 0 when STAGES == 0");
 static_assert(!(THREAD_ORDER_M == 1) || (STAGES == 0), "R35 thread-order: STAGES == 0 when THREAD_ORDER_M == 1");
+static_assert((MIN_BLOCKS >= 1), "R36 min-blocks-positive: MIN_BLOCKS >= 1");
+static_assert((MIN_BLOCKS*THREADS <= 2048), "R37 min-blocks-threads: MIN_BLOCKS*THREADS <= 2048");
 
 
 // Vector access helpers: V consecutive floats as one float/float2/float4 access (16-byte aligned
@@ -144,13 +148,13 @@ __device__ __forceinline__ void store_frag(float* dst, const float* src) {
     for (int i = 0; i < N; i += V) store_vec<V>(dst + i, src + i);
 }
 
-}  // namespace gemm_simt_f32_32x32x32_wnone_t1x1_v1_skew0_st1_an_on_cfg
+}  // namespace gemm_simt_f32_64x64x8_wnone_t8x1_v1_skew0_st1_an_on_mb1_cfg
 
-extern "C" __global__ void __launch_bounds__(gemm_simt_f32_32x32x32_wnone_t1x1_v1_skew0_st1_an_on_cfg::THREADS)
-gemm_simt_f32_32x32x32_wnone_t1x1_v1_skew0_st1_an_on(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
-                                                     const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc)
+extern "C" __global__ void __launch_bounds__(gemm_simt_f32_64x64x8_wnone_t8x1_v1_skew0_st1_an_on_mb1_cfg::THREADS, gemm_simt_f32_64x64x8_wnone_t8x1_v1_skew0_st1_an_on_mb1_cfg::MIN_BLOCKS)
+gemm_simt_f32_64x64x8_wnone_t8x1_v1_skew0_st1_an_on_mb1(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
+                                                        const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc)
 {
-    using namespace gemm_simt_f32_32x32x32_wnone_t1x1_v1_skew0_st1_an_on_cfg;
+    using namespace gemm_simt_f32_64x64x8_wnone_t8x1_v1_skew0_st1_an_on_mb1_cfg;
     const int tid = threadIdx.x;
     const int m0 = blockIdx.y * BM;  // first row of this block's C tile
     const int n0 = blockIdx.x * BN;  // first column

@@ -6,66 +6,68 @@
 //
 // configuration:
 //   family         = simt
-//   bm             = 128
-//   bn             = 128
-//   bk             = 16
-//   tm             = 4
-//   tn             = 4
-//   wm             = 64
-//   wn             = 32
-//   vec            = 4
-//   skew           = 4
-//   stages         = 2
-//   transpose_a    = True
+//   bm             = 32
+//   bn             = 32
+//   bk             = 32
+//   tm             = 1
+//   tn             = 1
+//   wm             = None
+//   wn             = None
+//   vec            = 1
+//   skew           = 0
+//   stages         = 1
+//   transpose_a    = False
 //   thread_order   = n
+//   min_blocks     = 1
 // derived figures (arch sm_90):
-//   threads                    = 256
-//   warps                      = 8
-//   smem_bytes                 = 33792
-//   acc_regs                   = 64
-//   global_loads_per_thread    = 4
-//   flops_per_byte.global      = 32.0
-//   flops_per_byte.shared      = 10.667
-//   flops_per_byte.register    = 2.0
-//   blocks_per_sm_sm_90        = 6
-// launch: grid = (ceil(N/BN), ceil(M/BM), 1) = (ceil(N/128), ceil(M/128), 1), block = (256, 1, 1), static shared memory 33792 bytes
+//   threads                    = 1024
+//   warps                      = 32
+//   smem_bytes                 = 8192
+//   acc_regs                   = 1
+//   global_loads_per_thread    = 2
+//   flops_per_byte.global      = 8.0
+//   flops_per_byte.shared      = 0.485
+//   flops_per_byte.register    = 0.25
+//   blocks_per_sm_sm_90        = 2
+// launch: grid = (ceil(N/BN), ceil(M/BM), 1) = (ceil(N/32), ceil(M/32), 1), block = (1024, 1, 1), static shared memory 8192 bytes
 //
-// gemmgen-config: {"family": "simt", "bm": 128, "bn": 128, "bk": 16, "tm": 4, "tn": 4, "wm": 64, "wn": 32, "vec": 4, "skew": 4, "stages": 2, "transpose_a": true, "thread_order": "n"}
+// gemmgen-config: {"family": "simt", "bm": 32, "bn": 32, "bk": 32, "tm": 1, "tn": 1, "wm": null, "wn": null, "vec": 1, "skew": 0, "stages": 1, "transpose_a": false, "thread_order": "n", "min_blocks": 1}
 
-namespace gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st2_at_on_cfg {
+namespace gemm_simt_f32_32x32x32_wnone_t1x1_v1_skew0_st1_an_on_mb1_cfg {
 
-[[maybe_unused]] constexpr int BM = 128;
-[[maybe_unused]] constexpr int BN = 128;
-[[maybe_unused]] constexpr int BK = 16;
-[[maybe_unused]] constexpr int TM = 4;
-[[maybe_unused]] constexpr int TN = 4;
-[[maybe_unused]] constexpr int WM = 64;
-[[maybe_unused]] constexpr int WN = 32;
-[[maybe_unused]] constexpr int VEC = 4;
-[[maybe_unused]] constexpr int SKEW = 4;
-[[maybe_unused]] constexpr int STAGES = 2;
-[[maybe_unused]] constexpr int TRANSPOSE_A = 1;
+[[maybe_unused]] constexpr int BM = 32;
+[[maybe_unused]] constexpr int BN = 32;
+[[maybe_unused]] constexpr int BK = 32;
+[[maybe_unused]] constexpr int TM = 1;
+[[maybe_unused]] constexpr int TN = 1;
+[[maybe_unused]] constexpr int WM = 0;
+[[maybe_unused]] constexpr int WN = 0;
+[[maybe_unused]] constexpr int VEC = 1;
+[[maybe_unused]] constexpr int SKEW = 0;
+[[maybe_unused]] constexpr int STAGES = 1;
+[[maybe_unused]] constexpr int TRANSPOSE_A = 0;
 [[maybe_unused]] constexpr int THREAD_ORDER_M = 0;
+[[maybe_unused]] constexpr int MIN_BLOCKS = 1;
 [[maybe_unused]] constexpr int LANES_M = 8;
 [[maybe_unused]] constexpr int LANES_N = 4;
 [[maybe_unused]] constexpr int WARP_SIZE = 32;
-[[maybe_unused]] constexpr int THREADS = 256;
-[[maybe_unused]] constexpr int ACC_REGS = 64;
-[[maybe_unused]] constexpr int SMEM_BYTES = 33792;
-[[maybe_unused]] constexpr int WARPS_N = 4;
+[[maybe_unused]] constexpr int THREADS = 1024;
+[[maybe_unused]] constexpr int ACC_REGS = 1;
+[[maybe_unused]] constexpr int SMEM_BYTES = 8192;
+[[maybe_unused]] constexpr int WARPS_N = 0;
 [[maybe_unused]] constexpr int THREADS_N = 32;
-[[maybe_unused]] constexpr int WM_ITER = 2;
-[[maybe_unused]] constexpr int WN_ITER = 2;
-[[maybe_unused]] constexpr int WM_STEP = 32;
-[[maybe_unused]] constexpr int WN_STEP = 16;
-[[maybe_unused]] constexpr int A_LOADS = 2;
-[[maybe_unused]] constexpr int B_LOADS = 2;
-[[maybe_unused]] constexpr int A_VECS_PER_ROW = 4;
+[[maybe_unused]] constexpr int WM_ITER = 1;
+[[maybe_unused]] constexpr int WN_ITER = 1;
+[[maybe_unused]] constexpr int WM_STEP = 8;
+[[maybe_unused]] constexpr int WN_STEP = 4;
+[[maybe_unused]] constexpr int A_LOADS = 1;
+[[maybe_unused]] constexpr int B_LOADS = 1;
+[[maybe_unused]] constexpr int A_VECS_PER_ROW = 32;
 [[maybe_unused]] constexpr int B_VECS_PER_ROW = 32;
-[[maybe_unused]] constexpr int AS_ROWS = 16;
-[[maybe_unused]] constexpr int AS_COLS = 132;
-[[maybe_unused]] constexpr int BS_COLS = 132;
-[[maybe_unused]] constexpr int VEC_BYTES = 16;
+[[maybe_unused]] constexpr int AS_ROWS = 32;
+[[maybe_unused]] constexpr int AS_COLS = 32;
+[[maybe_unused]] constexpr int BS_COLS = 32;
+[[maybe_unused]] constexpr int VEC_BYTES = 4;
 
 
 // One static_assert per rule of the Python model (gemmgen.config); messages carry the rule id.
@@ -104,6 +106,8 @@ static_assert(!(STAGES == 0) || (SKEW == 0), "R32 stages0-skew: SKEW == 0 when S
 static_assert(!(STAGES == 0) || (WM == 0), "R33 stages0-warp-tile: WM == 0 when STAGES == 0");
 static_assert(!(STAGES == 0) || (TRANSPOSE_A == 0), "R34 stages0-transpose: TRANSPOSE_A == 0 when STAGES == 0");
 static_assert(!(THREAD_ORDER_M == 1) || (STAGES == 0), "R35 thread-order: STAGES == 0 when THREAD_ORDER_M == 1");
+static_assert((MIN_BLOCKS >= 1), "R36 min-blocks-positive: MIN_BLOCKS >= 1");
+static_assert((MIN_BLOCKS*THREADS <= 2048), "R37 min-blocks-threads: MIN_BLOCKS*THREADS <= 2048");
 
 
 // Vector access helpers: V consecutive floats as one float/float2/float4 access (16-byte aligned
@@ -144,23 +148,22 @@ __device__ __forceinline__ void store_frag(float* dst, const float* src) {
     for (int i = 0; i < N; i += V) store_vec<V>(dst + i, src + i);
 }
 
-}  // namespace gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st2_at_on_cfg
+}  // namespace gemm_simt_f32_32x32x32_wnone_t1x1_v1_skew0_st1_an_on_mb1_cfg
 
-extern "C" __global__ void __launch_bounds__(gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st2_at_on_cfg::THREADS)
-gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st2_at_on(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
-                                                        const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc)
+extern "C" __global__ void __launch_bounds__(gemm_simt_f32_32x32x32_wnone_t1x1_v1_skew0_st1_an_on_mb1_cfg::THREADS, gemm_simt_f32_32x32x32_wnone_t1x1_v1_skew0_st1_an_on_mb1_cfg::MIN_BLOCKS)
+gemm_simt_f32_32x32x32_wnone_t1x1_v1_skew0_st1_an_on_mb1(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
+                                                         const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc)
 {
-    using namespace gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st2_at_on_cfg;
+    using namespace gemm_simt_f32_32x32x32_wnone_t1x1_v1_skew0_st1_an_on_mb1_cfg;
     const int tid = threadIdx.x;
     const int m0 = blockIdx.y * BM;  // first row of this block's C tile
     const int n0 = blockIdx.x * BN;  // first column
 
     // This thread's accumulator (i, j, r, c) is C element (row0 + i*WM_STEP + r, col0 + j*WN_STEP + c).
-    const int warp = tid / WARP_SIZE, lane = tid % WARP_SIZE;
-    const int row0 = (warp / WARPS_N) * WM + (lane / LANES_N) * TM;
-    const int col0 = (warp % WARPS_N) * WN + (lane % LANES_N) * TN;
+    const int row0 = (tid / THREADS_N) * TM;
+    const int col0 = (tid % THREADS_N) * TN;
 
-    // A tile [BK][BM+SKEW] (K-major, transposed), B tile [BK][BN+SKEW], STAGES buffers each.
+    // A tile [BM][BK+SKEW], B tile [BK][BN+SKEW], STAGES buffers each.
     __shared__ __align__(16) float As[STAGES][AS_ROWS][AS_COLS];
     __shared__ __align__(16) float Bs[STAGES][BK][BS_COLS];
 
@@ -210,8 +213,7 @@ gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st2_at_on(int M, int N, int K, flo
         for (int l = 0; l < A_LOADS; ++l) {
             const int v = tid + l * THREADS;
             const int r = v / A_VECS_PER_ROW, c = (v % A_VECS_PER_ROW) * VEC;
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) As[buf][c + e][r] = a_ld[l][e];  // transpose: As[k][m]
+            store_vec<VEC>(&As[buf][r][c], a_ld[l]);
         }
 #pragma unroll
         for (int l = 0; l < B_LOADS; ++l) {
@@ -238,7 +240,8 @@ gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st2_at_on(int M, int N, int K, flo
             float a_frag[WM_ITER][TM], b_frag[WN_ITER][TN];
 #pragma unroll
             for (int i = 0; i < WM_ITER; ++i) {
-                load_frag<TM, VEC>(a_frag[i], &As[buf][k][row0 + i * WM_STEP]);
+#pragma unroll
+                for (int r = 0; r < TM; ++r) a_frag[i][r] = As[buf][row0 + i * WM_STEP + r][k];
             }
 #pragma unroll
             for (int j = 0; j < WN_ITER; ++j)
@@ -256,18 +259,12 @@ gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st2_at_on(int M, int N, int K, flo
     };
 
     const int k_tiles = (K + BK - 1) / BK;
-    // Double buffer: tile t+1 travels global -> registers while tile t is computed, then goes
-    // to the other buffer; one barrier per K tile.
-    if (k_tiles > 0) {
-        load_tile(0);
-        store_tile(0);
-    }
-    __syncthreads();
+    // Single buffer: load, barrier, compute, barrier.
     for (int t = 0; t < k_tiles; ++t) {
-        const bool more = t + 1 < k_tiles;
-        if (more) load_tile((t + 1) * BK);
-        compute(t & 1);
-        if (more) store_tile((t + 1) & 1);
+        load_tile(t * BK);
+        store_tile(0);
+        __syncthreads();
+        compute(0);
         __syncthreads();
     }
 

@@ -18,6 +18,7 @@
 //   stages         = 0
 //   transpose_a    = False
 //   thread_order   = m
+//   min_blocks     = 1
 // derived figures (arch sm_90):
 //   threads                    = 1024
 //   warps                      = 32
@@ -30,9 +31,9 @@
 //   blocks_per_sm_sm_90        = 2
 // launch: grid = (ceil(N/BN), ceil(M/BM), 1) = (ceil(N/32), ceil(M/32), 1), block = (1024, 1, 1), static shared memory 0 bytes
 //
-// gemmgen-config: {"family": "simt", "bm": 32, "bn": 32, "bk": 1, "tm": 1, "tn": 1, "wm": null, "wn": null, "vec": 1, "skew": 0, "stages": 0, "transpose_a": false, "thread_order": "m"}
+// gemmgen-config: {"family": "simt", "bm": 32, "bn": 32, "bk": 1, "tm": 1, "tn": 1, "wm": null, "wn": null, "vec": 1, "skew": 0, "stages": 0, "transpose_a": false, "thread_order": "m", "min_blocks": 1}
 
-namespace gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_cfg {
+namespace gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_mb1_cfg {
 
 [[maybe_unused]] constexpr int BM = 32;
 [[maybe_unused]] constexpr int BN = 32;
@@ -46,6 +47,7 @@ namespace gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_cfg {
 [[maybe_unused]] constexpr int STAGES = 0;
 [[maybe_unused]] constexpr int TRANSPOSE_A = 0;
 [[maybe_unused]] constexpr int THREAD_ORDER_M = 1;
+[[maybe_unused]] constexpr int MIN_BLOCKS = 1;
 [[maybe_unused]] constexpr int LANES_M = 8;
 [[maybe_unused]] constexpr int LANES_N = 4;
 [[maybe_unused]] constexpr int WARP_SIZE = 32;
@@ -104,6 +106,8 @@ static_assert(!(STAGES == 0) || (SKEW == 0), "R32 stages0-skew: SKEW == 0 when S
 static_assert(!(STAGES == 0) || (WM == 0), "R33 stages0-warp-tile: WM == 0 when STAGES == 0");
 static_assert(!(STAGES == 0) || (TRANSPOSE_A == 0), "R34 stages0-transpose: TRANSPOSE_A == 0 when STAGES == 0");
 static_assert(!(THREAD_ORDER_M == 1) || (STAGES == 0), "R35 thread-order: STAGES == 0 when THREAD_ORDER_M == 1");
+static_assert((MIN_BLOCKS >= 1), "R36 min-blocks-positive: MIN_BLOCKS >= 1");
+static_assert((MIN_BLOCKS*THREADS <= 2048), "R37 min-blocks-threads: MIN_BLOCKS*THREADS <= 2048");
 
 
 // Vector access helpers: V consecutive floats as one float/float2/float4 access (16-byte aligned
@@ -144,13 +148,13 @@ __device__ __forceinline__ void store_frag(float* dst, const float* src) {
     for (int i = 0; i < N; i += V) store_vec<V>(dst + i, src + i);
 }
 
-}  // namespace gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_cfg
+}  // namespace gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_mb1_cfg
 
-extern "C" __global__ void __launch_bounds__(gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_cfg::THREADS)
-gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
-                                                    const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc)
+extern "C" __global__ void __launch_bounds__(gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_mb1_cfg::THREADS, gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_mb1_cfg::MIN_BLOCKS)
+gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_mb1(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
+                                                        const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc)
 {
-    using namespace gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_cfg;
+    using namespace gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_mb1_cfg;
     const int tid = threadIdx.x;
     const int m0 = blockIdx.y * BM;  // first row of this block's C tile
     const int n0 = blockIdx.x * BN;  // first column

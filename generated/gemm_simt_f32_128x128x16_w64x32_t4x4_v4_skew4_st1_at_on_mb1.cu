@@ -9,15 +9,16 @@
 //   bm             = 128
 //   bn             = 128
 //   bk             = 16
-//   tm             = 8
-//   tn             = 8
-//   wm             = None
-//   wn             = None
+//   tm             = 4
+//   tn             = 4
+//   wm             = 64
+//   wn             = 32
 //   vec            = 4
 //   skew           = 4
 //   stages         = 1
 //   transpose_a    = True
 //   thread_order   = n
+//   min_blocks     = 1
 // derived figures (arch sm_90):
 //   threads                    = 256
 //   warps                      = 8
@@ -25,39 +26,40 @@
 //   acc_regs                   = 64
 //   global_loads_per_thread    = 4
 //   flops_per_byte.global      = 32.0
-//   flops_per_byte.shared      = 7.111
+//   flops_per_byte.shared      = 10.667
 //   flops_per_byte.register    = 2.0
 //   blocks_per_sm_sm_90        = 8
 // launch: grid = (ceil(N/BN), ceil(M/BM), 1) = (ceil(N/128), ceil(M/128), 1), block = (256, 1, 1), static shared memory 16896 bytes
 //
-// gemmgen-config: {"family": "simt", "bm": 128, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "wm": null, "wn": null, "vec": 4, "skew": 4, "stages": 1, "transpose_a": true, "thread_order": "n"}
+// gemmgen-config: {"family": "simt", "bm": 128, "bn": 128, "bk": 16, "tm": 4, "tn": 4, "wm": 64, "wn": 32, "vec": 4, "skew": 4, "stages": 1, "transpose_a": true, "thread_order": "n", "min_blocks": 1}
 
-namespace gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_cfg {
+namespace gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on_mb1_cfg {
 
 [[maybe_unused]] constexpr int BM = 128;
 [[maybe_unused]] constexpr int BN = 128;
 [[maybe_unused]] constexpr int BK = 16;
-[[maybe_unused]] constexpr int TM = 8;
-[[maybe_unused]] constexpr int TN = 8;
-[[maybe_unused]] constexpr int WM = 0;
-[[maybe_unused]] constexpr int WN = 0;
+[[maybe_unused]] constexpr int TM = 4;
+[[maybe_unused]] constexpr int TN = 4;
+[[maybe_unused]] constexpr int WM = 64;
+[[maybe_unused]] constexpr int WN = 32;
 [[maybe_unused]] constexpr int VEC = 4;
 [[maybe_unused]] constexpr int SKEW = 4;
 [[maybe_unused]] constexpr int STAGES = 1;
 [[maybe_unused]] constexpr int TRANSPOSE_A = 1;
 [[maybe_unused]] constexpr int THREAD_ORDER_M = 0;
+[[maybe_unused]] constexpr int MIN_BLOCKS = 1;
 [[maybe_unused]] constexpr int LANES_M = 8;
 [[maybe_unused]] constexpr int LANES_N = 4;
 [[maybe_unused]] constexpr int WARP_SIZE = 32;
 [[maybe_unused]] constexpr int THREADS = 256;
 [[maybe_unused]] constexpr int ACC_REGS = 64;
 [[maybe_unused]] constexpr int SMEM_BYTES = 16896;
-[[maybe_unused]] constexpr int WARPS_N = 0;
-[[maybe_unused]] constexpr int THREADS_N = 16;
-[[maybe_unused]] constexpr int WM_ITER = 1;
-[[maybe_unused]] constexpr int WN_ITER = 1;
-[[maybe_unused]] constexpr int WM_STEP = 64;
-[[maybe_unused]] constexpr int WN_STEP = 32;
+[[maybe_unused]] constexpr int WARPS_N = 4;
+[[maybe_unused]] constexpr int THREADS_N = 32;
+[[maybe_unused]] constexpr int WM_ITER = 2;
+[[maybe_unused]] constexpr int WN_ITER = 2;
+[[maybe_unused]] constexpr int WM_STEP = 32;
+[[maybe_unused]] constexpr int WN_STEP = 16;
 [[maybe_unused]] constexpr int A_LOADS = 2;
 [[maybe_unused]] constexpr int B_LOADS = 2;
 [[maybe_unused]] constexpr int A_VECS_PER_ROW = 4;
@@ -104,6 +106,8 @@ static_assert(!(STAGES == 0) || (SKEW == 0), "R32 stages0-skew: SKEW == 0 when S
 static_assert(!(STAGES == 0) || (WM == 0), "R33 stages0-warp-tile: WM == 0 when STAGES == 0");
 static_assert(!(STAGES == 0) || (TRANSPOSE_A == 0), "R34 stages0-transpose: TRANSPOSE_A == 0 when STAGES == 0");
 static_assert(!(THREAD_ORDER_M == 1) || (STAGES == 0), "R35 thread-order: STAGES == 0 when THREAD_ORDER_M == 1");
+static_assert((MIN_BLOCKS >= 1), "R36 min-blocks-positive: MIN_BLOCKS >= 1");
+static_assert((MIN_BLOCKS*THREADS <= 2048), "R37 min-blocks-threads: MIN_BLOCKS*THREADS <= 2048");
 
 
 // Vector access helpers: V consecutive floats as one float/float2/float4 access (16-byte aligned
@@ -144,20 +148,21 @@ __device__ __forceinline__ void store_frag(float* dst, const float* src) {
     for (int i = 0; i < N; i += V) store_vec<V>(dst + i, src + i);
 }
 
-}  // namespace gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_cfg
+}  // namespace gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on_mb1_cfg
 
-extern "C" __global__ void __launch_bounds__(gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_cfg::THREADS)
-gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
-                                                       const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc)
+extern "C" __global__ void __launch_bounds__(gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on_mb1_cfg::THREADS, gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on_mb1_cfg::MIN_BLOCKS)
+gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on_mb1(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
+                                                            const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc)
 {
-    using namespace gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_cfg;
+    using namespace gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on_mb1_cfg;
     const int tid = threadIdx.x;
     const int m0 = blockIdx.y * BM;  // first row of this block's C tile
     const int n0 = blockIdx.x * BN;  // first column
 
     // This thread's accumulator (i, j, r, c) is C element (row0 + i*WM_STEP + r, col0 + j*WN_STEP + c).
-    const int row0 = (tid / THREADS_N) * TM;
-    const int col0 = (tid % THREADS_N) * TN;
+    const int warp = tid / WARP_SIZE, lane = tid % WARP_SIZE;
+    const int row0 = (warp / WARPS_N) * WM + (lane / LANES_N) * TM;
+    const int col0 = (warp % WARPS_N) * WN + (lane % LANES_N) * TN;
 
     // A tile [BK][BM+SKEW] (K-major, transposed), B tile [BK][BN+SKEW], STAGES buffers each.
     __shared__ __align__(16) float As[STAGES][AS_ROWS][AS_COLS];

@@ -15,24 +15,25 @@
 //   wn             = 32
 //   vec            = 4
 //   skew           = 4
-//   stages         = 1
+//   stages         = 2
 //   transpose_a    = True
 //   thread_order   = n
+//   min_blocks     = 1
 // derived figures (arch sm_90):
 //   threads                    = 256
 //   warps                      = 8
-//   smem_bytes                 = 16896
+//   smem_bytes                 = 33792
 //   acc_regs                   = 64
 //   global_loads_per_thread    = 4
 //   flops_per_byte.global      = 32.0
 //   flops_per_byte.shared      = 10.667
 //   flops_per_byte.register    = 2.0
-//   blocks_per_sm_sm_90        = 8
-// launch: grid = (ceil(N/BN), ceil(M/BM), 1) = (ceil(N/128), ceil(M/128), 1), block = (256, 1, 1), static shared memory 16896 bytes
+//   blocks_per_sm_sm_90        = 6
+// launch: grid = (ceil(N/BN), ceil(M/BM), 1) = (ceil(N/128), ceil(M/128), 1), block = (256, 1, 1), static shared memory 33792 bytes
 //
-// gemmgen-config: {"family": "simt", "bm": 128, "bn": 128, "bk": 16, "tm": 4, "tn": 4, "wm": 64, "wn": 32, "vec": 4, "skew": 4, "stages": 1, "transpose_a": true, "thread_order": "n"}
+// gemmgen-config: {"family": "simt", "bm": 128, "bn": 128, "bk": 16, "tm": 4, "tn": 4, "wm": 64, "wn": 32, "vec": 4, "skew": 4, "stages": 2, "transpose_a": true, "thread_order": "n", "min_blocks": 1}
 
-namespace gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on_cfg {
+namespace gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st2_at_on_mb1_cfg {
 
 [[maybe_unused]] constexpr int BM = 128;
 [[maybe_unused]] constexpr int BN = 128;
@@ -43,15 +44,16 @@ namespace gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on_cfg {
 [[maybe_unused]] constexpr int WN = 32;
 [[maybe_unused]] constexpr int VEC = 4;
 [[maybe_unused]] constexpr int SKEW = 4;
-[[maybe_unused]] constexpr int STAGES = 1;
+[[maybe_unused]] constexpr int STAGES = 2;
 [[maybe_unused]] constexpr int TRANSPOSE_A = 1;
 [[maybe_unused]] constexpr int THREAD_ORDER_M = 0;
+[[maybe_unused]] constexpr int MIN_BLOCKS = 1;
 [[maybe_unused]] constexpr int LANES_M = 8;
 [[maybe_unused]] constexpr int LANES_N = 4;
 [[maybe_unused]] constexpr int WARP_SIZE = 32;
 [[maybe_unused]] constexpr int THREADS = 256;
 [[maybe_unused]] constexpr int ACC_REGS = 64;
-[[maybe_unused]] constexpr int SMEM_BYTES = 16896;
+[[maybe_unused]] constexpr int SMEM_BYTES = 33792;
 [[maybe_unused]] constexpr int WARPS_N = 4;
 [[maybe_unused]] constexpr int THREADS_N = 32;
 [[maybe_unused]] constexpr int WM_ITER = 2;
@@ -104,6 +106,8 @@ static_assert(!(STAGES == 0) || (SKEW == 0), "R32 stages0-skew: SKEW == 0 when S
 static_assert(!(STAGES == 0) || (WM == 0), "R33 stages0-warp-tile: WM == 0 when STAGES == 0");
 static_assert(!(STAGES == 0) || (TRANSPOSE_A == 0), "R34 stages0-transpose: TRANSPOSE_A == 0 when STAGES == 0");
 static_assert(!(THREAD_ORDER_M == 1) || (STAGES == 0), "R35 thread-order: STAGES == 0 when THREAD_ORDER_M == 1");
+static_assert((MIN_BLOCKS >= 1), "R36 min-blocks-positive: MIN_BLOCKS >= 1");
+static_assert((MIN_BLOCKS*THREADS <= 2048), "R37 min-blocks-threads: MIN_BLOCKS*THREADS <= 2048");
 
 
 // Vector access helpers: V consecutive floats as one float/float2/float4 access (16-byte aligned
@@ -144,13 +148,13 @@ __device__ __forceinline__ void store_frag(float* dst, const float* src) {
     for (int i = 0; i < N; i += V) store_vec<V>(dst + i, src + i);
 }
 
-}  // namespace gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on_cfg
+}  // namespace gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st2_at_on_mb1_cfg
 
-extern "C" __global__ void __launch_bounds__(gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on_cfg::THREADS)
-gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
-                                                        const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc)
+extern "C" __global__ void __launch_bounds__(gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st2_at_on_mb1_cfg::THREADS, gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st2_at_on_mb1_cfg::MIN_BLOCKS)
+gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st2_at_on_mb1(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
+                                                            const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc)
 {
-    using namespace gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on_cfg;
+    using namespace gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st2_at_on_mb1_cfg;
     const int tid = threadIdx.x;
     const int m0 = blockIdx.y * BM;  // first row of this block's C tile
     const int n0 = blockIdx.x * BN;  // first column
@@ -256,12 +260,18 @@ gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on(int M, int N, int K, flo
     };
 
     const int k_tiles = (K + BK - 1) / BK;
-    // Single buffer: load, barrier, compute, barrier.
-    for (int t = 0; t < k_tiles; ++t) {
-        load_tile(t * BK);
+    // Double buffer: tile t+1 travels global -> registers while tile t is computed, then goes
+    // to the other buffer; one barrier per K tile.
+    if (k_tiles > 0) {
+        load_tile(0);
         store_tile(0);
-        __syncthreads();
-        compute(0);
+    }
+    __syncthreads();
+    for (int t = 0; t < k_tiles; ++t) {
+        const bool more = t + 1 < k_tiles;
+        if (more) load_tile((t + 1) * BK);
+        compute(t & 1);
+        if (more) store_tile((t + 1) & 1);
         __syncthreads();
     }
 

@@ -6,66 +6,68 @@
 //
 // configuration:
 //   family         = simt
-//   bm             = 64
-//   bn             = 64
-//   bk             = 8
+//   bm             = 128
+//   bn             = 128
+//   bk             = 16
 //   tm             = 8
-//   tn             = 1
+//   tn             = 8
 //   wm             = None
 //   wn             = None
-//   vec            = 1
-//   skew           = 0
+//   vec            = 4
+//   skew           = 4
 //   stages         = 1
-//   transpose_a    = False
+//   transpose_a    = True
 //   thread_order   = n
+//   min_blocks     = 1
 // derived figures (arch sm_90):
-//   threads                    = 512
-//   warps                      = 16
-//   smem_bytes                 = 4096
-//   acc_regs                   = 8
-//   global_loads_per_thread    = 2
-//   flops_per_byte.global      = 16.0
-//   flops_per_byte.shared      = 3.2
-//   flops_per_byte.register    = 0.444
-//   blocks_per_sm_sm_90        = 4
-// launch: grid = (ceil(N/BN), ceil(M/BM), 1) = (ceil(N/64), ceil(M/64), 1), block = (512, 1, 1), static shared memory 4096 bytes
+//   threads                    = 256
+//   warps                      = 8
+//   smem_bytes                 = 16896
+//   acc_regs                   = 64
+//   global_loads_per_thread    = 4
+//   flops_per_byte.global      = 32.0
+//   flops_per_byte.shared      = 7.111
+//   flops_per_byte.register    = 2.0
+//   blocks_per_sm_sm_90        = 8
+// launch: grid = (ceil(N/BN), ceil(M/BM), 1) = (ceil(N/128), ceil(M/128), 1), block = (256, 1, 1), static shared memory 16896 bytes
 //
-// gemmgen-config: {"family": "simt", "bm": 64, "bn": 64, "bk": 8, "tm": 8, "tn": 1, "wm": null, "wn": null, "vec": 1, "skew": 0, "stages": 1, "transpose_a": false, "thread_order": "n"}
+// gemmgen-config: {"family": "simt", "bm": 128, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "wm": null, "wn": null, "vec": 4, "skew": 4, "stages": 1, "transpose_a": true, "thread_order": "n", "min_blocks": 1}
 
-namespace gemm_simt_f32_64x64x8_wnone_t8x1_v1_skew0_st1_an_on_cfg {
+namespace gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_mb1_cfg {
 
-[[maybe_unused]] constexpr int BM = 64;
-[[maybe_unused]] constexpr int BN = 64;
-[[maybe_unused]] constexpr int BK = 8;
+[[maybe_unused]] constexpr int BM = 128;
+[[maybe_unused]] constexpr int BN = 128;
+[[maybe_unused]] constexpr int BK = 16;
 [[maybe_unused]] constexpr int TM = 8;
-[[maybe_unused]] constexpr int TN = 1;
+[[maybe_unused]] constexpr int TN = 8;
 [[maybe_unused]] constexpr int WM = 0;
 [[maybe_unused]] constexpr int WN = 0;
-[[maybe_unused]] constexpr int VEC = 1;
-[[maybe_unused]] constexpr int SKEW = 0;
+[[maybe_unused]] constexpr int VEC = 4;
+[[maybe_unused]] constexpr int SKEW = 4;
 [[maybe_unused]] constexpr int STAGES = 1;
-[[maybe_unused]] constexpr int TRANSPOSE_A = 0;
+[[maybe_unused]] constexpr int TRANSPOSE_A = 1;
 [[maybe_unused]] constexpr int THREAD_ORDER_M = 0;
+[[maybe_unused]] constexpr int MIN_BLOCKS = 1;
 [[maybe_unused]] constexpr int LANES_M = 8;
 [[maybe_unused]] constexpr int LANES_N = 4;
 [[maybe_unused]] constexpr int WARP_SIZE = 32;
-[[maybe_unused]] constexpr int THREADS = 512;
-[[maybe_unused]] constexpr int ACC_REGS = 8;
-[[maybe_unused]] constexpr int SMEM_BYTES = 4096;
+[[maybe_unused]] constexpr int THREADS = 256;
+[[maybe_unused]] constexpr int ACC_REGS = 64;
+[[maybe_unused]] constexpr int SMEM_BYTES = 16896;
 [[maybe_unused]] constexpr int WARPS_N = 0;
-[[maybe_unused]] constexpr int THREADS_N = 64;
+[[maybe_unused]] constexpr int THREADS_N = 16;
 [[maybe_unused]] constexpr int WM_ITER = 1;
 [[maybe_unused]] constexpr int WN_ITER = 1;
 [[maybe_unused]] constexpr int WM_STEP = 64;
-[[maybe_unused]] constexpr int WN_STEP = 4;
-[[maybe_unused]] constexpr int A_LOADS = 1;
-[[maybe_unused]] constexpr int B_LOADS = 1;
-[[maybe_unused]] constexpr int A_VECS_PER_ROW = 8;
-[[maybe_unused]] constexpr int B_VECS_PER_ROW = 64;
-[[maybe_unused]] constexpr int AS_ROWS = 64;
-[[maybe_unused]] constexpr int AS_COLS = 8;
-[[maybe_unused]] constexpr int BS_COLS = 64;
-[[maybe_unused]] constexpr int VEC_BYTES = 4;
+[[maybe_unused]] constexpr int WN_STEP = 32;
+[[maybe_unused]] constexpr int A_LOADS = 2;
+[[maybe_unused]] constexpr int B_LOADS = 2;
+[[maybe_unused]] constexpr int A_VECS_PER_ROW = 4;
+[[maybe_unused]] constexpr int B_VECS_PER_ROW = 32;
+[[maybe_unused]] constexpr int AS_ROWS = 16;
+[[maybe_unused]] constexpr int AS_COLS = 132;
+[[maybe_unused]] constexpr int BS_COLS = 132;
+[[maybe_unused]] constexpr int VEC_BYTES = 16;
 
 
 // One static_assert per rule of the Python model (gemmgen.config); messages carry the rule id.
@@ -104,6 +106,8 @@ static_assert(!(STAGES == 0) || (SKEW == 0), "R32 stages0-skew: SKEW == 0 when S
 static_assert(!(STAGES == 0) || (WM == 0), "R33 stages0-warp-tile: WM == 0 when STAGES == 0");
 static_assert(!(STAGES == 0) || (TRANSPOSE_A == 0), "R34 stages0-transpose: TRANSPOSE_A == 0 when STAGES == 0");
 static_assert(!(THREAD_ORDER_M == 1) || (STAGES == 0), "R35 thread-order: STAGES == 0 when THREAD_ORDER_M == 1");
+static_assert((MIN_BLOCKS >= 1), "R36 min-blocks-positive: MIN_BLOCKS >= 1");
+static_assert((MIN_BLOCKS*THREADS <= 2048), "R37 min-blocks-threads: MIN_BLOCKS*THREADS <= 2048");
 
 
 // Vector access helpers: V consecutive floats as one float/float2/float4 access (16-byte aligned
@@ -144,13 +148,13 @@ __device__ __forceinline__ void store_frag(float* dst, const float* src) {
     for (int i = 0; i < N; i += V) store_vec<V>(dst + i, src + i);
 }
 
-}  // namespace gemm_simt_f32_64x64x8_wnone_t8x1_v1_skew0_st1_an_on_cfg
+}  // namespace gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_mb1_cfg
 
-extern "C" __global__ void __launch_bounds__(gemm_simt_f32_64x64x8_wnone_t8x1_v1_skew0_st1_an_on_cfg::THREADS)
-gemm_simt_f32_64x64x8_wnone_t8x1_v1_skew0_st1_an_on(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
-                                                    const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc)
+extern "C" __global__ void __launch_bounds__(gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_mb1_cfg::THREADS, gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_mb1_cfg::MIN_BLOCKS)
+gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_mb1(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
+                                                           const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc)
 {
-    using namespace gemm_simt_f32_64x64x8_wnone_t8x1_v1_skew0_st1_an_on_cfg;
+    using namespace gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_mb1_cfg;
     const int tid = threadIdx.x;
     const int m0 = blockIdx.y * BM;  // first row of this block's C tile
     const int n0 = blockIdx.x * BN;  // first column
@@ -159,7 +163,7 @@ gemm_simt_f32_64x64x8_wnone_t8x1_v1_skew0_st1_an_on(int M, int N, int K, float a
     const int row0 = (tid / THREADS_N) * TM;
     const int col0 = (tid % THREADS_N) * TN;
 
-    // A tile [BM][BK+SKEW], B tile [BK][BN+SKEW], STAGES buffers each.
+    // A tile [BK][BM+SKEW] (K-major, transposed), B tile [BK][BN+SKEW], STAGES buffers each.
     __shared__ __align__(16) float As[STAGES][AS_ROWS][AS_COLS];
     __shared__ __align__(16) float Bs[STAGES][BK][BS_COLS];
 
@@ -209,7 +213,8 @@ gemm_simt_f32_64x64x8_wnone_t8x1_v1_skew0_st1_an_on(int M, int N, int K, float a
         for (int l = 0; l < A_LOADS; ++l) {
             const int v = tid + l * THREADS;
             const int r = v / A_VECS_PER_ROW, c = (v % A_VECS_PER_ROW) * VEC;
-            store_vec<VEC>(&As[buf][r][c], a_ld[l]);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) As[buf][c + e][r] = a_ld[l][e];  // transpose: As[k][m]
         }
 #pragma unroll
         for (int l = 0; l < B_LOADS; ++l) {
@@ -236,8 +241,7 @@ gemm_simt_f32_64x64x8_wnone_t8x1_v1_skew0_st1_an_on(int M, int N, int K, float a
             float a_frag[WM_ITER][TM], b_frag[WN_ITER][TN];
 #pragma unroll
             for (int i = 0; i < WM_ITER; ++i) {
-#pragma unroll
-                for (int r = 0; r < TM; ++r) a_frag[i][r] = As[buf][row0 + i * WM_STEP + r][k];
+                load_frag<TM, VEC>(a_frag[i], &As[buf][k][row0 + i * WM_STEP]);
             }
 #pragma unroll
             for (int j = 0; j < WN_ITER; ++j)

@@ -1,0 +1,129 @@
+"""Building: render -> PyCUDA SourceModule -> Kernel (function, registers, shared memory).
+
+PyCUDA is imported only when a kernel is built, so emitting works where it is not installed.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import SimtConfig
+from .nvcc import BuildError
+from .render import config_from_source, render
+
+_CACHE: dict[tuple[str, str, str], "Kernel"] = {}
+SIGNATURE = "iiifPiPifPi"  # M, N, K, alpha, A, lda, B, ldb, beta, C, ldc
+
+
+def pycuda_modules():
+    """``(pycuda.driver, SourceModule)`` with the primary context current (shared with CuPy and
+    PyTorch). Raises ``ImportError`` saying how to install PyCUDA when it is missing."""
+    try:
+        import pycuda.autoprimaryctx  # noqa: F401 - makes the device's primary context current
+        import pycuda.driver as drv
+        from pycuda.compiler import SourceModule
+    except ImportError as exc:
+        raise ImportError(
+            "running kernels needs PyCUDA: pip install 'gemmgen[cuda]' (it builds against your "
+            f"CUDA toolkit; nvcc must be on PATH). Import failed with: {exc}") from exc
+    return drv, SourceModule
+
+
+def device_arch() -> str:
+    """``sm_XY`` of the current CUDA device."""
+    drv, _ = pycuda_modules()
+    major, minor = drv.Context.get_device().compute_capability()
+    return f"sm_{major}{minor}"
+
+
+@dataclass
+class Kernel:
+    """A compiled kernel: call it as ``kernel(A, B, C=None, *, alpha=1.0, beta=0.0)``.
+
+    ``registers`` per thread, ``smem_bytes`` static shared memory and ``local_bytes`` of local
+    memory per thread come from the loaded function (CUDA's cuFuncGetAttribute).
+    """
+
+    config: SimtConfig
+    arch: str
+    function: object = field(repr=False)
+    module: object = field(repr=False)
+    source_path: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def registers(self) -> int:
+        return self.function.num_regs
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.function.shared_size_bytes
+
+    @property
+    def local_bytes(self) -> int:
+        return self.function.local_size_bytes
+
+    def launch_raw(self, m: int, n: int, k: int, alpha: float, a_ptr: int, lda: int, b_ptr: int,
+                   ldb: int, beta: float, c_ptr: int, ldc: int, stream=None) -> None:
+        """Enqueue one launch on device pointers (no checks; asynchronous)."""
+        grid = self.config.grid(m, n)
+        self.function.prepared_async_call(
+            grid[:2], (self.config.threads, 1, 1), stream, m, n, k, alpha, a_ptr, lda, b_ptr,
+            ldb, beta, c_ptr, ldc)
+
+    def __call__(self, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, stream=None):
+        """C = alpha * A @ B + beta * C; see ``gemmgen.launch.launch`` for the argument kinds."""
+        from .launch import launch
+        return launch(self, A, B, C, alpha=alpha, beta=beta, stream=stream)
+
+
+def _source_file(name: str, source: str) -> Path:
+    """Where a failed build's source is kept for the error message."""
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gemmgen" / "src"
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"{name}.cu"
+    path.write_text(source)
+    return path
+
+
+def build(config: SimtConfig, arch: str | None = None, *, source: str | None = None,
+          source_path: str | None = None) -> Kernel:
+    """Render ``config`` (or take ``source``), compile it with PyCUDA's SourceModule for
+    ``arch`` (default: the current device's) and return the ``Kernel``.
+
+    Compiled modules are cached per process by (name, arch, source hash); PyCUDA's disk cache
+    covers later processes. Raises ``BuildError`` with nvcc's message and the source file's
+    path, ``ImportError`` when PyCUDA is missing.
+    """
+    drv, SourceModule = pycuda_modules()
+    arch = arch or device_arch()
+    source = source if source is not None else render(config, arch)
+    key = (config.name, arch, hashlib.sha256(source.encode()).hexdigest())
+    if key in _CACHE:
+        return _CACHE[key]
+    try:
+        module = SourceModule(source, no_extern_c=True, arch=arch, options=["-std=c++17"])
+    except drv.CompileError as exc:
+        path = source_path or str(_source_file(config.name, source))
+        raise BuildError(path, f"{exc.stdout or ''}{exc.stderr or ''}" or str(exc)) from exc
+    function = module.get_function(config.name)
+    function.prepare(SIGNATURE)
+    kernel = Kernel(config, arch, function, module, source_path)
+    _CACHE[key] = kernel
+    return kernel
+
+
+def load(path: str | os.PathLike, arch: str | None = None) -> Kernel:
+    """Compile an emitted ``.cu`` file as it is (hand edits included) and return its Kernel;
+    the launch geometry comes from the file's ``// gemmgen-config:`` header line.
+
+    Raises ``ValueError`` for a file without that line, ``BuildError`` if nvcc rejects it.
+    """
+    path = Path(path)
+    source = path.read_text()
+    return build(config_from_source(source), arch, source=source, source_path=str(path))

@@ -1,0 +1,99 @@
+"""Command line for the GPU: verify, bench, report (registered on the main click group)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from .cli import main
+from .presets import PRESETS
+
+
+def _targets(paths, presets, arch):
+    """(label, Kernel) for each emitted file and preset named; every preset if none."""
+    from .build import build, load
+    chosen = list(presets) or ([] if paths else list(PRESETS))
+    out = [(Path(p).stem, load(p, arch)) for p in paths]
+    out += [(name, build(PRESETS[name].config, arch)) for name in chosen]
+    return out
+
+
+def _parse_size(text: str) -> tuple[int, int, int]:
+    parts = [int(x) for x in text.lower().split("x")]
+    if len(parts) == 1:
+        parts *= 3
+    if len(parts) != 3 or min(parts) < 0:
+        raise click.BadParameter(f"{text!r}: give N (square) or MxNxK")
+    return tuple(parts)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path(exists=True, dir_okay=False))
+@click.option("--preset", "presets", multiple=True, type=click.Choice(list(PRESETS)))
+@click.option("--arch", default=None, help="compile for this arch [default: the device's]")
+@click.option("--seed", type=int, default=None, help="seed for the random inputs")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="write results here")
+def verify(paths, presets, arch, seed, json_path) -> None:
+    """Check kernels against a float64 NumPy reference over a sweep of shapes, alpha and beta.
+
+    With no arguments, every preset. Exit status 1 if any case fails.
+    """
+    from .verify import CASES, device_runner, sweep
+    results = []
+    for label, kernel in _targets(paths, presets, arch):
+        results += sweep(label, device_runner(kernel), CASES, seed)
+    click.echo(f"{'kernel':<44} {'M x N x K':>15} {'alpha':>6} {'beta':>6} {'rel err':>9} "
+               f"{'bound':>8} {'worst':>12} result")
+    for r in results:
+        shape = f"{r.m}x{r.n}x{r.k}"
+        click.echo(f"{r.kernel:<44} {shape:>15} {r.alpha:>6g} {r.beta:>6g} {r.rel_error:>9.2e} "
+                   f"{r.tol:>8.1e} {str(r.worst):>12} {'pass' if r.passed else 'FAIL'}")
+    failed = [r for r in results if not r.passed]
+    click.echo(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    if json_path:
+        Path(json_path).write_text(json.dumps([r.as_dict() for r in results], indent=1))
+    sys.exit(1 if failed else 0)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path(exists=True, dir_okay=False))
+@click.option("--preset", "presets", multiple=True, type=click.Choice(list(PRESETS)))
+@click.option("--size", "sizes", multiple=True, callback=lambda c, p, v: [_parse_size(s) for s in v],
+              help="N or MxNxK; repeatable [default: 1024, 2048, 4096, 8192, 4095x4097x4093]")
+@click.option("--arch", default=None, help="compile for this arch [default: the device's]")
+@click.option("--seed", type=int, default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="write results here")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="draw TFLOP/s vs size")
+def bench(paths, presets, sizes, arch, seed, json_path, plot_path) -> None:
+    """Time kernels beside cuBLAS SGEMM (TF32 off) and print TFLOP/s and % of cuBLAS."""
+    from . import results
+    from .bench import DEFAULT_SIZES, run_bench
+    targets = _targets(paths, presets, arch)
+    sizes = sizes or list(DEFAULT_SIZES)
+    with click.progressbar(length=len(sizes) * (len(targets) + 1), label="benchmarking",
+                           file=sys.stderr) as bar:
+        doc = results.finish(run_bench(targets, sizes, seed, bar.update))
+    click.echo(f"{doc['gpu']}, CUDA {doc['cuda_version']}, cuBLAS: {doc['cublas']}")
+    click.echo(results.table(doc["rows"]))
+    if json_path:
+        click.echo(f"wrote {results.write(doc, json_path)}")
+    if plot_path:
+        click.echo(f"wrote {results.plot(doc, plot_path)}")
+    if not all(r["passed"] for r in doc["rows"]):
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--size", default="4096", help="N or MxNxK for the ladder table")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="draw TFLOP/s vs size")
+def report(path, size, plot_path) -> None:
+    """Print a results file's ladder table as Markdown (and optionally redraw its plot)."""
+    from . import results
+    doc = json.loads(Path(path).read_text())
+    techniques = {name: p.technique.split(";")[0] for name, p in PRESETS.items()}
+    click.echo(results.ladder_markdown(doc, _parse_size(size), techniques))
+    if plot_path:
+        click.echo(f"wrote {results.plot(doc, plot_path)}")

@@ -1,0 +1,100 @@
+"""Reports: the results file (benchmarks/results/<gpu>.json), tables and the TFLOP/s plot."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import subprocess
+from pathlib import Path
+
+
+def git_commit() -> str | None:
+    """The checkout's HEAD commit, or None outside a git checkout."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, cwd=Path(__file__).resolve().parent)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def finish(doc: dict) -> dict:
+    """Add the git commit and the UTC date to a results document from ``run_bench``."""
+    return {"gpu": doc["gpu"], "cuda_version": doc["cuda_version"],
+            "cuda_driver": doc["cuda_driver"], "git_commit": git_commit(),
+            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            **{k: v for k, v in doc.items() if k not in ("gpu", "cuda_version", "cuda_driver")}}
+
+
+def default_path(gpu: str) -> Path:
+    """benchmarks/results/<gpu name as a file name>.json"""
+    return Path("benchmarks/results") / (re.sub(r"[^A-Za-z0-9]+", "_", gpu).strip("_") + ".json")
+
+
+def write(doc: dict, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return path
+
+
+def _fmt(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def table(rows: list[dict]) -> str:
+    """A fixed-width text table of benchmark rows."""
+    head = f"{'kernel':<14} {'M x N x K':>17} {'TFLOP/s':>8} {'cuBLAS':>8} {'%cuBLAS':>8} " \
+           f"{'rel err':>9} {'ok':>3} {'regs':>5}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        shape = f"{r['M']}x{r['N']}x{r['K']}"
+        lines.append(f"{r['kernel']:<14} {shape:>17} {r['tflops']:>8.2f} "
+                     f"{_fmt(r['cublas_tflops'], '8.2f'):>8} {_fmt(r['pct_cublas'], '7.1f'):>8} "
+                     f"{r['rel_error']:>9.2e} {'yes' if r['passed'] else 'NO':>3} "
+                     f"{r['registers']:>5}")
+    return "\n".join(lines)
+
+
+def ladder_markdown(doc: dict, size=(4096, 4096, 4096), techniques: dict | None = None) -> str:
+    """README table: kernel, technique, TFLOP/s and % of cuBLAS at ``size``."""
+    techniques = techniques or {}
+    m, n, k = size
+    lines = [f"| kernel | technique | TFLOP/s | % of cuBLAS |", "| --- | --- | ---: | ---: |"]
+    cub = None
+    for r in doc["rows"]:
+        if (r["M"], r["N"], r["K"]) == size:
+            cub = r["cublas_tflops"]
+            lines.append(f"| {r['kernel']} | {techniques.get(r['kernel'], r['name'])} | "
+                         f"{r['tflops']:.2f} | {_fmt(r['pct_cublas'], '.1f')}% |")
+    if cub:
+        lines.append(f"| cuBLAS SGEMM | `cupy.matmul`, TF32 off, same run | {cub:.2f} | 100% |")
+    return "\n".join(lines) + f"\n\n{doc['gpu']}, {m}x{n}x{k} fp32, CUDA {doc['cuda_version']}.\n"
+
+
+def plot(doc: dict, path: str | Path) -> Path:
+    """TFLOP/s against problem size for each kernel, cuBLAS as the dashed reference line."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    shapes = list(dict.fromkeys((r["M"], r["N"], r["K"]) for r in doc["rows"]))
+    labels = [f"{m}" if m == n == k else f"{m}x{n}x{k}" for m, n, k in shapes]
+    fig, ax = plt.subplots(figsize=(9, 5))
+    kernels = list(dict.fromkeys(r["kernel"] for r in doc["rows"]))
+    for name in kernels:
+        by = {(r["M"], r["N"], r["K"]): r["tflops"] for r in doc["rows"] if r["kernel"] == name}
+        ax.plot(labels, [by.get(s) for s in shapes], marker="o", label=name)
+    cub = {(r["M"], r["N"], r["K"]): r["cublas_tflops"] for r in doc["rows"]}
+    if any(cub.values()):
+        ax.plot(labels, [cub.get(s) for s in shapes], "k--", marker="s", label="cuBLAS")
+    ax.set_xlabel("M = N = K (or M x N x K)")
+    ax.set_ylabel("TFLOP/s (fp32)")
+    ax.set_title(f"gemmgen SIMT ladder vs cuBLAS SGEMM, {doc['gpu']}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,111 @@
+"""On a GPU: every preset on random data over odd shapes, and every accepted argument kind."""
+import numpy as np
+import pytest
+
+from gemmgen import PRESETS, BuildError, OperandError, build, emit, load
+from gemmgen.verify import CASES, compare, device_runner, reference, sweep, tolerance
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    return {name: build(p.config) for name, p in PRESETS.items()}
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_preset_is_correct_over_the_shape_sweep(kernels, name):
+    results = sweep(name, device_runner(kernels[name]), CASES)
+    failed = [r for r in results if not r.passed]
+    assert not failed, failed
+
+
+def test_compiled_resources_match_the_model(kernels):
+    for name, k in kernels.items():
+        assert k.smem_bytes == k.config.smem_bytes, name
+        assert k.local_bytes == 0, f"{name} uses local memory (spills)"
+
+
+def operands(rng, m=130, n=70, k=45):
+    A = rng.standard_normal((m, k), dtype=np.float32)
+    B = rng.standard_normal((k, n), dtype=np.float32)
+    C = rng.standard_normal((m, n), dtype=np.float32)
+    return A, B, C
+
+
+def assert_close(out, A, B, C, alpha, beta):
+    err, worst = compare(np.asarray(out), reference(A, B, C, alpha, beta))
+    assert err <= tolerance(A.shape[1]), (err, worst)
+
+
+def test_numpy_arrays_are_copied_and_c_updated_in_place(kernels):
+    rng = np.random.default_rng()
+    A, B, C = operands(rng)
+    kernel = kernels["warptile_db"]
+    out = kernel(A, B)
+    assert isinstance(out, np.ndarray)
+    assert_close(out, A, B, None, 1.0, 0.0)
+    C0 = C.copy()
+    same = kernel(A, B, C, alpha=0.5, beta=-1.5)
+    assert same is C
+    assert_close(C, A, B, C0, 0.5, -1.5)
+
+
+def test_gpuarrays_stay_on_the_gpu(kernels):
+    from pycuda import gpuarray
+    rng = np.random.default_rng()
+    A, B, C = operands(rng)
+    c = gpuarray.to_gpu(C)
+    out = kernels["vectorized"](gpuarray.to_gpu(A), gpuarray.to_gpu(B), c, alpha=2.0, beta=0.5)
+    assert out is c
+    assert_close(c.get(), A, B, C, 2.0, 0.5)
+
+
+def test_cupy_arrays_without_copy_including_padded_leading_dimensions(kernels):
+    cupy = pytest.importorskip("cupy")
+    rng = np.random.default_rng()
+    A, B, C = operands(rng, 200, 132, 68)
+    a_big = cupy.asarray(np.pad(A, ((0, 0), (0, 12))))  # lda = 80
+    b_big = cupy.asarray(np.pad(B, ((0, 0), (0, 4))))   # ldb = 136
+    c = cupy.asarray(C)
+    ptr = c.data.ptr
+    out = kernels["warptile_db"](a_big[:, :68], b_big[:, :132], c, beta=1.0)
+    assert out is c and out.data.ptr == ptr
+    assert_close(cupy.asnumpy(c), A, B, C, 1.0, 1.0)
+    new = kernels["warptile_db"](cupy.asarray(A), cupy.asarray(B))
+    assert isinstance(new, cupy.ndarray)
+    assert_close(cupy.asnumpy(new), A, B, None, 1.0, 0.0)
+
+
+def test_torch_tensors_without_copy(kernels):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng()
+    A, B, C = operands(rng)
+    a, b = torch.from_numpy(A).cuda(), torch.from_numpy(B).cuda()
+    c = torch.full((A.shape[0], B.shape[1]), float("nan"), device="cuda")
+    out = kernels["tile2d"](a, b, c)
+    assert out is c
+    torch.cuda.synchronize()
+    assert_close(c.cpu().numpy(), A, B, None, 1.0, 0.0)
+    new = kernels["tile2d"](a, b)
+    assert isinstance(new, torch.Tensor) and new.device == a.device
+
+
+def test_bad_arguments_are_named(kernels):
+    A = np.ones((4, 4), np.float64)
+    with pytest.raises(OperandError, match="A has dtype float64"):
+        kernels["smem"](A, np.ones((4, 4), np.float32))
+
+
+def test_load_compiles_an_emitted_file(tmp_path):
+    cfg = PRESETS["warptile"].config
+    path = emit(cfg, tmp_path / f"{cfg.name}.cu")
+    kernel = load(path)
+    assert kernel.config == cfg and kernel.source_path == str(path)
+    results = sweep("loaded", device_runner(kernel), CASES[:3])
+    assert all(r.passed for r in results)
+    broken = tmp_path / "broken.cu"
+    broken.write_text(path.read_text().replace("__syncthreads();", "__syncthreads()", 1))
+    with pytest.raises(BuildError) as info:
+        load(broken)
+    assert info.value.path == str(broken) and "error" in info.value.log

@@ -1,0 +1,73 @@
+"""Launch-argument checks, without a GPU (NumPy arrays and fake device arrays)."""
+import sys
+
+import numpy as np
+import pytest
+
+from gemmgen.operands import OperandError, check_gemm, describe
+
+
+class FakeDeviceArray:
+    """Just enough __cuda_array_interface__ (v3) to stand for a CuPy or PyTorch array."""
+
+    def __init__(self, shape, typestr="<f4", strides=None, ptr=0x7F0000000000, readonly=False,
+                 stream=1):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "strides": strides,
+                                         "data": (ptr, readonly), "version": 3, "stream": stream}
+
+
+def f32(*shape):
+    return np.ones(shape, dtype=np.float32)
+
+
+def test_row_major_and_padded_views_give_leading_dimensions():
+    assert describe(f32(4, 6), "A").ld == 6
+    big = f32(4, 10)
+    view = describe(big[:, :6], "A")
+    assert (view.shape, view.ld) == ((4, 6), 10)
+    dev = describe(FakeDeviceArray((5, 3), strides=(64, 4)), "B")
+    assert (dev.kind, dev.ld, dev.ptr) == ("cai", 16, 0x7F0000000000)
+    assert describe(FakeDeviceArray((5, 3)), "B").ld == 3  # strides None: C-contiguous
+
+
+@pytest.mark.parametrize("bad, match", [
+    (np.ones((4, 4), np.float64), "A has dtype float64; this kernel takes float32"),
+    (f32(2, 3, 4), "A must be a 2-D matrix"),
+    (np.asfortranarray(f32(4, 6)), "A must be row-major"),
+    (f32(6, 4).T, "A must be row-major"),
+    ([[1.0]], "A: expected a NumPy array"),
+    (FakeDeviceArray((4, 4), typestr="<f2"), "A has dtype float16"),
+])
+def test_bad_operands_name_the_argument(bad, match):
+    with pytest.raises(OperandError, match=match):
+        describe(bad, "A")
+
+
+def test_gemm_shapes_are_cross_checked():
+    args = check_gemm(f32(3, 5), f32(5, 7), f32(3, 7))
+    assert (args.m, args.n, args.k) == (3, 7, 5)
+    with pytest.raises(OperandError, match=r"A's columns \(5\) must equal B's rows \(4\)"):
+        check_gemm(f32(3, 5), f32(4, 7))
+    with pytest.raises(OperandError, match=r"C has shape \(7, 3\); A @ B is 3x7"):
+        check_gemm(f32(3, 5), f32(5, 7), f32(7, 3))
+    with pytest.raises(OperandError, match="C is required when beta != 0"):
+        check_gemm(f32(3, 5), f32(5, 7), beta=1.0)
+    ro = f32(3, 7)
+    ro.flags.writeable = False
+    with pytest.raises(OperandError, match="C is read-only"):
+        check_gemm(f32(3, 5), f32(5, 7), ro)
+    with pytest.raises(OperandError, match="A on the host but the others on the GPU"):
+        check_gemm(f32(3, 5), FakeDeviceArray((5, 7)), FakeDeviceArray((3, 7)))
+
+
+def test_empty_dimensions_are_accepted():
+    args = check_gemm(f32(4, 0), f32(0, 5))
+    assert (args.m, args.n, args.k) == (4, 5, 0)
+
+
+def test_build_without_pycuda_says_how_to_install(monkeypatch):
+    from gemmgen import PRESETS, build
+    monkeypatch.setitem(sys.modules, "pycuda", None)
+    monkeypatch.setitem(sys.modules, "pycuda.autoprimaryctx", None)
+    with pytest.raises(ImportError, match=r"pip install 'gemmgen\[cuda\]'"):
+        build(PRESETS["smem"].config)

@@ -1,0 +1,81 @@
+"""The verifier on NumPy stand-in kernels: it must pass a right kernel and catch wrong ones."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from gemmgen import results
+from gemmgen.verify import CASES, check, compare, reference, sweep, tolerance
+
+
+def right(A, B, C, alpha, beta):
+    out = alpha * (A @ B)
+    return out if beta == 0 else out + beta * C
+
+
+def test_a_right_kernel_passes_every_case():
+    res = sweep("numpy", right, seed=1)
+    assert len(res) == len(CASES) and all(r.passed for r in res), [r for r in res if not r.passed]
+    assert all(r.rel_error < 1e-5 for r in res)
+
+
+def test_unwritten_elements_fail_through_the_nan_poison():
+    def skips_last_row(A, B, C, alpha, beta):
+        C[:-1] = right(A, B, C, alpha, beta)[:-1]
+        return C
+    r = check("k", skips_last_row, 65, 33, 16, 1.0, 0.0, np.random.default_rng(0))
+    assert not r.passed and math.isinf(r.rel_error) and r.worst == (64, 0)
+
+
+def test_reading_c_when_beta_is_zero_fails():
+    def reads_c(A, B, C, alpha, beta):
+        return alpha * (A @ B) + beta * C  # 0 * NaN = NaN
+    r = check("k", reads_c, 16, 16, 16, 1.0, 0.0, np.random.default_rng(0))
+    assert not r.passed
+
+
+def test_a_missing_k_tile_fails():
+    def drops_tail(A, B, C, alpha, beta):
+        return alpha * (A[:, :-8] @ B[:-8]) + (beta * C if beta else 0)
+    r = check("k", drops_tail, 64, 64, 128, 1.0, 0.0, np.random.default_rng(0))
+    assert not r.passed and r.rel_error > 1e-2
+
+
+def test_compare_and_reference():
+    A, B, C = np.eye(2, dtype=np.float32), np.full((2, 2), 2, np.float32), np.ones((2, 2), np.float32)
+    assert np.array_equal(reference(A, B, C, 0.5, 3.0), np.full((2, 2), 4.0))
+    ref = np.ones((2, 2))
+    assert compare(np.ones((2, 2), np.float32), ref) == (0.0, (0, 0))
+    assert compare(np.array([[1, 1], [1, np.nan]], np.float32), ref) == (math.inf, (1, 1))
+    assert compare(np.zeros((2, 2), np.float32), np.zeros((2, 2)))[0] == 0.0
+    assert math.isinf(compare(np.ones((2, 2), np.float32), np.zeros((2, 2)))[0])
+
+
+def test_tolerance_grows_with_k():
+    assert tolerance(0) < tolerance(1024) < tolerance(8192) < 1e-4
+    assert tolerance(4096) == pytest.approx(8 * 2 ** -24 * math.sqrt(4097))
+
+
+def doc():
+    row = {"kernel": "warptile", "name": "gemm_x", "M": 4096, "N": 4096, "K": 4096,
+           "tflops": 30.0, "cublas_tflops": 40.0, "pct_cublas": 75.0, "rel_error": 1e-6,
+           "passed": True, "registers": 128}
+    return {"gpu": "NVIDIA H100 80GB HBM3", "cuda_version": "13.0", "rows": [row]}
+
+
+def test_reports_render(tmp_path):
+    text = results.table(doc()["rows"])
+    assert "warptile" in text and "75.0" in text
+    md = results.ladder_markdown(doc(), techniques={"warptile": "warp tiling"})
+    assert "| warptile | warp tiling | 30.00 | 75.0% |" in md
+    assert "| cuBLAS SGEMM |" in md
+    assert results.default_path("NVIDIA H100 80GB HBM3").name == "NVIDIA_H100_80GB_HBM3.json"
+    path = results.write(doc(), tmp_path / "r" / "x.json")
+    assert json.loads(path.read_text())["rows"][0]["tflops"] == 30.0
+
+
+def test_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = results.plot(doc(), tmp_path / "p.png")
+    assert path.read_bytes()[:4] == b"\x89PNG"
