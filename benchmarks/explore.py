@@ -25,6 +25,12 @@ CANDIDATES = {
     "db_128x128x16_t8x8_mb1": SimtConfig(128, 128, 16, 8, 8, **W),
     "db_128x128x16_t8x8_mb2": SimtConfig(128, 128, 16, 8, 8, min_blocks=2, **W),
     "db_128x128x8_t8x8_mb2": SimtConfig(128, 128, 8, 8, 8, min_blocks=2, **W),
+    "db_128x128x16_w32x64_t4x4_sk0_mb2": SimtConfig(128, 128, 16, 4, 4, wm=32, wn=64, vec=4, skew=0,
+                                                     stages=2, min_blocks=2),
+    "db_128x128x8_w32x64_t4x4_mb2": SimtConfig(128, 128, 8, 4, 4, wm=32, wn=64, min_blocks=2, **W),
+    "db_128x64x16_w32x64_t4x4_mb4": SimtConfig(128, 64, 16, 4, 4, wm=32, wn=64, min_blocks=4, **W),
+    "db_64x128x16_w32x64_t4x4_mb4": SimtConfig(64, 128, 16, 4, 4, wm=32, wn=64, min_blocks=4, **W),
+    "db_128x128x16_w32x32_t4x4_mb1": SimtConfig(128, 128, 16, 4, 4, wm=32, wn=32, **W),
     "sb_128x128x16_w64x32_t4x4_mb2": SimtConfig(128, 128, 16, 4, 4, wm=64, wn=32, vec=4, skew=4,
                                                  stages=1, min_blocks=2),
 }

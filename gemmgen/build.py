@@ -4,6 +4,7 @@ PyCUDA is imported only when a kernel is built, so emitting works where it is no
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -104,8 +105,8 @@ def build(config: SimtConfig, arch: str | None = None, *, source: str | None = N
     arch = arch or device_arch()
     source = source if source is not None else render(config, arch)
     key = (config.name, arch, hashlib.sha256(source.encode()).hexdigest())
-    if key in _CACHE:
-        return _CACHE[key]
+    if key in _CACHE:  # same source compiled before: reuse the module, keep this call's path
+        return dataclasses.replace(_CACHE[key], source_path=source_path)
     try:
         module = SourceModule(source, no_extern_c=True, arch=arch, options=["-std=c++17"])
     except drv.CompileError as exc:

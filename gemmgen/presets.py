@@ -44,6 +44,11 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            "warp tiling plus double buffering: the next K tile is loaded into registers while "
            "the current one is computed, one barrier per K tile",
            "gty111 step 5 (prefetch), applied to the SIMT warp-tiled kernel"),
+    Preset("warptile_tuned", SimtConfig(128, 128, 16, 4, 4, wm=32, wn=64, vec=4, skew=4, stages=2,
+                                        min_blocks=2),
+           "double-buffered warp tiling with 32x64 warp tiles and __launch_bounds__(256, 2), "
+           "which caps registers at 128 so two blocks share an SM",
+           "the sweep in benchmarks/explore.py (H200, 4096^3); CUTLASS's min blocks per SM"),
 )}
 
 

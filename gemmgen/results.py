@@ -3,19 +3,23 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
 
 
 def git_commit() -> str | None:
-    """The checkout's HEAD commit, or None outside a git checkout."""
+    """$GEMMGEN_GIT_COMMIT if set (a copy of the tree without .git, as on a lent GPU machine),
+    else the checkout's HEAD commit, else None."""
+    if os.environ.get("GEMMGEN_GIT_COMMIT"):
+        return os.environ["GEMMGEN_GIT_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                              timeout=10, cwd=Path(__file__).resolve().parent)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
 
 
 def finish(doc: dict) -> dict:
