@@ -7,6 +7,7 @@ import json
 import sys
 
 from gemmgen import SimtConfig, build
+from gemmgen.config_wmma import WmmaConfig
 from gemmgen.bench import run_bench
 from gemmgen.results import finish, table
 
@@ -36,17 +37,56 @@ CANDIDATES = {
 }
 
 
+def _wmma(bm, bn, bk, wm, wn, st, dtype="fp16", out=None, shape=None, mb=1, skew=8):
+    shape = shape or ("m16n16k8" if dtype == "tf32" else "m16n16k16")
+    out = out or ("fp32" if dtype == "tf32" else dtype)
+    return WmmaConfig(bm, bn, bk, wm, wn, shape=shape, dtype=dtype, out=out, skew=skew,
+                      stages=st, min_blocks=mb)
+
+
+WMMA_CANDIDATES = {
+    f"{d}_{bm}x{bn}x{bk}_w{wm}x{wn}_st{st}": _wmma(bm, bn, bk, wm, wn, st, d)
+    for d in ("fp16",)
+    for bm, bn, bk, wm, wn, st in [
+        (128, 128, 32, 64, 64, 3), (128, 128, 32, 64, 32, 3), (128, 256, 32, 64, 64, 3),
+        (256, 128, 32, 64, 64, 3), (128, 128, 64, 64, 64, 3), (128, 128, 32, 64, 64, 4),
+        (128, 256, 32, 64, 64, 4), (128, 128, 32, 64, 64, 2), (128, 128, 32, 64, 64, 1),
+        (128, 128, 32, 32, 64, 3), (256, 128, 32, 64, 64, 4)]
+}
+WMMA_CANDIDATES.update({
+    "bf16_128x256x32_w64x64_st3": _wmma(128, 256, 32, 64, 64, 3, "bf16"),
+    "bf16_128x128x32_w64x64_st3": _wmma(128, 128, 32, 64, 64, 3, "bf16"),
+    "tf32_128x128x32_w64x32_st3": _wmma(128, 128, 32, 64, 32, 3, "tf32", skew=4),
+    "tf32_128x128x16_w64x32_st4": _wmma(128, 128, 16, 64, 32, 4, "tf32", skew=4),
+    "tf32_128x256x16_w64x64_st3": _wmma(128, 256, 16, 64, 64, 3, "tf32", skew=4),
+    "tf32_128x128x32_w32x64_st3": _wmma(128, 128, 32, 32, 64, 3, "tf32", skew=4),
+    "fp16_m32n8_128x128x32_w64x64_st3": _wmma(128, 128, 32, 64, 64, 3, "fp16", shape="m32n8k16"),
+    "bf16_m8n32_128x128x32_w64x64_st3": _wmma(128, 128, 32, 64, 64, 3, "bf16", shape="m8n32k16"),
+    "fp16_noskew_128x128x32_w64x64_st3": _wmma(128, 128, 32, 64, 64, 3, "fp16", skew=0),
+})
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", action="append", default=None)
     ap.add_argument("--json")
+    ap.add_argument("--family", default="simt", choices=["simt", "wmma"])
+    ap.add_argument("--verify", action="store_true", help="run the verify sweep on each first")
     args = ap.parse_args()
     sizes = [tuple(int(x) for x in (s.split("x") * 3)[:3]) if "x" not in s else
              tuple(int(x) for x in s.split("x")) for s in (args.size or ["4096"])]
+    from gemmgen.verify import CASES, sweep_kernel
     targets = []
-    for label, cfg in CANDIDATES.items():
+    for label, cfg in (WMMA_CANDIDATES if args.family == "wmma" else CANDIDATES).items():
         k = build(cfg)
-        print(f"{label:<36} regs {k.registers:>3}  local {k.local_bytes}", flush=True)
+        line = f"{label:<40} regs {k.registers:>3}  local {k.local_bytes}"
+        if args.verify:
+            res = sweep_kernel(label, k, CASES)
+            bad = [r for r in res if not r.passed]
+            worst = max(r.rel_error for r in res)
+            line += f"  verify {len(res) - len(bad)}/{len(res)} worst {worst:.2e}"
+            line += "".join(f"\n   FAIL {r}" for r in bad[:3])
+        print(line, flush=True)
         targets.append((label, k))
     doc = finish(run_bench(targets, sizes))
     print(doc["gpu"])

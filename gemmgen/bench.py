@@ -1,13 +1,13 @@
 """Benchmarking: CUDA-event timing with rotated inputs, beside cuBLAS (through CuPy) in the same run."""
 from __future__ import annotations
 
-import os
 import statistics
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
+from .dtypes import CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R, numpy_dtype
 from .verify import compare, random_operands, reference
 
 DEFAULT_SIZES = ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
@@ -56,28 +56,32 @@ def time_launches(launch: Callable[[int], None], sets: int, budget_s: float = 0.
 
 
 class Problem:
-    """Device buffers for one M x N x K problem: ``sets`` rotated copies of A, B and C (fresh
-    standard-normal data, never zeros), the set-0 host copies and their float64 reference
-    (alpha = 1, beta = 0)."""
+    """Device buffers for one M x N x K problem in one dtype pair: ``sets`` rotated copies of
+    A, B and C (fresh standard-normal data, never zeros), the set-0 host copies and their
+    float64 reference (alpha = 1, beta = 0)."""
 
-    def __init__(self, m: int, n: int, k: int, rng: np.random.Generator, l2_bytes: int):
+    def __init__(self, m: int, n: int, k: int, rng: np.random.Generator, l2_bytes: int,
+                 dtype: str = "fp32", out: str = "fp32"):
         from pycuda import gpuarray
-        self.m, self.n, self.k = m, n, k
-        set_bytes = 4 * (m * k + k * n + m * n)
+        self.m, self.n, self.k, self.dtype, self.out = m, n, k, dtype, out
+        ab, c = numpy_dtype(dtype), numpy_dtype(out)
+        set_bytes = ab.itemsize * (m * k + k * n) + c.itemsize * m * n
         self.sets = max(1, min(16, -(-L2_MULTIPLE * l2_bytes // set_bytes)))
-        self.A, self.B, _ = random_operands(rng, m, n, k, beta=1.0)
+        self.A, self.B, _ = random_operands(rng, m, n, k, 1.0, dtype, out)
         self.ref = reference(self.A, self.B, None, 1.0, 0.0)
-        self.a = [gpuarray.to_gpu(self.A)] + [gpuarray.to_gpu(rng.standard_normal(
-            (m, k), dtype=np.float32)) for _ in range(self.sets - 1)]
-        self.b = [gpuarray.to_gpu(self.B)] + [gpuarray.to_gpu(rng.standard_normal(
-            (k, n), dtype=np.float32)) for _ in range(self.sets - 1)]
-        self.c = [gpuarray.empty((m, n), np.float32) for _ in range(self.sets)]
+        self.a, self.b, self.c = [gpuarray.to_gpu(self.A)], [gpuarray.to_gpu(self.B)], []
+        for _ in range(self.sets - 1):
+            A, B, _ = random_operands(rng, m, n, k, 1.0, dtype, out)
+            self.a.append(gpuarray.to_gpu(A))
+            self.b.append(gpuarray.to_gpu(B))
+        self.c = [gpuarray.empty((m, n), c) for _ in range(self.sets)]
 
     def error_of(self, run_set0: Callable[[], None]) -> float:
         """Poison C of set 0 with NaN, run, and return ||C - ref|| / ||ref||."""
-        self.c[0].fill(np.float32(np.nan))
+        nan = np.full((self.m, self.n), np.nan, np.float32).astype(numpy_dtype(self.out))
+        self.c[0].set(nan)
         run_set0()
-        return compare(self.c[0].get(), self.ref)[0]
+        return compare(self.c[0].get().view(nan.dtype), self.ref)[0]
 
 
 def bench_kernel(kernel, p: Problem) -> tuple[Timing, float]:
@@ -89,8 +93,7 @@ def bench_kernel(kernel, p: Problem) -> tuple[Timing, float]:
 
 
 def cublas_available() -> str | None:
-    """None when CuPy (hence cuBLAS) can be used, else the reason it cannot."""
-    os.environ["CUPY_TF32"] = "0"  # FP32 SGEMM, not TF32: read by CuPy at import
+    """None when CuPy (our way to cuBLAS) can be used, else the reason it cannot."""
     try:
         import cupy  # noqa: F401
     except ImportError as exc:
@@ -99,14 +102,20 @@ def cublas_available() -> str | None:
 
 
 def bench_cublas(p: Problem) -> tuple[Timing, float]:
-    """(timing, relative error) of cuBLAS SGEMM (``cupy.matmul``, TF32 off) on the same buffers."""
-    import cupy
-    a = [cupy.asarray(x) for x in p.a]
-    b = [cupy.asarray(x) for x in p.b]
-    c = [cupy.asarray(x) for x in p.c]
+    """(timing, relative error) of cuBLAS on the same buffers: ``cublasGemmEx`` through CuPy
+    with A and B in ``p.dtype``, C in ``p.out`` and FP32 compute (CUBLAS_COMPUTE_32F, which is
+    SGEMM for fp32; CUBLAS_COMPUTE_32F_FAST_TF32 for tf32). Row-major C = A B is computed as
+    column-major C^T = B^T A^T."""
+    from cupy.cuda import cublas, device
+    handle = device.get_cublas_handle()
+    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)  # host pointer mode
+    compute = CUBLAS_COMPUTE_32F_FAST_TF32 if p.dtype == "tf32" else CUBLAS_COMPUTE_32F
+    ab, c = CUDA_R[p.dtype], CUDA_R[p.out]
 
     def launch(i: int) -> None:
-        cupy.matmul(a[i], b[i], out=c[i])
+        cublas.gemmEx(handle, 0, 0, p.n, p.m, p.k, one.ctypes.data, int(p.b[i].gpudata), ab,
+                      p.n, int(p.a[i].gpudata), ab, p.k, zero.ctypes.data,
+                      int(p.c[i].gpudata), c, p.n, compute, -1)  # CUBLAS_OP_N, GEMM_DEFAULT
     return time_launches(launch, p.sets), p.error_of(lambda: launch(0))
 
 
@@ -137,12 +146,15 @@ def run_bench(targets, sizes=DEFAULT_SIZES, seed: int | None = None, progress=No
     reason = cublas_available()
     rng = np.random.default_rng(seed)
     rows = []
-    for m, n, k in sizes:
-        p = Problem(m, n, k, rng, info["l2_bytes"])
+    pairs = list(dict.fromkeys((k.config.dtype, k.config.out) for _, k in targets))
+    for (m, n, k), (dtype, out) in ((s, d) for s in sizes for d in pairs):
+        p = Problem(m, n, k, rng, info["l2_bytes"], dtype, out)
         cub = bench_cublas(p) if reason is None else None
         if progress:
             progress(1)
         for label, kernel in targets:
+            if (kernel.config.dtype, kernel.config.out) != (dtype, out):
+                continue
             timing, err = bench_kernel(kernel, p)
             flops = tflops(m, n, k, timing.median)
             cub_flops = tflops(m, n, k, cub[0].median) if cub else None
@@ -153,12 +165,14 @@ def run_bench(targets, sizes=DEFAULT_SIZES, seed: int | None = None, progress=No
                 "cublas_tflops": round(cub_flops, 3) if cub_flops else None,
                 "pct_cublas": round(100 * flops / cub_flops, 1) if cub_flops else None,
                 "rel_error": err, "cublas_rel_error": cub[1] if cub else None,
-                "passed": bool(err <= tolerance(k, kernel.config.dtype)),
+                "passed": bool(err <= tolerance(k, dtype, kernel.config.acc, out)),
+                "acc": kernel.config.acc, "out": out,
                 "time_ms": round(timing.median * 1e3, 4), "p20_ms": round(timing.p20 * 1e3, 4),
                 "p80_ms": round(timing.p80 * 1e3, 4), "reps": timing.reps,
                 "registers": kernel.registers, "smem_bytes": kernel.smem_bytes})
             if progress:
                 progress(1)
         del p
-    return {**info, "cublas": "cupy.matmul, CUPY_TF32=0" if reason is None else reason,
-            "rows": rows}
+    cublas = ("cublasGemmEx via CuPy, FP32 compute (FAST_TF32 for tf32), same buffers"
+              if reason is None else reason)
+    return {**info, "cublas": cublas, "rows": rows}

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import SimtConfig
+from .model import ConfigBase
 from .nvcc import BuildError
 from .render import config_from_source, render
 
@@ -47,7 +47,7 @@ class Kernel:
     memory per thread come from the loaded function (CUDA's cuFuncGetAttribute).
     """
 
-    config: SimtConfig
+    config: ConfigBase
     arch: str
     function: object = field(repr=False)
     module: object = field(repr=False)
@@ -75,7 +75,7 @@ class Kernel:
         grid = self.config.grid(m, n)
         self.function.prepared_async_call(
             grid[:2], (self.config.threads, 1, 1), stream, m, n, k, alpha, a_ptr, lda, b_ptr,
-            ldb, beta, c_ptr, ldc)
+            ldb, beta, c_ptr, ldc, shared_size=self.config.dynamic_smem_bytes)
 
     def __call__(self, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, stream=None):
         """C = alpha * A @ B + beta * C; see ``gemmgen.launch.launch`` for the argument kinds."""
@@ -92,7 +92,7 @@ def _source_file(name: str, source: str) -> Path:
     return path
 
 
-def build(config: SimtConfig, arch: str | None = None, *, source: str | None = None,
+def build(config: ConfigBase, arch: str | None = None, *, source: str | None = None,
           source_path: str | None = None) -> Kernel:
     """Render ``config`` (or take ``source``), compile it with PyCUDA's SourceModule for
     ``arch`` (default: the current device's) and return the ``Kernel``.
@@ -114,6 +114,14 @@ def build(config: SimtConfig, arch: str | None = None, *, source: str | None = N
         raise BuildError(path, f"{exc.stdout or ''}{exc.stderr or ''}" or str(exc)) from exc
     function = module.get_function(config.name)
     function.prepare(SIGNATURE)
+    dynamic = config.dynamic_smem_bytes
+    if dynamic > 48 * 1024:  # above the default limit a kernel must opt in
+        limit = drv.Context.get_device().get_attribute(
+            drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        if dynamic > limit:
+            raise BuildError(source_path or config.name, f"{config.name} needs {dynamic} bytes "
+                             f"of shared memory; this device allows {limit} per block")
+        function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic)
     kernel = Kernel(config, arch, function, module, source_path)
     _CACHE[key] = kernel
     return kernel

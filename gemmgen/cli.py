@@ -1,6 +1,7 @@
 """Command line: a thin click group over the library (emit, list)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -9,49 +10,79 @@ import click
 
 from . import __version__
 from .arch import ARCHS
+from dataclasses import fields
+
 from .config import ConfigError, SimtConfig
+from .config_wmma import WmmaConfig
 from .presets import PRESETS
 from .render import emit as emit_file
 from .suggest import changed_fields
 
-# CLI flag -> config field, with the default used when neither a flag nor a preset gives one.
+# CLI flag -> (config field, help). Each family's defaults are its dataclass defaults plus
+# FAMILY_DEFAULTS; a flag that the chosen family lacks is refused.
 FIELD_FLAGS = {
-    "bm": ("--bm", 128, "block tile rows (M)"),
-    "bn": ("--bn", 128, "block tile columns (N)"),
-    "bk": ("--bk", 16, "block tile depth (K)"),
-    "wm": ("--wm", None, "warp tile rows; omit for no warp tiling"),
-    "wn": ("--wn", None, "warp tile columns; omit for no warp tiling"),
-    "tm": ("--tm", 8, "thread tile rows"),
-    "tn": ("--tn", 8, "thread tile columns"),
-    "vec": ("--vec", 4, "floats per global/shared access: 1, 2 or 4"),
-    "skew": ("--skew", 4, "padding floats per shared-memory row"),
-    "stages": ("--stages", 2, "0 no shared memory, 1 single buffer, 2 double buffer"),
-    "min_blocks": ("--min-blocks", 1, "resident blocks per SM asked of ptxas (__launch_bounds__)"),
+    "bm": ("--bm", "block tile rows (M)"),
+    "bn": ("--bn", "block tile columns (N)"),
+    "bk": ("--bk", "block tile depth (K)"),
+    "wm": ("--wm", "warp tile rows (simt: omit for no warp tiling)"),
+    "wn": ("--wn", "warp tile columns"),
+    "tm": ("--tm", "thread tile rows (simt)"),
+    "tn": ("--tn", "thread tile columns (simt)"),
+    "vec": ("--vec", "floats per global/shared access: 1, 2 or 4 (simt)"),
+    "skew": ("--skew", "padding elements per shared-memory row"),
+    "stages": ("--stages", "simt: 0 none, 1 single, 2 double buffer; wmma: 1 to 6"),
+    "min_blocks": ("--min-blocks", "resident blocks per SM asked of ptxas (__launch_bounds__)"),
+}
+CHOICE_FLAGS = {
+    "shape": ("--shape", ["m16n16k16", "m32n8k16", "m8n32k16", "m16n16k8"], "WMMA tile (wmma)"),
+    "dtype": ("--dtype", ["fp16", "bf16", "tf32"], "A and B dtype (wmma)"),
+    "acc": ("--acc", ["fp32", "fp16"], "accumulator dtype (wmma)"),
+    "out": ("--out", ["fp32", "fp16", "bf16"], "C dtype (wmma)"),
+    "thread_order": ("--thread-order", ["n", "m"],
+                     "n: consecutive threads take columns; m: rows, the naive order (simt)"),
+}
+FAMILIES = {"simt": SimtConfig, "wmma": WmmaConfig}
+FAMILY_DEFAULTS = {
+    "simt": {"bm": 128, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "skew": 4},
+    "wmma": {"bm": 128, "bn": 128, "bk": 32, "wm": 64, "wn": 64},
 }
 
 
 def _flag(field: str, value) -> str:
     if field == "transpose_a":
         return "--transpose-a" if value else "--no-transpose-a"
-    if field == "thread_order":
-        return f"--thread-order {value}"
-    return f"{FIELD_FLAGS[field][0]} {value}"
+    flag = (FIELD_FLAGS.get(field) or CHOICE_FLAGS[field])[0]
+    return f"{flag} {value}"
 
 
-def _config_values(ctx: click.Context, preset: str | None, config_json: str | None) -> dict:
-    """Defaults, then the preset or JSON config, then every flag given on the command line."""
-    values = {f: d for f, (_, d, _) in FIELD_FLAGS.items()}
-    values.update(transpose_a=True, thread_order="n")
+def _config_values(ctx: click.Context, family: str | None, preset: str | None,
+                   config_json: str | None) -> tuple[type, dict]:
+    """(config class, values): family defaults, then the preset or JSON config, then every
+    flag given on the command line. Raises UsageError for a flag the family does not have."""
+    base = {}
     if preset:
-        values.update(PRESETS[preset].config.as_dict())
+        base = PRESETS[preset].config.as_dict()
     if config_json:
-        values.update(json.loads(config_json))
-    for field in [*FIELD_FLAGS, "transpose_a", "thread_order"]:
-        source = ctx.get_parameter_source(field)
-        if source is click.core.ParameterSource.COMMANDLINE:
+        base = json.loads(config_json)
+    family = family or base.get("family", "simt")
+    if base and base.get("family", "simt") != family:
+        raise click.UsageError(f"--family {family} contradicts the {base.get('family')} config")
+    cls = FAMILIES[family]
+    names = {f.name for f in fields(cls)}
+    values = {f.name: f.default for f in fields(cls) if f.default is not dataclasses.MISSING}
+    values.update(FAMILY_DEFAULTS[family])
+    values.update({k: v for k, v in base.items() if k != "family"})
+    for field in [*FIELD_FLAGS, *CHOICE_FLAGS, "transpose_a"]:
+        if ctx.get_parameter_source(field) is click.core.ParameterSource.COMMANDLINE:
+            if field not in names:
+                raise click.UsageError(f"{_flag(field, ctx.params[field]).split()[0]} does not "
+                                       f"apply to the {family} family")
             values[field] = ctx.params[field]
-    values.pop("family", None)
-    return values
+    if (family == "wmma" and values.get("dtype") == "tf32"
+            and ctx.get_parameter_source("shape") is not click.core.ParameterSource.COMMANDLINE
+            and not base):
+        values["shape"] = "m16n16k8"  # the only TF32 shape
+    return cls, values
 
 
 def _report_invalid(err: ConfigError, values: dict) -> None:
@@ -60,7 +91,7 @@ def _report_invalid(err: ConfigError, values: dict) -> None:
         click.echo(f"  {v}", err=True)
     if err.suggestions:
         click.echo("nearest valid configurations:", err=True)
-        base = SimtConfig.unchecked(**values)
+        base = type(err.suggestions[0]).unchecked(**values)
         for s in err.suggestions:
             flags = " ".join(_flag(k, v) for k, v in changed_fields(base, s).items())
             click.echo(f"  {flags:<28} -> {s.name}", err=True)
@@ -73,17 +104,20 @@ def main() -> None:
 
 
 def _field_options(func):
-    for field, (flag, _, help_) in reversed(FIELD_FLAGS.items()):
+    for field, (flag, help_) in reversed(FIELD_FLAGS.items()):
         func = click.option(flag, field, type=int, default=None, help=help_)(func)
+    for field, (flag, choices, help_) in reversed(CHOICE_FLAGS.items()):
+        func = click.option(flag, field, type=click.Choice(choices), default=None,
+                            help=help_)(func)
     func = click.option("--transpose-a/--no-transpose-a", "transpose_a", default=True,
-                        help="store the A tile K-major in shared memory (default on)")(func)
-    func = click.option("--thread-order", type=click.Choice(["n", "m"]), default="n",
-                        help="n: consecutive threads take columns; m: rows (naive)")(func)
+                        help="store the A tile K-major in shared memory (simt; default on)")(func)
     return func
 
 
 @main.command()
 @_field_options
+@click.option("--family", type=click.Choice(list(FAMILIES)), default=None,
+              help="kernel family [default: the preset's, else simt]")
 @click.option("--preset", type=click.Choice(list(PRESETS)), help="start from a ladder preset")
 @click.option("--config-json", help="start from a JSON config (an emitted header's line)")
 @click.option("--arch", default="sm_90", type=click.Choice(list(ARCHS)), show_default=True,
@@ -92,11 +126,11 @@ def _field_options(func):
               help="output file [default: generated/<name>.cu]")
 @click.option("--check", is_flag=True, help="compile with nvcc and print ptxas resources")
 @click.pass_context
-def emit(ctx, preset, config_json, arch, output, check, **_fields) -> None:
+def emit(ctx, family, preset, config_json, arch, output, check, **_fields) -> None:
     """Validate a configuration and write its kernel. Exit status 2 if it is invalid."""
-    values = _config_values(ctx, preset, config_json)
+    cls, values = _config_values(ctx, family, preset, config_json)
     try:
-        cfg = SimtConfig(**values)
+        cfg = cls(**values)
     except ConfigError as err:
         _report_invalid(err, values)
         sys.exit(2)
@@ -104,9 +138,10 @@ def emit(ctx, preset, config_json, arch, output, check, **_fields) -> None:
         raise click.BadParameter(str(err)) from err
     path = emit_file(cfg, output, arch)
     click.echo(f"wrote {path}")
-    click.echo(f"  {cfg.threads} threads, {cfg.smem_bytes} bytes static shared memory, "
-               f"{cfg.acc_regs} accumulators/thread, {cfg.blocks_per_sm(arch)} blocks/SM "
-               f"(threads and shared memory, {arch})")
+    kind = "dynamic" if cfg.dynamic_smem_bytes else "static"
+    click.echo(f"  {cfg.threads} threads, {cfg.smem_bytes} bytes {kind} shared memory, "
+               f"{cfg.acc_regs} accumulator registers/thread, {cfg.blocks_per_sm(arch)} "
+               f"blocks/SM (threads and shared memory, {arch})")
     if check:
         from .nvcc import BuildError, compile_file
         try:
@@ -115,7 +150,8 @@ def emit(ctx, preset, config_json, arch, output, check, **_fields) -> None:
             click.echo(f"error: {err}", err=True)
             sys.exit(1)
         click.echo(f"nvcc {arch}: {res.registers} registers/thread, {res.smem_bytes} bytes "
-                   f"shared memory (model {cfg.smem_bytes}), {res.stack_bytes} bytes stack, "
+                   f"static shared memory (model {cfg.static_smem_bytes}), "
+                   f"{res.stack_bytes} bytes stack, "
                    f"{res.spill_stores} bytes spill stores, {res.spill_loads} bytes spill loads")
 
 
@@ -134,22 +170,26 @@ def list_presets(names: bool, as_json: bool) -> None:
         return
     for i, p in enumerate(PRESETS.values(), 1):
         c = p.config
-        warp = f"{c.wm}x{c.wn}" if c.warp_tiled else "-"
-        click.echo(f"{i}. {p.name}  [{p.source}]")
+        warp = f"{c.wm}x{c.wn}" if c.wm else "-"
+        click.echo(f"{i}. {p.name} ({c.family}, {c.dtype})  [{p.source}]")
         click.echo(f"   {p.technique}")
-        click.echo(f"   block {c.bm}x{c.bn}x{c.bk}  warp {warp}  thread {c.tm}x{c.tn}  "
-                   f"vec {c.vec}  skew {c.skew}  stages {c.stages}  "
-                   f"A {'transposed' if c.transpose_a else 'row-major'} in smem  "
-                   f"threads {c.threads}  smem {c.smem_bytes} B")
+        if c.family == "simt":
+            detail = (f"thread {c.tm}x{c.tn}  vec {c.vec}  A "
+                      f"{'transposed' if c.transpose_a else 'row-major'} in smem")
+        else:
+            detail = f"{c.shape}  acc {c.acc}  out {c.out}"
+        click.echo(f"   block {c.bm}x{c.bn}x{c.bk}  warp {warp}  {detail}  skew {c.skew}  "
+                   f"stages {c.stages}  threads {c.threads}  smem {c.smem_bytes} B")
         click.echo(f"   {c.name}")
 
 
 @main.command()
 def rules() -> None:
     """Show the validation rules (each is also a static_assert in the emitted kernel)."""
-    from .config import SIMT_RULES
-    for rule in SIMT_RULES:
-        click.echo(f"{rule.id}  {rule.name:<20} {rule.formula():<44} {rule.why}")
+    for family, cls in FAMILIES.items():
+        click.echo(f"{family}:")
+        for rule in cls.rules:
+            click.echo(f"  {rule.id}  {rule.name:<20} {rule.formula():<44} {rule.why}")
 
 
 __all__ = ["main"]

@@ -40,15 +40,16 @@ def verify(paths, presets, arch, seed, json_path) -> None:
 
     With no arguments, every preset. Exit status 1 if any case fails.
     """
-    from .verify import CASES, device_runner, sweep
+    from .verify import CASES, sweep_kernel
     results = []
     for label, kernel in _targets(paths, presets, arch):
-        results += sweep(label, device_runner(kernel), CASES, seed)
-    click.echo(f"{'kernel':<44} {'M x N x K':>15} {'alpha':>6} {'beta':>6} {'rel err':>9} "
-               f"{'bound':>8} {'worst':>12} result")
+        results += sweep_kernel(label, kernel, CASES, seed)
+    click.echo(f"{'kernel':<20} {'dtype':>5} {'M x N x K':>15} {'alpha':>6} {'beta':>6} "
+               f"{'rel err':>9} {'bound':>8} {'worst':>12} result")
     for r in results:
         shape = f"{r.m}x{r.n}x{r.k}"
-        click.echo(f"{r.kernel:<44} {shape:>15} {r.alpha:>6g} {r.beta:>6g} {r.rel_error:>9.2e} "
+        click.echo(f"{r.kernel:<20} {r.dtype:>5} {shape:>15} {r.alpha:>6g} {r.beta:>6g} "
+                   f"{r.rel_error:>9.2e} "
                    f"{r.tol:>8.1e} {str(r.worst):>12} {'pass' if r.passed else 'FAIL'}")
     failed = [r for r in results if not r.passed]
     click.echo(f"{len(results) - len(failed)} passed, {len(failed)} failed")
@@ -67,12 +68,13 @@ def verify(paths, presets, arch, seed, json_path) -> None:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="write results here")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="draw TFLOP/s vs size")
 def bench(paths, presets, sizes, arch, seed, json_path, plot_path) -> None:
-    """Time kernels beside cuBLAS SGEMM (TF32 off) and print TFLOP/s and % of cuBLAS."""
+    """Time kernels beside cuBLAS for their dtypes and print TFLOP/s and % of cuBLAS."""
     from . import results
     from .bench import DEFAULT_SIZES, run_bench
     targets = _targets(paths, presets, arch)
     sizes = sizes or list(DEFAULT_SIZES)
-    with click.progressbar(length=len(sizes) * (len(targets) + 1), label="benchmarking",
+    pairs = len({(k.config.dtype, k.config.out) for _, k in targets})
+    with click.progressbar(length=len(sizes) * (len(targets) + pairs), label="benchmarking",
                            file=sys.stderr) as bar:
         doc = results.finish(run_bench(targets, sizes, seed, bar.update))
     click.echo(f"{doc['gpu']}, CUDA {doc['cuda_version']}, cuBLAS: {doc['cublas']}")

@@ -1,36 +1,15 @@
 """Configuration model: the FP32 SIMT kernel family, its derived figures and its rule table."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields
 
 from .arch import STATIC_SMEM_LIMIT, get_arch
-from .rules import (Cmp, Rule, Violation, at_least, at_most, equal, multiple_of, not_equal,
-                    one_of, violations)
+from .model import MAX_THREADS_PER_SM, WARP_SIZE, ConfigBase, ConfigError, div as _div
+from .rules import Cmp, Rule, at_least, at_most, equal, multiple_of, not_equal, one_of
 
 FLOAT_BYTES = 4
-WARP_SIZE = 32
 LANES_M, LANES_N = 8, 4  # lanes of a warp along M and N, as in Lei Mao's v06
 MAX_ACC_REGS = 128
-MAX_THREADS_PER_SM = 2048
-
-
-class ConfigError(ValueError):
-    """An invalid configuration: ``violations`` lists every broken rule, ``suggestions``
-    up to three nearest valid configurations (possibly empty)."""
-
-    def __init__(self, violations: list[Violation], suggestions: list = (), base=None):
-        self.violations = list(violations)
-        self.suggestions = list(suggestions)
-        lines = [f"invalid configuration: {len(self.violations)} rule(s) broken"]
-        lines += [f"  {v}" for v in self.violations]
-        if self.suggestions:
-            lines.append("nearest valid configurations:")
-            for s in self.suggestions:
-                change = ", ".join(f"{k}={v}" for k, v in s.as_dict().items()
-                                   if base is not None and getattr(base, k, v) != v)
-                lines.append(f"  {change + ': ' if change else ''}{s.name}")
-        super().__init__("\n".join(lines))
 
 
 def _when_stages0(check: Cmp, rid: str, name: str, why: str) -> Rule:
@@ -101,12 +80,8 @@ SIMT_RULES: tuple[Rule, ...] = (
 )
 
 
-def _div(a: int, b: int) -> int:
-    return a // b if b else 0
-
-
 @dataclass(frozen=True, slots=True)
-class SimtConfig:
+class SimtConfig(ConfigBase):
     """An FP32 SIMT GEMM kernel: C[M,N] = alpha * A[M,K] @ B[K,N] + beta * C, row-major, fp32.
 
     Fields (elements, not bytes): ``bm, bn, bk`` block tile; ``wm, wn`` warp tile (``None``:
@@ -139,47 +114,20 @@ class SimtConfig:
 
     family = "simt"
     dtype = "fp32"
+    acc = "fp32"
+    out = "fp32"
     template = "simt.cu.j2"
     rules = SIMT_RULES
-
-    def __post_init__(self) -> None:
-        problems = self._type_problems()
-        if problems:
-            raise TypeError("; ".join(problems))
-        found = self.violations()
-        if found:
-            from .suggest import nearest  # local: suggest imports this module
-            raise ConfigError(found, nearest(self), base=self)
-
-    def violations(self) -> list[Violation]:
-        """Every rule of ``SIMT_RULES`` this config breaks (empty when valid)."""
-        return violations(self.rules, self.env())
-
-    @classmethod
-    def unchecked(cls, **values) -> "SimtConfig":
-        """Build without validation (for tests and for rendering invalid configs on purpose)."""
-        cfg = object.__new__(cls)
-        for f in fields(cls):
-            object.__setattr__(cfg, f.name, values.get(f.name, f.default))
-        return cfg
-
-    def replace(self, *, check: bool = True, **changes) -> "SimtConfig":
-        values = {**self.as_dict(), **changes}
-        values.pop("family")
-        return type(self)(**values) if check else type(self).unchecked(**values)
-
-    def _type_problems(self) -> list[str]:
-        out = []
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name in ("wm", "wn") and v is None:
-                continue
-            want = {"transpose_a": bool, "thread_order": str}.get(f.name, int)
-            if not isinstance(v, want) or (want is int and isinstance(v, bool)):
-                out.append(f"{f.name} must be {want.__name__}, got {v!r}")
-        if self.thread_order not in ("n", "m"):
-            out.append(f"thread_order must be 'n' or 'm', got {self.thread_order!r}")
-        return out
+    field_types = {"transpose_a": bool, "thread_order": str}
+    choices = {"thread_order": ("n", "m")}
+    optional = frozenset({"wm", "wn"})
+    search_domain = {
+        "bm": (16, 32, 64, 128, 256), "bn": (16, 32, 64, 128, 256), "bk": (1, 4, 8, 16, 32),
+        "tm": (1, 2, 4, 8, 16), "tn": (1, 2, 4, 8, 16), "wm": (None, 16, 32, 64, 128),
+        "wn": (None, 16, 32, 64, 128), "vec": (1, 2, 4), "skew": (0, 1, 2, 4, 8),
+        "stages": (0, 1, 2), "transpose_a": (False, True), "thread_order": ("n", "m"),
+        "min_blocks": (1, 2),
+    }
 
     # ---- identity -------------------------------------------------------------------------
     @property
@@ -190,12 +138,6 @@ class SimtConfig:
         return (f"gemm_simt_f32_{self.bm}x{self.bn}x{self.bk}_{warp}_t{self.tm}x{self.tn}"
                 f"_v{self.vec}_skew{self.skew}_st{self.stages}_{a}_o{self.thread_order}"
                 f"_mb{self.min_blocks}")
-
-    def as_dict(self) -> dict:
-        return {"family": self.family, **{f.name: getattr(self, f.name) for f in fields(self)}}
-
-    def to_json(self) -> str:
-        return json.dumps(self.as_dict(), sort_keys=False, separators=(", ", ": "))
 
     # ---- derived figures ------------------------------------------------------------------
     @property
@@ -241,6 +183,16 @@ class SimtConfig:
         """Static shared memory per block in bytes (all stages)."""
         a, b = self.a_smem_shape, self.b_smem_shape
         return self.stages * FLOAT_BYTES * (a[0] * a[1] + b[0] * b[1])
+
+    @property
+    def static_smem_bytes(self) -> int:
+        """What ptxas reports as ``smem``: all of it is static in this family."""
+        return self.smem_bytes
+
+    @property
+    def dynamic_smem_bytes(self) -> int:
+        """Dynamic shared memory passed at launch (none in this family)."""
+        return 0
 
     @property
     def a_loads(self) -> int:
@@ -299,6 +251,10 @@ class SimtConfig:
         """Launch grid for an M x N output: (ceil(N/BN), ceil(M/BM), 1); block = (threads, 1, 1)."""
         return (-(-n // self.bn), -(-m // self.bm), 1)
 
+    def ctypes(self) -> dict[str, str]:
+        """C++ types the template declares (always float in this family)."""
+        return {"in_t": "float", "out_t": "float"}
+
     def template_constants(self) -> dict[str, int]:
         """Every compile-time constant the kernel declares: fields plus derived values."""
         a_rows, a_cols = self.a_smem_shape
@@ -320,19 +276,22 @@ class SimtConfig:
                 f"blocks_per_sm_{get_arch(arch).name}": self.blocks_per_sm(arch)}
 
 
-def config_from_dict(data: dict) -> SimtConfig:
+def config_from_dict(data: dict):
     """Rebuild a config from ``as_dict()`` output (the emitted header's JSON line).
 
-    Raises ``ValueError`` for an unknown family, ``ConfigError`` if the values are invalid.
+    Raises ``ValueError`` for an unknown family or field, ``ConfigError`` if the values are
+    invalid.
     """
+    from .config_wmma import WmmaConfig
+    families = {SimtConfig.family: SimtConfig, WmmaConfig.family: WmmaConfig}
     data = dict(data)
     family = data.pop("family", "simt")
-    if family != SimtConfig.family:
-        raise ValueError(f"unknown kernel family {family!r}")
-    known = {f.name for f in fields(SimtConfig)}
-    unknown = set(data) - known
+    if family not in families:
+        raise ValueError(f"unknown kernel family {family!r}; known: {', '.join(families)}")
+    cls = families[family]
+    unknown = set(data) - {f.name for f in fields(cls)}
     if unknown:
-        raise ValueError(f"unknown config fields: {', '.join(sorted(unknown))}")
-    return SimtConfig(**data)
+        raise ValueError(f"unknown {family} config fields: {', '.join(sorted(unknown))}")
+    return cls(**data)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .dtypes import numpy_dtype
 from .operands import GemmArgs, OperandError, check_gemm
 
 GRID_Y_LIMIT = 65535
@@ -10,7 +11,9 @@ _DEFAULT_STREAMS = (None, 0, 1, 2)  # CUDA array interface: none, legacy, per-th
 
 
 def launch(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, stream=None):
-    """C = alpha * A @ B + beta * C with ``kernel``; fp32, row-major.
+    """C = alpha * A @ B + beta * C with ``kernel``, row-major; A and B of the kernel's dtype
+    (float32 for fp32 and tf32, float16, ml_dtypes.bfloat16 or torch.bfloat16), C of its
+    output dtype.
 
     A (M x K), B (K x N), C (M x N): all NumPy arrays (copied to the GPU and back; C, if given,
     is updated in place and returned; otherwise a new array is returned), or all device arrays:
@@ -21,14 +24,15 @@ def launch(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, strea
     Raises ``OperandError`` naming a bad argument (dtype, rank, shape, layout, mixed host and
     device arrays, missing C with beta != 0) and when M / BM exceeds the grid's y limit.
     """
-    args = check_gemm(A, B, C, beta=beta)
+    cfg = kernel.config
+    args = check_gemm(A, B, C, beta=beta, dtype=cfg.dtype, out=cfg.out)
     if -(-args.m // kernel.config.bm) > GRID_Y_LIMIT:
         raise OperandError(f"A has {args.m} rows: more than {GRID_Y_LIMIT} blocks of "
                            f"BM={kernel.config.bm} rows")
     if args.a.kind == "numpy":
         return _launch_host(kernel, args, alpha, beta, C)
-    out = C if C is not None else _empty_like(args.a.obj, (args.m, args.n))
-    c = args.c or check_gemm(A, B, out).c
+    out = C if C is not None else _empty_like(args.a.obj, (args.m, args.n), cfg.out)
+    c = args.c or check_gemm(A, B, out, dtype=cfg.dtype, out=cfg.out).c
     _wait_for_producers(args)
     if args.m and args.n:
         kernel.launch_raw(args.m, args.n, args.k, alpha, args.a.ptr, args.a.ld, args.b.ptr,
@@ -43,11 +47,11 @@ def _launch_host(kernel, args: GemmArgs, alpha: float, beta: float, C):
     if beta != 0:
         c = gpuarray.to_gpu(np.ascontiguousarray(C))
     else:
-        c = gpuarray.empty((args.m, args.n), np.float32)
+        c = gpuarray.empty((args.m, args.n), numpy_dtype(kernel.config.out))
     if args.m and args.n:
         kernel.launch_raw(args.m, args.n, args.k, alpha, _ptr(a), max(args.k, 1), _ptr(b),
                           max(args.n, 1), beta, _ptr(c), max(args.n, 1))
-    result = c.get()
+    result = c.get().view(numpy_dtype(kernel.config.out))
     if C is None:
         return result
     C[...] = result
@@ -58,17 +62,19 @@ def _ptr(array) -> int:
     return int(array.gpudata) if array.size else 0
 
 
-def _empty_like(template, shape):
-    """A new float32 device matrix of the same library as ``template`` (GPUArray, CuPy, torch)."""
+def _empty_like(template, shape, dtype: str):
+    """A new device matrix of gemmgen dtype ``dtype`` from the library of ``template``
+    (GPUArray, CuPy, torch)."""
     module = type(template).__module__.split(".")[0]
     if module == "cupy":
         import cupy
-        return cupy.empty(shape, dtype=cupy.float32)
+        return cupy.empty(shape, dtype=numpy_dtype(dtype))
     if module == "torch":
         import torch
-        return torch.empty(shape, dtype=torch.float32, device=template.device)
+        torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(dtype, torch.float32)
+        return torch.empty(shape, dtype=torch_dtype, device=template.device)
     from pycuda import gpuarray
-    return gpuarray.empty(shape, np.float32)
+    return gpuarray.empty(shape, numpy_dtype(dtype))
 
 
 def _wait_for_producers(args: GemmArgs) -> None:

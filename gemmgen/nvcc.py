@@ -19,7 +19,7 @@ class BuildError(RuntimeError):
 
     def static_assert_ids(self) -> set[str]:
         """Rule ids (``R07``) of the static_asserts that fired."""
-        return set(re.findall(r'static assertion failed with "(R\d+)', self.log))
+        return set(re.findall(r'static assertion failed with "([A-Z]\d+)', self.log))
 
 
 @dataclass(frozen=True)

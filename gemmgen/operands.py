@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .dtypes import numpy_dtype, torch_dtype_name
+
 
 class OperandError(ValueError):
     """A launch argument has the wrong kind, dtype, rank, shape or layout; the message names it."""
@@ -31,14 +33,26 @@ class Operand:
     stream: int | None = None
 
 
-def describe(x, name: str, dtype=np.float32) -> Operand:
-    """Check that ``x`` is a 2-D row-major matrix of ``dtype`` and return its description.
+def describe(x, name: str, dtype: str = "fp32") -> Operand:
+    """Check that ``x`` is a 2-D row-major matrix holding gemmgen dtype ``dtype`` (fp32, tf32,
+    fp16, bf16) and return its description. PyTorch CUDA tensors are read directly (their
+    bfloat16 has no __cuda_array_interface__).
 
     Raises ``OperandError`` naming ``name`` for an unsupported type, a wrong dtype or rank, or a
     layout that is not row-major with unit stride along columns.
     """
-    dtype = np.dtype(dtype)
-    if isinstance(x, np.ndarray):
+    want = numpy_dtype(dtype)
+    if type(x).__module__.split(".")[0] == "torch" and hasattr(x, "data_ptr"):
+        if not x.is_cuda:
+            raise OperandError(f"{name} is a CPU torch tensor: move it to the GPU or pass "
+                               f"{name}.numpy()")
+        got_name = torch_dtype_name(x.dtype)
+        if got_name != ("fp32" if dtype == "tf32" else dtype):
+            raise OperandError(f"{name} has dtype {x.dtype}; this kernel takes {dtype}")
+        item = x.element_size()
+        kind, shape, got, ptr, ro, stream = "torch", tuple(x.shape), want, x.data_ptr(), False, None
+        strides = tuple(st * item for st in x.stride())
+    elif isinstance(x, np.ndarray):
         kind, shape, got, strides, ptr, ro, stream = (
             "numpy", x.shape, x.dtype, x.strides, 0, not x.flags.writeable, None)
     elif hasattr(x, "__cuda_array_interface__"):
@@ -53,9 +67,10 @@ def describe(x, name: str, dtype=np.float32) -> Operand:
     else:
         raise OperandError(f"{name}: expected a NumPy array, a PyCUDA GPUArray or an object with "
                            f"__cuda_array_interface__ (CuPy, PyTorch); got {type(x).__name__}")
-    if got != dtype:
-        raise OperandError(f"{name} has dtype {got}; this kernel takes {dtype} "
-                           f"(convert explicitly, e.g. {name}.astype(np.{dtype}))")
+    opaque_bf16 = dtype == "bf16" and got.kind == "V" and got.itemsize == 2  # PyCUDA's view
+    if got != want and not opaque_bf16:
+        raise OperandError(f"{name} has dtype {got}; this kernel takes {dtype} ({want}): "
+                           f"convert explicitly, e.g. {name}.astype(...)")
     if len(shape) != 2:
         raise OperandError(f"{name} must be a 2-D matrix; got shape {tuple(shape)}")
     rows, cols = shape
@@ -92,8 +107,11 @@ class GemmArgs:
     k: int
 
 
-def check_gemm(A, B, C=None, *, beta: float = 0.0, dtype=np.float32) -> GemmArgs:
-    """Describe and cross-check the three operands. ``C`` may be None only when ``beta == 0``.
+def check_gemm(A, B, C=None, *, beta: float = 0.0, dtype: str = "fp32",
+               out: str | None = None) -> GemmArgs:
+    """Describe and cross-check the three operands: A and B of ``dtype``, C of ``out``
+    (default ``dtype``; tf32 kernels take and give float32). ``C`` may be None only when
+    ``beta == 0``.
 
     Raises ``OperandError`` naming the argument: wrong kind/dtype/rank/layout, inner dimensions
     that differ, a C of the wrong shape, a read-only C, or host and device arrays mixed.
@@ -108,7 +126,7 @@ def check_gemm(A, B, C=None, *, beta: float = 0.0, dtype=np.float32) -> GemmArgs
         if beta != 0:
             raise OperandError("C is required when beta != 0 (beta scales the existing C)")
     else:
-        c = describe(C, "C", dtype)
+        c = describe(C, "C", out or dtype)
         if c.shape != (m, n):
             raise OperandError(f"C has shape {c.shape}; A @ B is {m}x{n}")
         if c.readonly:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import SimtConfig
+from .config_wmma import WmmaConfig
 
 
 @dataclass(frozen=True)
@@ -11,7 +12,7 @@ class Preset:
     """A named step of the ladder: its config, the technique it adds and where it comes from."""
 
     name: str
-    config: SimtConfig
+    config: SimtConfig | WmmaConfig
     technique: str
     source: str
 
@@ -49,6 +50,35 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            "double-buffered warp tiling with 32x64 warp tiles and __launch_bounds__(256, 2), "
            "which caps registers at 128 so two blocks share an SM",
            "the sweep in benchmarks/explore.py (H200, 4096^3); CUTLASS's min blocks per SM"),
+    # Tensor cores (WMMA). Every kernel of this family copies global -> shared with 16-byte
+    # cp.async, keeps accumulators in registers and stores C through a per-warp staging tile.
+    Preset("wmma_v07", WmmaConfig(128, 128, 16, 64, 32, dtype="fp16", acc="fp16", out="fp16",
+                                  skew=16, stages=1),
+           "WMMA m16n16k16 fragments from shared memory padded by 16 halves; FP16 accumulate",
+           "Lei Mao v07"),
+    Preset("wmma_noskew", WmmaConfig(128, 128, 32, 64, 64, out="fp16", skew=0, stages=3),
+           "64x64 warp tiles, FP32 accumulators, 3-stage cp.async, but no skew: fragment loads "
+           "conflict in shared-memory banks", "gty111 step 2 (the conflicts it removes)"),
+    Preset("wmma_regacc", WmmaConfig(128, 128, 32, 64, 64, out="fp16", skew=8, stages=1),
+           "FP32 accumulators in registers, 64x64 warp tiles, skew 8, coalesced staged stores; "
+           "one shared buffer", "gty111 steps 1, 2 and 4"),
+    Preset("wmma_db", WmmaConfig(128, 128, 32, 64, 64, out="fp16", skew=8, stages=2),
+           "cp.async double buffering: the next K tile streams in while this one is computed",
+           "gty111 steps 3 and 5"),
+    Preset("wmma_pipeline", WmmaConfig(128, 128, 32, 64, 64, out="fp16", skew=8, stages=4),
+           "4-stage cp.async pipeline, one barrier per K tile", "gty111 step 5, deeper"),
+    Preset("wmma_m32n8", WmmaConfig(128, 128, 32, 64, 64, shape="m32n8k16", out="fp16", skew=8,
+                                    stages=3),
+           "m32n8k16 fragments; B kept in 8-column panels so fragment pointers stay 32-byte "
+           "aligned", "CUDA C Programming Guide, WMMA shapes"),
+    Preset("wmma_bf16", WmmaConfig(128, 128, 32, 64, 64, shape="m8n32k16", dtype="bf16",
+                                   out="bf16", skew=8, stages=3),
+           "BF16 inputs and output, m8n32k16 fragments, FP32 accumulators, 3-stage pipeline",
+           "the sweep in benchmarks/explore.py"),
+    Preset("wmma_tf32", WmmaConfig(128, 256, 16, 64, 64, shape="m16n16k8", dtype="tf32",
+                                   skew=4, stages=3),
+           "TF32: float32 data rounded to TF32 in the fragments, m16n16k8, 128x256 block",
+           "the sweep in benchmarks/explore.py"),
 )}
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import jinja2
 
 from . import __version__
-from .config import SimtConfig, config_from_dict
+from .config import config_from_dict
+from .model import ConfigBase
 
 CONFIG_MARK = "// gemmgen-config: "
 
@@ -32,7 +33,7 @@ def _env() -> jinja2.Environment:
         keep_trailing_newline=True, autoescape=False)
 
 
-def _header(cfg: SimtConfig, arch: str) -> dict:
+def _header(cfg: ConfigBase, arch: str) -> dict:
     fields = [(k, v) for k, v in cfg.as_dict().items()]
     figures = []
     for key, value in cfg.figures(arch).items():
@@ -40,12 +41,17 @@ def _header(cfg: SimtConfig, arch: str) -> dict:
             figures += [(f"{key}.{k}", v) for k, v in value.items()]
         else:
             figures.append((key, value))
-    return {"version": __version__, "template": cfg.template, "dtype": cfg.dtype,
+    if cfg.dynamic_smem_bytes:
+        smem = f"dynamic shared memory {cfg.dynamic_smem_bytes} bytes (passed at launch)"
+    else:
+        smem = f"static shared memory {cfg.static_smem_bytes} bytes"
+    return {"version": __version__, "template": cfg.template,
+            "dtype": f"A and B {cfg.dtype}, {cfg.acc} accumulation, C {cfg.out}",
             "fields": fields, "figures": figures, "arch": arch, "bm": cfg.bm, "bn": cfg.bn,
-            "threads": cfg.threads, "smem_bytes": cfg.smem_bytes, "json": cfg.to_json()}
+            "threads": cfg.threads, "smem": smem, "json": cfg.to_json()}
 
 
-def render(cfg: SimtConfig, arch: str = "sm_90") -> str:
+def render(cfg: ConfigBase, arch: str = "sm_90") -> str:
     """CUDA source of ``cfg``'s kernel: an ``extern "C"`` function named ``cfg.name``.
 
     Deterministic: the same config renders the same bytes. ``arch`` only affects the
@@ -55,11 +61,11 @@ def render(cfg: SimtConfig, arch: str = "sm_90") -> str:
     template = _env().get_template(cfg.template)
     return template.render(
         cfg=cfg, name=cfg.name, ns=f"{cfg.name}_cfg", h=_header(cfg, arch),
-        constants=list(cfg.template_constants().items()),
+        constants=list(cfg.template_constants().items()), types=cfg.ctypes(),
         asserts=[rule.static_assert() for rule in cfg.rules])
 
 
-def emit(cfg: SimtConfig, path: str | os.PathLike | None = None, arch: str = "sm_90") -> Path:
+def emit(cfg: ConfigBase, path: str | os.PathLike | None = None, arch: str = "sm_90") -> Path:
     """Write ``render(cfg)`` to ``path`` (default ``generated/<name>.cu``) atomically: a
     temporary file in the same directory is renamed into place, so a reader never sees a
     partial file and a failure leaves nothing behind. Returns the path written."""

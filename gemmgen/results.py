@@ -48,12 +48,12 @@ def _fmt(v, spec: str) -> str:
 
 def table(rows: list[dict]) -> str:
     """A fixed-width text table of benchmark rows."""
-    head = f"{'kernel':<14} {'M x N x K':>17} {'TFLOP/s':>8} {'cuBLAS':>8} {'%cuBLAS':>8} " \
-           f"{'rel err':>9} {'ok':>3} {'regs':>5}"
+    head = f"{'kernel':<15} {'dtype':>5} {'M x N x K':>17} {'TFLOP/s':>8} {'cuBLAS':>8} " \
+           f"{'%cuBLAS':>8} {'rel err':>9} {'ok':>3} {'regs':>5}"
     lines = [head, "-" * len(head)]
     for r in rows:
         shape = f"{r['M']}x{r['N']}x{r['K']}"
-        lines.append(f"{r['kernel']:<14} {shape:>17} {r['tflops']:>8.2f} "
+        lines.append(f"{r['kernel']:<15} {r.get('dtype', 'fp32'):>5} {shape:>17} {r['tflops']:>8.2f} "
                      f"{_fmt(r['cublas_tflops'], '8.2f'):>8} {_fmt(r['pct_cublas'], '7.1f'):>8} "
                      f"{r['rel_error']:>9.2e} {'yes' if r['passed'] else 'NO':>3} "
                      f"{r['registers']:>5}")
@@ -61,44 +61,53 @@ def table(rows: list[dict]) -> str:
 
 
 def ladder_markdown(doc: dict, size=(4096, 4096, 4096), techniques: dict | None = None) -> str:
-    """README table: kernel, technique, TFLOP/s and % of cuBLAS at ``size``."""
+    """README table: kernel, dtype, technique, TFLOP/s and % of cuBLAS at ``size``; after each
+    dtype's kernels, cuBLAS for that dtype from the same run."""
     techniques = techniques or {}
     m, n, k = size
-    lines = [f"| kernel | technique | TFLOP/s | % of cuBLAS |", "| --- | --- | ---: | ---: |"]
-    cub = None
-    for r in doc["rows"]:
-        if (r["M"], r["N"], r["K"]) == size:
-            cub = r["cublas_tflops"]
-            lines.append(f"| {r['kernel']} | {techniques.get(r['kernel'], r['name'])} | "
-                         f"{r['tflops']:.2f} | {_fmt(r['pct_cublas'], '.1f')}% |")
-    if cub:
-        lines.append(f"| cuBLAS SGEMM | `cupy.matmul`, TF32 off, same run | {cub:.2f} | 100% |")
-    return "\n".join(lines) + f"\n\n{doc['gpu']}, {m}x{n}x{k} fp32, CUDA {doc['cuda_version']}.\n"
+    lines = ["| kernel | dtype (A,B / C) | technique | TFLOP/s | % of cuBLAS |",
+             "| --- | --- | --- | ---: | ---: |"]
+    rows = [r for r in doc["rows"] if (r["M"], r["N"], r["K"]) == size]
+    for pair in dict.fromkeys((r.get("dtype", "fp32"), r.get("out", "fp32")) for r in rows):
+        group = [r for r in rows if (r.get("dtype", "fp32"), r.get("out", "fp32")) == pair]
+        for r in group:
+            lines.append(f"| {r['kernel']} | {pair[0]} / {pair[1]} | "
+                         f"{techniques.get(r['kernel'], r['name'])} | {r['tflops']:.2f} | "
+                         f"{_fmt(r['pct_cublas'], '.1f')}% |")
+        if group[0]["cublas_tflops"]:
+            lines.append(f"| **cuBLAS** | {pair[0]} / {pair[1]} | `cublasGemmEx`, same run | "
+                         f"{group[0]['cublas_tflops']:.2f} | 100% |")
+    return "\n".join(lines) + f"\n\n{doc['gpu']}, {m}x{n}x{k}, CUDA {doc['cuda_version']}.\n"
 
 
 def plot(doc: dict, path: str | Path) -> Path:
-    """TFLOP/s against problem size for each kernel, cuBLAS as the dashed reference line."""
+    """TFLOP/s against problem size: one panel per dtype pair, each kernel a line, cuBLAS for
+    that dtype the dashed black reference line."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    shapes = list(dict.fromkeys((r["M"], r["N"], r["K"]) for r in doc["rows"]))
-    labels = [f"{m}" if m == n == k else f"{m}x{n}x{k}" for m, n, k in shapes]
-    fig, ax = plt.subplots(figsize=(9, 5))
-    kernels = list(dict.fromkeys(r["kernel"] for r in doc["rows"]))
-    for name in kernels:
-        by = {(r["M"], r["N"], r["K"]): r["tflops"] for r in doc["rows"] if r["kernel"] == name}
-        ax.plot(labels, [by.get(s) for s in shapes], marker="o", label=name)
-    cub = {(r["M"], r["N"], r["K"]): r["cublas_tflops"] for r in doc["rows"]}
-    if any(cub.values()):
-        ax.plot(labels, [cub.get(s) for s in shapes], "k--", marker="s", label="cuBLAS")
-    ax.set_xlabel("M = N = K (or M x N x K)")
-    ax.set_ylabel("TFLOP/s (fp32)")
-    ax.set_title(f"gemmgen SIMT ladder vs cuBLAS SGEMM, {doc['gpu']}")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
+    rows = doc["rows"]
+    pairs = list(dict.fromkeys((r.get("dtype", "fp32"), r.get("out", "fp32")) for r in rows))
+    fig, axes = plt.subplots(1, len(pairs), figsize=(7 * len(pairs), 5), squeeze=False)
+    for ax, pair in zip(axes[0], pairs):
+        group = [r for r in rows if (r.get("dtype", "fp32"), r.get("out", "fp32")) == pair]
+        shapes = list(dict.fromkeys((r["M"], r["N"], r["K"]) for r in group))
+        labels = [f"{m}" if m == n == k else f"{m}x{n}x{k}" for m, n, k in shapes]
+        for name in dict.fromkeys(r["kernel"] for r in group):
+            by = {(r["M"], r["N"], r["K"]): r["tflops"] for r in group if r["kernel"] == name}
+            ax.plot(labels, [by.get(s) for s in shapes], marker="o", label=name)
+        cub = {(r["M"], r["N"], r["K"]): r["cublas_tflops"] for r in group}
+        if any(cub.values()):
+            ax.plot(labels, [cub.get(s) for s in shapes], "k--", marker="s", label="cuBLAS")
+        ax.set_xlabel("M = N = K (or M x N x K)")
+        ax.set_ylabel("TFLOP/s")
+        ax.set_title(f"A,B {pair[0]} / C {pair[1]}")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, ncol=2)
+    fig.suptitle(f"gemmgen kernels vs cuBLAS, {doc['gpu']}")
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

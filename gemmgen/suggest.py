@@ -6,14 +6,7 @@ import math
 
 from .rules import violations
 
-# Values tried for each field; a suggestion changes at most MAX_CHANGES fields of the request.
-DOMAIN: dict[str, tuple] = {
-    "bm": (16, 32, 64, 128, 256), "bn": (16, 32, 64, 128, 256), "bk": (1, 4, 8, 16, 32),
-    "tm": (1, 2, 4, 8, 16), "tn": (1, 2, 4, 8, 16), "wm": (None, 16, 32, 64, 128),
-    "wn": (None, 16, 32, 64, 128), "vec": (1, 2, 4), "skew": (0, 1, 2, 4, 8),
-    "stages": (0, 1, 2), "transpose_a": (False, True), "thread_order": ("n", "m"),
-    "min_blocks": (1, 2),
-}
+# A suggestion changes at most MAX_CHANGES fields, each to a value of the family's search_domain.
 MAX_CHANGES = 3
 
 
@@ -30,11 +23,12 @@ def nearest(cfg, count: int = 3) -> list:
     base = cfg.as_dict()
     base.pop("family")
     cls = type(cfg)
-    fields_ = list(DOMAIN)
+    domain = cls.search_domain
+    fields_ = list(domain)
     found: dict[str, tuple[float, object]] = {}
     for changes in range(1, MAX_CHANGES + 1):
         for chosen in itertools.combinations(fields_, changes):
-            options = [[v for v in DOMAIN[f] if v != base[f]] for f in chosen]
+            options = [[v for v in domain[f] if v != base[f]] for f in chosen]
             for values in itertools.product(*options):
                 trial = cls.unchecked(**{**base, **dict(zip(chosen, values))})
                 if violations(cls.rules, trial.env()):

@@ -1,7 +1,13 @@
-"""For every rule: a config that breaks that rule and no other (a preset plus overrides)."""
+"""For every rule of every family: a config that breaks that rule and no other (a preset plus
+overrides)."""
+from gemmgen.config import SimtConfig
+from gemmgen.config_wmma import WmmaConfig
 from gemmgen.presets import PRESETS
 
-BREAKERS = {
+FAMILIES = {"simt": SimtConfig, "wmma": WmmaConfig}
+ALL_RULES = [(family, rule) for family, cls in FAMILIES.items() for rule in cls.rules]
+
+SIMT_BREAKERS = {
     "bm-positive": ("vectorized", {"bm": 0}),
     "bn-positive": ("vectorized", {"bn": 0}),
     "bk-positive": ("vectorized", {"bk": 0}),
@@ -45,6 +51,36 @@ BREAKERS = {
 }
 
 
-def breaker(rule_name: str):
-    preset, overrides = BREAKERS[rule_name]
+WMMA_BREAKERS = {
+    "bm-positive": ("wmma_v07", {"bm": 0}),
+    "bn-positive": ("wmma_v07", {"bn": 0}),
+    "bk-positive": ("wmma_v07", {"bk": 0}),
+    "wm-positive": ("wmma_v07", {"wm": 0}),
+    "wn-positive": ("wmma_v07", {"wn": 0}),
+    "skew-nonnegative": ("wmma_v07", {"skew": -8}),
+    "stages-range": ("wmma_v07", {"stages": 0}),
+    "tf32-shape": ("wmma_tf32", {"shape": "m16n16k16"}),
+    "half-shape": ("wmma_v07", {"shape": "m16n16k8"}),
+    "fp16-accumulator": ("wmma_bf16", {"acc": "fp16"}),
+    "fp16-output": ("wmma_noskew", {"dtype": "bf16"}),
+    "bf16-output": ("wmma_v07", {"out": "bf16"}),
+    "bm-wm": ("wmma_v07", {"bm": 32}),
+    "bn-wn": ("wmma_v07", {"wn": 48}),
+    "wm-fragment": ("wmma_m32n8", {"wm": 16}),
+    "wn-fragment": ("wmma_bf16", {"wn": 16}),
+    "bk-fragment": ("wmma_noskew", {"bk": 8}),
+    "max-threads": ("wmma_regacc", {"bm": 512, "bn": 512}),
+    "a-tile-loads": ("wmma_v07", {"bn": 96}),
+    "b-tile-loads": ("wmma_v07", {"bm": 256}),
+    "skew-align": ("wmma_v07", {"skew": 1}),
+    "acc-registers": ("wmma_noskew", {"wm": 128}),
+    "dynamic-smem": ("wmma_pipeline", {"bm": 512}),
+    "min-blocks-positive": ("wmma_v07", {"min_blocks": 0}),
+    "min-blocks-threads": ("wmma_v07", {"min_blocks": 9}),
+}
+BREAKERS = {"simt": SIMT_BREAKERS, "wmma": WMMA_BREAKERS}
+
+
+def breaker(family: str, rule_name: str):
+    preset, overrides = BREAKERS[family][rule_name]
     return PRESETS[preset].config.replace(check=False, **overrides)

@@ -53,7 +53,7 @@ def test_check_prints_ptxas_resources(run, nvcc):
     assert result.exit_code == 0, result.output
     assert "nvcc sm_90:" in result.output
     assert "0 bytes spill stores, 0 bytes spill loads" in result.output
-    assert "bytes shared memory (model 33792)" in result.output
+    assert "bytes static shared memory (model 33792)" in result.output
 
 
 def test_list_shows_every_preset_with_source(run):
@@ -67,8 +67,23 @@ def test_list_shows_every_preset_with_source(run):
     assert [d["kernel"] for d in data] == [p.config.name for p in PRESETS.values()]
 
 
-def test_rules_lists_the_table(run):
-    from gemmgen import SIMT_RULES
+def test_rules_lists_the_tables(run):
+    from gemmgen.config import SIMT_RULES
+    from gemmgen.config_wmma import WMMA_RULES
     out = run("rules").output.splitlines()
-    assert len(out) == len(SIMT_RULES)
-    assert out[21].split()[:2] == ["R22", "a-tile-loads"]
+    assert len(out) == len(SIMT_RULES) + len(WMMA_RULES) + 2
+    assert out[22].split()[:2] == ["R22", "a-tile-loads"]
+    assert "W08" in out[len(SIMT_RULES) + 9]
+
+
+def test_emit_wmma_family(run, tmp_path):
+    result = run("emit", "--family", "wmma", "--dtype", "tf32", "-o", "k.cu")
+    assert result.exit_code == 0, result.output
+    cfg = config_from_source((tmp_path / "k.cu").read_text())
+    assert (cfg.family, cfg.dtype, cfg.shape, cfg.bk) == ("wmma", "tf32", "m16n16k8", 32)
+    assert "dynamic shared memory" in result.output
+    bad = run("emit", "--family", "wmma", "--tm", "4")
+    assert bad.exit_code == 2 and "--tm does not apply to the wmma family" in bad.output
+    invalid = run("emit", "--family", "wmma", "--wm", "48")
+    assert invalid.exit_code == 2 and "W13 bm-wm" in invalid.output and "--wm 64" in invalid.output
+    assert not (tmp_path / "generated").exists()

@@ -1,20 +1,23 @@
 """The configuration model: every rule, all-violations errors, suggestions, derived figures."""
 import pytest
 
-from breakers import BREAKERS, breaker
+from breakers import ALL_RULES, BREAKERS, FAMILIES, breaker
 from gemmgen import PRESETS, SIMT_RULES, ConfigError, SimtConfig
+from gemmgen.config_wmma import WmmaConfig
 from gemmgen.rules import violations
 
 
-def test_every_rule_has_a_breaker():
-    assert {r.name for r in SIMT_RULES} == set(BREAKERS)
-    assert len({r.id for r in SIMT_RULES}) == len(SIMT_RULES)
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_every_rule_has_a_breaker(family):
+    rules = FAMILIES[family].rules
+    assert {r.name for r in rules} == set(BREAKERS[family])
+    assert len({r.id for r in rules}) == len(rules)
 
 
-@pytest.mark.parametrize("rule", SIMT_RULES, ids=lambda r: f"{r.id}-{r.name}")
-def test_config_breaking_only_one_rule_is_rejected_with_its_message(rule):
-    cfg = breaker(rule.name)
-    found = violations(SIMT_RULES, cfg.env())
+@pytest.mark.parametrize("family, rule", ALL_RULES, ids=lambda x: getattr(x, "id", x))
+def test_config_breaking_only_one_rule_is_rejected_with_its_message(family, rule):
+    cfg = breaker(family, rule.name)
+    found = violations(cfg.rules, cfg.env())
     assert [v.rule.id for v in found] == [rule.id]
     with pytest.raises(ConfigError) as info:
         cfg.replace()  # the checked constructor
@@ -69,8 +72,8 @@ def test_rule_renders_as_cpp_and_formula():
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_presets_are_valid_and_named_uniquely(name):
     cfg = PRESETS[name].config
-    assert violations(SIMT_RULES, cfg.env()) == []
-    assert cfg.name.startswith("gemm_simt_f32_")
+    assert cfg.violations() == []
+    assert cfg.name.startswith(f"gemm_{cfg.family}_")
     assert len({p.config.name for p in PRESETS.values()}) == len(PRESETS)
 
 
@@ -96,3 +99,27 @@ def test_naive_figures():
     assert cfg.threads == 1024 and cfg.smem_bytes == 0
     assert cfg.flops_per_byte["shared"] is None
     assert cfg.blocks_per_sm() == 2
+
+
+def test_wmma_derived_figures():
+    cfg = PRESETS["wmma_pipeline"].config  # fp16 128x128x32, warps 64x64, m16n16k16, skew 8, 4 stages
+    assert (cfg.threads, cfg.warps, cfg.vec, cfg.frags) == (128, 4, 8, (4, 4))
+    assert cfg.acc_regs == 4 * 4 * 16 * 16 // 32
+    stage = (128 * (32 + 8) + (128 // 16) * 32 * (16 + 8)) * 2
+    assert cfg.pipeline_bytes == 4 * stage
+    assert cfg.smem_bytes == 4 * stage + 4 * 16 * (16 + 4) * 4  # + one fp32 C tile per warp
+    assert (cfg.static_smem_bytes, cfg.dynamic_smem_bytes) == (0, cfg.smem_bytes)
+    assert cfg.a_loads == 128 * 32 // (128 * 8)
+    assert cfg.flops_per_byte["global"] == pytest.approx(2 * 128 * 128 / (2 * 256))
+    assert cfg.blocks_per_sm("sm_90") == 228 * 1024 // (cfg.smem_bytes + 1024)
+    tf32 = PRESETS["wmma_tf32"].config
+    assert (tf32.vec, tf32.mnk, tf32.elem_bytes) == (4, (16, 16, 8), 4)
+
+
+def test_wmma_enumerated_fields_are_checked():
+    with pytest.raises(TypeError, match="dtype must be one of 'fp16', 'bf16', 'tf32'"):
+        WmmaConfig(128, 128, 32, 64, 64, dtype="fp8")
+    with pytest.raises(ConfigError) as info:
+        WmmaConfig(128, 128, 32, 64, 64, dtype="tf32")  # m16n16k16 is not a TF32 shape
+    assert [v.rule.name for v in info.value.violations] == ["tf32-shape"]
+    assert info.value.suggestions[0].shape == "m16n16k8"

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from gemmgen import PRESETS, BuildError, OperandError, build, emit, load
-from gemmgen.verify import CASES, compare, device_runner, reference, sweep, tolerance
+from gemmgen.verify import CASES, compare, reference, sweep_kernel, tolerance
 
 pytestmark = pytest.mark.gpu
 
@@ -15,14 +15,14 @@ def kernels():
 
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_preset_is_correct_over_the_shape_sweep(kernels, name):
-    results = sweep(name, device_runner(kernels[name]), CASES)
+    results = sweep_kernel(name, kernels[name], CASES)
     failed = [r for r in results if not r.passed]
     assert not failed, failed
 
 
 def test_compiled_resources_match_the_model(kernels):
     for name, k in kernels.items():
-        assert k.smem_bytes == k.config.smem_bytes, name
+        assert k.smem_bytes == k.config.static_smem_bytes, name
         assert k.local_bytes == 0, f"{name} uses local memory (spills)"
 
 
@@ -33,9 +33,9 @@ def operands(rng, m=130, n=70, k=45):
     return A, B, C
 
 
-def assert_close(out, A, B, C, alpha, beta):
+def assert_close(out, A, B, C, alpha, beta, dtype="fp32", out_dtype="fp32"):
     err, worst = compare(np.asarray(out), reference(A, B, C, alpha, beta))
-    assert err <= tolerance(A.shape[1]), (err, worst)
+    assert err <= tolerance(A.shape[1], dtype, "fp32", out_dtype), (err, worst)
 
 
 def test_numpy_arrays_are_copied_and_c_updated_in_place(kernels):
@@ -102,10 +102,48 @@ def test_load_compiles_an_emitted_file(tmp_path):
     path = emit(cfg, tmp_path / f"{cfg.name}.cu")
     kernel = load(path)
     assert kernel.config == cfg and kernel.source_path == str(path)
-    results = sweep("loaded", device_runner(kernel), CASES[:3])
+    results = sweep_kernel("loaded", kernel, CASES[:3])
     assert all(r.passed for r in results)
     broken = tmp_path / "broken.cu"
     broken.write_text(path.read_text().replace("__syncthreads();", "__syncthreads()", 1))
     with pytest.raises(BuildError) as info:
         load(broken)
     assert info.value.path == str(broken) and "error" in info.value.log
+
+
+def test_fp16_numpy_in_and_out(kernels):
+    rng = np.random.default_rng()
+    A, B, _ = operands(rng, 300, 200, 100)
+    A16, B16 = A.astype(np.float16), B.astype(np.float16)
+    out = kernels["wmma_pipeline"](A16, B16)
+    assert out.dtype == np.float16 and out.shape == (300, 200)
+    assert_close(out, A16, B16, None, 1.0, 0.0, "fp16", "fp16")
+    with pytest.raises(OperandError, match="A has dtype float32; this kernel takes fp16"):
+        kernels["wmma_pipeline"](A, B16)
+
+
+def test_bf16_torch_tensors_and_numpy(kernels):
+    torch = pytest.importorskip("torch")
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    rng = np.random.default_rng()
+    A, B, _ = operands(rng, 257, 130, 96)
+    a = torch.from_numpy(A).cuda().to(torch.bfloat16)
+    b = torch.from_numpy(B).cuda().to(torch.bfloat16)
+    c = kernels["wmma_bf16"](a, b)
+    assert c.dtype == torch.bfloat16
+    torch.cuda.synchronize()
+    A_r = a.float().cpu().numpy().astype(ml_dtypes.bfloat16)
+    B_r = b.float().cpu().numpy().astype(ml_dtypes.bfloat16)
+    assert_close(c.float().cpu().numpy(), A_r, B_r, None, 1.0, 0.0, "bf16", "bf16")
+    host = kernels["wmma_bf16"](A_r, B_r)
+    assert host.dtype == np.dtype(ml_dtypes.bfloat16)
+    assert_close(host, A_r, B_r, None, 1.0, 0.0, "bf16", "bf16")
+
+
+def test_tf32_takes_float32_device_arrays(kernels):
+    cupy = pytest.importorskip("cupy")
+    rng = np.random.default_rng()
+    A, B, C = operands(rng, 129, 250, 77)
+    c = cupy.asarray(C)
+    kernels["wmma_tf32"](cupy.asarray(A), cupy.asarray(B), c, alpha=0.5, beta=2.0)
+    assert_close(cupy.asnumpy(c), A, B, C, 0.5, 2.0, "tf32", "fp32")

@@ -4,8 +4,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from breakers import BREAKERS, breaker
-from gemmgen import PRESETS, SIMT_RULES, SimtConfig, render
+from breakers import ALL_RULES, breaker
+from gemmgen import PRESETS, SimtConfig, render
+from gemmgen.config_wmma import SHAPES, WmmaConfig
 from gemmgen.nvcc import BuildError, compile_source, parse_ptxas
 
 ARCHS = ("sm_80", "sm_90")
@@ -19,13 +20,13 @@ def test_preset_compiles_without_spills_and_with_the_model_smem(nvcc, name, tmp_
         res = report[arch]
         assert res.spills == 0, f"{arch}: {res}"
         assert res.stack_bytes == 0, f"{arch}: local-memory stack frame {res}"
-        assert res.smem_bytes == cfg.smem_bytes
+        assert res.smem_bytes == cfg.static_smem_bytes
         assert 0 < res.registers <= 255
 
 
-@pytest.mark.parametrize("rule", SIMT_RULES, ids=lambda r: f"{r.id}-{r.name}")
-def test_each_rule_fires_alone_as_a_static_assert(nvcc, rule):
-    cfg = breaker(rule.name)
+@pytest.mark.parametrize("family, rule", ALL_RULES, ids=lambda x: getattr(x, "id", x))
+def test_each_rule_fires_alone_as_a_static_assert(nvcc, family, rule):
+    cfg = breaker(family, rule.name)
     with pytest.raises(BuildError) as info:
         compile_source(render(cfg), ("sm_90",), name=cfg.name)
     assert info.value.static_assert_ids() == {rule.id}
@@ -71,7 +72,8 @@ FIELD_VALUES = {
 @st.composite
 def configs(draw):
     if draw(st.booleans()):
-        base = draw(st.sampled_from(list(PRESETS.values()))).config.as_dict()
+        simt = [p.config for p in PRESETS.values() if p.config.family == "simt"]
+        base = draw(st.sampled_from(simt)).as_dict()
         base.pop("family")
         for field in draw(st.lists(st.sampled_from(list(FIELD_VALUES)), min_size=1, max_size=2)):
             base[field] = draw(st.sampled_from(FIELD_VALUES[field]))
@@ -91,4 +93,38 @@ def test_python_verdict_equals_nvcc_verdict(nvcc, cfg):
         assert err.static_assert_ids() == found
     else:
         assert not found, f"nvcc accepted a config the model rejects: {sorted(found)}"
-        assert report["sm_90"].smem_bytes == cfg.smem_bytes
+        assert report["sm_90"].smem_bytes == cfg.static_smem_bytes
+
+
+WMMA_VALUES = {
+    "bm": [32, 64, 96, 128], "bn": [32, 64, 128], "bk": [8, 16, 32], "wm": [16, 32, 48, 64],
+    "wn": [8, 16, 32, 64], "shape": list(SHAPES), "dtype": ["fp16", "bf16", "tf32"],
+    "acc": ["fp32", "fp32", "fp16"], "out": ["fp32", "fp16", "bf16"], "skew": [0, 4, 8, 12],
+    "stages": [1, 2, 3, 7], "min_blocks": [1, 1, 2],
+}
+
+
+@st.composite
+def wmma_configs(draw):
+    if draw(st.booleans()):
+        wmma = [p.config for p in PRESETS.values() if p.config.family == "wmma"]
+        base = draw(st.sampled_from(wmma)).as_dict()
+        base.pop("family")
+        for field in draw(st.lists(st.sampled_from(list(WMMA_VALUES)), min_size=1, max_size=2)):
+            base[field] = draw(st.sampled_from(WMMA_VALUES[field]))
+        return WmmaConfig.unchecked(**base)
+    return WmmaConfig.unchecked(**{f: draw(st.sampled_from(v)) for f, v in WMMA_VALUES.items()})
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=wmma_configs())
+def test_python_verdict_equals_nvcc_verdict_wmma(nvcc, cfg):
+    found = {v.rule.id for v in cfg.violations()}
+    event("invalid" if found else "valid")
+    try:
+        compile_source(render(cfg), ("sm_90",), name=cfg.name)
+    except BuildError as err:
+        assert found, f"valid by the model but nvcc failed:\n{err.log[-2000:]}"
+        assert err.static_assert_ids() == found
+    else:
+        assert not found, f"nvcc accepted a config the model rejects: {sorted(found)}"

@@ -31,7 +31,7 @@ def test_row_major_and_padded_views_give_leading_dimensions():
 
 
 @pytest.mark.parametrize("bad, match", [
-    (np.ones((4, 4), np.float64), "A has dtype float64; this kernel takes float32"),
+    (np.ones((4, 4), np.float64), r"A has dtype float64; this kernel takes fp32 \(float32\)"),
     (f32(2, 3, 4), "A must be a 2-D matrix"),
     (np.asfortranarray(f32(4, 6)), "A must be row-major"),
     (f32(6, 4).T, "A must be row-major"),
@@ -71,3 +71,21 @@ def test_build_without_pycuda_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "pycuda.autoprimaryctx", None)
     with pytest.raises(ImportError, match=r"pip install 'gemmgen\[cuda\]'"):
         build(PRESETS["smem"].config)
+
+
+def test_half_precision_operands():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    h = np.ones((4, 8), np.float16)
+    assert describe(h, "A", "fp16").ld == 8
+    assert describe(np.ones((4, 8), ml_dtypes.bfloat16), "A", "bf16").dtype.itemsize == 2
+    assert describe(FakeDeviceArray((4, 8), typestr="<f2"), "B", "fp16").ld == 8
+    assert describe(np.ones((4, 8), "V2"), "A", "bf16").ld == 8  # PyCUDA's bfloat16 GPUArray
+    with pytest.raises(OperandError, match="A has dtype float16; this kernel takes bf16"):
+        describe(h, "A", "bf16")
+    args = check_gemm(f32(3, 5), f32(5, 7), f32(3, 7), dtype="tf32", out="fp32")
+    assert (args.m, args.n, args.k) == (3, 7, 5)
+    args = check_gemm(h[:3, :5], np.ones((5, 7), np.float16), f32(3, 7), dtype="fp16", out="fp32")
+    assert args.c.dtype == np.float32
+    with pytest.raises(OperandError, match="C has dtype float16; this kernel takes fp32"):
+        check_gemm(h[:3, :5], np.ones((5, 7), np.float16), np.ones((3, 7), np.float16),
+                   dtype="fp16", out="fp32")

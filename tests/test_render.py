@@ -6,10 +6,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gemmgen import PRESETS, SIMT_RULES, SimtConfig, config_from_source, emit, render
+from gemmgen import PRESETS, SimtConfig, config_from_source, emit, render
 from gemmgen.render import _env
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_wmma_header_names_types_and_dynamic_smem():
+    cfg = PRESETS["wmma_bf16"].config
+    src = render(cfg)
+    assert "A and B bf16, fp32 accumulation, C bf16" in src
+    assert f"dynamic shared memory {cfg.smem_bytes} bytes (passed at launch)" in src
+    assert "using in_t = __nv_bfloat16;" in src and "using out_t = __nv_bfloat16;" in src
 
 
 @pytest.mark.parametrize("name", list(PRESETS))
@@ -34,12 +42,13 @@ def test_header_states_configuration_and_figures():
     assert f'extern "C" __global__ void __launch_bounds__({cfg.name}_cfg::THREADS, {cfg.name}_cfg::MIN_BLOCKS)' in src
 
 
-@pytest.mark.parametrize("name", ["naive", "warptile_db"])
+@pytest.mark.parametrize("name", ["naive", "warptile_db", "wmma_v07", "wmma_tf32"])
 def test_one_static_assert_per_rule(name):
-    src = render(PRESETS[name].config)
-    for rule in SIMT_RULES:
+    cfg = PRESETS[name].config
+    src = render(cfg)
+    for rule in cfg.rules:
         assert src.count(f'"{rule.id} {rule.name}:') == 1
-    assert src.count("static_assert(") == len(SIMT_RULES)
+    assert src.count("static_assert(") == len(cfg.rules)
 
 
 def test_template_constants_come_from_the_model():

@@ -68,8 +68,8 @@ def test_reports_render(tmp_path):
     text = results.table(doc()["rows"])
     assert "warptile" in text and "75.0" in text
     md = results.ladder_markdown(doc(), techniques={"warptile": "warp tiling"})
-    assert "| warptile | warp tiling | 30.00 | 75.0% |" in md
-    assert "| cuBLAS SGEMM |" in md
+    assert "| warptile | fp32 / fp32 | warp tiling | 30.00 | 75.0% |" in md
+    assert "| **cuBLAS** | fp32 / fp32 | `cublasGemmEx`, same run | 40.00 | 100% |" in md
     assert results.default_path("NVIDIA H100 80GB HBM3").name == "NVIDIA_H100_80GB_HBM3.json"
     path = results.write(doc(), tmp_path / "r" / "x.json")
     assert json.loads(path.read_text())["rows"][0]["tflops"] == 30.0

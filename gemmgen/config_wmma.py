@@ -1,0 +1,244 @@
+"""Configuration model: the tensor-core (WMMA) family for FP16, BF16 and TF32 inputs."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .arch import get_arch
+from .model import MAX_THREADS_PER_SM, WARP_SIZE, ConfigBase, div
+from .rules import Rule, at_least, at_most, equal, multiple_of, one_of
+
+LOAD_BYTES = 16          # every global -> shared copy is one 16-byte cp.async
+MAX_DYNAMIC_SMEM = 227 * 1024  # the largest opt-in on any supported arch (sm_90)
+MAX_ACC_REGS = 128
+SHAPES = {"m16n16k16": (16, 16, 16), "m32n8k16": (32, 8, 16), "m8n32k16": (8, 32, 16),
+          "m16n16k8": (16, 16, 8)}
+ELEM_BYTES = {"fp16": 2, "bf16": 2, "tf32": 4, "fp32": 4}
+CTYPES = {"fp16": "half", "bf16": "__nv_bfloat16", "tf32": "float", "fp32": "float"}
+FRAG_CTYPES = {"fp16": "half", "bf16": "__nv_bfloat16", "tf32": "wmma::precision::tf32"}
+
+_TF32 = equal("DTYPE_TF32", 1)
+
+WMMA_RULES: tuple[Rule, ...] = (
+    Rule("W01", "bm-positive", at_least("BM", 1), "the block tile needs rows"),
+    Rule("W02", "bn-positive", at_least("BN", 1), "the block tile needs columns"),
+    Rule("W03", "bk-positive", at_least("BK", 1), "each K step covers at least one k"),
+    Rule("W04", "wm-positive", at_least("WM", 1), "each warp owns at least one row"),
+    Rule("W05", "wn-positive", at_least("WN", 1), "each warp owns at least one column"),
+    Rule("W06", "skew-nonnegative", at_least("SKEW", 0), "skew pads shared-memory rows"),
+    Rule("W07", "stages-range", one_of("STAGES", (1, 2, 3, 4, 5, 6)),
+         "1 = single buffer, 2 = double buffer, 3+ = cp.async pipeline"),
+    Rule("W08", "tf32-shape", equal("WMMA_K", 8), "TF32 WMMA exists only as m16n16k8",
+         when=_TF32),
+    Rule("W09", "half-shape", equal("WMMA_K", 16),
+         "FP16 and BF16 WMMA shapes are m16n16k16, m32n8k16 and m8n32k16",
+         when=equal("DTYPE_TF32", 0)),
+    Rule("W10", "fp16-accumulator", equal("DTYPE_FP16", 1),
+         "only FP16 inputs can accumulate in FP16", when=equal("ACC_FP16", 1)),
+    Rule("W11", "fp16-output", equal("DTYPE_FP16", 1), "an FP16 C needs FP16 inputs",
+         when=equal("OUT_FP16", 1)),
+    Rule("W12", "bf16-output", equal("DTYPE_BF16", 1), "a BF16 C needs BF16 inputs",
+         when=equal("OUT_BF16", 1)),
+    Rule("W13", "bm-wm", multiple_of("BM", "WM"), "warp tiles must cover the block rows"),
+    Rule("W14", "bn-wn", multiple_of("BN", "WN"), "warp tiles must cover the block columns"),
+    Rule("W15", "wm-fragment", multiple_of("WM", "WMMA_M"), "WMMA tiles must cover the warp rows"),
+    Rule("W16", "wn-fragment", multiple_of("WN", "WMMA_N"),
+         "WMMA tiles must cover the warp columns"),
+    Rule("W17", "bk-fragment", multiple_of("BK", "WMMA_K"), "WMMA steps must cover the K tile"),
+    Rule("W18", "max-threads", at_most("THREADS", 1024), "CUDA allows 1024 threads per block"),
+    Rule("W19", "a-tile-loads", multiple_of(("BM", "BK"), ("THREADS", "VEC")),
+         "every thread copies the same number of 16-byte A chunks"),
+    Rule("W20", "b-tile-loads", multiple_of(("BK", "BN"), ("THREADS", "VEC")),
+         "every thread copies the same number of 16-byte B chunks"),
+    Rule("W21", "skew-align", multiple_of("SKEW", "VEC"),
+         "padded rows stay 16-byte aligned for cp.async and WMMA's ldm"),
+    Rule("W22", "acc-registers", at_most("ACC_REGS", MAX_ACC_REGS),
+         "more accumulator registers than half the 255-register budget spill"),
+    Rule("W23", "dynamic-smem", at_most("SMEM_BYTES", MAX_DYNAMIC_SMEM),
+         "a block may opt in to at most 227 KiB of shared memory (sm_90)"),
+    Rule("W24", "min-blocks-positive", at_least("MIN_BLOCKS", 1),
+         "__launch_bounds__ asks for at least one resident block"),
+    Rule("W25", "min-blocks-threads", at_most(("MIN_BLOCKS", "THREADS"), MAX_THREADS_PER_SM),
+         "no SM holds more than 2048 threads"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WmmaConfig(ConfigBase):
+    """A tensor-core GEMM through the WMMA API (Lei Mao's v07; gty111's steps): C[M,N] =
+    alpha * A[M,K] @ B[K,N] + beta * C, row-major.
+
+    Fields: ``bm, bn, bk`` block tile, ``wm, wn`` warp tile (elements); ``shape`` the WMMA tile
+    (m16n16k16, m32n8k16, m8n32k16 for fp16/bf16; m16n16k8 for tf32); ``dtype`` of A and B
+    (fp16, bf16, or tf32: float32 storage rounded to TF32 in the fragments); ``acc`` fp32 (or
+    fp16 for fp16 inputs); ``out`` the dtype of C (fp32, or the input dtype for fp16/bf16);
+    ``skew`` padding elements per shared-memory row (a multiple of 16 bytes); ``stages`` shared
+    buffers (1, 2, or 3+ for a deeper cp.async pipeline); ``min_blocks`` as in SimtConfig.
+    Global -> shared copies are 16-byte ``cp.async`` (sm_80+). B is kept in WMMA_N-wide panels
+    so every fragment pointer is 32-byte aligned, m32n8k16 included.
+
+    Raises ``ConfigError`` listing every broken rule of ``WMMA_RULES`` with its numbers.
+    """
+
+    bm: int
+    bn: int
+    bk: int
+    wm: int
+    wn: int
+    shape: str = "m16n16k16"
+    dtype: str = "fp16"
+    acc: str = "fp32"
+    out: str = "fp32"
+    skew: int = 8
+    stages: int = 3
+    min_blocks: int = 1
+
+    family = "wmma"
+    template = "wmma.cu.j2"
+    rules = WMMA_RULES
+    field_types = {"shape": str, "dtype": str, "acc": str, "out": str}
+    choices = {"shape": tuple(SHAPES), "dtype": ("fp16", "bf16", "tf32"),
+               "acc": ("fp32", "fp16"), "out": ("fp32", "fp16", "bf16")}
+    search_domain = {
+        "bm": (32, 64, 128, 256), "bn": (32, 64, 128, 256), "bk": (8, 16, 32, 64),
+        "wm": (16, 32, 64, 128), "wn": (16, 32, 64, 128), "shape": tuple(SHAPES),
+        "acc": ("fp32", "fp16"), "out": ("fp32", "fp16", "bf16"), "skew": (0, 4, 8, 16),
+        "stages": (1, 2, 3, 4), "min_blocks": (1, 2),
+    }
+
+    @property
+    def name(self) -> str:
+        """Every field in a fixed order; the kernel symbol, file name and cache key."""
+        return (f"gemm_wmma_{self.dtype}_{self.bm}x{self.bn}x{self.bk}_w{self.wm}x{self.wn}"
+                f"_{self.shape}_acc{self.acc}_out{self.out}_skew{self.skew}_st{self.stages}"
+                f"_mb{self.min_blocks}")
+
+    # ---- derived figures ------------------------------------------------------------------
+    @property
+    def elem_bytes(self) -> int:
+        return ELEM_BYTES.get(self.dtype, 4)
+
+    @property
+    def vec(self) -> int:
+        """Elements per 16-byte copy."""
+        return LOAD_BYTES // self.elem_bytes
+
+    @property
+    def mnk(self) -> tuple[int, int, int]:
+        return SHAPES.get(self.shape, (16, 16, 16))
+
+    @property
+    def threads(self) -> int:
+        return WARP_SIZE * div(self.bm, self.wm) * div(self.bn, self.wn)
+
+    @property
+    def warps(self) -> int:
+        return div(self.threads, WARP_SIZE)
+
+    @property
+    def frags(self) -> tuple[int, int]:
+        """Accumulator fragments per warp along M and N."""
+        m, n, _ = self.mnk
+        return div(self.wm, m), div(self.wn, n)
+
+    @property
+    def acc_regs(self) -> int:
+        """32-bit registers per thread holding accumulators."""
+        m, n, _ = self.mnk
+        fm, fn = self.frags
+        return fm * fn * m * n // WARP_SIZE * ELEM_BYTES[self.acc] // 4
+
+    @property
+    def as_ld(self) -> int:
+        return self.bk + self.skew
+
+    @property
+    def bs_ld(self) -> int:
+        return self.mnk[1] + self.skew
+
+    @property
+    def cs_ld(self) -> int:
+        """Row length of a warp's C staging tile: WMMA_N plus 16 bytes."""
+        return self.mnk[1] + LOAD_BYTES // ELEM_BYTES[self.acc]
+
+    @property
+    def pipeline_bytes(self) -> int:
+        a = self.bm * self.as_ld
+        b = div(self.bn, self.mnk[1]) * self.bk * self.bs_ld
+        return self.stages * (a + b) * self.elem_bytes
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory per block: the stages plus one C staging tile per warp."""
+        m = self.mnk[0]
+        return self.pipeline_bytes + self.warps * m * self.cs_ld * ELEM_BYTES[self.acc]
+
+    @property
+    def static_smem_bytes(self) -> int:
+        return 0
+
+    @property
+    def dynamic_smem_bytes(self) -> int:
+        return self.smem_bytes
+
+    @property
+    def a_loads(self) -> int:
+        return div(self.bm * self.bk, self.threads * self.vec)
+
+    @property
+    def b_loads(self) -> int:
+        return div(self.bk * self.bn, self.threads * self.vec)
+
+    def env(self) -> dict[str, int]:
+        m, n, k = self.mnk
+        return {
+            "BM": self.bm, "BN": self.bn, "BK": self.bk, "WM": self.wm, "WN": self.wn,
+            "WMMA_M": m, "WMMA_N": n, "WMMA_K": k, "SKEW": self.skew, "STAGES": self.stages,
+            "MIN_BLOCKS": self.min_blocks, "VEC": self.vec, "ELEM_BYTES": self.elem_bytes,
+            "DTYPE_FP16": int(self.dtype == "fp16"), "DTYPE_BF16": int(self.dtype == "bf16"),
+            "DTYPE_TF32": int(self.dtype == "tf32"), "ACC_FP16": int(self.acc == "fp16"),
+            "OUT_FP16": int(self.out == "fp16"), "OUT_BF16": int(self.out == "bf16"),
+            "WARP_SIZE": WARP_SIZE, "THREADS": self.threads, "ACC_REGS": self.acc_regs,
+            "SMEM_BYTES": self.smem_bytes,
+        }
+
+    def template_constants(self) -> dict[str, int]:
+        m, n, _ = self.mnk
+        fm, fn = self.frags
+        return {**self.env(), "WARPS_N": div(self.bn, self.wn), "FRAGS_M": fm, "FRAGS_N": fn,
+                "A_LOADS": self.a_loads, "B_LOADS": self.b_loads,
+                "A_VECS_PER_ROW": div(self.bk, self.vec), "B_VECS_PER_ROW": div(self.bn, self.vec),
+                "AS_LD": self.as_ld, "BS_LD": self.bs_ld, "CS_LD": self.cs_ld,
+                "A_STAGE_ELEMS": self.bm * self.as_ld,
+                "B_STAGE_ELEMS": div(self.bn, n) * self.bk * self.bs_ld,
+                "PIPELINE_BYTES": self.pipeline_bytes, "C_TILE_ELEMS": m * self.cs_ld,
+                "LANE_ELEMS": div(m * n, WARP_SIZE), "LOAD_BYTES": LOAD_BYTES}
+
+    def ctypes(self) -> dict[str, str]:
+        """C++ types the template declares: inputs, fragments, accumulator, output."""
+        return {"in_t": CTYPES.get(self.dtype, "float"), "frag_t": FRAG_CTYPES.get(self.dtype, "half"),
+                "acc_t": CTYPES[self.acc] if self.acc in CTYPES else "float",
+                "out_t": CTYPES.get(self.out, "float")}
+
+    @property
+    def flops_per_byte(self) -> dict[str, float | None]:
+        """FLOP per byte at the block tile (global) and warp tile (shared) levels."""
+        def tile(a: int, b: int) -> float:
+            return 2 * a * b / (self.elem_bytes * (a + b)) if a + b > 0 else 0.0
+        return {"global": tile(self.bm, self.bn), "shared": tile(self.wm, self.wn)}
+
+    def blocks_per_sm(self, arch: str = "sm_90") -> int:
+        """Resident blocks per SM that threads and shared memory allow (registers not counted)."""
+        a = get_arch(arch)
+        by_smem = a.smem_per_sm // (self.smem_bytes + a.smem_reserved_per_block)
+        return min(a.blocks_per_sm, div(a.threads_per_sm, self.threads), by_smem)
+
+    def grid(self, m: int, n: int) -> tuple[int, int, int]:
+        """(ceil(N/BN), ceil(M/BM), 1); block = (threads, 1, 1)."""
+        return (-(-n // self.bn), -(-m // self.bm), 1)
+
+    def figures(self, arch: str = "sm_90") -> dict:
+        return {"threads": self.threads, "warps": self.warps, "vec_elems": self.vec,
+                "smem_bytes_dynamic": self.smem_bytes, "acc_regs": self.acc_regs,
+                "a_copies_per_thread": self.a_loads, "b_copies_per_thread": self.b_loads,
+                "flops_per_byte": {k: round(v, 3) for k, v in self.flops_per_byte.items()},
+                f"blocks_per_sm_{get_arch(arch).name}": self.blocks_per_sm(arch)}
