@@ -7,6 +7,7 @@ from .render import config_from_source, emit, render  # noqa: E402
 from .build import Kernel, build, load  # noqa: E402
 from .nvcc import BuildError  # noqa: E402
 from .operands import OperandError  # noqa: E402
+from .dispatch import gemm  # noqa: E402
 
-__all__ = ["BuildError", "Kernel", "OperandError", "build", "load", "ConfigError", "SimtConfig", "SIMT_RULES", "PRESETS", "config_from_dict",
+__all__ = ["gemm", "BuildError", "Kernel", "OperandError", "build", "load", "ConfigError", "SimtConfig", "SIMT_RULES", "PRESETS", "config_from_dict",
            "config_from_source", "emit", "get_preset", "render", "__version__"]

@@ -1,5 +1,5 @@
 """python -m gemmgen and the gemmgen script: the command line."""
-from . import cli_run  # noqa: F401 - registers verify, bench, report on the group
+from . import cli_run, cli_tune  # noqa: F401 - register verify, bench, report, tune
 from .cli import main
 
 

@@ -112,6 +112,13 @@ def build(config: ConfigBase, arch: str | None = None, *, source: str | None = N
     except drv.CompileError as exc:
         path = source_path or str(_source_file(config.name, source))
         raise BuildError(path, f"{exc.stdout or ''}{exc.stderr or ''}" or str(exc)) from exc
+    kernel = _kernel_from_module(drv, config, arch, module, source_path)
+    _CACHE[key] = kernel
+    return kernel
+
+
+def _kernel_from_module(drv, config: ConfigBase, arch: str, module, source_path) -> Kernel:
+    """Fetch the kernel function, prepare its signature, opt in to its shared memory."""
     function = module.get_function(config.name)
     function.prepare(SIGNATURE)
     dynamic = config.dynamic_smem_bytes
@@ -122,9 +129,14 @@ def build(config: ConfigBase, arch: str | None = None, *, source: str | None = N
             raise BuildError(source_path or config.name, f"{config.name} needs {dynamic} bytes "
                              f"of shared memory; this device allows {limit} per block")
         function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic)
-    kernel = Kernel(config, arch, function, module, source_path)
-    _CACHE[key] = kernel
-    return kernel
+    return Kernel(config, arch, function, module, source_path)
+
+
+def from_cubin(config: ConfigBase, arch: str, cubin: bytes) -> Kernel:
+    """Load a cubin compiled elsewhere (``gemmgen.nvcc.compile_cubin``, e.g. in a worker
+    process) into the current context and return its Kernel."""
+    drv, _ = pycuda_modules()
+    return _kernel_from_module(drv, config, arch, drv.module_from_buffer(cubin), None)
 
 
 def load(path: str | os.PathLike, arch: str | None = None) -> Kernel:

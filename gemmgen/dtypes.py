@@ -33,3 +33,18 @@ def torch_dtype_name(dtype) -> str | None:
     """gemmgen name of a torch dtype (float32 -> fp32, float16 -> fp16, bfloat16 -> bf16)."""
     return {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16"}.get(
         str(dtype))
+
+
+def dtype_name_of(x) -> str:
+    """gemmgen dtype name of an array's elements (NumPy, CuPy, PyTorch, PyCUDA GPUArray):
+    float32 -> fp32, float16 -> fp16, bfloat16 -> bf16. Raises ``ValueError`` otherwise."""
+    if type(x).__module__.split(".")[0] == "torch":
+        name = torch_dtype_name(x.dtype)
+    else:
+        dt = np.dtype(x.dtype)
+        name = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(dt.name)
+        if name is None and dt.kind == "V" and dt.itemsize == 2:
+            name = "bf16"  # PyCUDA's view of a bfloat16 array
+    if name is None:
+        raise ValueError(f"no gemmgen kernel takes {getattr(x, 'dtype', type(x))} operands")
+    return name

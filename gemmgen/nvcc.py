@@ -17,6 +17,9 @@ class BuildError(RuntimeError):
         self.path, self.log, self.command = str(path), log, command or []
         super().__init__(f"nvcc failed on {self.path}:\n{log.strip()}")
 
+    def __reduce__(self):  # crosses process boundaries (parallel compiles in tune)
+        return (type(self), (self.path, self.log, self.command))
+
     def static_assert_ids(self) -> set[str]:
         """Rule ids (``R07``) of the static_asserts that fired."""
         return set(re.findall(r'static assertion failed with "([A-Z]\d+)', self.log))
@@ -103,3 +106,28 @@ def compile_source(source: str, archs: tuple[str, ...] = ("sm_90",), name: str =
         path = Path(tmp) / f"{name}.cu"
         path.write_text(source)
         return compile_file(path, archs)
+
+
+def compile_cubin(source: str, arch: str = "sm_90", name: str = "kernel",
+                  timeout: float = 120) -> tuple[bytes, Resources]:
+    """Compile ``source`` to a cubin for one arch: (cubin bytes, ptxas resources). Plain data
+    in and out, so it runs in worker processes. Raises ``BuildError`` (a timeout included)."""
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise FileNotFoundError("nvcc not found on PATH or in $CUDA_HOME/bin")
+    with tempfile.TemporaryDirectory(prefix="gemmgen-cubin-") as tmp:
+        src, out = Path(tmp) / f"{name}.cu", Path(tmp) / f"{name}.cubin"
+        src.write_text(source)
+        cmd = [nvcc, "-cubin", f"-arch={arch}", "-std=c++17", "-Xptxas", "-v", "-o", str(out),
+               str(src)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise BuildError(src, f"nvcc took longer than {timeout:g} s", cmd) from exc
+        log = proc.stdout + proc.stderr
+        if proc.returncode != 0:
+            raise BuildError(src, log, cmd)
+        report = parse_ptxas(log)
+        if arch not in report:
+            raise BuildError(src, f"no ptxas report for {arch} in:\n{log}", cmd)
+        return out.read_bytes(), report[arch]

@@ -147,3 +147,30 @@ def test_tf32_takes_float32_device_arrays(kernels):
     c = cupy.asarray(C)
     kernels["wmma_tf32"](cupy.asarray(A), cupy.asarray(B), c, alpha=0.5, beta=2.0)
     assert_close(cupy.asnumpy(c), A, B, C, 0.5, 2.0, "tf32", "fp32")
+
+
+def test_tune_end_to_end_and_dispatch(tmp_path, monkeypatch):
+    import gemmgen
+    from gemmgen import dispatch, tunedb
+    from gemmgen.tune import Request, WorkerPool, tune
+    req = Request(384, 320, 200, max_configs=4, budget_s=300)
+    pool = WorkerPool(req, None)
+    try:
+        key, entry, stats = tune(req, tunedb.TuneDB(tmp_path / "db.json"), pool)
+    finally:
+        pool.close()
+    assert stats["measured_now"] == 4 and entry["winner"]
+    assert all(r["status"] == "ok" and r["rel_error"] < 1e-5 for r in entry["candidates"].values())
+
+    rng = np.random.default_rng()
+    A, B, _ = operands(rng, 384, 320, 200)
+    out = gemmgen.gemm(A, B, db=str(tmp_path / "db.json"))
+    assert_close(out, A, B, None, 1.0, 0.0)
+    kernel, how = dispatch.chosen(A, B, db=str(tmp_path / "db.json"))
+    assert how == "exact" and kernel.name == entry["winner"]
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("a repeated gemm call compiled again")
+    monkeypatch.setattr("gemmgen.build.build", no_build)
+    again = gemmgen.gemm(A, B, db=str(tmp_path / "db.json"))
+    assert_close(again, A, B, None, 1.0, 0.0)

@@ -128,3 +128,9 @@ def test_python_verdict_equals_nvcc_verdict_wmma(nvcc, cfg):
         assert err.static_assert_ids() == found
     else:
         assert not found, f"nvcc accepted a config the model rejects: {sorted(found)}"
+
+
+def test_build_error_survives_pickling():
+    import pickle
+    err = pickle.loads(pickle.dumps(BuildError("/tmp/k.cu", 'static assertion failed with "R07 x"')))
+    assert err.path == "/tmp/k.cu" and err.static_assert_ids() == {"R07"}

@@ -1,0 +1,57 @@
+"""Dispatch: gemmgen.gemm picks the tuned kernel for a shape, else the nearest tuned shape, else a default."""
+from __future__ import annotations
+
+from .config import config_from_dict
+from .dtypes import dtype_name_of
+from .presets import PRESETS
+from .tunedb import TuneDB
+
+DEFAULTS = {"fp32": "warptile_tuned", "fp16": "wmma_pipeline", "bf16": "wmma_bf16",
+            "tf32": "wmma_tf32"}
+_KERNELS: dict[tuple, tuple] = {}
+_DBS: dict[str, TuneDB] = {}
+
+
+def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int):
+    """(config, how): how is "exact" or "nearest" (a tuned winner) or "default" (a preset)."""
+    row, how = db.lookup(gpu, dtype, m, n, k) if db is not None else (None, None)
+    if row is not None:
+        return config_from_dict(row["config"]), how
+    if dtype not in DEFAULTS:
+        raise ValueError(f"no kernel for dtype {dtype!r}; known: {', '.join(DEFAULTS)}")
+    return PRESETS[DEFAULTS[dtype]].config, "default"
+
+
+def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, dtype: str | None = None,
+         db: str | None = None):
+    """C = alpha * A @ B + beta * C with the best known gemmgen kernel for this GPU and shape.
+
+    A (M x K) and B (K x N) as the kernels take them (NumPy, GPUArray, CuPy, PyTorch; see
+    ``Kernel.__call__``). ``dtype`` defaults to A's (float32 -> fp32, float16 -> fp16,
+    bfloat16 -> bf16); pass "tf32" to run float32 data on tensor cores. The kernel comes from
+    the tuning database ``db`` (default ``gemmgen.tunedb.default_path()``): the winner for
+    this exact shape, else for the nearest tuned shape, else the dtype's default preset.
+    Choices and compiled modules are cached per process, so a repeated call costs a launch.
+    Raises ``OperandError`` for bad arguments, ``ValueError`` for an unsupported dtype.
+    """
+    dt = dtype or dtype_name_of(A)
+    m, k = A.shape[0], A.shape[1]
+    n = B.shape[1]
+    cache_key = (dt, m, n, k, db)
+    if cache_key not in _KERNELS:
+        from .build import build, pycuda_modules
+        drv, _ = pycuda_modules()
+        gpu = drv.Context.get_device().name()
+        path = str(db) if db else ""
+        if path not in _DBS:
+            _DBS[path] = TuneDB(db)
+        cfg, how = choose(_DBS[path], gpu, dt, m, n, k)
+        _KERNELS[cache_key] = (build(cfg), how)
+    kernel, _ = _KERNELS[cache_key]
+    return kernel(A, B, C, alpha=alpha, beta=beta)
+
+
+def chosen(A, B, dtype: str | None = None, db: str | None = None) -> tuple | None:
+    """(Kernel, how) that ``gemm`` used for these operands' shape, or None if not called yet."""
+    dt = dtype or dtype_name_of(A)
+    return _KERNELS.get((dt, A.shape[0], B.shape[1], A.shape[1], db))

@@ -1,0 +1,178 @@
+"""Tuning: search space -> prune -> rank -> parallel compile -> verify -> time -> database."""
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import queue
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+
+from . import tunedb
+from .nvcc import BuildError, compile_cubin
+from .presets import PRESETS
+from .render import render
+from .space import DeviceLimits, enumerate_configs, rank, select, unfit_reason
+
+
+@dataclass(frozen=True)
+class Request:
+    """One tuning job: the shape, A/B dtype (fp32, tf32, fp16, bf16), family (default: simt for
+    fp32, wmma otherwise), wall-clock budget and candidate count, per-candidate limits (s)."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str = "fp32"
+    family: str | None = None
+    budget_s: float = 600.0
+    max_configs: int = 48
+    compile_timeout: float = 120.0
+    run_timeout: float = 2.0
+    layout: str = "rrr"
+    seed: int | None = None
+
+    @property
+    def fam(self) -> str:
+        return self.family or ("simt" if self.dtype == "fp32" else "wmma")
+
+    @property
+    def out(self) -> str:
+        return "fp32" if self.dtype in ("fp32", "tf32") else self.dtype
+
+
+def compile_candidate(source: str, arch: str, name: str, timeout: float) -> tuple[bytes, dict]:
+    """Worker-process compile: (cubin, ptxas resources as a dict)."""
+    cubin, res = compile_cubin(source, arch, name, timeout)
+    return cubin, dataclasses.asdict(res)
+
+
+class WorkerPool:
+    """One spawned measuring process per GPU, all fed from one task queue. A worker that dies
+    (a sticky CUDA error) is restarted and its candidate recorded as a launch_error."""
+
+    def __init__(self, request: Request, devices: list[int] | None):
+        self.ctx = mp.get_context("spawn")
+        self.tasks, self.results = self.ctx.Queue(), self.ctx.Queue()
+        self.req = {**dataclasses.asdict(request), "out": request.out}
+        self.procs, self.in_flight, self.info = {}, {}, None
+        for d in devices or [None]:
+            self._start(d)
+        for _ in self.procs:
+            msg = self.results.get(timeout=600)
+            if msg[0] == "fatal":
+                self.close()
+                raise RuntimeError(f"GPU worker {msg[1]} failed to start:\n{msg[2]}")
+            if self.info and msg[2]["gpu"] != self.info["gpu"]:
+                raise RuntimeError(f"--devices mixes {self.info['gpu']} and {msg[2]['gpu']}")
+            self.info = self.info or msg[2]
+
+    def _start(self, device) -> None:
+        from .measure import worker_main
+        p = self.ctx.Process(target=worker_main, args=(device, self.req, self.tasks, self.results),
+                             daemon=True)
+        p.start()
+        self.procs[device] = p
+
+    def submit(self, name: str, cfg, cubin: bytes, ptxas: dict) -> None:
+        self.tasks.put((name, cfg.as_dict(), cubin, ptxas))
+
+    def poll(self, timeout: float) -> list[tuple[str, dict]]:
+        rows = []
+        try:
+            while True:
+                msg = self.results.get(timeout=timeout)
+                timeout = 0
+                if msg[0] == "ready":
+                    continue
+                if msg[0] == "fatal":
+                    raise RuntimeError(f"GPU worker {msg[1]} failed:\n{msg[2]}")
+                if msg[0] == "start":
+                    self.in_flight[msg[1]] = msg[2]
+                elif msg[0] == "row":
+                    self.in_flight.pop(msg[1], None)
+                    rows.append((msg[2], msg[3]))
+        except queue.Empty:
+            pass
+        for device, proc in list(self.procs.items()):
+            if not proc.is_alive():
+                name = self.in_flight.pop(device, None)
+                if name:
+                    rows.append((name, {"status": "launch_error", "reason":
+                                        f"the GPU worker died (exit code {proc.exitcode})"}))
+                self._start(device)  # its ready message is skipped below
+        return [r for r in rows if r[0] is not None]
+
+    def close(self) -> None:
+        for _ in self.procs:
+            self.tasks.put(None)
+        for proc in self.procs.values():
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.terminate()
+
+
+def plan(req: Request, dev: DeviceLimits) -> tuple[list[tuple], dict]:
+    """(candidates to measure as (config, prediction), counts of the pruning steps)."""
+    configs = enumerate_configs(req.fam, req.dtype)
+    ranked = rank(configs, req.m, req.n, req.k, dev)
+    seeds = tuple(p.config.name for p in PRESETS.values()
+                  if p.config.family == req.fam and p.config.dtype == req.dtype)
+    chosen = select(ranked, req.max_configs, seeds)
+    unfit = sum(1 for c in configs if unfit_reason(c, dev))
+    return chosen, {"valid": len(configs), "unfit": unfit, "ranked": len(ranked),
+                    "chosen": len(chosen)}
+
+
+def tune(req: Request, db: tunedb.TuneDB, runner, *, compile_fn=compile_candidate,
+         jobs: int | None = None, progress=None) -> tuple[str, dict, dict]:
+    """Measure the planned candidates that ``db`` lacks for this key; returns (key, entry,
+    stats). ``runner`` measures on the GPU (``WorkerPool``; tests pass a stand-in). Every
+    candidate becomes a row: compile_error, launch_error, wrong, timeout or ok. Stops starting
+    new work once ``req.budget_s`` has passed; a later run resumes where this one stopped."""
+    info = runner.info
+    dev = DeviceLimits(**info["limits"])
+    chosen, stats = plan(req, dev)
+    key = tunedb.key(info["gpu"], req.dtype, req.m, req.n, req.k, req.layout)
+    entry = db.entry(key, gpu=info["gpu"], dtype=req.dtype, layout=req.layout, M=req.m,
+                     N=req.n, K=req.k, family=req.fam)
+    if entry.get("cublas_tflops") is None:
+        entry["cublas_tflops"] = info.get("cublas_tflops")
+        db.save()
+    done = db.measured(key)
+    todo = {c.name: (c, pred) for c, pred in chosen if c.name not in done}
+    stats.update(already_measured=len(chosen) - len(todo), measured_now=0, budget_hit=False)
+    deadline = time.monotonic() + req.budget_s
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(compile_fn, render(c, dev.arch), dev.arch, c.name,
+                               req.compile_timeout): name for name, (c, _) in todo.items()}
+        pending, measuring = set(futures), 0
+        while pending or measuring:
+            if pending and time.monotonic() > deadline:
+                for f in pending:
+                    f.cancel()
+                pending, stats["budget_hit"] = set(), True
+            finished, pending = (wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                                 if pending else (set(), set()))
+            for f in finished:
+                cfg, pred = todo[futures[f]]
+                try:
+                    cubin, ptxas = f.result()
+                except (BuildError, OSError) as exc:
+                    reason = getattr(exc, "log", str(exc)).strip().splitlines()
+                    db.record(key, cfg.name, {"config": cfg.as_dict(), "status": "compile_error",
+                                              "reason": " | ".join(reason[-3:])[:500],
+                                              "model": pred})
+                    stats["measured_now"] += 1
+                    progress and progress(1)
+                    continue
+                runner.submit(cfg.name, cfg, cubin, ptxas)
+                measuring += 1
+            for name, row in runner.poll(0.0 if pending else 0.5):
+                row.setdefault("config", todo[name][0].as_dict())
+                row.setdefault("model", todo[name][1])
+                db.record(key, name, row)
+                measuring -= 1
+                stats["measured_now"] += 1
+                progress and progress(1)
+    return key, db.entries[key], stats

@@ -1,0 +1,92 @@
+"""Tuning database: per GPU, dtype, layout and shape, every measured candidate and the winner."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+FINAL = ("ok", "compile_error", "launch_error", "wrong", "timeout", "unfit")
+"""Statuses that count as measured: a resumed or extended run does not try these again."""
+
+
+def default_path() -> Path:
+    """$GEMMGEN_TUNE_DB, else <user cache>/gemmgen/tune.json (XDG_CACHE_HOME or ~/.cache)."""
+    if os.environ.get("GEMMGEN_TUNE_DB"):
+        return Path(os.environ["GEMMGEN_TUNE_DB"])
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "gemmgen" / "tune.json"
+
+
+def key(gpu: str, dtype: str, m: int, n: int, k: int, layout: str = "rrr") -> str:
+    """``<gpu>|<dtype>|<layout>|<M>x<N>x<K>``; layout ``rrr`` = A, B, C row-major."""
+    return f"{gpu}|{dtype}|{layout}|{m}x{n}x{k}"
+
+
+class TuneDB:
+    """A JSON file of tuning entries. Each entry (one key) holds ``candidates`` (config name ->
+    row: config, status, reason, tflops, time_ms, rel_error, registers, model), ``winner`` (a
+    config name or None) and ``cublas_tflops``. Every change is written atomically at once, so
+    an interrupted run loses at most the candidate in flight."""
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        self.path = Path(path) if path else default_path()
+        self.data = {"version": 1, "entries": {}}
+        if self.path.exists():
+            self.data = json.loads(self.path.read_text())
+
+    @property
+    def entries(self) -> dict:
+        return self.data["entries"]
+
+    def entry(self, k: str, **fields) -> dict:
+        """The entry for key ``k``, created with ``fields`` when missing."""
+        if k not in self.entries:
+            self.entries[k] = {"candidates": {}, "winner": None, **fields}
+        return self.entries[k]
+
+    def measured(self, k: str) -> set[str]:
+        """Names of the candidates of ``k`` that already have a final status."""
+        cands = self.entries.get(k, {}).get("candidates", {})
+        return {name for name, row in cands.items() if row.get("status") in FINAL}
+
+    def record(self, k: str, name: str, row: dict) -> None:
+        self.entry(k)["candidates"][name] = row
+        self.choose_winner(k)
+        self.save()
+
+    def choose_winner(self, k: str) -> str | None:
+        """The fastest candidate whose status is ok (verified before timing); None if none."""
+        cands = self.entries[k]["candidates"]
+        ok = [(row["tflops"], name) for name, row in cands.items() if row.get("status") == "ok"]
+        self.entries[k]["winner"] = max(ok)[1] if ok else None
+        return self.entries[k]["winner"]
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tune.", suffix=".json", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.data, f, indent=1)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def lookup(self, gpu: str, dtype: str, m: int, n: int, k: int,
+               layout: str = "rrr") -> tuple[dict | None, str | None]:
+        """(winner's row, "exact" | "nearest") for this GPU, dtype and layout: the entry for the
+        shape if it has a winner, else the tuned shape nearest in sum |log2(ratio)| over M, N,
+        K; (None, None) when nothing was tuned."""
+        best, best_d, how = None, math.inf, None
+        for key_, e in self.entries.items():
+            g, d, lay, shape = key_.split("|")
+            if (g, d, lay) != (gpu, dtype, layout) or not e.get("winner"):
+                continue
+            em, en, ek = (int(x) for x in shape.split("x"))
+            dist = sum(abs(math.log2((a + 1) / (b + 1))) for a, b in ((m, em), (n, en), (k, ek)))
+            if dist < best_d:
+                best, best_d = e["candidates"][e["winner"]], dist
+                how = "exact" if dist == 0 else "nearest"
+        return best, how

@@ -1,0 +1,43 @@
+"""Stand-ins for the GPU side of tuning: a compile function and a runner with made-up speeds."""
+import dataclasses
+import zlib
+
+from gemmgen.nvcc import BuildError
+from gemmgen.space import DeviceLimits
+
+DEVICE = DeviceLimits.from_arch("sm_90", 132, "FakeGPU")
+
+
+def fake_compile(source: str, arch: str, name: str, timeout: float):
+    if int(name.split("_")[3].split("x")[2]) == 32:  # BK = 32: "nvcc fails"
+        raise BuildError(f"/tmp/{name}.cu", "error: pretend ptxas ran out of registers")
+    return b"cubin:" + name.encode(), {"registers": 100, "spill_stores": 0, "spill_loads": 0,
+                                       "smem_bytes": 0, "stack_bytes": 0, "arch": arch}
+
+
+def fake_speed(name: str) -> float:
+    return 10 + zlib.crc32(name.encode()) % 4000 / 100
+
+
+class FakeRunner:
+    """Measures instantly: configs with skew 0 are 'wrong' (and the fastest, to prove a wrong
+    kernel is never chosen); the rest get a speed from a hash of their name."""
+
+    def __init__(self):
+        self.info = {"gpu": "FakeGPU", "arch": "sm_90", "limits": dataclasses.asdict(DEVICE),
+                     "cublas_tflops": 50.0}
+        self.rows, self.submitted = [], []
+
+    def submit(self, name, cfg, cubin, ptxas):
+        assert cubin == b"cubin:" + name.encode()
+        self.submitted.append(name)
+        if cfg.skew == 0:
+            row = {"status": "wrong", "reason": "pretend error 1e-1", "rel_error": 0.1}
+        else:
+            row = {"status": "ok", "tflops": fake_speed(name), "rel_error": 1e-6,
+                   "registers": 100}
+        self.rows.append((name, row))
+
+    def poll(self, timeout):
+        rows, self.rows = self.rows, []
+        return rows

@@ -1,0 +1,126 @@
+"""Tuning without a GPU: enumeration, pruning, ranking, the database, resuming and dispatch."""
+import numpy as np
+import pytest
+
+from fake_tuning import DEVICE, FakeRunner, fake_compile, fake_speed
+from gemmgen import PRESETS, tunedb
+from gemmgen.dispatch import choose
+from gemmgen.dtypes import dtype_name_of
+from gemmgen.space import (DeviceLimits, blocks_per_sm, enumerate_configs, predict, rank,
+                           select, unfit_reason)
+from gemmgen.tune import Request, plan, tune
+
+
+@pytest.mark.parametrize("family, dtype", [("simt", "fp32"), ("wmma", "fp16"), ("wmma", "tf32")])
+def test_enumeration_yields_only_valid_configs(family, dtype):
+    configs = enumerate_configs(family, dtype)
+    assert len(configs) > 100
+    assert all(not c.violations() for c in configs)
+    assert all(c.dtype == dtype for c in configs)
+
+
+def test_pruning_drops_what_the_device_cannot_hold():
+    small = DeviceLimits("tiny", "sm_86", 10, 100 * 1024, 64 * 1024)
+    configs = enumerate_configs("wmma", "fp16")
+    too_big = [c for c in configs if c.smem_bytes > 64 * 1024]
+    assert too_big and all("shared memory" in unfit_reason(c, small) for c in too_big)
+    ranked = rank(configs, 4096, 4096, 4096, small)
+    assert {c.name for c, _ in ranked}.isdisjoint({c.name for c in too_big})
+
+
+def test_model_counts_waves_and_registers():
+    cfg = PRESETS["warptile_tuned"].config  # 128x128 tiles, 256 threads, min_blocks 2
+    p = predict(cfg, 4096, 4096, 4096, DEVICE, registers=128)
+    assert p["blocks"] == 32 * 32 and p["blocks_per_sm"] == 2
+    assert p["waves"] == pytest.approx(1024 / 264, abs=1e-3)
+    assert p["tail_efficiency"] == pytest.approx((1024 / 264) / 4, abs=1e-3)
+    assert blocks_per_sm(cfg, DEVICE, registers=168) == 1  # 168 regs: one 256-thread block
+
+
+def test_selection_keeps_seeds_and_spreads_over_tile_shapes():
+    ranked = rank(enumerate_configs("simt"), 4096, 4096, 4096, DEVICE)
+    seed = PRESETS["warptile_tuned"].config.name
+    chosen = select(ranked, 20, seeds=(seed,))
+    assert len(chosen) == 20 and chosen[0][0].name == seed
+    shapes = {(c.bm, c.bn, c.bk, c.wm, c.wn) for c, _ in chosen}
+    assert len(shapes) >= 19  # one variant per tile shape before any second variant
+
+
+def test_plan_counts_each_step():
+    chosen, stats = plan(Request(4096, 4096, 4096, max_configs=30), DEVICE)
+    assert len(chosen) == stats["chosen"] == 30
+    assert stats["valid"] >= stats["ranked"] > 0
+
+
+def test_tune_records_every_candidate_and_never_picks_a_wrong_one(tmp_path):
+    db = tunedb.TuneDB(tmp_path / "db.json")
+    runner = FakeRunner()
+    req = Request(4096, 4096, 4096, max_configs=24)
+    key, entry, stats = tune(req, db, runner, compile_fn=fake_compile, jobs=2)
+    rows = entry["candidates"]
+    assert len(rows) == 24 and stats["measured_now"] == 24
+    statuses = {r["status"] for r in rows.values()}
+    assert {"ok", "wrong", "compile_error"} <= statuses
+    assert all(r["reason"] for r in rows.values() if r["status"] != "ok")
+    ok = {n: r["tflops"] for n, r in rows.items() if r["status"] == "ok"}
+    assert entry["winner"] == max(ok, key=ok.get)
+    assert rows[entry["winner"]]["config"]["skew"] != 0
+    assert entry["cublas_tflops"] == 50.0 and key == "FakeGPU|fp32|rrr|4096x4096x4096"
+
+    # Resume and extend: a new process, a larger space; only the new candidates run.
+    runner2 = FakeRunner()
+    db2 = tunedb.TuneDB(tmp_path / "db.json")
+    _, entry2, stats2 = tune(Request(4096, 4096, 4096, max_configs=30), db2, runner2,
+                             compile_fn=fake_compile, jobs=2)
+    assert stats2["already_measured"] == 24 and stats2["measured_now"] == 6
+    assert set(runner2.submitted).isdisjoint(runner.submitted)
+    assert len(entry2["candidates"]) == 30
+
+
+def test_budget_stops_new_work(tmp_path):
+    db = tunedb.TuneDB(tmp_path / "db.json")
+    _, entry, stats = tune(Request(1024, 1024, 1024, budget_s=0, max_configs=40), db,
+                           FakeRunner(), compile_fn=fake_compile, jobs=1)
+    assert stats["budget_hit"] and len(entry["candidates"]) < 40
+
+
+def test_database_lookup_exact_nearest_and_atomic_save(tmp_path):
+    db = tunedb.TuneDB(tmp_path / "db.json")
+    cfg = PRESETS["warptile"].config.as_dict()
+    for shape, speed in (((4096, 4096, 4096), 40.0), ((1024, 1024, 1024), 20.0)):
+        k = tunedb.key("G", "fp32", *shape)
+        db.entry(k, gpu="G")
+        db.record(k, "a", {"status": "ok", "tflops": speed, "config": cfg})
+        db.record(k, "b", {"status": "wrong", "tflops": 99.0, "config": cfg})
+    assert db.entries[tunedb.key("G", "fp32", 4096, 4096, 4096)]["winner"] == "a"
+    row, how = db.lookup("G", "fp32", 4096, 4096, 4096)
+    assert how == "exact" and row["tflops"] == 40.0
+    row, how = db.lookup("G", "fp32", 1500, 900, 1100)
+    assert how == "nearest" and row["tflops"] == 20.0
+    assert db.lookup("G", "fp16", 4096, 4096, 4096) == (None, None)
+    assert [p.name for p in tmp_path.iterdir()] == ["db.json"]
+    assert tunedb.TuneDB(tmp_path / "db.json").entries == db.entries
+
+
+def test_dispatch_choice(tmp_path):
+    db = tunedb.TuneDB(tmp_path / "db.json")
+    k = tunedb.key("G", "fp32", 512, 512, 512)
+    db.entry(k)
+    db.record(k, "x", {"status": "ok", "tflops": 1.0, "config": PRESETS["tile2d"].config.as_dict()})
+    assert choose(db, "G", "fp32", 512, 512, 512) == (PRESETS["tile2d"].config, "exact")
+    assert choose(db, "G", "fp32", 600, 500, 512)[1] == "nearest"
+    assert choose(db, "other", "fp32", 512, 512, 512) == (PRESETS["warptile_tuned"].config,
+                                                         "default")
+    assert choose(None, "G", "bf16", 1, 1, 1)[0] == PRESETS["wmma_bf16"].config
+
+
+def test_dtype_names_of_arrays():
+    assert dtype_name_of(np.ones(2, np.float32)) == "fp32"
+    assert dtype_name_of(np.ones(2, np.float16)) == "fp16"
+    assert dtype_name_of(np.ones(2, "V2")) == "bf16"
+    with pytest.raises(ValueError, match="no gemmgen kernel takes float64"):
+        dtype_name_of(np.ones(2))
+
+
+def test_fake_speeds_are_distinct():
+    assert fake_speed("a") != fake_speed("b")
