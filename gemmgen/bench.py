@@ -121,7 +121,8 @@ def bench_cublas(p: Problem) -> tuple[Timing, float]:
 
 def device_info() -> dict:
     """GPU name, SM count, L2 bytes, CUDA driver and toolkit versions of the current device."""
-    import pycuda.driver as drv
+    from .build import pycuda_modules
+    drv, _ = pycuda_modules()  # makes the primary context current
     dev = drv.Context.get_device()
     attr = drv.device_attribute
     return {"gpu": dev.name(), "sms": dev.get_attribute(attr.MULTIPROCESSOR_COUNT),
