@@ -66,17 +66,29 @@ def verify(paths, presets, arch, seed, json_path) -> None:
 @click.option("--arch", default=None, help="compile for this arch [default: the device's]")
 @click.option("--seed", type=int, default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="write results here")
+@click.option("--append", is_flag=True,
+              help="merge into the --json file, replacing rows of the same kernel and shape")
+@click.option("--tuned", "tuned_db", type=click.Path(dir_okay=False), default=None,
+              help="bench the tuning database's choice for each size (as kernel 'tuned')")
+@click.option("--dtype", default="fp32", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]),
+              help="dtype of the --tuned kernel")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="draw TFLOP/s vs size")
-def bench(paths, presets, sizes, arch, seed, json_path, plot_path) -> None:
+def bench(paths, presets, sizes, arch, seed, json_path, append, tuned_db, dtype,
+          plot_path) -> None:
     """Time kernels beside cuBLAS for their dtypes and print TFLOP/s and % of cuBLAS."""
     from . import results
     from .bench import DEFAULT_SIZES, run_bench
-    targets = _targets(paths, presets, arch)
     sizes = sizes or list(DEFAULT_SIZES)
-    pairs = len({(k.config.dtype, k.config.out) for _, k in targets})
-    with click.progressbar(length=len(sizes) * (len(targets) + pairs), label="benchmarking",
-                           file=sys.stderr) as bar:
-        doc = results.finish(run_bench(targets, sizes, seed, bar.update))
+    if tuned_db:
+        doc = _bench_tuned(tuned_db, dtype, sizes, arch, seed)
+    else:
+        targets = _targets(paths, presets, arch)
+        pairs = len({(k.config.dtype, k.config.out) for _, k in targets})
+        with click.progressbar(length=len(sizes) * (len(targets) + pairs),
+                               label="benchmarking", file=sys.stderr) as bar:
+            doc = results.finish(run_bench(targets, sizes, seed, bar.update))
+    if append and json_path and Path(json_path).exists():
+        doc = results.merge(json.loads(Path(json_path).read_text()), doc)
     click.echo(f"{doc['gpu']}, CUDA {doc['cuda_version']}, cuBLAS: {doc['cublas']}")
     click.echo(results.table(doc["rows"]))
     if json_path:
@@ -85,6 +97,26 @@ def bench(paths, presets, sizes, arch, seed, json_path, plot_path) -> None:
         click.echo(f"wrote {results.plot(doc, plot_path)}")
     if not all(r["passed"] for r in doc["rows"]):
         sys.exit(1)
+
+
+def _bench_tuned(db_path: str, dtype: str, sizes, arch, seed) -> dict:
+    """One run_bench per size with the tuned (or nearest, or default) kernel for it."""
+    from . import results
+    from .bench import run_bench
+    from .build import build, pycuda_modules
+    from .dispatch import choose
+    from .tunedb import TuneDB
+    db = TuneDB(db_path)
+    drv, _ = pycuda_modules()
+    gpu = drv.Context.get_device().name()
+    doc = None
+    for size in sizes:
+        cfg, how = choose(db, gpu, dtype, *size)
+        part = run_bench([("tuned", build(cfg, arch))], [size], seed)
+        for row in part["rows"]:
+            row["tuned"] = how
+        doc = part if doc is None else {**doc, "rows": doc["rows"] + part["rows"]}
+    return results.finish(doc)
 
 
 @main.command()

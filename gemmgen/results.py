@@ -30,6 +30,14 @@ def finish(doc: dict) -> dict:
             **{k: v for k, v in doc.items() if k not in ("gpu", "cuda_version", "cuda_driver")}}
 
 
+def merge(old: dict, new: dict) -> dict:
+    """``new``'s header and rows, plus ``old``'s rows for other (kernel, dtype, shape)."""
+    def ident(r):
+        return (r["kernel"], r.get("dtype", "fp32"), r["M"], r["N"], r["K"])
+    fresh = {ident(r) for r in new["rows"]}
+    return {**new, "rows": [r for r in old["rows"] if ident(r) not in fresh] + new["rows"]}
+
+
 def default_path(gpu: str) -> Path:
     """benchmarks/results/<gpu name as a file name>.json"""
     return Path("benchmarks/results") / (re.sub(r"[^A-Za-z0-9]+", "_", gpu).strip("_") + ".json")

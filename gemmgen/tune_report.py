@@ -60,9 +60,12 @@ def explain(entry: dict) -> str:
         a, b = wm[f"flops_per_byte_{lvl}"], rm[f"flops_per_byte_{lvl}"]
         if abs(a - b) > 0.05 * max(a, b):
             reasons.append(f"{lvl} intensity {a} vs {b} FLOP/byte")
-    lines.append("differences: " + ("; ".join(reasons) if reasons else
-                 "none in the model: the two differ in code paths (stages, skew, shape) that "
-                 "only the measurement separates"))
+    wc, rc = w.get("config", {}), r.get("config", {})
+    fields = [f"{f} {wc[f]} vs {rc.get(f)}" for f in wc if f != "family" and wc[f] != rc.get(f)]
+    lines.append("config: " + (", ".join(fields) or "identical"))
+    lines.append("model: " + ("; ".join(reasons) if reasons else
+                 "no difference in occupancy, waves or intensity; the configs differ only in "
+                 "code paths (stages, skew, warp shape, fragments) that the measurement separates"))
     return "\n".join(lines)
 
 

@@ -171,6 +171,7 @@ def test_tune_end_to_end_and_dispatch(tmp_path, monkeypatch):
 
     def no_build(*args, **kwargs):
         raise AssertionError("a repeated gemm call compiled again")
-    monkeypatch.setattr("gemmgen.build.build", no_build)
+    import sys
+    monkeypatch.setattr(sys.modules["gemmgen.build"], "build", no_build)
     again = gemmgen.gemm(A, B, db=str(tmp_path / "db.json"))
     assert_close(again, A, B, None, 1.0, 0.0)

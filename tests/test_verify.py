@@ -79,3 +79,12 @@ def test_plot_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
     path = results.plot(doc(), tmp_path / "p.png")
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_merge_replaces_rows_of_the_same_kernel_and_shape():
+    old = doc()
+    new_row = {**old["rows"][0], "tflops": 31.0}
+    tuned = {**old["rows"][0], "kernel": "tuned", "tflops": 35.0}
+    merged = results.merge(old, {**old, "rows": [new_row, tuned]})
+    assert [(r["kernel"], r["tflops"]) for r in merged["rows"]] == [("warptile", 31.0),
+                                                                    ("tuned", 35.0)]
