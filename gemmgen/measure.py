@@ -90,4 +90,4 @@ def worker_main(device: int | None, request: dict, tasks, results) -> None:
         except Exception as exc:  # noqa: BLE001 - a failed launch is a row, not a crash
             row = {"config": cfg_dict, "status": "launch_error",
                    "reason": f"{type(exc).__name__}: {exc}".strip()[:500]}
-        results.put(("row", device, name, row))
+        results.put(("row", device, name, {**row, "device": device}))
