@@ -17,8 +17,7 @@ def main() -> int:
     cfg = kernel.config
     p = Problem(n, n, n, np.random.default_rng(0), device_info()["l2_bytes"], cfg.dtype, cfg.out)
     for _ in range(3):
-        kernel.launch_raw(n, n, n, 1.0, int(p.a[0].gpudata), n, int(p.b[0].gpudata), n, 0.0,
-                          int(p.c[0].gpudata), n)
+        p.launch(kernel, 0)
     bench_cublas(p)
     print(f"{name}: registers {kernel.registers}, dynamic smem {cfg.dynamic_smem_bytes}")
     return 0

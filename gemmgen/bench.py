@@ -56,40 +56,73 @@ def time_launches(launch: Callable[[int], None], sets: int, budget_s: float = 0.
 
 
 class Problem:
-    """Device buffers for one M x N x K problem in one dtype pair: ``sets`` rotated copies of
-    A, B and C (fresh standard-normal data, never zeros), the set-0 host copies and their
-    float64 reference (alpha = 1, beta = 0)."""
+    """Device buffers for one M x N x K problem (optionally a batch) in one dtype pair and
+    layout: ``sets`` rotated copies of A, B and C (fresh standard-normal data, never zeros),
+    a bias vector, the set-0 host copies and their float64 references."""
 
     def __init__(self, m: int, n: int, k: int, rng: np.random.Generator, l2_bytes: int,
-                 dtype: str = "fp32", out: str = "fp32"):
+                 dtype: str = "fp32", out: str = "fp32", layout: str = "rrr",
+                 batch: int | None = None):
         from pycuda import gpuarray
         self.m, self.n, self.k, self.dtype, self.out = m, n, k, dtype, out
+        self.layout, self.batch = layout, batch
         ab, c = numpy_dtype(dtype), numpy_dtype(out)
-        set_bytes = ab.itemsize * (m * k + k * n) + c.itemsize * m * n
+        per = batch or 1
+        set_bytes = per * (ab.itemsize * (m * k + k * n) + c.itemsize * m * n)
         self.sets = max(1, min(16, -(-L2_MULTIPLE * l2_bytes // set_bytes)))
-        self.A, self.B, _ = random_operands(rng, m, n, k, 1.0, dtype, out)
-        self.ref = reference(self.A, self.B, None, 1.0, 0.0)
-        self.a, self.b, self.c = [gpuarray.to_gpu(self.A)], [gpuarray.to_gpu(self.B)], []
-        for _ in range(self.sets - 1):
-            A, B, _ = random_operands(rng, m, n, k, 1.0, dtype, out)
-            self.a.append(gpuarray.to_gpu(A))
-            self.b.append(gpuarray.to_gpu(B))
-        self.c = [gpuarray.empty((m, n), c) for _ in range(self.sets)]
+        self.A, self.B, _ = random_operands(rng, m, n, k, 1.0, dtype, out, batch)
+        self.bias_host = rng.standard_normal(n, dtype=np.float32).astype(c)
+        self.bias = gpuarray.to_gpu(self.bias_host)
+        self._refs: dict[str, np.ndarray] = {}
+        self.a, self.b, self.c = [], [], []
+        for i in range(self.sets):
+            A, B = (self.A, self.B) if i == 0 else random_operands(
+                rng, m, n, k, 1.0, dtype, out, batch)[:2]
+            self.a.append(self._upload(A, layout[0] == "c"))
+            self.b.append(self._upload(B, layout[1] == "c"))
+            self.c.append(self._upload(np.zeros((*A.shape[:-2], m, n), c), layout[2] == "c"))
+        self.lda = k if layout[0] == "r" else m
+        self.ldb = n if layout[1] == "r" else k
+        self.ldc = n if layout[2] == "r" else m
 
-    def error_of(self, run_set0: Callable[[], None]) -> float:
+    @staticmethod
+    def _upload(x: np.ndarray, col: bool):
+        from pycuda import gpuarray
+        return gpuarray.to_gpu(np.ascontiguousarray(np.swapaxes(x, -1, -2) if col else x))
+
+    @property
+    def strides(self) -> tuple[int, int, int]:
+        if not self.batch:
+            return 0, 0, 0
+        return self.m * self.k, self.k * self.n, self.m * self.n
+
+    def launch(self, kernel, i: int) -> None:
+        """One launch of ``kernel`` on set ``i`` (alpha 1, beta 0, bias when it takes one)."""
+        sa, sb, sc = self.strides
+        bias = int(self.bias.gpudata) if kernel.config.epilogue.startswith("bias") else 0
+        kernel.launch_raw(self.m, self.n, self.k, 1.0, int(self.a[i].gpudata), self.lda,
+                          int(self.b[i].gpudata), self.ldb, 0.0, int(self.c[i].gpudata),
+                          self.ldc, sa, sb, sc, bias, self.batch or 1)
+
+    def result(self) -> np.ndarray:
+        out = self.c[0].get().view(numpy_dtype(self.out))
+        return np.swapaxes(out, -1, -2) if self.layout[2] == "c" else out
+
+    def error_of(self, run_set0: Callable[[], None], epilogue: str = "none") -> float:
         """Poison C of set 0 with NaN, run, and return ||C - ref|| / ||ref||."""
-        nan = np.full((self.m, self.n), np.nan, np.float32).astype(numpy_dtype(self.out))
+        nan = np.full(self.c[0].shape, np.nan, np.float32).astype(numpy_dtype(self.out))
         self.c[0].set(nan)
         run_set0()
-        return compare(self.c[0].get().view(nan.dtype), self.ref)[0]
+        if epilogue not in self._refs:
+            self._refs[epilogue] = reference(self.A, self.B, None, 1.0, 0.0, self.bias_host,
+                                             epilogue)
+        return compare(self.result(), self._refs[epilogue])[0]
 
 
 def bench_kernel(kernel, p: Problem) -> tuple[Timing, float]:
     """(timing, relative error) of a built gemmgen kernel on problem ``p`` (alpha 1, beta 0)."""
-    def launch(i: int) -> None:
-        kernel.launch_raw(p.m, p.n, p.k, 1.0, int(p.a[i].gpudata), p.k, int(p.b[i].gpudata),
-                          p.n, 0.0, int(p.c[i].gpudata), p.n)
-    return time_launches(launch, p.sets), p.error_of(lambda: launch(0))
+    err = p.error_of(lambda: p.launch(kernel, 0), kernel.config.epilogue)
+    return time_launches(lambda i: p.launch(kernel, i), p.sets), err
 
 
 def cublas_available() -> str | None:
@@ -102,20 +135,35 @@ def cublas_available() -> str | None:
 
 
 def bench_cublas(p: Problem) -> tuple[Timing, float]:
-    """(timing, relative error) of cuBLAS on the same buffers: ``cublasGemmEx`` through CuPy
-    with A and B in ``p.dtype``, C in ``p.out`` and FP32 compute (CUBLAS_COMPUTE_32F, which is
-    SGEMM for fp32; CUBLAS_COMPUTE_32F_FAST_TF32 for tf32). Row-major C = A B is computed as
-    column-major C^T = B^T A^T."""
+    """(timing, relative error) of cuBLAS on the same buffers and layouts: ``cublasGemmEx``
+    (``cublasGemmStridedBatchedEx`` for a batch) through CuPy, A and B in ``p.dtype``, C in
+    ``p.out``, FP32 compute (CUBLAS_COMPUTE_32F: SGEMM for fp32; _FAST_TF32 for tf32).
+    cuBLAS is column-major: a row-major C is computed as C^T = B^T A^T, a column-major C as
+    C = A B, each operand transposed or not as its layout requires."""
     from cupy.cuda import cublas, device
     handle = device.get_cublas_handle()
     one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)  # host pointer mode
     compute = CUBLAS_COMPUTE_32F_FAST_TF32 if p.dtype == "tf32" else CUBLAS_COMPUTE_32F
     ab, c = CUDA_R[p.dtype], CUDA_R[p.out]
+    a_row, b_row = p.layout[0] == "r", p.layout[1] == "r"
+    sa, sb, sc = p.strides
+    if p.layout[2] == "r":  # C^T (N x M) = op(B) op(A)
+        dims, first, second = (p.n, p.m, p.k), (p.b, p.ldb, int(not b_row), sb), \
+            (p.a, p.lda, int(not a_row), sa)
+    else:  # C (M x N) = op(A) op(B)
+        dims, first, second = (p.m, p.n, p.k), (p.a, p.lda, int(a_row), sa), \
+            (p.b, p.ldb, int(b_row), sb)
 
     def launch(i: int) -> None:
-        cublas.gemmEx(handle, 0, 0, p.n, p.m, p.k, one.ctypes.data, int(p.b[i].gpudata), ab,
-                      p.n, int(p.a[i].gpudata), ab, p.k, zero.ctypes.data,
-                      int(p.c[i].gpudata), c, p.n, compute, -1)  # CUBLAS_OP_N, GEMM_DEFAULT
+        (x, ldx, tx, sx), (y, ldy, ty, sy) = first, second
+        head = (handle, tx, ty, *dims, one.ctypes.data, int(x[i].gpudata), ab, ldx)
+        if p.batch:
+            cublas.gemmStridedBatchedEx(*head, sx, int(y[i].gpudata), ab, ldy, sy,
+                                        zero.ctypes.data, int(p.c[i].gpudata), c, p.ldc, sc,
+                                        p.batch, compute, -1)
+        else:
+            cublas.gemmEx(*head, int(y[i].gpudata), ab, ldy, zero.ctypes.data,
+                          int(p.c[i].gpudata), c, p.ldc, compute, -1)
     return time_launches(launch, p.sets), p.error_of(lambda: launch(0))
 
 
@@ -135,7 +183,8 @@ def _version(v: int) -> str:
     return f"{v // 1000}.{v % 1000 // 10}"
 
 
-def run_bench(targets, sizes=DEFAULT_SIZES, seed: int | None = None, progress=None) -> dict:
+def run_bench(targets, sizes=DEFAULT_SIZES, seed: int | None = None, progress=None,
+              batch: int | None = None) -> dict:
     """Benchmark ``targets`` (``(label, Kernel)`` pairs) and cuBLAS at each ``(M, N, K)``.
 
     Returns the results document: device fields plus one row per kernel and size with TFLOP/s,
@@ -147,18 +196,19 @@ def run_bench(targets, sizes=DEFAULT_SIZES, seed: int | None = None, progress=No
     reason = cublas_available()
     rng = np.random.default_rng(seed)
     rows = []
-    pairs = list(dict.fromkeys((k.config.dtype, k.config.out) for _, k in targets))
-    for (m, n, k), (dtype, out) in ((s, d) for s in sizes for d in pairs):
-        p = Problem(m, n, k, rng, info["l2_bytes"], dtype, out)
+    groups = list(dict.fromkeys((k.config.dtype, k.config.out, k.config.layout)
+                                for _, k in targets))
+    for (m, n, k), (dtype, out, layout) in ((s, g) for s in sizes for g in groups):
+        p = Problem(m, n, k, rng, info["l2_bytes"], dtype, out, layout, batch)
         cub = bench_cublas(p) if reason is None else None
         if progress:
             progress(1)
         for label, kernel in targets:
-            if (kernel.config.dtype, kernel.config.out) != (dtype, out):
+            if (kernel.config.dtype, kernel.config.out, kernel.config.layout) != (dtype, out, layout):
                 continue
             timing, err = bench_kernel(kernel, p)
-            flops = tflops(m, n, k, timing.median)
-            cub_flops = tflops(m, n, k, cub[0].median) if cub else None
+            flops = (batch or 1) * tflops(m, n, k, timing.median)
+            cub_flops = (batch or 1) * tflops(m, n, k, cub[0].median) if cub else None
             rows.append({
                 "kernel": label, "name": kernel.name, "config": kernel.config.as_dict(),
                 "dtype": kernel.config.dtype, "M": m, "N": n, "K": k,
@@ -167,7 +217,8 @@ def run_bench(targets, sizes=DEFAULT_SIZES, seed: int | None = None, progress=No
                 "pct_cublas": round(100 * flops / cub_flops, 1) if cub_flops else None,
                 "rel_error": err, "cublas_rel_error": cub[1] if cub else None,
                 "passed": bool(err <= tolerance(k, dtype, kernel.config.acc, out)),
-                "acc": kernel.config.acc, "out": out,
+                "acc": kernel.config.acc, "out": out, "layout": layout, "batch": batch,
+                "epilogue": kernel.config.epilogue, "specialized": kernel.config.specialized,
                 "time_ms": round(timing.median * 1e3, 4), "p20_ms": round(timing.p20 * 1e3, 4),
                 "p80_ms": round(timing.p80 * 1e3, 4), "reps": timing.reps,
                 "registers": kernel.registers, "smem_bytes": kernel.smem_bytes})

@@ -15,7 +15,7 @@ from .nvcc import BuildError
 from .render import config_from_source, render
 
 _CACHE: dict[tuple[str, str, str], "Kernel"] = {}
-SIGNATURE = "iiifPiPifPi"  # M, N, K, alpha, A, lda, B, ldb, beta, C, ldc
+SIGNATURE = "iiifPiPifPiqqqP"  # M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, strides, bias
 
 
 def pycuda_modules():
@@ -70,17 +70,22 @@ class Kernel:
         return self.function.local_size_bytes
 
     def launch_raw(self, m: int, n: int, k: int, alpha: float, a_ptr: int, lda: int, b_ptr: int,
-                   ldb: int, beta: float, c_ptr: int, ldc: int, stream=None) -> None:
-        """Enqueue one launch on device pointers (no checks; asynchronous)."""
-        grid = self.config.grid(m, n)
+                   ldb: int, beta: float, c_ptr: int, ldc: int, stride_a: int = 0,
+                   stride_b: int = 0, stride_c: int = 0, bias_ptr: int = 0, batch: int = 1,
+                   stream=None) -> None:
+        """Enqueue one launch on device pointers (no checks; asynchronous). Strides are the
+        elements between consecutive matrices of a batch (0 broadcasts one matrix)."""
+        grid_x, grid_y, _ = self.config.grid(m, n)
         self.function.prepared_async_call(
-            grid[:2], (self.config.threads, 1, 1), stream, m, n, k, alpha, a_ptr, lda, b_ptr,
-            ldb, beta, c_ptr, ldc, shared_size=self.config.dynamic_smem_bytes)
+            (grid_x, grid_y, batch), (self.config.threads, 1, 1), stream, m, n, k, alpha,
+            a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a, stride_b, stride_c, bias_ptr,
+            shared_size=self.config.dynamic_smem_bytes)
 
-    def __call__(self, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, stream=None):
-        """C = alpha * A @ B + beta * C; see ``gemmgen.launch.launch`` for the argument kinds."""
+    def __call__(self, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
+                 stream=None):
+        """C = act(alpha * A @ B + beta * C + bias); see ``gemmgen.launch.launch``."""
         from .launch import launch
-        return launch(self, A, B, C, alpha=alpha, beta=beta, stream=stream)
+        return launch(self, A, B, C, alpha=alpha, beta=beta, bias=bias, stream=stream)
 
 
 def _source_file(name: str, source: str) -> Path:
@@ -148,3 +153,21 @@ def load(path: str | os.PathLike, arch: str | None = None) -> Kernel:
     path = Path(path)
     source = path.read_text()
     return build(config_from_source(source), arch, source=source, source_path=str(path))
+
+
+def build_many(configs, arch: str | None = None, jobs: int | None = None) -> list:
+    """Compile ``configs`` in parallel nvcc processes and load them here: a list of Kernel or
+    BuildError, in the order given."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from .nvcc import compile_cubin
+    arch = arch or device_arch()
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(compile_cubin, render(c, arch), arch, c.name) for c in configs]
+        out = []
+        for cfg, fut in zip(configs, futures):
+            try:
+                out.append(from_cubin(cfg, arch, fut.result()[0]))
+            except BuildError as err:
+                out.append(err)
+    return out

@@ -14,6 +14,7 @@ from dataclasses import fields
 
 from .config import ConfigError, SimtConfig
 from .config_wmma import WmmaConfig
+from .model import EPILOGUES, LAYOUTS
 from .presets import PRESETS
 from .render import emit as emit_file
 from .suggest import changed_fields
@@ -32,6 +33,9 @@ FIELD_FLAGS = {
     "skew": ("--skew", "padding elements per shared-memory row"),
     "stages": ("--stages", "simt: 0 none, 1 single, 2 double buffer; wmma: 1 to 6"),
     "min_blocks": ("--min-blocks", "resident blocks per SM asked of ptxas (__launch_bounds__)"),
+    "m": ("--m", "specialize for this M (a compile-time constant)"),
+    "n": ("--n", "specialize for this N"),
+    "k": ("--k", "specialize for this K"),
 }
 CHOICE_FLAGS = {
     "shape": ("--shape", ["m16n16k16", "m32n8k16", "m8n32k16", "m16n16k8"], "WMMA tile (wmma)"),
@@ -40,6 +44,8 @@ CHOICE_FLAGS = {
     "out": ("--out", ["fp32", "fp16", "bf16"], "C dtype (wmma)"),
     "thread_order": ("--thread-order", ["n", "m"],
                      "n: consecutive threads take columns; m: rows, the naive order (simt)"),
+    "layout": ("--layout", list(LAYOUTS), "A, B, C each row- (r) or column-major (c)"),
+    "epilogue": ("--epilogue", list(EPILOGUES), "fused epilogue: bias per column, ReLU, GELU"),
 }
 FAMILIES = {"simt": SimtConfig, "wmma": WmmaConfig}
 FAMILY_DEFAULTS = {

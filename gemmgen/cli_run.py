@@ -29,33 +29,65 @@ def _parse_size(text: str) -> tuple[int, int, int]:
     return tuple(parts)
 
 
+def _variant_kernels(presets, layouts, epilogues, arch):
+    """(label, Kernel) for every valid layout x epilogue variant of the presets, compiled in
+    parallel; variants a rule rejects are reported and skipped."""
+    from .build import build_many
+    configs = []
+    for name in presets:
+        for lay in layouts:
+            for epi in epilogues:
+                cfg = PRESETS[name].config.replace(layout=lay, epilogue=epi, check=False)
+                if cfg.violations():
+                    ids = ", ".join(v.rule.id for v in cfg.violations())
+                    click.echo(f"skip {name} {lay} {epi}: breaks {ids}", err=True)
+                else:
+                    configs.append((name, cfg))
+    kernels = build_many([c for _, c in configs], arch)
+    return [(name, k) for (name, _), k in zip(configs, kernels)]
+
+
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, dir_okay=False))
 @click.option("--preset", "presets", multiple=True, type=click.Choice(list(PRESETS)))
+@click.option("--variants", is_flag=True,
+              help="every layout x epilogue variant of the presets (batched cases included)")
 @click.option("--arch", default=None, help="compile for this arch [default: the device's]")
 @click.option("--seed", type=int, default=None, help="seed for the random inputs")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="write results here")
-def verify(paths, presets, arch, seed, json_path) -> None:
-    """Check kernels against a float64 NumPy reference over a sweep of shapes, alpha and beta.
+def verify(paths, presets, variants, arch, seed, json_path) -> None:
+    """Check kernels against a float64 NumPy reference over a sweep of shapes, alpha and beta,
+    batches (one with a broadcast B), in each kernel's layout and epilogue.
 
     With no arguments, every preset. Exit status 1 if any case fails.
     """
+    from .model import EPILOGUES, LAYOUTS
+    from .nvcc import BuildError
     from .verify import CASES, sweep_kernel
     results = []
-    for label, kernel in _targets(paths, presets, arch):
-        results += sweep_kernel(label, kernel, CASES, seed)
-    click.echo(f"{'kernel':<20} {'dtype':>5} {'M x N x K':>15} {'alpha':>6} {'beta':>6} "
+    if variants:
+        targets = _variant_kernels(presets or list(PRESETS), LAYOUTS, EPILOGUES, arch)
+        cases = (CASES[1], CASES[2], CASES[6], CASES[8])  # prime, alpha/beta, ragged K, K = 0
+    else:
+        targets, cases = _targets(paths, presets, arch), CASES
+    failed_builds = [t for t in targets if isinstance(t[1], BuildError)]
+    for label, kernel in targets:
+        if not isinstance(kernel, BuildError):
+            results += sweep_kernel(label, kernel, cases, seed)
+    for label, err in failed_builds:
+        click.echo(f"BUILD FAIL {label}: {err}", err=True)
+    click.echo(f"{'kernel':<36} {'dtype':>5} {'M x N x K':>15} {'alpha':>6} {'beta':>6} "
                f"{'rel err':>9} {'bound':>8} {'worst':>12} result")
     for r in results:
         shape = f"{r.m}x{r.n}x{r.k}"
-        click.echo(f"{r.kernel:<20} {r.dtype:>5} {shape:>15} {r.alpha:>6g} {r.beta:>6g} "
+        click.echo(f"{r.kernel:<36} {r.dtype:>5} {shape:>15} {r.alpha:>6g} {r.beta:>6g} "
                    f"{r.rel_error:>9.2e} "
                    f"{r.tol:>8.1e} {str(r.worst):>12} {'pass' if r.passed else 'FAIL'}")
     failed = [r for r in results if not r.passed]
-    click.echo(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    click.echo(f"{len(results) - len(failed)} passed, {len(failed) + len(failed_builds)} failed")
     if json_path:
         Path(json_path).write_text(json.dumps([r.as_dict() for r in results], indent=1))
-    sys.exit(1 if failed else 0)
+    sys.exit(1 if failed or failed_builds else 0)
 
 
 @main.command()
@@ -72,15 +104,25 @@ def verify(paths, presets, arch, seed, json_path) -> None:
               help="bench the tuning database's choice for each size (as kernel 'tuned')")
 @click.option("--dtype", default="fp32", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]),
               help="dtype of the --tuned kernel")
+@click.option("--layout", "layouts", multiple=True,
+              help="bench the presets in these layouts (repeatable, or 'all')")
+@click.option("--epilogue", "epilogues", multiple=True,
+              help="bench the presets with these fused epilogues (repeatable)")
+@click.option("--batch", type=int, default=None, help="strided batch of this many products")
+@click.option("--specialize", is_flag=True,
+              help="also bench each kernel specialized to each size (compile-time M, N, K)")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="draw TFLOP/s vs size")
-def bench(paths, presets, sizes, arch, seed, json_path, append, tuned_db, dtype,
-          plot_path) -> None:
+def bench(paths, presets, sizes, arch, seed, json_path, append, tuned_db, dtype, layouts,
+          epilogues, batch, specialize, plot_path) -> None:
     """Time kernels beside cuBLAS for their dtypes and print TFLOP/s and % of cuBLAS."""
     from . import results
     from .bench import DEFAULT_SIZES, run_bench
     sizes = sizes or list(DEFAULT_SIZES)
     if tuned_db:
         doc = _bench_tuned(tuned_db, dtype, sizes, arch, seed)
+    elif layouts or epilogues or batch or specialize:
+        doc = _bench_variants(presets or list(PRESETS), layouts, epilogues, batch, specialize,
+                              sizes, arch, seed)
     else:
         targets = _targets(paths, presets, arch)
         pairs = len({(k.config.dtype, k.config.out) for _, k in targets})
@@ -97,6 +139,37 @@ def bench(paths, presets, sizes, arch, seed, json_path, append, tuned_db, dtype,
         click.echo(f"wrote {results.plot(doc, plot_path)}")
     if not all(r["passed"] for r in doc["rows"]):
         sys.exit(1)
+
+
+def _bench_variants(presets, layouts, epilogues, batch, specialize, sizes, arch, seed) -> dict:
+    """Per size: each preset in each layout and epilogue (and specialized to the size), labelled
+    preset[layout,epilogue(,spec)], timed beside cuBLAS in that layout (batched if asked)."""
+    from . import results
+    from .bench import run_bench
+    from .build import build_many
+    from .model import LAYOUTS
+    layouts = list(LAYOUTS) if "all" in layouts else list(layouts or ["rrr"])
+    doc = None
+    for size in sizes:
+        labels, configs = [], []
+        for name in presets:
+            for lay in layouts:
+                for epi in epilogues or ["none"]:
+                    base = PRESETS[name].config.replace(layout=lay, epilogue=epi, check=False)
+                    variants = [(base, "")]
+                    if specialize:
+                        variants.append((base.replace(m=size[0], n=size[1], k=size[2],
+                                                      check=False), ",spec"))
+                    for cfg, tag in variants:
+                        if cfg.violations():
+                            continue
+                        labels.append(f"{name}[{lay},{epi}{tag}]")
+                        configs.append(cfg)
+        kernels = build_many(configs, arch)
+        targets = [(lbl, k) for lbl, k in zip(labels, kernels) if not isinstance(k, Exception)]
+        part = run_bench(targets, [size], seed, batch=batch)
+        doc = part if doc is None else {**doc, "rows": doc["rows"] + part["rows"]}
+    return results.finish(doc)
 
 
 def _bench_tuned(db_path: str, dtype: str, sizes, arch, seed) -> dict:

@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from .arch import STATIC_SMEM_LIMIT, get_arch
-from .model import MAX_THREADS_PER_SM, WARP_SIZE, ConfigBase, ConfigError, div as _div
+from .model import (EPILOGUES, LAYOUTS, MAX_THREADS_PER_SM, WARP_SIZE, ConfigBase, ConfigError,
+                    div as _div)
 from .rules import Cmp, Rule, at_least, at_most, equal, multiple_of, not_equal, one_of
 
 FLOAT_BYTES = 4
@@ -47,7 +48,8 @@ SIMT_RULES: tuple[Rule, ...] = (
          "the warp's 4 lane columns of TN must cover WN", when=not_equal("WN", 0)),
     Rule("R19", "whole-warps", multiple_of("THREADS", WARP_SIZE), "blocks are whole warps"),
     Rule("R20", "max-threads", at_most("THREADS", 1024), "CUDA allows 1024 threads per block"),
-    Rule("R21", "bk-vec", multiple_of("BK", "VEC"), "A is loaded in vectors along K",
+    Rule("R21", "a-contig-vec", multiple_of("A_CONTIG", "VEC"),
+         "A is loaded in vectors along its contiguous dimension (K if row-major, M if not)",
          when=_STAGED),
     Rule("R22", "a-tile-loads", multiple_of(("BM", "BK"), ("THREADS", "VEC")),
          "every thread loads the same number of A vectors", when=_STAGED),
@@ -77,6 +79,9 @@ SIMT_RULES: tuple[Rule, ...] = (
          "__launch_bounds__ asks for at least one resident block"),
     Rule("R37", "min-blocks-threads", at_most(("MIN_BLOCKS", "THREADS"), MAX_THREADS_PER_SM),
          "no SM holds more than 2048 threads"),
+    Rule("R38", "b-contig-vec", multiple_of("B_CONTIG", "VEC"),
+         "B is loaded in vectors along its contiguous dimension (N if row-major, K if not)",
+         when=_STAGED),
 )
 
 
@@ -111,6 +116,11 @@ class SimtConfig(ConfigBase):
     transpose_a: bool = True
     thread_order: str = "n"
     min_blocks: int = 1
+    layout: str = "rrr"
+    epilogue: str = "none"
+    m: int | None = None
+    n: int | None = None
+    k: int | None = None
 
     family = "simt"
     dtype = "fp32"
@@ -118,9 +128,9 @@ class SimtConfig(ConfigBase):
     out = "fp32"
     template = "simt.cu.j2"
     rules = SIMT_RULES
-    field_types = {"transpose_a": bool, "thread_order": str}
-    choices = {"thread_order": ("n", "m")}
-    optional = frozenset({"wm", "wn"})
+    field_types = {"transpose_a": bool, "thread_order": str, "layout": str, "epilogue": str}
+    choices = {"thread_order": ("n", "m"), "layout": LAYOUTS, "epilogue": EPILOGUES}
+    optional = frozenset({"wm", "wn", "m", "n", "k"})
     search_domain = {
         "bm": (16, 32, 64, 128, 256), "bn": (16, 32, 64, 128, 256), "bk": (1, 4, 8, 16, 32),
         "tm": (1, 2, 4, 8, 16), "tn": (1, 2, 4, 8, 16), "wm": (None, 16, 32, 64, 128),
@@ -128,6 +138,7 @@ class SimtConfig(ConfigBase):
         "stages": (0, 1, 2), "transpose_a": (False, True), "thread_order": ("n", "m"),
         "min_blocks": (1, 2),
     }
+    fixed_in_search = ("layout", "epilogue", "m", "n", "k")
 
     # ---- identity -------------------------------------------------------------------------
     @property
@@ -137,7 +148,7 @@ class SimtConfig(ConfigBase):
         a = "at" if self.transpose_a else "an"
         return (f"gemm_simt_f32_{self.bm}x{self.bn}x{self.bk}_{warp}_t{self.tm}x{self.tn}"
                 f"_v{self.vec}_skew{self.skew}_st{self.stages}_{a}_o{self.thread_order}"
-                f"_mb{self.min_blocks}")
+                f"_mb{self.min_blocks}{self.feature_suffix()}")
 
     # ---- derived figures ------------------------------------------------------------------
     @property
@@ -217,8 +228,19 @@ class SimtConfig(ConfigBase):
             "THREAD_ORDER_M": int(self.thread_order == "m"), "MIN_BLOCKS": self.min_blocks,
             "LANES_M": LANES_M,
             "LANES_N": LANES_N, "WARP_SIZE": WARP_SIZE, "THREADS": self.threads, "ACC_REGS": self.acc_regs,
-            "SMEM_BYTES": self.smem_bytes,
+            "SMEM_BYTES": self.smem_bytes, "A_CONTIG": self.a_contig, "B_CONTIG": self.b_contig,
+            **self.feature_env(),
         }
+
+    @property
+    def a_contig(self) -> int:
+        """Extent of the A tile along A's contiguous dimension: BK if A is row-major, else BM."""
+        return self.bm if self.layout[0] == "c" else self.bk
+
+    @property
+    def b_contig(self) -> int:
+        """Extent of the B tile along B's contiguous dimension: BN if row-major, else BK."""
+        return self.bk if self.layout[1] == "c" else self.bn
 
     @property
     def flops_per_byte(self) -> dict[str, float | None]:
@@ -263,7 +285,8 @@ class SimtConfig(ConfigBase):
                 "WN_ITER": self.wn_iter,
                 "WM_STEP": LANES_M * self.tm, "WN_STEP": LANES_N * self.tn,
                 "A_LOADS": self.a_loads, "B_LOADS": self.b_loads,
-                "A_VECS_PER_ROW": _div(self.bk, self.vec), "B_VECS_PER_ROW": _div(self.bn, self.vec),
+                "A_VECS_PER_ROW": _div(self.a_contig, self.vec),
+                "B_VECS_PER_ROW": _div(self.b_contig, self.vec),
                 "AS_ROWS": a_rows, "AS_COLS": a_cols, "BS_COLS": self.b_smem_shape[1],
                 "VEC_BYTES": FLOAT_BYTES * self.vec}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .arch import get_arch
-from .model import MAX_THREADS_PER_SM, WARP_SIZE, ConfigBase, div
+from .model import EPILOGUES, LAYOUTS, MAX_THREADS_PER_SM, WARP_SIZE, ConfigBase, div
 from .rules import Rule, at_least, at_most, equal, multiple_of, one_of
 
 LOAD_BYTES = 16          # every global -> shared copy is one 16-byte cp.async
@@ -59,6 +59,9 @@ WMMA_RULES: tuple[Rule, ...] = (
          "__launch_bounds__ asks for at least one resident block"),
     Rule("W25", "min-blocks-threads", at_most(("MIN_BLOCKS", "THREADS"), MAX_THREADS_PER_SM),
          "no SM holds more than 2048 threads"),
+    Rule("W26", "col-a-fragment-align", multiple_of(("WMMA_M", "ELEM_BYTES"), 32),
+         "a column-major A tile is read in WMMA_M-row steps that must stay 32-byte aligned",
+         when=equal("LAYOUT_A_COL", 1)),
 )
 
 
@@ -91,13 +94,22 @@ class WmmaConfig(ConfigBase):
     skew: int = 8
     stages: int = 3
     min_blocks: int = 1
+    layout: str = "rrr"
+    epilogue: str = "none"
+    m: int | None = None
+    n: int | None = None
+    k: int | None = None
 
     family = "wmma"
     template = "wmma.cu.j2"
     rules = WMMA_RULES
-    field_types = {"shape": str, "dtype": str, "acc": str, "out": str}
+    field_types = {"shape": str, "dtype": str, "acc": str, "out": str, "layout": str,
+                   "epilogue": str}
     choices = {"shape": tuple(SHAPES), "dtype": ("fp16", "bf16", "tf32"),
-               "acc": ("fp32", "fp16"), "out": ("fp32", "fp16", "bf16")}
+               "acc": ("fp32", "fp16"), "out": ("fp32", "fp16", "bf16"), "layout": LAYOUTS,
+               "epilogue": EPILOGUES}
+    optional = frozenset({"m", "n", "k"})
+    fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype")
     search_domain = {
         "bm": (32, 64, 128, 256), "bn": (32, 64, 128, 256), "bk": (8, 16, 32, 64),
         "wm": (16, 32, 64, 128), "wn": (16, 32, 64, 128), "shape": tuple(SHAPES),
@@ -110,7 +122,7 @@ class WmmaConfig(ConfigBase):
         """Every field in a fixed order; the kernel symbol, file name and cache key."""
         return (f"gemm_wmma_{self.dtype}_{self.bm}x{self.bn}x{self.bk}_w{self.wm}x{self.wn}"
                 f"_{self.shape}_acc{self.acc}_out{self.out}_skew{self.skew}_st{self.stages}"
-                f"_mb{self.min_blocks}")
+                f"_mb{self.min_blocks}{self.feature_suffix()}")
 
     # ---- derived figures ------------------------------------------------------------------
     @property
@@ -149,28 +161,46 @@ class WmmaConfig(ConfigBase):
 
     @property
     def as_ld(self) -> int:
-        return self.bk + self.skew
+        """Leading dimension of the A stage: BK+SKEW (row-major A) or BM+SKEW (column-major)."""
+        return (self.bk if self.layout[0] == "r" else self.bm) + self.skew
 
     @property
     def bs_ld(self) -> int:
-        return self.mnk[1] + self.skew
+        """Leading dimension of B: WMMA_N+SKEW (row-major panels) or BK+SKEW (column-major)."""
+        return (self.mnk[1] if self.layout[1] == "r" else self.bk) + self.skew
 
     @property
     def cs_ld(self) -> int:
-        """Row length of a warp's C staging tile: WMMA_N plus 16 bytes."""
-        return self.mnk[1] + LOAD_BYTES // ELEM_BYTES[self.acc]
+        """Leading dimension of a warp's C staging tile: its row (row-major C) or column
+        (column-major C) plus 16 bytes."""
+        m, n, _ = self.mnk
+        return (n if self.layout[2] == "r" else m) + LOAD_BYTES // ELEM_BYTES[self.acc]
+
+    @property
+    def a_stage_elems(self) -> int:
+        """One A stage: [BM][BK+SKEW] if A is row-major, [BK][BM+SKEW] if column-major."""
+        return self.bm * self.as_ld if self.layout[0] == "r" else self.bk * self.as_ld
+
+    @property
+    def b_stage_elems(self) -> int:
+        """One B stage: BN/WMMA_N panels [BK][WMMA_N+SKEW] (row-major B) or [BN][BK+SKEW]."""
+        if self.layout[1] == "r":
+            return div(self.bn, self.mnk[1]) * self.bk * self.bs_ld
+        return self.bn * self.bs_ld
 
     @property
     def pipeline_bytes(self) -> int:
-        a = self.bm * self.as_ld
-        b = div(self.bn, self.mnk[1]) * self.bk * self.bs_ld
-        return self.stages * (a + b) * self.elem_bytes
+        return self.stages * (self.a_stage_elems + self.b_stage_elems) * self.elem_bytes
+
+    @property
+    def c_tile_elems(self) -> int:
+        m, n, _ = self.mnk
+        return (m if self.layout[2] == "r" else n) * self.cs_ld
 
     @property
     def smem_bytes(self) -> int:
         """Dynamic shared memory per block: the stages plus one C staging tile per warp."""
-        m = self.mnk[0]
-        return self.pipeline_bytes + self.warps * m * self.cs_ld * ELEM_BYTES[self.acc]
+        return self.pipeline_bytes + self.warps * self.c_tile_elems * ELEM_BYTES[self.acc]
 
     @property
     def static_smem_bytes(self) -> int:
@@ -198,7 +228,7 @@ class WmmaConfig(ConfigBase):
             "DTYPE_TF32": int(self.dtype == "tf32"), "ACC_FP16": int(self.acc == "fp16"),
             "OUT_FP16": int(self.out == "fp16"), "OUT_BF16": int(self.out == "bf16"),
             "WARP_SIZE": WARP_SIZE, "THREADS": self.threads, "ACC_REGS": self.acc_regs,
-            "SMEM_BYTES": self.smem_bytes,
+            "SMEM_BYTES": self.smem_bytes, **self.feature_env(),
         }
 
     def template_constants(self) -> dict[str, int]:
@@ -206,11 +236,11 @@ class WmmaConfig(ConfigBase):
         fm, fn = self.frags
         return {**self.env(), "WARPS_N": div(self.bn, self.wn), "FRAGS_M": fm, "FRAGS_N": fn,
                 "A_LOADS": self.a_loads, "B_LOADS": self.b_loads,
-                "A_VECS_PER_ROW": div(self.bk, self.vec), "B_VECS_PER_ROW": div(self.bn, self.vec),
+                "A_VECS_PER_ROW": div(self.bk if self.layout[0] == "r" else self.bm, self.vec),
+                "B_VECS_PER_ROW": div(self.bn if self.layout[1] == "r" else self.bk, self.vec),
                 "AS_LD": self.as_ld, "BS_LD": self.bs_ld, "CS_LD": self.cs_ld,
-                "A_STAGE_ELEMS": self.bm * self.as_ld,
-                "B_STAGE_ELEMS": div(self.bn, n) * self.bk * self.bs_ld,
-                "PIPELINE_BYTES": self.pipeline_bytes, "C_TILE_ELEMS": m * self.cs_ld,
+                "A_STAGE_ELEMS": self.a_stage_elems, "B_STAGE_ELEMS": self.b_stage_elems,
+                "PIPELINE_BYTES": self.pipeline_bytes, "C_TILE_ELEMS": self.c_tile_elems,
                 "LANE_ELEMS": div(m * n, WARP_SIZE), "LOAD_BYTES": LOAD_BYTES}
 
     def ctypes(self) -> dict[str, str]:

@@ -1,59 +1,89 @@
-"""Launching: checked operands -> device pointers -> one kernel launch."""
+"""Launching: checked operands -> device pointers, leading dimensions, batch strides -> one launch."""
 from __future__ import annotations
 
 import numpy as np
 
 from .dtypes import numpy_dtype
-from .operands import GemmArgs, OperandError, check_gemm
+from .operands import GemmArgs, OperandError, check_gemm, describe
 
-GRID_Y_LIMIT = 65535
+GRID_LIMIT_YZ = 65535
 _DEFAULT_STREAMS = (None, 0, 1, 2)  # CUDA array interface: none, legacy, per-thread default
 
 
-def launch(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, stream=None):
-    """C = alpha * A @ B + beta * C with ``kernel``, row-major; A and B of the kernel's dtype
-    (float32 for fp32 and tf32, float16, ml_dtypes.bfloat16 or torch.bfloat16), C of its
-    output dtype.
+def launch(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
+           stream=None):
+    """C = act(alpha * A @ B + beta * C + bias) with ``kernel``, in the kernel's layout and dtypes.
 
-    A (M x K), B (K x N), C (M x N): all NumPy arrays (copied to the GPU and back; C, if given,
-    is updated in place and returned; otherwise a new array is returned), or all device arrays:
-    PyCUDA ``GPUArray`` or objects with ``__cuda_array_interface__`` (CuPy, PyTorch), used
-    without a copy; the result stays on the GPU and the call returns without waiting for it.
-    Leading dimensions come from the row strides. ``beta == 0`` never reads C.
+    A (M x K), B (K x N), C (M x N), or 3-D batches of them (a 2-D operand is broadcast over
+    the batch); bias (N values) when the kernel's epilogue has one. All NumPy arrays (copied
+    to the GPU in the kernel's layout and back; C, if given, is updated in place and returned,
+    else a new array is returned), or all device arrays: PyCUDA ``GPUArray``, PyTorch tensors
+    or objects with ``__cuda_array_interface__`` (CuPy), used without a copy; the result stays
+    on the GPU and the call returns without waiting for it. Leading dimensions and batch
+    strides come from the arrays' strides; ``beta == 0`` never reads C.
 
-    Raises ``OperandError`` naming a bad argument (dtype, rank, shape, layout, mixed host and
-    device arrays, missing C with beta != 0) and when M / BM exceeds the grid's y limit.
+    Raises ``OperandError`` naming a bad argument, a shape that differs from the kernel's
+    specialization, or a grid beyond CUDA's limits.
     """
     cfg = kernel.config
-    args = check_gemm(A, B, C, beta=beta, dtype=cfg.dtype, out=cfg.out)
-    if -(-args.m // kernel.config.bm) > GRID_Y_LIMIT:
-        raise OperandError(f"A has {args.m} rows: more than {GRID_Y_LIMIT} blocks of "
-                           f"BM={kernel.config.bm} rows")
+    args = check_gemm(A, B, C, beta=beta, dtype=cfg.dtype, out=cfg.out, layout=cfg.layout,
+                      bias=bias, needs_bias=cfg.epilogue.startswith("bias"))
+    for size, fixed, what in ((args.m, cfg.m, "A has {} rows"), (args.n, cfg.n, "B has {} columns"),
+                              (args.k, cfg.k, "A has {} columns")):
+        if fixed is not None and size != fixed:
+            raise OperandError(f"{what.format(size)}; this kernel is specialized for "
+                               f"M, N, K = {cfg.m}, {cfg.n}, {cfg.k} (None: any)")
+    if -(-args.m // cfg.bm) > GRID_LIMIT_YZ or (args.batch or 1) > GRID_LIMIT_YZ:
+        raise OperandError(f"{args.m} rows in blocks of {cfg.bm}, or a batch of {args.batch}, "
+                           f"exceeds the grid limit of {GRID_LIMIT_YZ}")
     if args.a.kind == "numpy":
-        return _launch_host(kernel, args, alpha, beta, C)
-    out = C if C is not None else _empty_like(args.a.obj, (args.m, args.n), cfg.out)
-    c = args.c or check_gemm(A, B, out, dtype=cfg.dtype, out=cfg.out).c
+        return _launch_host(kernel, args, alpha, beta, C, bias)
+    shape = (args.batch, args.m, args.n) if args.batch else (args.m, args.n)
+    out = C if C is not None else _empty_like(args.a.obj, shape, cfg.out, cfg.layout[2] == "c")
+    c = args.c or describe(out, "C", cfg.out)
     _wait_for_producers(args)
     if args.m and args.n:
-        kernel.launch_raw(args.m, args.n, args.k, alpha, args.a.ptr, args.a.ld, args.b.ptr,
-                          args.b.ld, beta, c.ptr, c.ld, stream)
+        kernel.launch_raw(args.m, args.n, args.k, alpha, args.a.ptr, args.ld(args.a, 0),
+                          args.b.ptr, args.ld(args.b, 1), beta, c.ptr, c.lds[cfg.layout[2]],
+                          _bstride(args.a), _bstride(args.b), _bstride(c),
+                          args.bias.ptr if args.bias else 0, args.batch or 1, stream)
     return out
 
 
-def _launch_host(kernel, args: GemmArgs, alpha: float, beta: float, C):
+def _bstride(op) -> int:
+    return op.batch_stride if op.batch and op.batch > 1 else 0
+
+
+def _to_device(x: np.ndarray, col: bool):
+    """(GPUArray, leading dimension, batch stride): each matrix of ``x`` laid out row- or
+    column-major and packed. A Fortran-ordered array or a transposed view uploads as is."""
     from pycuda import gpuarray
-    a = gpuarray.to_gpu(np.ascontiguousarray(args.a.obj))
-    b = gpuarray.to_gpu(np.ascontiguousarray(args.b.obj))
-    if beta != 0:
-        c = gpuarray.to_gpu(np.ascontiguousarray(C))
+    packed = np.ascontiguousarray(np.swapaxes(x, -1, -2) if col else x)
+    rows, cols = x.shape[-2:]
+    stride = rows * cols if x.ndim == 3 and x.shape[0] > 1 else 0
+    return gpuarray.to_gpu(packed), max(rows if col else cols, 1), stride
+
+
+def _launch_host(kernel, args: GemmArgs, alpha: float, beta: float, C, bias):
+    from pycuda import gpuarray
+    cfg = kernel.config
+    a, lda, sa = _to_device(args.a.obj, cfg.layout[0] == "c")
+    b, ldb, sb = _to_device(args.b.obj, cfg.layout[1] == "c")
+    c_col = cfg.layout[2] == "c"
+    if C is not None:  # uploaded even when beta == 0, so a poisoned C reaches the kernel
+        c, ldc, sc = _to_device(C, c_col)
     else:
-        c = gpuarray.empty((args.m, args.n), numpy_dtype(kernel.config.out))
+        shape = (args.batch, args.m, args.n) if args.batch else (args.m, args.n)
+        c, ldc, sc = _to_device(np.empty(shape, numpy_dtype(cfg.out)), c_col)
+    bias_dev = gpuarray.to_gpu(np.ascontiguousarray(bias)) if bias is not None else None
     if args.m and args.n:
-        kernel.launch_raw(args.m, args.n, args.k, alpha, _ptr(a), max(args.k, 1), _ptr(b),
-                          max(args.n, 1), beta, _ptr(c), max(args.n, 1))
-    result = c.get().view(numpy_dtype(kernel.config.out))
+        kernel.launch_raw(args.m, args.n, args.k, alpha, _ptr(a), lda, _ptr(b), ldb, beta,
+                          _ptr(c), ldc, sa, sb, sc, _ptr(bias_dev) if bias_dev else 0,
+                          args.batch or 1)
+    result = c.get().view(numpy_dtype(cfg.out))
+    result = np.swapaxes(result, -1, -2) if c_col else result
     if C is None:
-        return result
+        return np.ascontiguousarray(result)
     C[...] = result
     return C
 
@@ -62,25 +92,31 @@ def _ptr(array) -> int:
     return int(array.gpudata) if array.size else 0
 
 
-def _empty_like(template, shape, dtype: str):
-    """A new device matrix of gemmgen dtype ``dtype`` from the library of ``template``
-    (GPUArray, CuPy, torch)."""
+def _empty_like(template, shape, dtype: str, col: bool):
+    """A new device array of gemmgen dtype ``dtype`` from the library of ``template``
+    (GPUArray, CuPy, torch); column-major matrices when ``col``."""
+    swapped = (*shape[:-2], shape[-1], shape[-2]) if col else shape
     module = type(template).__module__.split(".")[0]
     if module == "cupy":
         import cupy
-        return cupy.empty(shape, dtype=numpy_dtype(dtype))
+        out = cupy.empty(swapped, dtype=numpy_dtype(dtype))
+        return cupy.swapaxes(out, -1, -2) if col else out
     if module == "torch":
         import torch
         torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(dtype, torch.float32)
-        return torch.empty(shape, dtype=torch_dtype, device=template.device)
+        out = torch.empty(swapped, dtype=torch_dtype, device=template.device)
+        return out.transpose(-1, -2) if col else out
     from pycuda import gpuarray
+    if col:
+        raise OperandError("pass C for a column-major-C kernel on GPUArrays (PyCUDA cannot "
+                           "allocate a transposed view); CuPy and PyTorch inputs get one")
     return gpuarray.empty(shape, numpy_dtype(dtype))
 
 
 def _wait_for_producers(args: GemmArgs) -> None:
     """Honour __cuda_array_interface__ v3: an array exported on a non-default stream may still
     be being written there, so wait for the device before reading it."""
-    streams = {op.stream for op in (args.a, args.b, args.c) if op is not None}
+    streams = {op.stream for op in (args.a, args.b, args.c, args.bias) if op is not None}
     if streams - set(_DEFAULT_STREAMS):
         import pycuda.driver as drv
         drv.Context.synchronize()

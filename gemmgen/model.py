@@ -11,6 +11,12 @@ WARP_SIZE = 32
 MAX_THREADS_PER_SM = 2048
 
 
+LAYOUTS = tuple(a + b + c for a in "rc" for b in "rc" for c in "rc")
+"""A, B, C each row-major (r) or column-major (c): "rrr" is C = A @ B on C-ordered arrays."""
+EPILOGUES = ("none", "bias", "relu", "gelu", "bias_relu", "bias_gelu")
+"""Applied in registers before the store: D = act(alpha*A@B + beta*C + bias[col])."""
+
+
 def div(a: int, b: int) -> int:
     """a // b, or 0 when b is 0 (derived figures of invalid configs stay computable)."""
     return a // b if b else 0
@@ -88,6 +94,10 @@ class ConfigBase:
 
     def _type_problems(self) -> list[str]:
         out = []
+        for dim in ("m", "n", "k"):
+            v = getattr(self, dim)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                out.append(f"{dim} (shape specialization) must be a positive int or None, got {v!r}")
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name in self.optional and v is None:
@@ -108,3 +118,30 @@ class ConfigBase:
 
     def env(self) -> dict[str, int]:
         raise NotImplementedError
+
+    # ---- features every family shares: layouts, fused epilogue, shape specialization ------
+    def feature_suffix(self) -> str:
+        """Name suffix for non-default features: _l<layout>, _e<epilogue>, _s<M>x<N>x<K>."""
+        out = "" if self.layout == "rrr" else f"_l{self.layout}"
+        out += "" if self.epilogue == "none" else f"_e{self.epilogue}"
+        if self.specialized:
+            out += "_s" + "x".join(str(v) if v else d for v, d in
+                                   ((self.m, "M"), (self.n, "N"), (self.k, "K")))
+        return out
+
+    @property
+    def specialized(self) -> bool:
+        return any(v is not None for v in (self.m, self.n, self.k))
+
+    def feature_env(self) -> dict[str, int]:
+        """Constants of the shared features: layout flags, epilogue, specialized extents and
+        whether each extent is a whole number of tiles (then its bounds checks vanish)."""
+        act = {"relu": 1, "gelu": 2}.get(self.epilogue.replace("bias_", "").replace("bias", ""), 0)
+        env = {"LAYOUT_A_COL": int(self.layout[0] == "c"), "LAYOUT_B_COL": int(self.layout[1] == "c"),
+               "LAYOUT_C_COL": int(self.layout[2] == "c"),
+               "EPI_BIAS": int(self.epilogue.startswith("bias")), "EPI_ACT": act}
+        for dim, tile in (("m", self.bm), ("n", self.bn), ("k", self.bk)):
+            v = getattr(self, dim)
+            env[f"{dim.upper()}_SPEC"] = v or 0
+            env[f"{dim.upper()}_FULL"] = int(bool(v) and tile > 0 and v % tile == 0)
+        return env

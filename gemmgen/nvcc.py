@@ -62,6 +62,39 @@ def parse_ptxas(log: str) -> dict[str, Resources]:
     return out
 
 
+def parse_ptxas_kernels(log: str) -> dict[tuple[str, str], Resources]:
+    """Resources per (kernel name, arch) from ``-Xptxas -v`` output of a multi-kernel file."""
+    out: dict[tuple[str, str], Resources] = {}
+    entry = arch = frame = None
+    for line in log.splitlines():
+        if m := _ENTRY.search(line):
+            entry, arch, frame = m.group(1), m.group(2), None
+        elif (m := _FRAME.search(line)) and entry:
+            frame = tuple(int(x) for x in m.groups())
+        elif (m := _USED.search(line)) and entry:
+            stack, st, ld = frame or (0, 0, 0)
+            out[(entry, arch)] = Resources(arch, int(m.group(1)), int(m.group(2) or 0), stack,
+                                           st, ld)
+    return out
+
+
+def compile_many(sources: list[str], arch: str = "sm_90", timeout: float = 600) -> dict:
+    """Compile several kernels as one translation unit (each lives in its own namespace) and
+    return ``parse_ptxas_kernels`` of the result. Raises ``BuildError``."""
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise FileNotFoundError("nvcc not found on PATH or in $CUDA_HOME/bin")
+    with tempfile.TemporaryDirectory(prefix="gemmgen-many-") as tmp:
+        src = Path(tmp) / "kernels.cu"
+        src.write_text("\n".join(sources))
+        cmd = [nvcc, "-cubin", f"-arch={arch}", "-Xptxas", "-v", "-o", str(Path(tmp) / "k.cubin"),
+               str(src)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0:
+            raise BuildError(src, proc.stdout + proc.stderr, cmd)
+        return parse_ptxas_kernels(proc.stdout + proc.stderr)
+
+
 def nvcc_path() -> str | None:
     """The nvcc on PATH or under $CUDA_HOME/bin, or None."""
     found = shutil.which("nvcc")

@@ -56,12 +56,12 @@ def _fmt(v, spec: str) -> str:
 
 def table(rows: list[dict]) -> str:
     """A fixed-width text table of benchmark rows."""
-    head = f"{'kernel':<15} {'dtype':>5} {'M x N x K':>17} {'TFLOP/s':>8} {'cuBLAS':>8} " \
+    head = f"{'kernel':<30} {'dtype':>5} {'M x N x K':>17} {'TFLOP/s':>8} {'cuBLAS':>8} " \
            f"{'%cuBLAS':>8} {'rel err':>9} {'ok':>3} {'regs':>5}"
     lines = [head, "-" * len(head)]
     for r in rows:
         shape = f"{r['M']}x{r['N']}x{r['K']}"
-        lines.append(f"{r['kernel']:<15} {r.get('dtype', 'fp32'):>5} {shape:>17} {r['tflops']:>8.2f} "
+        lines.append(f"{r['kernel']:<30} {r.get('dtype', 'fp32'):>5} {shape:>17} {r['tflops']:>8.2f} "
                      f"{_fmt(r['cublas_tflops'], '8.2f'):>8} {_fmt(r['pct_cublas'], '7.1f'):>8} "
                      f"{r['rel_error']:>9.2e} {'yes' if r['passed'] else 'NO':>3} "
                      f"{r['registers']:>5}")

@@ -25,9 +25,15 @@ CASES: tuple[tuple[int, int, int, float, float], ...] = (
     (1024, 1024, 1024, 1.0, 1.0),
 )
 
-Runner = Callable[[np.ndarray, np.ndarray, np.ndarray, float, float], np.ndarray]
-"""``run(A, B, C, alpha, beta) -> C``: computes on a device copy of the given C (which holds
-NaN where beta == 0, so unwritten elements fail) and returns the result as a NumPy array."""
+# (batch, M, N, K, alpha, beta, broadcast B): batches of odd shapes; B may be one 2-D matrix.
+BATCH_CASES: tuple[tuple, ...] = (
+    (3, 127, 65, 33, 1.0, 0.0, False),
+    (4, 65, 129, 70, 0.5, 1.5, True),
+)
+
+Runner = Callable[..., np.ndarray]
+"""``run(A, B, C, alpha, beta, bias) -> C``: computes on a device copy of the given C (which
+holds NaN where beta == 0, so unwritten elements fail) and returns the result as NumPy."""
 
 
 def tolerance(k: int, dtype: str = "fp32", acc: str = "fp32", out: str = "fp32") -> float:
@@ -67,12 +73,25 @@ class CaseResult:
 
 
 def reference(A: np.ndarray, B: np.ndarray, C: np.ndarray | None, alpha: float,
-              beta: float) -> np.ndarray:
-    """alpha * A @ B + beta * C in float64; C is not read when beta == 0 (BLAS semantics)."""
-    out = alpha * (A.astype(np.float64) @ B.astype(np.float64))
+              beta: float, bias: np.ndarray | None = None, epilogue: str = "none") -> np.ndarray:
+    """act(alpha * A @ B + beta * C + bias) in float64, batched like np.matmul; C is not read
+    when beta == 0 (BLAS semantics); bias is added per column when the epilogue has one; act
+    is ReLU or GELU (tanh form) when the epilogue names it."""
+    out = alpha * np.matmul(A.astype(np.float64), B.astype(np.float64))
     if beta != 0:
-        out += beta * C.astype(np.float64)
+        out = out + beta * C.astype(np.float64)
+    if epilogue.startswith("bias"):
+        out = out + bias.astype(np.float64)
+    if epilogue.endswith("relu"):
+        out = np.maximum(out, 0.0)
+    elif epilogue.endswith("gelu"):
+        out = 0.5 * out * (1 + np.tanh(math.sqrt(2 / math.pi) * (out + 0.044715 * out ** 3)))
     return out
+
+
+def in_layout(x: np.ndarray, col: bool) -> np.ndarray:
+    """The same values with each matrix stored column-major (Fortran order) when ``col``."""
+    return np.swapaxes(np.ascontiguousarray(np.swapaxes(x, -1, -2)), -1, -2) if col else x
 
 
 def compare(out: np.ndarray, ref: np.ndarray) -> tuple[float, tuple[int, int] | None]:
@@ -96,51 +115,69 @@ def compare(out: np.ndarray, ref: np.ndarray) -> tuple[float, tuple[int, int] | 
 
 
 def random_operands(rng: np.random.Generator, m: int, n: int, k: int, beta: float,
-                    dtype: str = "fp32", out: str = "fp32"):
+                    dtype: str = "fp32", out: str = "fp32", batch: int | None = None,
+                    broadcast_b: bool = False):
     """Fresh standard-normal A and B stored as ``dtype`` (rounded from float32) and C as
-    ``out``; C is all NaN when beta == 0 (poison)."""
+    ``out``, 3-D when ``batch`` (B 2-D when ``broadcast_b``); C is all NaN when beta == 0."""
     ab, c = numpy_dtype(dtype), numpy_dtype(out)
-    A = rng.standard_normal((m, k), dtype=np.float32).astype(ab)
-    B = rng.standard_normal((k, n), dtype=np.float32).astype(ab)
+    lead = (batch,) if batch else ()
+    A = rng.standard_normal((*lead, m, k), dtype=np.float32).astype(ab)
+    B = rng.standard_normal((k, n) if broadcast_b else (*lead, k, n), dtype=np.float32).astype(ab)
     if beta == 0:
-        C = np.full((m, n), np.nan, dtype=np.float32).astype(c)
+        C = np.full((*lead, m, n), np.nan, dtype=np.float32).astype(c)
     else:
-        C = rng.standard_normal((m, n), dtype=np.float32).astype(c)
+        C = rng.standard_normal((*lead, m, n), dtype=np.float32).astype(c)
     return A, B, C
 
 
 def check(name: str, run: Runner, m: int, n: int, k: int, alpha: float, beta: float,
-          rng: np.random.Generator, dtype: str = "fp32", acc: str = "fp32",
-          out: str = "fp32") -> CaseResult:
-    """Run one case on fresh random inputs and compare with the float64 reference computed
-    on the same (rounded) inputs."""
-    A, B, C = random_operands(rng, m, n, k, beta, dtype, out)
-    ref = reference(A, B, C, alpha, beta)
-    result = run(A, B, C.copy(), alpha, beta)
+          rng: np.random.Generator, dtype: str = "fp32", acc: str = "fp32", out: str = "fp32",
+          layout: str = "rrr", epilogue: str = "none", batch: int | None = None,
+          broadcast_b: bool = False) -> CaseResult:
+    """Run one case on fresh random inputs, laid out as ``layout`` says, and compare with the
+    float64 reference computed on the same (rounded) inputs with the same epilogue."""
+    A, B, C = random_operands(rng, m, n, k, beta, dtype, out, batch, broadcast_b)
+    bias = rng.standard_normal(n, dtype=np.float32).astype(numpy_dtype(out))
+    has_bias = epilogue.startswith("bias")
+    ref = reference(A, B, C, alpha, beta, bias, epilogue)
+    result = run(in_layout(A, layout[0] == "c"), in_layout(B, layout[1] == "c"),
+                 in_layout(C.copy(), layout[2] == "c"), alpha, beta, bias if has_bias else None)
     err, worst = compare(np.asarray(result), ref)
     tol = tolerance(k, dtype, acc, out)
-    return CaseResult(name, dtype, m, n, k, alpha, beta, err, tol, worst, bool(err <= tol))
+    label = f"{name}[{layout},{epilogue}{f',b{batch}' if batch else ''}]"
+    return CaseResult(label, dtype, m, n, k, alpha, beta, err, tol, worst, bool(err <= tol))
 
 
 def sweep(name: str, run: Runner, cases=CASES, seed: int | None = None, dtype: str = "fp32",
-          acc: str = "fp32", out: str = "fp32") -> list[CaseResult]:
-    """``check`` every case of ``cases`` with a generator seeded by ``seed`` (random if None)."""
+          acc: str = "fp32", out: str = "fp32", layout: str = "rrr", epilogue: str = "none",
+          batch_cases=()) -> list[CaseResult]:
+    """``check`` every case of ``cases`` and of ``batch_cases`` with a generator seeded by
+    ``seed`` (random if None)."""
     rng = np.random.default_rng(seed)
-    return [check(name, run, *case, rng, dtype, acc, out) for case in cases]
+    common = dict(dtype=dtype, acc=acc, out=out, layout=layout, epilogue=epilogue)
+    res = [check(name, run, *case, rng, **common) for case in cases]
+    for batch, m, n, k, alpha, beta, bcast in batch_cases:
+        res.append(check(name, run, m, n, k, alpha, beta, rng, batch=batch, broadcast_b=bcast,
+                         **common))
+    return res
 
 
-def sweep_kernel(name: str, kernel, cases=CASES, seed: int | None = None) -> list[CaseResult]:
-    """``sweep`` a built Kernel with the dtypes of its config."""
+def sweep_kernel(name: str, kernel, cases=CASES, seed: int | None = None,
+                 batch_cases=BATCH_CASES) -> list[CaseResult]:
+    """``sweep`` a built Kernel with the dtypes, layout and epilogue of its config. A kernel
+    specialized to a shape runs that shape (odd values fill unspecialized extents)."""
     c = kernel.config
-    return sweep(name, device_runner(kernel), cases, seed, c.dtype, c.acc, c.out)
+    if c.specialized:
+        cases = [(c.m or 127, c.n or 129, c.k or 131, 1.5, -0.5), (c.m or 65, c.n or 33,
+                                                                   c.k or 17, 1.0, 0.0)]
+        batch_cases = [(3, c.m or 65, c.n or 33, c.k or 17, 1.0, 0.0, False)]
+    return sweep(name, device_runner(kernel), cases, seed, c.dtype, c.acc, c.out, c.layout,
+                 c.epilogue, batch_cases)
 
 
 def device_runner(kernel) -> Runner:
-    """A Runner for a built ``Kernel``: operands go to the GPU as PyCUDA GPUArrays, C (poisoned
-    or random) included, so the kernel's own writes are what comes back."""
-    def run(A, B, C, alpha, beta):
-        from pycuda import gpuarray
-        a, b, c = (gpuarray.to_gpu(x) for x in (A, B, C))
-        kernel(a, b, c, alpha=alpha, beta=beta)
-        return c.get().view(C.dtype)  # PyCUDA hands bfloat16 back as opaque 2-byte values
+    """A Runner for a built ``Kernel``: NumPy operands through the kernel's host path, which
+    copies C (poisoned or random) to the GPU, so the kernel's own writes are what comes back."""
+    def run(A, B, C, alpha, beta, bias=None):
+        return kernel(A, B, C, alpha=alpha, beta=beta, bias=bias)
     return run

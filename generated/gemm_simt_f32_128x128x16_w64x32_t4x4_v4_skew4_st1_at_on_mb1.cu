@@ -19,6 +19,11 @@
 //   transpose_a    = True
 //   thread_order   = n
 //   min_blocks     = 1
+//   layout         = rrr
+//   epilogue       = none
+//   m              = None
+//   n              = None
+//   k              = None
 // derived figures (arch sm_90):
 //   threads                    = 256
 //   warps                      = 8
@@ -31,7 +36,7 @@
 //   blocks_per_sm_sm_90        = 8
 // launch: grid = (ceil(N/BN), ceil(M/BM), 1) = (ceil(N/128), ceil(M/128), 1), block = (256, 1, 1), static shared memory 16896 bytes
 //
-// gemmgen-config: {"family": "simt", "bm": 128, "bn": 128, "bk": 16, "tm": 4, "tn": 4, "wm": 64, "wn": 32, "vec": 4, "skew": 4, "stages": 1, "transpose_a": true, "thread_order": "n", "min_blocks": 1}
+// gemmgen-config: {"family": "simt", "bm": 128, "bn": 128, "bk": 16, "tm": 4, "tn": 4, "wm": 64, "wn": 32, "vec": 4, "skew": 4, "stages": 1, "transpose_a": true, "thread_order": "n", "min_blocks": 1, "layout": "rrr", "epilogue": "none", "m": null, "n": null, "k": null}
 
 namespace gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on_mb1_cfg {
 
@@ -54,6 +59,19 @@ namespace gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on_mb1_cfg {
 [[maybe_unused]] constexpr int THREADS = 256;
 [[maybe_unused]] constexpr int ACC_REGS = 64;
 [[maybe_unused]] constexpr int SMEM_BYTES = 16896;
+[[maybe_unused]] constexpr int A_CONTIG = 16;
+[[maybe_unused]] constexpr int B_CONTIG = 128;
+[[maybe_unused]] constexpr int LAYOUT_A_COL = 0;
+[[maybe_unused]] constexpr int LAYOUT_B_COL = 0;
+[[maybe_unused]] constexpr int LAYOUT_C_COL = 0;
+[[maybe_unused]] constexpr int EPI_BIAS = 0;
+[[maybe_unused]] constexpr int EPI_ACT = 0;
+[[maybe_unused]] constexpr int M_SPEC = 0;
+[[maybe_unused]] constexpr int M_FULL = 0;
+[[maybe_unused]] constexpr int N_SPEC = 0;
+[[maybe_unused]] constexpr int N_FULL = 0;
+[[maybe_unused]] constexpr int K_SPEC = 0;
+[[maybe_unused]] constexpr int K_FULL = 0;
 [[maybe_unused]] constexpr int WARPS_N = 4;
 [[maybe_unused]] constexpr int THREADS_N = 32;
 [[maybe_unused]] constexpr int WM_ITER = 2;
@@ -91,7 +109,7 @@ static_assert(!(WM != 0) || ((LANES_M*TM) == 0 || (WM) % (LANES_M*TM) == 0), "R1
 static_assert(!(WN != 0) || ((LANES_N*TN) == 0 || (WN) % (LANES_N*TN) == 0), "R18 wn-lanes: WN % (LANES_N*TN) == 0 when WN != 0");
 static_assert(((THREADS) % (32) == 0), "R19 whole-warps: THREADS % 32 == 0");
 static_assert((THREADS <= 1024), "R20 max-threads: THREADS <= 1024");
-static_assert(!(STAGES >= 1) || ((VEC) == 0 || (BK) % (VEC) == 0), "R21 bk-vec: BK % VEC == 0 when STAGES >= 1");
+static_assert(!(STAGES >= 1) || ((VEC) == 0 || (A_CONTIG) % (VEC) == 0), "R21 a-contig-vec: A_CONTIG % VEC == 0 when STAGES >= 1");
 static_assert(!(STAGES >= 1) || ((THREADS*VEC) == 0 || (BM*BK) % (THREADS*VEC) == 0), "R22 a-tile-loads: (BM*BK) % (THREADS*VEC) == 0 when STAGES >= 1");
 static_assert(!(STAGES >= 1) || ((THREADS*VEC) == 0 || (BK*BN) % (THREADS*VEC) == 0), "R23 b-tile-loads: (BK*BN) % (THREADS*VEC) == 0 when STAGES >= 1");
 static_assert(!(STAGES >= 1) || ((VEC) == 0 || (TN) % (VEC) == 0), "R24 tn-vec: TN % VEC == 0 when STAGES >= 1");
@@ -108,6 +126,7 @@ static_assert(!(STAGES == 0) || (TRANSPOSE_A == 0), "R34 stages0-transpose: TRAN
 static_assert(!(THREAD_ORDER_M == 1) || (STAGES == 0), "R35 thread-order: STAGES == 0 when THREAD_ORDER_M == 1");
 static_assert((MIN_BLOCKS >= 1), "R36 min-blocks-positive: MIN_BLOCKS >= 1");
 static_assert((MIN_BLOCKS*THREADS <= 2048), "R37 min-blocks-threads: MIN_BLOCKS*THREADS <= 2048");
+static_assert(!(STAGES >= 1) || ((VEC) == 0 || (B_CONTIG) % (VEC) == 0), "R38 b-contig-vec: B_CONTIG % VEC == 0 when STAGES >= 1");
 
 
 // Vector access helpers: V consecutive floats as one float/float2/float4 access (16-byte aligned
@@ -148,13 +167,35 @@ __device__ __forceinline__ void store_frag(float* dst, const float* src) {
     for (int i = 0; i < N; i += V) store_vec<V>(dst + i, src + i);
 }
 
+__device__ __forceinline__ float to_f32(float x) { return x; }
+
+// Fused epilogue, in registers before the store: act(v + bias[col]).
+// GELU is the tanh form: 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))).
+__device__ __forceinline__ float apply_epilogue(float v, int col, const float* bias) {
+    if constexpr (EPI_BIAS) v += to_f32(bias[col]);
+    if constexpr (EPI_ACT == 1) v = fmaxf(v, 0.f);
+    if constexpr (EPI_ACT == 2) v = 0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    return v;
+}
+
 }  // namespace gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on_mb1_cfg
 
 extern "C" __global__ void __launch_bounds__(gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on_mb1_cfg::THREADS, gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on_mb1_cfg::MIN_BLOCKS)
-gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on_mb1(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
-                                                            const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc)
+gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on_mb1(int m_arg, int n_arg, int k_arg, float alpha,
+                                                            const float* __restrict__ A, int lda, const float* __restrict__ B, int ldb,
+                                                            float beta, float* __restrict__ C, int ldc,
+                                                            long long stride_a, long long stride_b, long long stride_c,
+                                                            const float* __restrict__ bias)
 {
     using namespace gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on_mb1_cfg;
+// Extents: compile-time constants where the shape is specialized (the launch checks them).
+    const int M = m_arg;
+    const int N = n_arg;
+    const int K = k_arg;
+    // Strided batch: blockIdx.z selects the matrices (a stride of 0 broadcasts one).
+    A += blockIdx.z * stride_a;
+    B += blockIdx.z * stride_b;
+    C += blockIdx.z * stride_c;
     const int tid = threadIdx.x;
     const int m0 = blockIdx.y * BM;  // first row of this block's C tile
     const int n0 = blockIdx.x * BN;  // first column
@@ -172,50 +213,48 @@ gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on_mb1(int M, int N, int K,
     const bool a_vec = VEC > 1 && lda % VEC == 0 && reinterpret_cast<size_t>(A) % VEC_BYTES == 0;
     const bool b_vec = VEC > 1 && ldb % VEC == 0 && reinterpret_cast<size_t>(B) % VEC_BYTES == 0;
     const bool c_vec = VEC > 1 && ldc % VEC == 0 && reinterpret_cast<size_t>(C) % VEC_BYTES == 0;
-    const float* A_blk = A + (size_t)m0 * lda;
-    const float* B_blk = B + n0;
 
     float a_ld[A_LOADS][VEC];  // one K tile in registers on its way from global to shared memory
     float b_ld[B_LOADS][VEC];
 
-    // Global -> registers. Elements outside A or B load as zero, so the compute loop needs no checks.
+    // Global -> registers, VEC elements along each operand's contiguous dimension. Elements
+    // outside A or B load as zero, so the compute loop needs no checks.
     auto load_tile = [&](int k0) {
 #pragma unroll
         for (int l = 0; l < A_LOADS; ++l) {
             const int v = tid + l * THREADS;
             const int r = v / A_VECS_PER_ROW, c = (v % A_VECS_PER_ROW) * VEC;
-            const float* src = A_blk + (size_t)r * lda + k0 + c;
-            if (a_vec && m0 + r < M && k0 + c + VEC <= K) {
-                load_vec<VEC>(a_ld[l], src);
-            } else {
+            const int gm = m0 + r, gk = k0 + c;  // A row-major: vectors run along K
+            const float* src = A + (size_t)gm * lda + gk;
+            const bool whole = (M_FULL || gm < M) && (K_FULL || gk + VEC <= K);
 #pragma unroll
-                for (int e = 0; e < VEC; ++e)
-                    a_ld[l][e] = (m0 + r < M && k0 + c + e < K) ? src[e] : 0.f;
-            }
+            for (int e = 0; e < VEC; ++e)
+                if (!(a_vec && whole)) a_ld[l][e] = ((M_FULL || gm < M) && (K_FULL || gk + e < K)) ? src[e] : 0.f;
+            if (a_vec && whole) load_vec<VEC>(a_ld[l], src);
         }
 #pragma unroll
         for (int l = 0; l < B_LOADS; ++l) {
             const int v = tid + l * THREADS;
             const int r = v / B_VECS_PER_ROW, c = (v % B_VECS_PER_ROW) * VEC;
-            const float* src = B_blk + (size_t)(k0 + r) * ldb + c;
-            if (b_vec && k0 + r < K && n0 + c + VEC <= N) {
-                load_vec<VEC>(b_ld[l], src);
-            } else {
+            const int gk = k0 + r, gn = n0 + c;  // B row-major: vectors run along N
+            const float* src = B + (size_t)gk * ldb + gn;
+            const bool whole = (K_FULL || gk < K) && (N_FULL || gn + VEC <= N);
 #pragma unroll
-                for (int e = 0; e < VEC; ++e)
-                    b_ld[l][e] = (k0 + r < K && n0 + c + e < N) ? src[e] : 0.f;
-            }
+            for (int e = 0; e < VEC; ++e)
+                if (!(b_vec && whole)) b_ld[l][e] = ((K_FULL || gk < K) && (N_FULL || gn + e < N)) ? src[e] : 0.f;
+            if (b_vec && whole) load_vec<VEC>(b_ld[l], src);
         }
     };
 
-    // Registers -> shared memory buffer `buf`.
+    // Registers -> shared memory buffer `buf`: a vector store where the loaded vector runs
+    // along the shared tile's rows, one element at a time where it runs across them.
     auto store_tile = [&](int buf) {
 #pragma unroll
         for (int l = 0; l < A_LOADS; ++l) {
             const int v = tid + l * THREADS;
             const int r = v / A_VECS_PER_ROW, c = (v % A_VECS_PER_ROW) * VEC;
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) As[buf][c + e][r] = a_ld[l][e];  // transpose: As[k][m]
+            for (int e = 0; e < VEC; ++e) As[buf][c + e][r] = a_ld[l][e];
         }
 #pragma unroll
         for (int l = 0; l < B_LOADS; ++l) {
@@ -269,31 +308,33 @@ gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st1_at_on_mb1(int M, int N, int K,
         __syncthreads();
     }
 
-    // Epilogue: C = alpha * acc + beta * C, vector stores where the row is aligned and whole.
+    // Epilogue: C = act(alpha * acc + beta * C + bias); C is not read when beta == 0.
 #pragma unroll
     for (int i = 0; i < WM_ITER; ++i)
 #pragma unroll
         for (int r = 0; r < TM; ++r) {
             const int row = m0 + row0 + i * WM_STEP + r;
-            if (row >= M) continue;
+            if (!M_FULL && row >= M) continue;
 #pragma unroll
             for (int j = 0; j < WN_ITER; ++j) {
                 const int col = n0 + col0 + j * WN_STEP;
                 float* dst = C + (size_t)row * ldc + col;
-                if (c_vec && col + TN <= N) {
+                if (c_vec && (N_FULL || col + TN <= N)) {
                     float out[TN];
                     if (beta != 0.f) load_frag<TN, VEC>(out, dst);
 #pragma unroll
-                    for (int c = 0; c < TN; ++c)
-                        out[c] = beta == 0.f ? alpha * acc[i][j][r][c]
-                                             : fmaf(beta, out[c], alpha * acc[i][j][r][c]);
+                    for (int c = 0; c < TN; ++c) {
+                        const float v = alpha * acc[i][j][r][c];
+                        out[c] = apply_epilogue(beta == 0.f ? v : fmaf(beta, out[c], v), col + c, bias);
+                    }
                     store_frag<TN, VEC>(dst, out);
                 } else {
 #pragma unroll
                     for (int c = 0; c < TN; ++c)
-                        if (col + c < N)
-                            dst[c] = beta == 0.f ? alpha * acc[i][j][r][c]
-                                                 : fmaf(beta, dst[c], alpha * acc[i][j][r][c]);
+                        if (N_FULL || col + c < N) {
+                            const float v = alpha * acc[i][j][r][c];
+                            dst[c] = apply_epilogue(beta == 0.f ? v : fmaf(beta, dst[c], v), col + c, bias);
+                        }
                 }
             }
         }

@@ -19,6 +19,11 @@
 //   transpose_a    = False
 //   thread_order   = m
 //   min_blocks     = 1
+//   layout         = rrr
+//   epilogue       = none
+//   m              = None
+//   n              = None
+//   k              = None
 // derived figures (arch sm_90):
 //   threads                    = 1024
 //   warps                      = 32
@@ -31,7 +36,7 @@
 //   blocks_per_sm_sm_90        = 2
 // launch: grid = (ceil(N/BN), ceil(M/BM), 1) = (ceil(N/32), ceil(M/32), 1), block = (1024, 1, 1), static shared memory 0 bytes
 //
-// gemmgen-config: {"family": "simt", "bm": 32, "bn": 32, "bk": 1, "tm": 1, "tn": 1, "wm": null, "wn": null, "vec": 1, "skew": 0, "stages": 0, "transpose_a": false, "thread_order": "m", "min_blocks": 1}
+// gemmgen-config: {"family": "simt", "bm": 32, "bn": 32, "bk": 1, "tm": 1, "tn": 1, "wm": null, "wn": null, "vec": 1, "skew": 0, "stages": 0, "transpose_a": false, "thread_order": "m", "min_blocks": 1, "layout": "rrr", "epilogue": "none", "m": null, "n": null, "k": null}
 
 namespace gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_mb1_cfg {
 
@@ -54,6 +59,19 @@ namespace gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_mb1_cfg {
 [[maybe_unused]] constexpr int THREADS = 1024;
 [[maybe_unused]] constexpr int ACC_REGS = 1;
 [[maybe_unused]] constexpr int SMEM_BYTES = 0;
+[[maybe_unused]] constexpr int A_CONTIG = 1;
+[[maybe_unused]] constexpr int B_CONTIG = 32;
+[[maybe_unused]] constexpr int LAYOUT_A_COL = 0;
+[[maybe_unused]] constexpr int LAYOUT_B_COL = 0;
+[[maybe_unused]] constexpr int LAYOUT_C_COL = 0;
+[[maybe_unused]] constexpr int EPI_BIAS = 0;
+[[maybe_unused]] constexpr int EPI_ACT = 0;
+[[maybe_unused]] constexpr int M_SPEC = 0;
+[[maybe_unused]] constexpr int M_FULL = 0;
+[[maybe_unused]] constexpr int N_SPEC = 0;
+[[maybe_unused]] constexpr int N_FULL = 0;
+[[maybe_unused]] constexpr int K_SPEC = 0;
+[[maybe_unused]] constexpr int K_FULL = 0;
 [[maybe_unused]] constexpr int WARPS_N = 0;
 [[maybe_unused]] constexpr int THREADS_N = 32;
 [[maybe_unused]] constexpr int WM_ITER = 1;
@@ -91,7 +109,7 @@ static_assert(!(WM != 0) || ((LANES_M*TM) == 0 || (WM) % (LANES_M*TM) == 0), "R1
 static_assert(!(WN != 0) || ((LANES_N*TN) == 0 || (WN) % (LANES_N*TN) == 0), "R18 wn-lanes: WN % (LANES_N*TN) == 0 when WN != 0");
 static_assert(((THREADS) % (32) == 0), "R19 whole-warps: THREADS % 32 == 0");
 static_assert((THREADS <= 1024), "R20 max-threads: THREADS <= 1024");
-static_assert(!(STAGES >= 1) || ((VEC) == 0 || (BK) % (VEC) == 0), "R21 bk-vec: BK % VEC == 0 when STAGES >= 1");
+static_assert(!(STAGES >= 1) || ((VEC) == 0 || (A_CONTIG) % (VEC) == 0), "R21 a-contig-vec: A_CONTIG % VEC == 0 when STAGES >= 1");
 static_assert(!(STAGES >= 1) || ((THREADS*VEC) == 0 || (BM*BK) % (THREADS*VEC) == 0), "R22 a-tile-loads: (BM*BK) % (THREADS*VEC) == 0 when STAGES >= 1");
 static_assert(!(STAGES >= 1) || ((THREADS*VEC) == 0 || (BK*BN) % (THREADS*VEC) == 0), "R23 b-tile-loads: (BK*BN) % (THREADS*VEC) == 0 when STAGES >= 1");
 static_assert(!(STAGES >= 1) || ((VEC) == 0 || (TN) % (VEC) == 0), "R24 tn-vec: TN % VEC == 0 when STAGES >= 1");
@@ -108,6 +126,7 @@ static_assert(!(STAGES == 0) || (TRANSPOSE_A == 0), "R34 stages0-transpose: TRAN
 static_assert(!(THREAD_ORDER_M == 1) || (STAGES == 0), "R35 thread-order: STAGES == 0 when THREAD_ORDER_M == 1");
 static_assert((MIN_BLOCKS >= 1), "R36 min-blocks-positive: MIN_BLOCKS >= 1");
 static_assert((MIN_BLOCKS*THREADS <= 2048), "R37 min-blocks-threads: MIN_BLOCKS*THREADS <= 2048");
+static_assert(!(STAGES >= 1) || ((VEC) == 0 || (B_CONTIG) % (VEC) == 0), "R38 b-contig-vec: B_CONTIG % VEC == 0 when STAGES >= 1");
 
 
 // Vector access helpers: V consecutive floats as one float/float2/float4 access (16-byte aligned
@@ -148,13 +167,35 @@ __device__ __forceinline__ void store_frag(float* dst, const float* src) {
     for (int i = 0; i < N; i += V) store_vec<V>(dst + i, src + i);
 }
 
+__device__ __forceinline__ float to_f32(float x) { return x; }
+
+// Fused epilogue, in registers before the store: act(v + bias[col]).
+// GELU is the tanh form: 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))).
+__device__ __forceinline__ float apply_epilogue(float v, int col, const float* bias) {
+    if constexpr (EPI_BIAS) v += to_f32(bias[col]);
+    if constexpr (EPI_ACT == 1) v = fmaxf(v, 0.f);
+    if constexpr (EPI_ACT == 2) v = 0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    return v;
+}
+
 }  // namespace gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_mb1_cfg
 
 extern "C" __global__ void __launch_bounds__(gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_mb1_cfg::THREADS, gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_mb1_cfg::MIN_BLOCKS)
-gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_mb1(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
-                                                        const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc)
+gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_mb1(int m_arg, int n_arg, int k_arg, float alpha,
+                                                        const float* __restrict__ A, int lda, const float* __restrict__ B, int ldb,
+                                                        float beta, float* __restrict__ C, int ldc,
+                                                        long long stride_a, long long stride_b, long long stride_c,
+                                                        const float* __restrict__ bias)
 {
     using namespace gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_mb1_cfg;
+// Extents: compile-time constants where the shape is specialized (the launch checks them).
+    const int M = m_arg;
+    const int N = n_arg;
+    const int K = k_arg;
+    // Strided batch: blockIdx.z selects the matrices (a stride of 0 broadcasts one).
+    A += blockIdx.z * stride_a;
+    B += blockIdx.z * stride_b;
+    C += blockIdx.z * stride_c;
     const int tid = threadIdx.x;
     const int m0 = blockIdx.y * BM;  // first row of this block's C tile
     const int n0 = blockIdx.x * BN;  // first column
@@ -163,9 +204,8 @@ gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_mb1(int M, int N, int K, flo
     const int row = m0 + tid % BM;  // consecutive threads take consecutive rows: strided A and C
     const int col = n0 + tid / BM;
     if (row >= M || col >= N) return;
-    const float* a = A + (size_t)row * lda;
     float acc = 0.f;
-    for (int k = 0; k < K; ++k) acc = fmaf(a[k], B[(size_t)k * ldb + col], acc);
-    float* c = C + (size_t)row * ldc + col;
-    *c = beta == 0.f ? alpha * acc : fmaf(beta, *c, alpha * acc);
+    for (int k = 0; k < K; ++k) acc = fmaf(A[(size_t)(row) * lda + (k)], B[(size_t)(k) * ldb + (col)], acc);
+    float& c = C[(size_t)(row) * ldc + (col)];
+    c = apply_epilogue(beta == 0.f ? alpha * acc : fmaf(beta, c, alpha * acc), col, bias);
 }

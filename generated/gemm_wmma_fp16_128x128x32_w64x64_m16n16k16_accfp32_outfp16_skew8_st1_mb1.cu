@@ -18,6 +18,11 @@
 //   skew           = 8
 //   stages         = 1
 //   min_blocks     = 1
+//   layout         = rrr
+//   epilogue       = none
+//   m              = None
+//   n              = None
+//   k              = None
 // derived figures (arch sm_90):
 //   threads                    = 128
 //   warps                      = 4
@@ -31,7 +36,7 @@
 //   blocks_per_sm_sm_90        = 8
 // launch: grid = (ceil(N/BN), ceil(M/BM), 1) = (ceil(N/128), ceil(M/128), 1), block = (128, 1, 1), dynamic shared memory 27648 bytes (passed at launch)
 //
-// gemmgen-config: {"family": "wmma", "bm": 128, "bn": 128, "bk": 32, "wm": 64, "wn": 64, "shape": "m16n16k16", "dtype": "fp16", "acc": "fp32", "out": "fp16", "skew": 8, "stages": 1, "min_blocks": 1}
+// gemmgen-config: {"family": "wmma", "bm": 128, "bn": 128, "bk": 32, "wm": 64, "wn": 64, "shape": "m16n16k16", "dtype": "fp16", "acc": "fp32", "out": "fp16", "skew": 8, "stages": 1, "min_blocks": 1, "layout": "rrr", "epilogue": "none", "m": null, "n": null, "k": null}
 
 #include <mma.h>
 #include <cuda_fp16.h>
@@ -63,6 +68,17 @@ using namespace nvcuda;
 [[maybe_unused]] constexpr int THREADS = 128;
 [[maybe_unused]] constexpr int ACC_REGS = 128;
 [[maybe_unused]] constexpr int SMEM_BYTES = 27648;
+[[maybe_unused]] constexpr int LAYOUT_A_COL = 0;
+[[maybe_unused]] constexpr int LAYOUT_B_COL = 0;
+[[maybe_unused]] constexpr int LAYOUT_C_COL = 0;
+[[maybe_unused]] constexpr int EPI_BIAS = 0;
+[[maybe_unused]] constexpr int EPI_ACT = 0;
+[[maybe_unused]] constexpr int M_SPEC = 0;
+[[maybe_unused]] constexpr int M_FULL = 0;
+[[maybe_unused]] constexpr int N_SPEC = 0;
+[[maybe_unused]] constexpr int N_FULL = 0;
+[[maybe_unused]] constexpr int K_SPEC = 0;
+[[maybe_unused]] constexpr int K_FULL = 0;
 [[maybe_unused]] constexpr int WARPS_N = 2;
 [[maybe_unused]] constexpr int FRAGS_M = 4;
 [[maybe_unused]] constexpr int FRAGS_N = 4;
@@ -107,6 +123,7 @@ static_assert((ACC_REGS <= 128), "W22 acc-registers: ACC_REGS <= 128");
 static_assert((SMEM_BYTES <= 232448), "W23 dynamic-smem: SMEM_BYTES <= 232448");
 static_assert((MIN_BLOCKS >= 1), "W24 min-blocks-positive: MIN_BLOCKS >= 1");
 static_assert((MIN_BLOCKS*THREADS <= 2048), "W25 min-blocks-threads: MIN_BLOCKS*THREADS <= 2048");
+static_assert(!(LAYOUT_A_COL == 1) || ((WMMA_M*ELEM_BYTES) % (32) == 0), "W26 col-a-fragment-align: (WMMA_M*ELEM_BYTES) % 32 == 0 when LAYOUT_A_COL == 1");
 
 
 using in_t = half;     // A and B in global and shared memory
@@ -122,6 +139,15 @@ __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(half x) { return __half2float(x); }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 
+// Fused epilogue, in registers before the store: act(v + bias[col]).
+// GELU is the tanh form: 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))).
+__device__ __forceinline__ float apply_epilogue(float v, int col, const out_t* bias) {
+    if constexpr (EPI_BIAS) v += to_f32(bias[col]);
+    if constexpr (EPI_ACT == 1) v = fmaxf(v, 0.f);
+    if constexpr (EPI_ACT == 2) v = 0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    return v;
+}
+
 // 16-byte global -> shared copy that bypasses registers (gty111 step 3). The bytes past
 // src_bytes (0 to 16) are zero-filled, which pads the K, M and N edges.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
@@ -135,13 +161,23 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 }  // namespace gemm_wmma_fp16_128x128x32_w64x64_m16n16k16_accfp32_outfp16_skew8_st1_mb1_cfg
 
 extern "C" __global__ void __launch_bounds__(gemm_wmma_fp16_128x128x32_w64x64_m16n16k16_accfp32_outfp16_skew8_st1_mb1_cfg::THREADS, gemm_wmma_fp16_128x128x32_w64x64_m16n16k16_accfp32_outfp16_skew8_st1_mb1_cfg::MIN_BLOCKS)
-gemm_wmma_fp16_128x128x32_w64x64_m16n16k16_accfp32_outfp16_skew8_st1_mb1(int M, int N, int K, float alpha, const gemm_wmma_fp16_128x128x32_w64x64_m16n16k16_accfp32_outfp16_skew8_st1_mb1_cfg::in_t* __restrict__ A, int lda,
-                                                                         const gemm_wmma_fp16_128x128x32_w64x64_m16n16k16_accfp32_outfp16_skew8_st1_mb1_cfg::in_t* __restrict__ B, int ldb, float beta,
-                                                                         gemm_wmma_fp16_128x128x32_w64x64_m16n16k16_accfp32_outfp16_skew8_st1_mb1_cfg::out_t* __restrict__ C, int ldc)
+gemm_wmma_fp16_128x128x32_w64x64_m16n16k16_accfp32_outfp16_skew8_st1_mb1(int m_arg, int n_arg, int k_arg, float alpha,
+                                                                         const gemm_wmma_fp16_128x128x32_w64x64_m16n16k16_accfp32_outfp16_skew8_st1_mb1_cfg::in_t* __restrict__ A, int lda, const gemm_wmma_fp16_128x128x32_w64x64_m16n16k16_accfp32_outfp16_skew8_st1_mb1_cfg::in_t* __restrict__ B, int ldb,
+                                                                         float beta, gemm_wmma_fp16_128x128x32_w64x64_m16n16k16_accfp32_outfp16_skew8_st1_mb1_cfg::out_t* __restrict__ C, int ldc,
+                                                                         long long stride_a, long long stride_b, long long stride_c,
+                                                                         const gemm_wmma_fp16_128x128x32_w64x64_m16n16k16_accfp32_outfp16_skew8_st1_mb1_cfg::out_t* __restrict__ bias)
 {
     using namespace gemm_wmma_fp16_128x128x32_w64x64_m16n16k16_accfp32_outfp16_skew8_st1_mb1_cfg;
-    // Dynamic shared memory: STAGES x (A [BM][AS_LD], B as BN/WMMA_N panels [BK][BS_LD]),
-    // then one [WMMA_M][CS_LD] C staging tile per warp.
+// Extents: compile-time constants where the shape is specialized (the launch checks them).
+    const int M = m_arg;
+    const int N = n_arg;
+    const int K = k_arg;
+    // Strided batch: blockIdx.z selects the matrices (a stride of 0 broadcasts one).
+    A += blockIdx.z * stride_a;
+    B += blockIdx.z * stride_b;
+    C += blockIdx.z * stride_c;
+    // Dynamic shared memory: STAGES x (A [BM][BK+SKEW], B as BN/WMMA_N panels [BK][WMMA_N+SKEW]),
+    // then one C staging tile of C_TILE_ELEMS per warp.
     extern __shared__ __align__(128) unsigned char smem[];
     in_t* As = reinterpret_cast<in_t*>(smem);
     in_t* Bs = As + STAGES * A_STAGE_ELEMS;
@@ -163,30 +199,32 @@ gemm_wmma_fp16_128x128x32_w64x64_m16n16k16_accfp32_outfp16_skew8_st1_mb1(int M, 
         for (int l = 0; l < A_LOADS; ++l) {
             const int v = tid + l * THREADS;
             const int r = v / A_VECS_PER_ROW, c = (v % A_VECS_PER_ROW) * VEC;
-            const int gm = m0 + r, gk = k0 + c;
+            const int gm = m0 + r, gk = k0 + c;  // A row-major: 16-byte chunks run along K
+            const bool in_row = M_FULL || gm < M;
+            const int n_in = in_row ? (K_FULL ? VEC : max(0, min(VEC, K - gk))) : 0;
+            const in_t* src = A + (size_t)gm * lda + gk;
             in_t* dst = as + r * AS_LD + c;
             if (a_vec) {
-                const int n_in = gm < M ? max(0, min(VEC, K - gk)) : 0;
-                cp_async16(dst, n_in ? A + (size_t)gm * lda + gk : A, n_in * ELEM_BYTES);
+                cp_async16(dst, n_in ? src : A, n_in * ELEM_BYTES);
             } else {
 #pragma unroll
-                for (int e = 0; e < VEC; ++e)
-                    dst[e] = (gm < M && gk + e < K) ? A[(size_t)gm * lda + gk + e] : from_f32<in_t>(0.f);
+                for (int e = 0; e < VEC; ++e) dst[e] = e < n_in ? src[e] : from_f32<in_t>(0.f);
             }
         }
 #pragma unroll
         for (int l = 0; l < B_LOADS; ++l) {
             const int v = tid + l * THREADS;
             const int r = v / B_VECS_PER_ROW, c = (v % B_VECS_PER_ROW) * VEC;
-            const int gk = k0 + r, gn = n0 + c;
+            const int gk = k0 + r, gn = n0 + c;  // B row-major: 16-byte chunks run along N
+            const bool in_row = K_FULL || gk < K;
+            const int n_in = in_row ? (N_FULL ? VEC : max(0, min(VEC, N - gn))) : 0;
+            const in_t* src = B + (size_t)gk * ldb + gn;
             in_t* dst = bs + ((c / WMMA_N) * BK + r) * BS_LD + c % WMMA_N;  // panel c / WMMA_N
             if (b_vec) {
-                const int n_in = gk < K ? max(0, min(VEC, N - gn)) : 0;
-                cp_async16(dst, n_in ? B + (size_t)gk * ldb + gn : B, n_in * ELEM_BYTES);
+                cp_async16(dst, n_in ? src : B, n_in * ELEM_BYTES);
             } else {
 #pragma unroll
-                for (int e = 0; e < VEC; ++e)
-                    dst[e] = (gk < K && gn + e < N) ? B[(size_t)gk * ldb + gn + e] : from_f32<in_t>(0.f);
+                for (int e = 0; e < VEC; ++e) dst[e] = e < n_in ? src[e] : from_f32<in_t>(0.f);
             }
         }
     };
@@ -231,8 +269,8 @@ gemm_wmma_fp16_128x128x32_w64x64_m16n16k16_accfp32_outfp16_skew8_st1_mb1(int M, 
         __syncthreads();
     }
 
-    // Epilogue through the warp's staging tile, so lanes write whole row segments of C:
-    // C = alpha * acc + beta * C (C not read when beta == 0), converted to out_t.
+    // Epilogue through the warp's staging tile, so lanes write whole runs of C along its
+    // contiguous dimension: C = act(alpha * acc + beta * C + bias), C not read when beta == 0.
     acc_t* cs = Cs + warp * C_TILE_ELEMS;
 #pragma unroll
     for (int i = 0; i < FRAGS_M; ++i)
@@ -241,15 +279,15 @@ gemm_wmma_fp16_128x128x32_w64x64_m16n16k16_accfp32_outfp16_skew8_st1_mb1(int M, 
             wmma::store_matrix_sync(cs, acc[i][j], CS_LD, wmma::mem_row_major);
             __syncwarp();
             const int e0 = lane * LANE_ELEMS;
-            const int r = e0 / WMMA_N, c = e0 % WMMA_N;
+            const int r = e0 / WMMA_N, c = e0 % WMMA_N;  // a run along row r
             const int gm = m0 + wm0 + i * WMMA_M + r, gn = n0 + wn0 + j * WMMA_N + c;
-            if (gm < M) {
+            if (M_FULL || gm < M) {
                 out_t* dst = C + (size_t)gm * ldc + gn;
 #pragma unroll
                 for (int e = 0; e < LANE_ELEMS; ++e) {
-                    if (gn + e < N) {
+                    if (N_FULL || gn + e < N) {
                         const float v = alpha * to_f32(cs[r * CS_LD + c + e]);
-                        dst[e] = from_f32<out_t>(beta == 0.f ? v : fmaf(beta, to_f32(dst[e]), v));
+                        dst[e] = from_f32<out_t>(apply_epilogue(beta == 0.f ? v : fmaf(beta, to_f32(dst[e]), v), gn + e, bias));
                     }
                 }
             }

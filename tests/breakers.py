@@ -30,7 +30,7 @@ SIMT_BREAKERS = {
     "wn-lanes": ("warptile_db", {"tn": 16}),
     "whole-warps": ("vectorized", {"bm": 8}),
     "max-threads": ("coalesced", {"bm": 48}),
-    "bk-vec": ("warptile", {"bm": 192, "bn": 192, "bk": 3, "wm": 64, "wn": 64, "vec": 2,
+    "a-contig-vec": ("warptile", {"bm": 192, "bn": 192, "bk": 3, "wm": 64, "wn": 64, "vec": 2,
                             "skew": 8}),
     "a-tile-loads": ("vectorized", {"bn": 48}),
     "b-tile-loads": ("vectorized", {"bm": 48}),
@@ -48,6 +48,8 @@ SIMT_BREAKERS = {
     "thread-order": ("vectorized", {"thread_order": "m"}),
     "min-blocks-positive": ("vectorized", {"min_blocks": 0}),
     "min-blocks-threads": ("vectorized", {"min_blocks": 9}),
+    "b-contig-vec": ("warptile_db", {"bm": 64, "bn": 64, "bk": 2, "wm": 64, "wn": 64,
+                                     "layout": "ccr"}),
 }
 
 
@@ -77,6 +79,7 @@ WMMA_BREAKERS = {
     "dynamic-smem": ("wmma_pipeline", {"bm": 512}),
     "min-blocks-positive": ("wmma_v07", {"min_blocks": 0}),
     "min-blocks-threads": ("wmma_v07", {"min_blocks": 9}),
+    "col-a-fragment-align": ("wmma_v07", {"layout": "crr", "shape": "m8n32k16"}),
 }
 BREAKERS = {"simt": SIMT_BREAKERS, "wmma": WMMA_BREAKERS}
 

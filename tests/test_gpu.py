@@ -175,3 +175,54 @@ def test_tune_end_to_end_and_dispatch(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules["gemmgen.build"], "build", no_build)
     again = gemmgen.gemm(A, B, db=str(tmp_path / "db.json"))
     assert_close(again, A, B, None, 1.0, 0.0)
+
+
+@pytest.mark.parametrize("preset", ["warptile_tuned", "wmma_pipeline"])
+def test_layout_and_epilogue_variants(preset):
+    from gemmgen.build import build_many
+    configs = [PRESETS[preset].config.replace(layout=lay, epilogue=epi)
+               for lay, epi in (("ccc", "bias_gelu"), ("crc", "relu"), ("rcr", "bias"),
+                                ("rrc", "gelu"))]
+    for cfg, kernel in zip(configs, build_many(configs)):
+        results = sweep_kernel(cfg.name, kernel, CASES[1:3])
+        assert all(r.passed for r in results), [r for r in results if not r.passed]
+
+
+def test_transposed_cupy_views_are_used_without_a_copy():
+    cupy = pytest.importorskip("cupy")
+    kernel = build(PRESETS["warptile_tuned"].config.replace(layout="crc"))
+    rng = np.random.default_rng()
+    A, B, C = operands(rng, 190, 150, 70)
+    a_t = cupy.asarray(np.ascontiguousarray(A.T)).T      # column-major A, a view
+    c_t = cupy.asarray(np.ascontiguousarray(C.T)).T      # column-major C
+    ptr = c_t.data.ptr
+    out = kernel(a_t, cupy.asarray(B), c_t, alpha=0.5, beta=2.0)
+    assert out is c_t and out.data.ptr == ptr
+    assert_close(cupy.asnumpy(c_t), A, B, C, 0.5, 2.0)
+    with pytest.raises(OperandError, match="A is row-major, but this kernel takes column-major A"):
+        kernel(cupy.asarray(A), cupy.asarray(B))
+
+
+def test_batched_torch_tensors_with_a_broadcast_operand():
+    torch = pytest.importorskip("torch")
+    kernel = build(PRESETS["wmma_pipeline"].config.replace(epilogue="bias_relu"))
+    rng = np.random.default_rng()
+    A = rng.standard_normal((6, 100, 64), dtype=np.float32).astype(np.float16)
+    B = rng.standard_normal((64, 72), dtype=np.float32).astype(np.float16)
+    bias = rng.standard_normal(72, dtype=np.float32).astype(np.float16)
+    a = torch.from_numpy(A).cuda()
+    b = torch.from_numpy(B).cuda().expand(6, 64, 72)         # batch stride 0
+    out = kernel(a, b, bias=torch.from_numpy(bias).cuda())
+    torch.cuda.synchronize()
+    assert out.shape == (6, 100, 72) and out.dtype == torch.float16
+    err, worst = compare(out.float().cpu().numpy(), reference(A, B, None, 1.0, 0.0, bias, "bias_relu"))
+    assert err <= tolerance(64, "fp16", "fp32", "fp16"), (err, worst)
+
+
+def test_specialized_kernel_checks_the_shape():
+    kernel = build(PRESETS["warptile_tuned"].config.replace(m=256, n=128, k=96))
+    rng = np.random.default_rng()
+    A, B, _ = operands(rng, 256, 128, 96)
+    assert_close(kernel(A, B), A, B, None, 1.0, 0.0)
+    with pytest.raises(OperandError, match="specialized for M, N, K = 256, 128, 96"):
+        kernel(A[:255], B)

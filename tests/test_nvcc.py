@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 from breakers import ALL_RULES, breaker
 from gemmgen import PRESETS, SimtConfig, render
 from gemmgen.config_wmma import SHAPES, WmmaConfig
-from gemmgen.nvcc import BuildError, compile_source, parse_ptxas
+from gemmgen.model import EPILOGUES, LAYOUTS
+from gemmgen.nvcc import BuildError, compile_many, compile_source, parse_ptxas
 
 ARCHS = ("sm_80", "sm_90")
 
@@ -65,7 +66,8 @@ FIELD_VALUES = {
     "tm": [1, 2, 3, 4, 8], "tn": [1, 2, 4, 6, 8], "wm": [None, 16, 32, 64],
     "wn": [None, 16, 32, 64], "vec": [1, 2, 3, 4], "skew": [0, 1, 2, 4],
     "stages": [0, 1, 2], "transpose_a": [False, True], "thread_order": ["n", "n", "m"],
-    "min_blocks": [1, 1, 2, 0],
+    "min_blocks": [1, 1, 2, 0], "layout": ["rrr", "rrr", "ccr", "crc", "rcc"],
+    "epilogue": ["none", "none", "bias_gelu", "relu"],
 }
 
 
@@ -100,7 +102,8 @@ WMMA_VALUES = {
     "bm": [32, 64, 96, 128], "bn": [32, 64, 128], "bk": [8, 16, 32], "wm": [16, 32, 48, 64],
     "wn": [8, 16, 32, 64], "shape": list(SHAPES), "dtype": ["fp16", "bf16", "tf32"],
     "acc": ["fp32", "fp32", "fp16"], "out": ["fp32", "fp16", "bf16"], "skew": [0, 4, 8, 12],
-    "stages": [1, 2, 3, 7], "min_blocks": [1, 1, 2],
+    "stages": [1, 2, 3, 7], "min_blocks": [1, 1, 2], "layout": ["rrr", "rrr", "ccc", "crr"],
+    "epilogue": ["none", "bias_relu"],
 }
 
 
@@ -134,3 +137,28 @@ def test_build_error_survives_pickling():
     import pickle
     err = pickle.loads(pickle.dumps(BuildError("/tmp/k.cu", 'static assertion failed with "R07 x"')))
     assert err.path == "/tmp/k.cu" and err.static_assert_ids() == {"R07"}
+
+
+
+@pytest.mark.parametrize("preset", ["warptile_tuned", "wmma_pipeline", "wmma_tf32"])
+def test_every_layout_and_epilogue_compiles(nvcc, preset):
+    """One preset per family and dtype in all 8 layouts x 6 epilogues, as one translation unit."""
+    configs = [PRESETS[preset].config.replace(layout=lay, epilogue=epi)
+               for lay in LAYOUTS for epi in EPILOGUES]
+    report = compile_many([render(c) for c in configs], "sm_90")
+    for c in configs:
+        res = report[(c.name, "sm_90")]
+        assert res.smem_bytes == c.static_smem_bytes
+        assert res.registers <= 255
+
+
+def test_specialized_shape_becomes_constexpr_and_drops_bounds_checks(nvcc):
+    cfg = PRESETS["warptile_tuned"].config.replace(m=4096, n=4096, k=4096)
+    src = render(cfg)
+    assert "constexpr int M = M_SPEC;" in src and "constexpr int M_FULL = 1;" in src
+    assert cfg.name.endswith("_s4096x4096x4096")
+    ragged = PRESETS["warptile_tuned"].config.replace(m=4095, k=4096)
+    env = ragged.feature_env()
+    assert (env["M_FULL"], env["N_FULL"], env["K_FULL"]) == (0, 0, 1)
+    report = compile_many([src, render(ragged)], "sm_90")
+    assert (cfg.name, "sm_90") in report and (ragged.name, "sm_90") in report

@@ -21,20 +21,32 @@ def f32(*shape):
 
 
 def test_row_major_and_padded_views_give_leading_dimensions():
-    assert describe(f32(4, 6), "A").ld == 6
+    assert describe(f32(4, 6), "A").lds == {"r": 6}
     big = f32(4, 10)
     view = describe(big[:, :6], "A")
-    assert (view.shape, view.ld) == ((4, 6), 10)
+    assert (view.shape, view.lds) == ((4, 6), {"r": 10})
     dev = describe(FakeDeviceArray((5, 3), strides=(64, 4)), "B")
-    assert (dev.kind, dev.ld, dev.ptr) == ("cai", 16, 0x7F0000000000)
-    assert describe(FakeDeviceArray((5, 3)), "B").ld == 3  # strides None: C-contiguous
+    assert (dev.kind, dev.lds, dev.ptr) == ("cai", {"r": 16}, 0x7F0000000000)
+    assert describe(FakeDeviceArray((5, 3)), "B").lds == {"r": 3}  # strides None: C-contiguous
+
+
+def test_column_major_views_and_batches():
+    assert describe(np.asfortranarray(f32(4, 6)), "A").lds == {"c": 4}
+    assert describe(f32(6, 4).T, "A").lds == {"c": 4}  # a transposed view, no copy
+    assert describe(f32(1, 6), "A").lds == {"r": 6, "c": 1}  # one row: either layout
+    batch = describe(f32(3, 4, 6), "A")
+    assert (batch.batch, batch.batch_stride, batch.shape, batch.lds) == (3, 24, (4, 6), {"r": 6})
+    bcast = describe(np.broadcast_to(f32(4, 6), (5, 4, 6)), "B")
+    assert (bcast.batch, bcast.batch_stride) == (5, 0)
+    col_batch = describe(np.swapaxes(f32(3, 6, 4), 1, 2), "A")
+    assert col_batch.lds == {"c": 4} and col_batch.batch_stride == 24
+    with pytest.raises(OperandError, match="neither row- nor column-major"):
+        describe(f32(8, 8)[::2, ::2], "A")
 
 
 @pytest.mark.parametrize("bad, match", [
     (np.ones((4, 4), np.float64), r"A has dtype float64; this kernel takes fp32 \(float32\)"),
-    (f32(2, 3, 4), "A must be a 2-D matrix"),
-    (np.asfortranarray(f32(4, 6)), "A must be row-major"),
-    (f32(6, 4).T, "A must be row-major"),
+    (f32(2, 3, 4, 5), "A must be a 2-D matrix or a 3-D batch"),
     ([[1.0]], "A: expected a NumPy array"),
     (FakeDeviceArray((4, 4), typestr="<f2"), "A has dtype float16"),
 ])
@@ -60,6 +72,28 @@ def test_gemm_shapes_are_cross_checked():
         check_gemm(f32(3, 5), FakeDeviceArray((5, 7)), FakeDeviceArray((3, 7)))
 
 
+def test_layouts_batches_and_bias_are_checked_against_the_kernel():
+    fa = np.asfortranarray(f32(3, 5))
+    with pytest.raises(OperandError, match="A is column-major, but this kernel takes row-major A "
+                                           "\\(layout 'rrr'\\): build the kernel with layout 'crr'"):
+        check_gemm(fa, f32(5, 7))
+    args = check_gemm(fa, f32(5, 7), layout="crr")
+    assert args.ld(args.a, 0) == 3
+    args = check_gemm(f32(4, 3, 5), f32(5, 7), f32(4, 3, 7))
+    assert args.batch == 4 and args.b.batch is None
+    with pytest.raises(OperandError, match="batch sizes differ"):
+        check_gemm(f32(4, 3, 5), f32(2, 5, 7), f32(4, 3, 7))
+    with pytest.raises(OperandError, match="C must hold the whole batch of 4"):
+        check_gemm(f32(4, 3, 5), f32(5, 7), f32(3, 7))
+    with pytest.raises(OperandError, match="bias is required"):
+        check_gemm(f32(3, 5), f32(5, 7), needs_bias=True)
+    with pytest.raises(OperandError, match="bias must hold N = 7 values"):
+        check_gemm(f32(3, 5), f32(5, 7), bias=f32(6), needs_bias=True)
+    with pytest.raises(OperandError, match="bias given, but this kernel's epilogue has no bias"):
+        check_gemm(f32(3, 5), f32(5, 7), bias=f32(7))
+    assert check_gemm(f32(3, 5), f32(5, 7), bias=f32(7), needs_bias=True).bias.shape == (1, 7)
+
+
 def test_empty_dimensions_are_accepted():
     args = check_gemm(f32(4, 0), f32(0, 5))
     assert (args.m, args.n, args.k) == (4, 5, 0)
@@ -76,10 +110,10 @@ def test_build_without_pycuda_says_how_to_install(monkeypatch):
 def test_half_precision_operands():
     ml_dtypes = pytest.importorskip("ml_dtypes")
     h = np.ones((4, 8), np.float16)
-    assert describe(h, "A", "fp16").ld == 8
+    assert describe(h, "A", "fp16").lds == {"r": 8}
     assert describe(np.ones((4, 8), ml_dtypes.bfloat16), "A", "bf16").dtype.itemsize == 2
-    assert describe(FakeDeviceArray((4, 8), typestr="<f2"), "B", "fp16").ld == 8
-    assert describe(np.ones((4, 8), "V2"), "A", "bf16").ld == 8  # PyCUDA's bfloat16 GPUArray
+    assert describe(FakeDeviceArray((4, 8), typestr="<f2"), "B", "fp16").lds == {"r": 8}
+    assert describe(np.ones((4, 8), "V2"), "A", "bf16").lds == {"r": 8}  # PyCUDA's bf16 view
     with pytest.raises(OperandError, match="A has dtype float16; this kernel takes bf16"):
         describe(h, "A", "bf16")
     args = check_gemm(f32(3, 5), f32(5, 7), f32(3, 7), dtype="tf32", out="fp32")

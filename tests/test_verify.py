@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from gemmgen import results
-from gemmgen.verify import CASES, check, compare, reference, sweep, tolerance
+from gemmgen.verify import BATCH_CASES, CASES, check, compare, reference, sweep, tolerance
 
 
-def right(A, B, C, alpha, beta):
+def right(A, B, C, alpha, beta, bias=None):
     out = alpha * (A @ B)
     return out if beta == 0 else out + beta * C
 
@@ -21,7 +21,7 @@ def test_a_right_kernel_passes_every_case():
 
 
 def test_unwritten_elements_fail_through_the_nan_poison():
-    def skips_last_row(A, B, C, alpha, beta):
+    def skips_last_row(A, B, C, alpha, beta, bias=None):
         C[:-1] = right(A, B, C, alpha, beta)[:-1]
         return C
     r = check("k", skips_last_row, 65, 33, 16, 1.0, 0.0, np.random.default_rng(0))
@@ -29,14 +29,14 @@ def test_unwritten_elements_fail_through_the_nan_poison():
 
 
 def test_reading_c_when_beta_is_zero_fails():
-    def reads_c(A, B, C, alpha, beta):
+    def reads_c(A, B, C, alpha, beta, bias=None):
         return alpha * (A @ B) + beta * C  # 0 * NaN = NaN
     r = check("k", reads_c, 16, 16, 16, 1.0, 0.0, np.random.default_rng(0))
     assert not r.passed
 
 
 def test_a_missing_k_tile_fails():
-    def drops_tail(A, B, C, alpha, beta):
+    def drops_tail(A, B, C, alpha, beta, bias=None):
         return alpha * (A[:, :-8] @ B[:-8]) + (beta * C if beta else 0)
     r = check("k", drops_tail, 64, 64, 128, 1.0, 0.0, np.random.default_rng(0))
     assert not r.passed and r.rel_error > 1e-2
@@ -88,3 +88,28 @@ def test_merge_replaces_rows_of_the_same_kernel_and_shape():
     merged = results.merge(old, {**old, "rows": [new_row, tuned]})
     assert [(r["kernel"], r["tflops"]) for r in merged["rows"]] == [("warptile", 31.0),
                                                                     ("tuned", 35.0)]
+
+
+def test_layouts_batches_and_epilogues_reach_the_runner():
+    seen = []
+
+    def fused(A, B, C, alpha, beta, bias=None):
+        seen.append((A.flags.f_contiguous, B.flags.f_contiguous, A.ndim, bias is not None))
+        out = alpha * np.matmul(A, B) + (beta * C if beta else 0) + bias
+        return 0.5 * out * (1 + np.tanh(0.7978845608028654 * (out + 0.044715 * out ** 3)))
+    res = sweep("k", fused, CASES[:2], seed=0, layout="ccr", epilogue="bias_gelu",
+                batch_cases=BATCH_CASES)
+    assert all(r.passed for r in res), res
+    assert seen[0][:2] == (True, True) and any(s[2] == 3 for s in seen) and all(s[3] for s in seen)
+    wrong_act = sweep("k", lambda A, B, C, alpha, beta, bias=None: alpha * (A @ B) + bias,
+                      CASES[1:2], seed=0, epilogue="bias_relu")
+    assert not wrong_act[0].passed
+
+
+def test_reference_epilogues():
+    A = np.array([[1.0, -2.0]], np.float32)
+    B = np.eye(2, dtype=np.float32)
+    bias = np.array([0.5, 0.5], np.float32)
+    assert np.allclose(reference(A, B, None, 1, 0, bias, "bias_relu"), [[1.5, 0.0]])
+    gelu = reference(A, B, None, 1, 0, None, "gelu")
+    assert gelu[0, 0] == pytest.approx(0.8412, abs=1e-4) and gelu[0, 1] == pytest.approx(-0.0454, abs=1e-4)
