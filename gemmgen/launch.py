@@ -78,7 +78,7 @@ def _launch_host(kernel, args: GemmArgs, alpha: float, beta: float, C, bias):
     bias_dev = gpuarray.to_gpu(np.ascontiguousarray(bias)) if bias is not None else None
     if args.m and args.n:
         kernel.launch_raw(args.m, args.n, args.k, alpha, _ptr(a), lda, _ptr(b), ldb, beta,
-                          _ptr(c), ldc, sa, sb, sc, _ptr(bias_dev) if bias_dev else 0,
+                          _ptr(c), ldc, sa, sb, sc, _ptr(bias_dev) if bias_dev is not None else 0,
                           args.batch or 1)
     result = c.get().view(numpy_dtype(cfg.out))
     result = np.swapaxes(result, -1, -2) if c_col else result
