@@ -162,7 +162,8 @@ def build_many(configs, arch: str | None = None, jobs: int | None = None) -> lis
 
     from .nvcc import compile_cubin
     arch = arch or device_arch()
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    import multiprocessing as mp  # spawn: never fork a process that holds a CUDA context
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
         futures = [pool.submit(compile_cubin, render(c, arch), arch, c.name) for c in configs]
         out = []
         for cfg, fut in zip(configs, futures):

@@ -143,7 +143,7 @@ def tune(req: Request, db: tunedb.TuneDB, runner, *, compile_fn=compile_candidat
     todo = {c.name: (c, pred) for c, pred in chosen if c.name not in done}
     stats.update(already_measured=len(chosen) - len(todo), measured_now=0, budget_hit=False)
     deadline = time.monotonic() + req.budget_s
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
         futures = {pool.submit(compile_fn, render(c, dev.arch), dev.arch, c.name,
                                req.compile_timeout): name for name, (c, _) in todo.items()}
         pending, measuring = set(futures), 0
