@@ -226,10 +226,12 @@ gemm_simt_f32_32x32x32_wnone_t1x1_v1_skew0_st1_an_on_mb1(int m_arg, int n_arg, i
             const int gm = m0 + r, gk = k0 + c;  // A row-major: vectors run along K
             const float* src = A + (size_t)gm * lda + gk;
             const bool whole = (M_FULL || gm < M) && (K_FULL || gk + VEC <= K);
+            if (a_vec && whole) {
+                load_vec<VEC>(a_ld[l], src);
+            } else {
 #pragma unroll
-            for (int e = 0; e < VEC; ++e)
-                if (!(a_vec && whole)) a_ld[l][e] = ((M_FULL || gm < M) && (K_FULL || gk + e < K)) ? src[e] : 0.f;
-            if (a_vec && whole) load_vec<VEC>(a_ld[l], src);
+                for (int e = 0; e < VEC; ++e) a_ld[l][e] = ((M_FULL || gm < M) && (K_FULL || gk + e < K)) ? src[e] : 0.f;
+            }
         }
 #pragma unroll
         for (int l = 0; l < B_LOADS; ++l) {
@@ -238,10 +240,12 @@ gemm_simt_f32_32x32x32_wnone_t1x1_v1_skew0_st1_an_on_mb1(int m_arg, int n_arg, i
             const int gk = k0 + r, gn = n0 + c;  // B row-major: vectors run along N
             const float* src = B + (size_t)gk * ldb + gn;
             const bool whole = (K_FULL || gk < K) && (N_FULL || gn + VEC <= N);
+            if (b_vec && whole) {
+                load_vec<VEC>(b_ld[l], src);
+            } else {
 #pragma unroll
-            for (int e = 0; e < VEC; ++e)
-                if (!(b_vec && whole)) b_ld[l][e] = ((K_FULL || gk < K) && (N_FULL || gn + e < N)) ? src[e] : 0.f;
-            if (b_vec && whole) load_vec<VEC>(b_ld[l], src);
+                for (int e = 0; e < VEC; ++e) b_ld[l][e] = ((K_FULL || gk < K) && (N_FULL || gn + e < N)) ? src[e] : 0.f;
+            }
         }
     };
 
