@@ -302,7 +302,9 @@ gemm_simt_f32_128x128x16_w32x64_t4x4_v4_skew4_st2_at_on_mb2(int m_arg, int n_arg
         }
     };
 
-    const int k_tiles = (K + BK - 1) / BK;
+    // K tiles from the run-time argument (equal to K when specialized: the launch checks it),
+    // so a specialized kernel keeps the general kernel's loop and register allocation.
+    const int k_tiles = (k_arg + BK - 1) / BK;
     // Double buffer: tile t+1 travels global -> registers while tile t is computed, then goes
     // to the other buffer; one barrier per K tile.
     if (k_tiles > 0) {

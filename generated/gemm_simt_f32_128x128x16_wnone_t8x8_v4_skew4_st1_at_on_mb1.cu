@@ -301,7 +301,9 @@ gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_mb1(int m_arg, int n_arg,
         }
     };
 
-    const int k_tiles = (K + BK - 1) / BK;
+    // K tiles from the run-time argument (equal to K when specialized: the launch checks it),
+    // so a specialized kernel keeps the general kernel's loop and register allocation.
+    const int k_tiles = (k_arg + BK - 1) / BK;
     // Single buffer: load, barrier, compute, barrier.
     for (int t = 0; t < k_tiles; ++t) {
         load_tile(t * BK);

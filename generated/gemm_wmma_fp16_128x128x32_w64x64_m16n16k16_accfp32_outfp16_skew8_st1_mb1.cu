@@ -258,7 +258,9 @@ gemm_wmma_fp16_128x128x32_w64x64_m16n16k16_accfp32_outfp16_skew8_st1_mb1(int m_a
         }
     };
 
-    const int k_tiles = (K + BK - 1) / BK;
+    // K tiles from the run-time argument (equal to K when specialized: the launch checks it),
+    // so a specialized kernel keeps the general kernel's loop and register allocation.
+    const int k_tiles = (k_arg + BK - 1) / BK;
     // One stage: copy, wait, compute, and a barrier before the stage is overwritten.
     for (int t = 0; t < k_tiles; ++t) {
         load_stage(0, t * BK);

@@ -258,7 +258,9 @@ gemm_wmma_fp16_128x128x32_w64x64_m16n16k16_accfp32_outfp16_skew8_st2_mb1(int m_a
         }
     };
 
-    const int k_tiles = (K + BK - 1) / BK;
+    // K tiles from the run-time argument (equal to K when specialized: the launch checks it),
+    // so a specialized kernel keeps the general kernel's loop and register allocation.
+    const int k_tiles = (k_arg + BK - 1) / BK;
     // STAGES-deep pipeline: tiles t+1 .. t+STAGES-1 are in flight while tile t is computed.
     // One barrier per tile: it publishes tile t and retires the stage that tile t+STAGES-1 reuses.
 #pragma unroll
