@@ -22,22 +22,37 @@ def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int):
     return PRESETS[DEFAULTS[dtype]].config, "default"
 
 
-def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, dtype: str | None = None,
-         db: str | None = None):
+def layout_of(A, B, C=None, dtype: str = "fp32") -> str:
+    """The layout string of the operands: each row-major (r) if its strides allow, else c."""
+    from .operands import describe
+    ops = [describe(A, "A", dtype), describe(B, "B", dtype)]
+    lay = "".join("r" if "r" in op.lds else "c" for op in ops)
+    if C is None:
+        return lay + "r"
+    out = "fp32" if dtype in ("fp32", "tf32") else dtype
+    return lay + ("r" if "r" in describe(C, "C", out).lds else "c")
+
+
+def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
+         epilogue: str | None = None, dtype: str | None = None, db: str | None = None):
     """C = alpha * A @ B + beta * C with the best known gemmgen kernel for this GPU and shape.
 
-    A (M x K) and B (K x N) as the kernels take them (NumPy, GPUArray, CuPy, PyTorch; see
-    ``Kernel.__call__``). ``dtype`` defaults to A's (float32 -> fp32, float16 -> fp16,
-    bfloat16 -> bf16); pass "tf32" to run float32 data on tensor cores. The kernel comes from
+    A (M x K) and B (K x N), or 3-D batches, as the kernels take them (NumPy, GPUArray, CuPy,
+    PyTorch; see ``Kernel.__call__``), each row- or column-major: the kernel's layout follows
+    the operands. ``epilogue`` (default "bias" when ``bias`` is given, else "none") is fused.
+    ``dtype`` defaults to A's (float32 -> fp32, float16 -> fp16, bfloat16 -> bf16); pass
+    "tf32" to run float32 data on tensor cores. The kernel comes from
     the tuning database ``db`` (default ``gemmgen.tunedb.default_path()``): the winner for
     this exact shape, else for the nearest tuned shape, else the dtype's default preset.
     Choices and compiled modules are cached per process, so a repeated call costs a launch.
     Raises ``OperandError`` for bad arguments, ``ValueError`` for an unsupported dtype.
     """
     dt = dtype or dtype_name_of(A)
-    m, k = A.shape[0], A.shape[1]
-    n = B.shape[1]
-    cache_key = (dt, m, n, k, db)
+    m, k = A.shape[-2], A.shape[-1]
+    n = B.shape[-1]
+    lay = layout_of(A, B, C, dt)
+    epi = epilogue or ("bias" if bias is not None else "none")
+    cache_key = (dt, m, n, k, db, lay, epi)
     if cache_key not in _KERNELS:
         from .build import build, pycuda_modules
         drv, _ = pycuda_modules()
@@ -46,12 +61,15 @@ def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, dtype: str | No
         if path not in _DBS:
             _DBS[path] = TuneDB(db)
         cfg, how = choose(_DBS[path], gpu, dt, m, n, k)
+        if (cfg.layout, cfg.epilogue) != (lay, epi):
+            cfg = cfg.replace(layout=lay, epilogue=epi)
         _KERNELS[cache_key] = (build(cfg), how)
     kernel, _ = _KERNELS[cache_key]
-    return kernel(A, B, C, alpha=alpha, beta=beta)
+    return kernel(A, B, C, alpha=alpha, beta=beta, bias=bias)
 
 
-def chosen(A, B, dtype: str | None = None, db: str | None = None) -> tuple | None:
-    """(Kernel, how) that ``gemm`` used for these operands' shape, or None if not called yet."""
+def chosen(A, B, dtype: str | None = None, db: str | None = None, epilogue: str = "none"):
+    """(Kernel, how) that ``gemm`` used for these operands, or None if not called yet."""
     dt = dtype or dtype_name_of(A)
-    return _KERNELS.get((dt, A.shape[0], B.shape[1], A.shape[1], db))
+    key = (dt, A.shape[-2], B.shape[-1], A.shape[-1], db, layout_of(A, B, None, dt), epilogue)
+    return _KERNELS.get(key)

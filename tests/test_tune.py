@@ -124,3 +124,11 @@ def test_dtype_names_of_arrays():
 
 def test_fake_speeds_are_distinct():
     assert fake_speed("a") != fake_speed("b")
+
+
+def test_gemm_layout_follows_the_operands():
+    from gemmgen.dispatch import layout_of
+    a, b = np.ones((4, 6), np.float32), np.ones((6, 5), np.float32)
+    assert layout_of(a, b) == "rrr"
+    assert layout_of(np.asfortranarray(a), b.T.copy().T) == "ccr"
+    assert layout_of(a, b, np.asfortranarray(np.ones((4, 5), np.float32))) == "rrc"
