@@ -113,6 +113,12 @@ def plot(doc: dict, path: str | Path) -> Path:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8, ncol=2)
     fig.suptitle(f"gemmgen kernels vs cuBLAS, {doc['gpu']}")
+    return save_figure(fig, path)
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    """Lay out, write as PNG (creating folders) and close a matplotlib figure."""
+    import matplotlib.pyplot as plt
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

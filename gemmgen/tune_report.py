@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .results import save_figure
+
 MODEL_FIELDS = (("blocks_per_sm", "blocks/SM"), ("resident_warps", "resident warps"),
                 ("registers", "registers"), ("waves", "waves"), ("tail_efficiency", "tail eff"),
                 ("flops_per_byte_global", "FLOP/B global"),
@@ -89,9 +91,4 @@ def plot(entry: dict, path: str | Path) -> Path:
                  f"{entry['gpu']}")
     ax.grid(True, alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
