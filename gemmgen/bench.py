@@ -8,6 +8,7 @@ from typing import Callable
 import numpy as np
 
 from .dtypes import CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R, numpy_dtype
+from .launch import to_device
 from .verify import compare, random_operands, reference
 
 DEFAULT_SIZES = ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
@@ -78,17 +79,13 @@ class Problem:
         for i in range(self.sets):
             A, B = (self.A, self.B) if i == 0 else random_operands(
                 rng, m, n, k, 1.0, dtype, out, batch)[:2]
-            self.a.append(self._upload(A, layout[0] == "c"))
-            self.b.append(self._upload(B, layout[1] == "c"))
-            self.c.append(self._upload(np.zeros((*A.shape[:-2], m, n), c), layout[2] == "c"))
-        self.lda = k if layout[0] == "r" else m
-        self.ldb = n if layout[1] == "r" else k
-        self.ldc = n if layout[2] == "r" else m
-
-    @staticmethod
-    def _upload(x: np.ndarray, col: bool):
-        from pycuda import gpuarray
-        return gpuarray.to_gpu(np.ascontiguousarray(np.swapaxes(x, -1, -2) if col else x))
+            a, self.lda, _ = to_device(A, layout[0] == "c")
+            b, self.ldb, _ = to_device(B, layout[1] == "c")
+            zeros = np.zeros((*A.shape[:-2], m, n), c)
+            c_dev, self.ldc, _ = to_device(zeros, layout[2] == "c")
+            self.a.append(a)
+            self.b.append(b)
+            self.c.append(c_dev)
 
     @property
     def strides(self) -> tuple[int, int, int]:

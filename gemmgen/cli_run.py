@@ -141,16 +141,27 @@ def bench(paths, presets, sizes, arch, seed, json_path, append, tuned_db, dtype,
         sys.exit(1)
 
 
+def _bench_per_size(sizes, targets_for, seed, batch=None) -> dict:
+    """One run_bench per size on ``targets_for(size)`` -> (targets, extra row fields); the
+    rows of all sizes in one results document."""
+    from . import results
+    from .bench import run_bench
+    rows, doc = [], None
+    for size in sizes:
+        targets, extra = targets_for(size)
+        doc = run_bench(targets, [size], seed, batch=batch)
+        rows += [{**row, **extra} for row in doc["rows"]]
+    return results.finish({**doc, "rows": rows})
+
+
 def _bench_variants(presets, layouts, epilogues, batch, specialize, sizes, arch, seed) -> dict:
     """Per size: each preset in each layout and epilogue (and specialized to the size), labelled
     preset[layout,epilogue(,spec)], timed beside cuBLAS in that layout (batched if asked)."""
-    from . import results
-    from .bench import run_bench
     from .build import build_many
     from .model import LAYOUTS
     layouts = list(LAYOUTS) if "all" in layouts else list(layouts or ["rrr"])
-    doc = None
-    for size in sizes:
+
+    def targets_for(size):
         labels, configs = [], []
         for name in presets:
             for lay in layouts:
@@ -161,35 +172,27 @@ def _bench_variants(presets, layouts, epilogues, batch, specialize, sizes, arch,
                         variants.append((base.replace(m=size[0], n=size[1], k=size[2],
                                                       check=False), ",spec"))
                     for cfg, tag in variants:
-                        if cfg.violations():
-                            continue
-                        labels.append(f"{name}[{lay},{epi}{tag}]")
-                        configs.append(cfg)
+                        if not cfg.violations():
+                            labels.append(f"{name}[{lay},{epi}{tag}]")
+                            configs.append(cfg)
         kernels = build_many(configs, arch)
-        targets = [(lbl, k) for lbl, k in zip(labels, kernels) if not isinstance(k, Exception)]
-        part = run_bench(targets, [size], seed, batch=batch)
-        doc = part if doc is None else {**doc, "rows": doc["rows"] + part["rows"]}
-    return results.finish(doc)
+        return [(lbl, k) for lbl, k in zip(labels, kernels) if not isinstance(k, Exception)], {}
+    return _bench_per_size(sizes, targets_for, seed, batch)
 
 
 def _bench_tuned(db_path: str, dtype: str, sizes, arch, seed) -> dict:
-    """One run_bench per size with the tuned (or nearest, or default) kernel for it."""
-    from . import results
-    from .bench import run_bench
+    """Per size, the tuned (or nearest, or default) kernel for it, as kernel 'tuned'."""
     from .build import build, pycuda_modules
     from .dispatch import choose
     from .tunedb import TuneDB
     db = TuneDB(db_path)
     drv, _ = pycuda_modules()
     gpu = drv.Context.get_device().name()
-    doc = None
-    for size in sizes:
+
+    def targets_for(size):
         cfg, how = choose(db, gpu, dtype, *size)
-        part = run_bench([("tuned", build(cfg, arch))], [size], seed)
-        for row in part["rows"]:
-            row["tuned"] = how
-        doc = part if doc is None else {**doc, "rows": doc["rows"] + part["rows"]}
-    return results.finish(doc)
+        return [("tuned", build(cfg, arch))], {"tuned": how}
+    return _bench_per_size(sizes, targets_for, seed)
 
 
 @main.command()

@@ -262,17 +262,6 @@ class SimtConfig(ConfigBase):
                 "shared": tile(wm, wn) if self.stages else None,
                 "register": tile(tm, tn)}
 
-    def blocks_per_sm(self, arch: str = "sm_90") -> int:
-        """Resident blocks per SM that threads and shared memory allow (registers not counted)."""
-        a = get_arch(arch)
-        by_threads = _div(a.threads_per_sm, self.threads)
-        by_smem = a.smem_per_sm // (self.smem_bytes + a.smem_reserved_per_block)
-        return min(a.blocks_per_sm, by_threads, by_smem)
-
-    def grid(self, m: int, n: int) -> tuple[int, int, int]:
-        """Launch grid for an M x N output: (ceil(N/BN), ceil(M/BM), 1); block = (threads, 1, 1)."""
-        return (-(-n // self.bn), -(-m // self.bm), 1)
-
     def ctypes(self) -> dict[str, str]:
         """C++ types the template declares (always float in this family)."""
         return {"in_t": "float", "out_t": "float"}

@@ -256,16 +256,6 @@ class WmmaConfig(ConfigBase):
             return 2 * a * b / (self.elem_bytes * (a + b)) if a + b > 0 else 0.0
         return {"global": tile(self.bm, self.bn), "shared": tile(self.wm, self.wn)}
 
-    def blocks_per_sm(self, arch: str = "sm_90") -> int:
-        """Resident blocks per SM that threads and shared memory allow (registers not counted)."""
-        a = get_arch(arch)
-        by_smem = a.smem_per_sm // (self.smem_bytes + a.smem_reserved_per_block)
-        return min(a.blocks_per_sm, div(a.threads_per_sm, self.threads), by_smem)
-
-    def grid(self, m: int, n: int) -> tuple[int, int, int]:
-        """(ceil(N/BN), ceil(M/BM), 1); block = (threads, 1, 1)."""
-        return (-(-n // self.bn), -(-m // self.bm), 1)
-
     def figures(self, arch: str = "sm_90") -> dict:
         return {"threads": self.threads, "warps": self.warps, "vec_elems": self.vec,
                 "smem_bytes_dynamic": self.smem_bytes, "acc_regs": self.acc_regs,

@@ -54,7 +54,7 @@ def _bstride(op) -> int:
     return op.batch_stride if op.batch and op.batch > 1 else 0
 
 
-def _to_device(x: np.ndarray, col: bool):
+def to_device(x: np.ndarray, col: bool):
     """(GPUArray, leading dimension, batch stride): each matrix of ``x`` laid out row- or
     column-major and packed. A Fortran-ordered array or a transposed view uploads as is."""
     from pycuda import gpuarray
@@ -67,14 +67,14 @@ def _to_device(x: np.ndarray, col: bool):
 def _launch_host(kernel, args: GemmArgs, alpha: float, beta: float, C, bias):
     from pycuda import gpuarray
     cfg = kernel.config
-    a, lda, sa = _to_device(args.a.obj, cfg.layout[0] == "c")
-    b, ldb, sb = _to_device(args.b.obj, cfg.layout[1] == "c")
+    a, lda, sa = to_device(args.a.obj, cfg.layout[0] == "c")
+    b, ldb, sb = to_device(args.b.obj, cfg.layout[1] == "c")
     c_col = cfg.layout[2] == "c"
     if C is not None:  # uploaded even when beta == 0, so a poisoned C reaches the kernel
-        c, ldc, sc = _to_device(C, c_col)
+        c, ldc, sc = to_device(C, c_col)
     else:
         shape = (args.batch, args.m, args.n) if args.batch else (args.m, args.n)
-        c, ldc, sc = _to_device(np.empty(shape, numpy_dtype(cfg.out)), c_col)
+        c, ldc, sc = to_device(np.empty(shape, numpy_dtype(cfg.out)), c_col)
     bias_dev = gpuarray.to_gpu(np.ascontiguousarray(bias)) if bias is not None else None
     if args.m and args.n:
         kernel.launch_raw(args.m, args.n, args.k, alpha, _ptr(a), lda, _ptr(b), ldb, beta,

@@ -119,6 +119,18 @@ class ConfigBase:
     def env(self) -> dict[str, int]:
         raise NotImplementedError
 
+    def blocks_per_sm(self, arch: str = "sm_90") -> int:
+        """Resident blocks per SM that threads and shared memory allow (registers not counted)."""
+        from .arch import get_arch
+        a = get_arch(arch)
+        by_smem = a.smem_per_sm // (self.smem_bytes + a.smem_reserved_per_block)
+        return min(a.blocks_per_sm, div(a.threads_per_sm, self.threads), by_smem)
+
+    def grid(self, m: int, n: int) -> tuple[int, int, int]:
+        """Launch grid for an M x N output: (ceil(N/BN), ceil(M/BM), batch set at launch);
+        block = (threads, 1, 1)."""
+        return (-(-n // self.bn), -(-m // self.bm), 1)
+
     # ---- features every family shares: layouts, fused epilogue, shape specialization ------
     def feature_suffix(self) -> str:
         """Name suffix for non-default features: _l<layout>, _e<epilogue>, _s<M>x<N>x<K>."""
@@ -136,7 +148,7 @@ class ConfigBase:
     def feature_env(self) -> dict[str, int]:
         """Constants of the shared features: layout flags, epilogue, specialized extents and
         whether each extent is a whole number of tiles (then its bounds checks vanish)."""
-        act = {"relu": 1, "gelu": 2}.get(self.epilogue.replace("bias_", "").replace("bias", ""), 0)
+        act = 2 if self.epilogue.endswith("gelu") else 1 if self.epilogue.endswith("relu") else 0
         env = {"LAYOUT_A_COL": int(self.layout[0] == "c"), "LAYOUT_B_COL": int(self.layout[1] == "c"),
                "LAYOUT_C_COL": int(self.layout[2] == "c"),
                "EPI_BIAS": int(self.epilogue.startswith("bias")), "EPI_ACT": act}

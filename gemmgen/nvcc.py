@@ -81,18 +81,30 @@ def parse_ptxas_kernels(log: str) -> dict[tuple[str, str], Resources]:
 def compile_many(sources: list[str], arch: str = "sm_90", timeout: float = 600) -> dict:
     """Compile several kernels as one translation unit (each lives in its own namespace) and
     return ``parse_ptxas_kernels`` of the result. Raises ``BuildError``."""
-    nvcc = nvcc_path()
-    if nvcc is None:
-        raise FileNotFoundError("nvcc not found on PATH or in $CUDA_HOME/bin")
     with tempfile.TemporaryDirectory(prefix="gemmgen-many-") as tmp:
         src = Path(tmp) / "kernels.cu"
         src.write_text("\n".join(sources))
-        cmd = [nvcc, "-cubin", f"-arch={arch}", "-Xptxas", "-v", "-o", str(Path(tmp) / "k.cubin"),
-               str(src)]
+        log = _run_nvcc(["-cubin", f"-arch={arch}", "-o", str(Path(tmp) / "k.cubin")], src,
+                        timeout)
+        return parse_ptxas_kernels(log)
+
+
+def _run_nvcc(args: list[str], src: Path | str, timeout: float) -> str:
+    """Run ``nvcc <args> -Xptxas -v <src>`` and return its output (ptxas's report included).
+    Raises ``FileNotFoundError`` without nvcc, ``BuildError`` (the source's path, nvcc's
+    message) when it fails or outlasts ``timeout`` seconds."""
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise FileNotFoundError("nvcc not found on PATH or in $CUDA_HOME/bin")
+    cmd = [nvcc, *args, "-Xptxas", "-v", str(src)]
+    try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        if proc.returncode != 0:
-            raise BuildError(src, proc.stdout + proc.stderr, cmd)
-        return parse_ptxas_kernels(proc.stdout + proc.stderr)
+    except subprocess.TimeoutExpired as exc:
+        raise BuildError(src, f"nvcc took longer than {timeout:g} s", cmd) from exc
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        raise BuildError(src, log, cmd)
+    return log
 
 
 def nvcc_path() -> str | None:
@@ -110,21 +122,13 @@ def compile_file(path: str | os.PathLike, archs: tuple[str, ...] = ("sm_90",),
     """Compile ``path`` for each of ``archs`` (``sm_80``, ``sm_90``, ...) in one nvcc call and
     return ptxas's report per arch. Raises ``BuildError`` with nvcc's message and the path,
     or ``FileNotFoundError`` when nvcc is not installed."""
-    nvcc = nvcc_path()
-    if nvcc is None:
-        raise FileNotFoundError("nvcc not found on PATH or in $CUDA_HOME/bin")
     gencode = [f"-gencode=arch=compute_{a[3:]},code={a}" for a in archs]
     with tempfile.TemporaryDirectory(prefix="gemmgen-nvcc-") as tmp:
-        cmd = [nvcc, "-fatbin", *gencode, "-Xptxas", "-v", "-o", str(Path(tmp) / "k.fatbin"),
-               str(path)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    log = proc.stdout + proc.stderr
-    if proc.returncode != 0:
-        raise BuildError(path, log, cmd)
+        log = _run_nvcc(["-fatbin", *gencode, "-o", str(Path(tmp) / "k.fatbin")], path, timeout)
     report = parse_ptxas(log)
     missing = [a for a in archs if a not in report]
     if missing:
-        raise BuildError(path, f"no ptxas report for {missing} in:\n{log}", cmd)
+        raise BuildError(path, f"no ptxas report for {missing} in:\n{log}")
     return report
 
 
@@ -145,22 +149,11 @@ def compile_cubin(source: str, arch: str = "sm_90", name: str = "kernel",
                   timeout: float = 120) -> tuple[bytes, Resources]:
     """Compile ``source`` to a cubin for one arch: (cubin bytes, ptxas resources). Plain data
     in and out, so it runs in worker processes. Raises ``BuildError`` (a timeout included)."""
-    nvcc = nvcc_path()
-    if nvcc is None:
-        raise FileNotFoundError("nvcc not found on PATH or in $CUDA_HOME/bin")
     with tempfile.TemporaryDirectory(prefix="gemmgen-cubin-") as tmp:
         src, out = Path(tmp) / f"{name}.cu", Path(tmp) / f"{name}.cubin"
         src.write_text(source)
-        cmd = [nvcc, "-cubin", f"-arch={arch}", "-std=c++17", "-Xptxas", "-v", "-o", str(out),
-               str(src)]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
-            raise BuildError(src, f"nvcc took longer than {timeout:g} s", cmd) from exc
-        log = proc.stdout + proc.stderr
-        if proc.returncode != 0:
-            raise BuildError(src, log, cmd)
+        log = _run_nvcc(["-cubin", f"-arch={arch}", "-std=c++17", "-o", str(out)], src, timeout)
         report = parse_ptxas(log)
         if arch not in report:
-            raise BuildError(src, f"no ptxas report for {arch} in:\n{log}", cmd)
+            raise BuildError(src, f"no ptxas report for {arch} in:\n{log}")
         return out.read_bytes(), report[arch]

@@ -194,8 +194,7 @@ def check_gemm(A, B, C=None, *, beta: float = 0.0, dtype: str = "fp32",
     if needs_bias:
         if bias is None:
             raise OperandError("bias is required: this kernel's epilogue adds a bias per column")
-        bias_op = describe(np.asarray(bias)[None, :] if isinstance(bias, np.ndarray) and
-                           bias.ndim == 1 else _as_row(bias), "bias", out or dtype)
+        bias_op = describe(_as_row(bias), "bias", out or dtype)
         if bias_op.shape != (1, n):
             raise OperandError(f"bias must hold N = {n} values; got shape {bias_op.shape}")
     elif bias is not None:

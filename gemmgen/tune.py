@@ -101,7 +101,7 @@ class WorkerPool:
                     rows.append((name, {"status": "launch_error", "reason":
                                         f"the GPU worker died (exit code {proc.exitcode})"}))
                 self._start(device)  # its ready message is skipped below
-        return [r for r in rows if r[0] is not None]
+        return rows
 
     def close(self) -> None:
         for _ in self.procs:
