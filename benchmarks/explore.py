@@ -7,7 +7,7 @@ import json
 import sys
 
 from gemmgen import SimtConfig, build
-from gemmgen.config_wmma import WmmaConfig
+from gemmgen.families.wmma import WmmaConfig
 from gemmgen.bench import run_bench
 from gemmgen.results import finish, table
 

@@ -37,3 +37,12 @@ def get_arch(name: str) -> Arch:
     if key not in ARCHS:
         raise ValueError(f"unknown arch {name!r}; known: {', '.join(ARCHS)}")
     return ARCHS[key]
+
+
+def cc_of(arch: str) -> int:
+    """Compute capability as major*10+minor from ``sm_XY`` (``sm_90a`` -> 90).
+    Raises ``ValueError`` for another spelling."""
+    digits = arch[3:].rstrip("a") if arch.startswith("sm_") else ""
+    if not digits.isdigit():
+        raise ValueError(f"expected an architecture like sm_90, got {arch!r}")
+    return int(digits)

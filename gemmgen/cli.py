@@ -1,64 +1,71 @@
-"""Command line: a thin click group over the library (emit, list)."""
+"""Command line: a thin click group over the library (emit, list, rules).
+
+The configuration flags are built from the families' dataclass fields (``gemmgen.families``):
+one flag per field name, its help and choices from the families that have it.
+"""
 from __future__ import annotations
 
 import dataclasses
 import json
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import click
 
 from . import __version__
 from .arch import ARCHS
-from dataclasses import fields
-
-from .config import ConfigError, SimtConfig
-from .config_wmma import WmmaConfig
-from .model import EPILOGUES, LAYOUTS
+from .families import FAMILIES
+from .model import ConfigError
 from .presets import PRESETS
 from .render import emit as emit_file
 from .suggest import changed_fields
 
-# CLI flag -> (config field, help). Each family's defaults are its dataclass defaults plus
-# FAMILY_DEFAULTS; a flag that the chosen family lacks is refused.
-FIELD_FLAGS = {
-    "bm": ("--bm", "block tile rows (M)"),
-    "bn": ("--bn", "block tile columns (N)"),
-    "bk": ("--bk", "block tile depth (K)"),
-    "wm": ("--wm", "warp tile rows (simt: omit for no warp tiling)"),
-    "wn": ("--wn", "warp tile columns"),
-    "tm": ("--tm", "thread tile rows (simt)"),
-    "tn": ("--tn", "thread tile columns (simt)"),
-    "vec": ("--vec", "floats per global/shared access: 1, 2 or 4 (simt)"),
-    "skew": ("--skew", "padding elements per shared-memory row"),
-    "stages": ("--stages", "simt: 0 none, 1 single, 2 double buffer; wmma: 1 to 6"),
-    "min_blocks": ("--min-blocks", "resident blocks per SM asked of ptxas (__launch_bounds__)"),
-    "m": ("--m", "specialize for this M (a compile-time constant)"),
-    "n": ("--n", "specialize for this N"),
-    "k": ("--k", "specialize for this K"),
-}
-CHOICE_FLAGS = {
-    "shape": ("--shape", ["m16n16k16", "m32n8k16", "m8n32k16", "m16n16k8"], "WMMA tile (wmma)"),
-    "dtype": ("--dtype", ["fp16", "bf16", "tf32"], "A and B dtype (wmma)"),
-    "acc": ("--acc", ["fp32", "fp16"], "accumulator dtype (wmma)"),
-    "out": ("--out", ["fp32", "fp16", "bf16"], "C dtype (wmma)"),
-    "thread_order": ("--thread-order", ["n", "m"],
-                     "n: consecutive threads take columns; m: rows, the naive order (simt)"),
-    "layout": ("--layout", list(LAYOUTS), "A, B, C each row- (r) or column-major (c)"),
-    "epilogue": ("--epilogue", list(EPILOGUES), "fused epilogue: bias per column, ReLU, GELU"),
-}
-FAMILIES = {"simt": SimtConfig, "wmma": WmmaConfig}
-FAMILY_DEFAULTS = {
-    "simt": {"bm": 128, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "skew": 4},
-    "wmma": {"bm": 128, "bn": 128, "bk": 32, "wm": 64, "wn": 64},
-}
+SPEC_HELP = {"m": "specialize for this M (a compile-time constant)",
+             "n": "specialize for this N", "k": "specialize for this K"}
+
+
+def _field_specs() -> dict[str, dict]:
+    """field name -> {"type": int | bool | str, "choices": [...], "help": str, "families": [...]}
+    over every family, in first-seen order."""
+    specs: dict[str, dict] = {}
+    for fam in FAMILIES.values():
+        cls = fam.config
+        for f in fields(cls):
+            spec = specs.setdefault(f.name, {"type": cls.field_types.get(f.name, int),
+                                             "choices": [], "help": [], "families": []})
+            spec["families"].append(fam.name)
+            for choice in cls.choices.get(f.name, ()):
+                if choice not in spec["choices"]:
+                    spec["choices"].append(choice)
+            text = SPEC_HELP.get(f.name) or fam.field_help.get(f.name)
+            if text and text not in [h for _, h in spec["help"]]:
+                spec["help"].append((fam.name, text))
+    return specs
+
+
+FIELD_SPECS = _field_specs()
+
+
+def _flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
 
 
 def _flag(field: str, value) -> str:
-    if field == "transpose_a":
-        return "--transpose-a" if value else "--no-transpose-a"
-    flag = (FIELD_FLAGS.get(field) or CHOICE_FLAGS[field])[0]
-    return f"{flag} {value}"
+    """The command-line spelling of ``field = value``."""
+    if FIELD_SPECS[field]["type"] is bool:
+        return _flag_name(field) if value else "--no-" + field.replace("_", "-")
+    return f"{_flag_name(field)} {value}"
+
+
+def _help(field: str) -> str:
+    spec = FIELD_SPECS[field]
+    if len(spec["help"]) == 1:
+        text = spec["help"][0][1]
+    else:
+        text = "; ".join(f"{fam}: {h}" for fam, h in spec["help"])
+    only = "" if len(spec["families"]) == len(FAMILIES) else f" [{', '.join(spec['families'])}]"
+    return text + only
 
 
 def _config_values(ctx: click.Context, family: str | None, preset: str | None,
@@ -69,25 +76,40 @@ def _config_values(ctx: click.Context, family: str | None, preset: str | None,
     if preset:
         base = PRESETS[preset].config.as_dict()
     if config_json:
-        base = json.loads(config_json)
+        try:
+            base = json.loads(config_json)
+        except json.JSONDecodeError as exc:
+            raise click.BadParameter(f"not valid JSON ({exc.msg} at character {exc.pos})",
+                                     param_hint="--config-json") from None
+        if not isinstance(base, dict):
+            raise click.BadParameter("expected a JSON object of config fields",
+                                     param_hint="--config-json")
     family = family or base.get("family", "simt")
+    if family not in FAMILIES:
+        raise click.BadParameter(f"unknown family {family!r}; known: {', '.join(FAMILIES)}",
+                                 param_hint="--config-json")
     if base and base.get("family", "simt") != family:
         raise click.UsageError(f"--family {family} contradicts the {base.get('family')} config")
-    cls = FAMILIES[family]
+    fam = FAMILIES[family]
+    cls = fam.config
     names = {f.name for f in fields(cls)}
+    unknown = set(base) - names - {"family"}
+    if unknown:
+        raise click.BadParameter(f"unknown {family} fields: {', '.join(sorted(unknown))}",
+                                 param_hint="--config-json")
     values = {f.name: f.default for f in fields(cls) if f.default is not dataclasses.MISSING}
-    values.update(FAMILY_DEFAULTS[family])
+    values.update(fam.flag_defaults)
     values.update({k: v for k, v in base.items() if k != "family"})
-    for field in [*FIELD_FLAGS, *CHOICE_FLAGS, "transpose_a"]:
+    given = set()
+    for field in FIELD_SPECS:
         if ctx.get_parameter_source(field) is click.core.ParameterSource.COMMANDLINE:
             if field not in names:
-                raise click.UsageError(f"{_flag(field, ctx.params[field]).split()[0]} does not "
-                                       f"apply to the {family} family")
+                raise click.UsageError(f"{_flag_name(field)} does not apply to the {family} "
+                                       f"family")
             values[field] = ctx.params[field]
-    if (family == "wmma" and values.get("dtype") == "tf32"
-            and ctx.get_parameter_source("shape") is not click.core.ParameterSource.COMMANDLINE
-            and not base):
-        values["shape"] = "m16n16k8"  # the only TF32 shape
+            given.add(field)
+    if not base:
+        values = fam.adjust(values, given)
     return cls, values
 
 
@@ -110,13 +132,17 @@ def main() -> None:
 
 
 def _field_options(func):
-    for field, (flag, help_) in reversed(FIELD_FLAGS.items()):
-        func = click.option(flag, field, type=int, default=None, help=help_)(func)
-    for field, (flag, choices, help_) in reversed(CHOICE_FLAGS.items()):
-        func = click.option(flag, field, type=click.Choice(choices), default=None,
-                            help=help_)(func)
-    func = click.option("--transpose-a/--no-transpose-a", "transpose_a", default=True,
-                        help="store the A tile K-major in shared memory (simt; default on)")(func)
+    """One click option per config field of any family."""
+    for field, spec in reversed(FIELD_SPECS.items()):
+        if spec["type"] is bool:
+            flag = f"{_flag_name(field)}/--no-{field.replace('_', '-')}"
+            func = click.option(flag, field, default=None, help=_help(field))(func)
+        elif spec["type"] is str:
+            func = click.option(_flag_name(field), field, default=None, help=_help(field),
+                                type=click.Choice(spec["choices"]))(func)
+        else:  # ints; a family's allowed values are checked by its config
+            func = click.option(_flag_name(field), field, default=None, help=_help(field),
+                                type=int)(func)
     return func
 
 
@@ -140,8 +166,6 @@ def emit(ctx, family, preset, config_json, arch, output, check, **_fields) -> No
     except ConfigError as err:
         _report_invalid(err, values)
         sys.exit(2)
-    except TypeError as err:
-        raise click.BadParameter(str(err)) from err
     path = emit_file(cfg, output, arch)
     click.echo(f"wrote {path}")
     kind = "dynamic" if cfg.dynamic_smem_bytes else "static"
@@ -176,25 +200,18 @@ def list_presets(names: bool, as_json: bool) -> None:
         return
     for i, p in enumerate(PRESETS.values(), 1):
         c = p.config
-        warp = f"{c.wm}x{c.wn}" if c.wm else "-"
         click.echo(f"{i}. {p.name} ({c.family}, {c.dtype})  [{p.source}]")
         click.echo(f"   {p.technique}")
-        if c.family == "simt":
-            detail = (f"thread {c.tm}x{c.tn}  vec {c.vec}  A "
-                      f"{'transposed' if c.transpose_a else 'row-major'} in smem")
-        else:
-            detail = f"{c.shape}  acc {c.acc}  out {c.out}"
-        click.echo(f"   block {c.bm}x{c.bn}x{c.bk}  warp {warp}  {detail}  skew {c.skew}  "
-                   f"stages {c.stages}  threads {c.threads}  smem {c.smem_bytes} B")
+        click.echo(f"   {c.brief()}  threads {c.threads}  smem {c.smem_bytes} B")
         click.echo(f"   {c.name}")
 
 
 @main.command()
 def rules() -> None:
     """Show the validation rules (each is also a static_assert in the emitted kernel)."""
-    for family, cls in FAMILIES.items():
+    for family, fam in FAMILIES.items():
         click.echo(f"{family}:")
-        for rule in cls.rules:
+        for rule in fam.config.rules:
             click.echo(f"  {rule.id}  {rule.name:<20} {rule.formula():<44} {rule.why}")
 
 

@@ -6,6 +6,7 @@ import sys
 import click
 
 from .cli import main
+from .families import FAMILIES
 
 
 @main.command()
@@ -14,8 +15,8 @@ from .cli import main
 @click.option("--k", "k", type=int, required=True, help="columns of A, rows of B")
 @click.option("--dtype", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]), default="fp32",
               show_default=True)
-@click.option("--family", type=click.Choice(["simt", "wmma"]), default=None,
-              help="[default: simt for fp32, wmma otherwise]")
+@click.option("--family", type=click.Choice(list(FAMILIES)), default=None,
+              help="[default: the fastest family for --dtype on this GPU]")
 @click.option("--budget", type=float, default=600, show_default=True,
               help="seconds of wall clock before no new candidate starts")
 @click.option("--max-configs", type=int, default=48, show_default=True,

@@ -1,25 +1,24 @@
 """Dispatch: gemmgen.gemm picks the tuned kernel for a shape, else the nearest tuned shape, else a default."""
 from __future__ import annotations
 
-from .config import config_from_dict
 from .dtypes import dtype_name_of
+from .families import config_from_dict, default_family
 from .presets import PRESETS
 from .tunedb import TuneDB
-
-DEFAULTS = {"fp32": "warptile_tuned", "fp16": "wmma_pipeline", "bf16": "wmma_bf16",
-            "tf32": "wmma_tf32"}
 _KERNELS: dict[tuple, tuple] = {}
 _DBS: dict[str, TuneDB] = {}
 
 
-def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int):
-    """(config, how): how is "exact" or "nearest" (a tuned winner) or "default" (a preset)."""
+def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
+           cc: int | None = None):
+    """(config, how): how is "exact" or "nearest" (a tuned winner) or "default" (the preset
+    of the fastest family for ``dtype`` on a device of compute capability ``cc``).
+    Raises ``ValueError`` for a dtype no family takes."""
     row, how = db.lookup(gpu, dtype, m, n, k) if db is not None else (None, None)
     if row is not None:
         return config_from_dict(row["config"]), how
-    if dtype not in DEFAULTS:
-        raise ValueError(f"no kernel for dtype {dtype!r}; known: {', '.join(DEFAULTS)}")
-    return PRESETS[DEFAULTS[dtype]].config, "default"
+    fam = default_family(dtype, cc)
+    return PRESETS[fam.defaults[dtype]].config, "default"
 
 
 def layout_of(A, B, C=None, dtype: str = "fp32") -> str:

@@ -72,7 +72,7 @@ def worker_main(device: int | None, request: dict, tasks, results) -> None:
     if device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
     try:
-        from .config import config_from_dict
+        from .families import config_from_dict
         meas = Measurer(request["m"], request["n"], request["k"], request["dtype"],
                         request["out"], request["run_timeout"], request.get("seed"))
         results.put(("ready", device, {**meas.info, "arch": meas.device.arch,

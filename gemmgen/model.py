@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import fields
+import numbers
+from dataclasses import dataclass, field, fields
+from typing import Callable
 
 from .rules import Rule, Violation, violations
 
 WARP_SIZE = 32
 MAX_THREADS_PER_SM = 2048
+INT32_MAX = 2 ** 31 - 1
+"""Largest M, N or K: the kernels take extents and leading dimensions as 32-bit ints."""
 
 
 LAYOUTS = tuple(a + b + c for a in "rc" for b in "rc" for c in "rc")
@@ -40,6 +44,15 @@ class ConfigError(ValueError):
         super().__init__("\n".join(lines))
 
 
+class ConfigTypeError(ConfigError, TypeError):
+    """A field holds a value of the wrong type or outside its choices (``layout='xyz'``,
+    ``bm='128'``). Both a ConfigError (so a ValueError) and a TypeError."""
+
+    def __init__(self, problems: list[str]):
+        self.violations, self.suggestions, self.problems = [], [], list(problems)
+        ValueError.__init__(self, "; ".join(self.problems))
+
+
 class ConfigBase:
     """Behaviour shared by the frozen config dataclasses of every family.
 
@@ -59,9 +72,10 @@ class ConfigBase:
     search_domain: dict[str, tuple] = {}
 
     def __post_init__(self) -> None:
+        self._coerce_integers()
         problems = self._type_problems()
         if problems:
-            raise TypeError("; ".join(problems))
+            raise ConfigTypeError(problems)
         found = self.violations()
         if found:
             from .suggest import nearest  # local: suggest uses the config classes
@@ -92,12 +106,21 @@ class ConfigBase:
         values.pop("family")
         return type(self)(**values) if check else type(self).unchecked(**values)
 
+    def _coerce_integers(self) -> None:
+        """NumPy integers (``np.int64(128)``) count as ints: store them as Python ints."""
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, numbers.Integral) and not isinstance(v, (int, bool)):
+                object.__setattr__(self, f.name, int(v))
+
     def _type_problems(self) -> list[str]:
         out = []
         for dim in ("m", "n", "k"):
             v = getattr(self, dim)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                out.append(f"{dim} (shape specialization) must be a positive int or None, got {v!r}")
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1
+                                  or v > INT32_MAX):
+                out.append(f"{dim} (shape specialization) must be an int from 1 to {INT32_MAX} "
+                           f"(the kernels index with 32-bit ints) or None, got {v!r}")
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name in self.optional and v is None:
@@ -118,6 +141,10 @@ class ConfigBase:
 
     def env(self) -> dict[str, int]:
         raise NotImplementedError
+
+    def brief(self) -> str:
+        """One line on the tiling, for ``gemmgen list``."""
+        return f"block {self.bm}x{self.bn}x{self.bk}  stages {self.stages}"
 
     def blocks_per_sm(self, arch: str = "sm_90") -> int:
         """Resident blocks per SM that threads and shared memory allow (registers not counted)."""
@@ -157,3 +184,53 @@ class ConfigBase:
             env[f"{dim.upper()}_SPEC"] = v or 0
             env[f"{dim.upper()}_FULL"] = int(bool(v) and tile > 0 and v % tile == 0)
         return env
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named step of a family's ladder: its config, the technique it adds and its source."""
+
+    name: str
+    config: ConfigBase
+    technique: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Family:
+    """What the rest of gemmgen needs to know about one kernel family; each family module
+    (``gemmgen/families/<name>.py``) defines one ``FAMILY`` and the registry lists it.
+
+    ``config``: the frozen config dataclass; ``dtypes``: A/B dtypes it takes; ``presets``: its
+    ladder, in order; ``defaults``: dtype -> preset that ``gemmgen.gemm`` and ``tune`` start
+    from; ``flag_defaults``: field values ``emit`` starts from without a preset;
+    ``field_help``: one line per field for the command line; ``space(dtype)``: the
+    configurations ``tune`` searches (each valid); ``min_cc``: lowest compute capability
+    (major*10+minor) it compiles for; ``arch_suffix``: "a" when it needs the arch-specific
+    target (sm_90a for wgmma); ``adjust(values, given)``: fills fields that depend on others
+    (e.g. the TF32 WMMA shape) before the config is built.
+    """
+
+    name: str
+    config: type
+    summary: str
+    dtypes: tuple[str, ...]
+    presets: tuple[Preset, ...]
+    defaults: dict[str, str]
+    flag_defaults: dict
+    field_help: dict[str, str]
+    space: Callable[[str], list]
+    min_cc: int = 70
+    max_cc: int | None = None
+    arch_suffix: str = ""
+    adjust: Callable[[dict, set], dict] = field(default=lambda values, given: values)
+
+    def arch_for(self, cc: int) -> str:
+        """The nvcc target for a device of compute capability ``cc`` (major*10+minor), e.g.
+        ``sm_90a`` for the wgmma family on an H100. Raises ``ValueError`` naming the arch the
+        family needs when the device cannot run it."""
+        if cc < self.min_cc or (self.max_cc is not None and cc > self.max_cc):
+            need = f"sm_{self.min_cc}{self.arch_suffix}"
+            need += " exactly" if self.max_cc == self.min_cc else " or newer"
+            raise ValueError(f"the {self.name} family needs {need}; this device is sm_{cc}")
+        return f"sm_{cc}{self.arch_suffix}"

@@ -10,7 +10,7 @@ from pathlib import Path
 import jinja2
 
 from . import __version__
-from .config import config_from_dict
+from .families import config_from_dict
 from .model import ConfigBase
 
 CONFIG_MARK = "// gemmgen-config: "
@@ -83,7 +83,7 @@ def emit(cfg: ConfigBase, path: str | os.PathLike | None = None, arch: str = "sm
     return target
 
 
-def config_from_source(source: str) -> SimtConfig:
+def config_from_source(source: str) -> ConfigBase:
     """Rebuild the config from an emitted file's ``// gemmgen-config: {...}`` header line.
 
     Raises ``ValueError`` when the line is missing or malformed, ``ConfigError`` when the

@@ -1,13 +1,11 @@
 """Search space: enumerate valid configurations, prune what the device cannot run, rank by a cheap model."""
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 
 from .arch import get_arch
-from .config import SimtConfig
-from .config_wmma import WmmaConfig
+from .families import get_family
 from .model import ConfigBase
 
 REG_ALLOC_UNIT = 256  # registers are allocated per warp in units of 256
@@ -52,48 +50,13 @@ class DeviceLimits:
                    dev.get_attribute(at.MAX_BLOCKS_PER_MULTIPROCESSOR))
 
 
-# The values each field takes in the search (a product of these, then validation).
-SIMT_SPACE = {
-    "bm": (64, 128, 256), "bn": (64, 128, 256), "bk": (8, 16, 32),
-    "warp": ((None, None), (32, 32), (32, 64), (64, 32), (64, 64)),
-    "tm": (4, 8), "tn": (4, 8), "skew": (0, 4), "stages": (1, 2), "min_blocks": (1, 2),
-}
-WMMA_SPACE = {
-    "bm": (64, 128, 256), "bn": (64, 128, 256), "bk": (16, 32, 64),
-    "warp": ((32, 32), (32, 64), (64, 32), (64, 64)), "stages": (2, 3, 4), "min_blocks": (1, 2),
-}
-WMMA_SHAPES = {"fp16": ("m16n16k16", "m32n8k16", "m8n32k16"),
-               "bf16": ("m16n16k16", "m32n8k16", "m8n32k16"), "tf32": ("m16n16k8",)}
-
-
 def enumerate_configs(family: str, dtype: str = "fp32") -> list[ConfigBase]:
-    """Every configuration of the search space of ``family`` (simt: fp32; wmma: fp16, bf16,
-    tf32) that passes the family's rules."""
-    out = []
-    if family == "simt":
-        s = SIMT_SPACE
-        for bm, bn, bk, (wm, wn), tm, tn, skew, st, mb in itertools.product(
-                s["bm"], s["bn"], s["bk"], s["warp"], s["tm"], s["tn"], s["skew"], s["stages"],
-                s["min_blocks"]):
-            cfg = SimtConfig.unchecked(bm=bm, bn=bn, bk=bk, tm=tm, tn=tn, wm=wm, wn=wn, vec=4,
-                                       skew=skew, stages=st, min_blocks=mb)
-            if not cfg.violations():
-                out.append(cfg)
-    elif family == "wmma":
-        s = WMMA_SPACE
-        out_dtype = "fp32" if dtype == "tf32" else dtype
-        skew = 4 if dtype == "tf32" else 8
-        for bm, bn, bk, (wm, wn), shape, st, mb in itertools.product(
-                s["bm"], s["bn"], s["bk"], s["warp"], WMMA_SHAPES[dtype], s["stages"],
-                s["min_blocks"]):
-            cfg = WmmaConfig.unchecked(bm=bm, bn=bn, bk=bk, wm=wm, wn=wn, shape=shape,
-                                       dtype=dtype, out=out_dtype, skew=skew, stages=st,
-                                       min_blocks=mb)
-            if not cfg.violations():
-                out.append(cfg)
-    else:
-        raise ValueError(f"unknown family {family!r}")
-    return out
+    """Every configuration of ``family``'s search space for A/B ``dtype`` that passes the
+    family's rules. Raises ``ValueError`` for an unknown family or a dtype it does not take."""
+    fam = get_family(family)
+    if dtype not in fam.dtypes:
+        raise ValueError(f"the {family} family takes {', '.join(fam.dtypes)}, not {dtype}")
+    return fam.space(dtype)
 
 
 def unfit_reason(cfg: ConfigBase, dev: DeviceLimits) -> str | None:
@@ -111,13 +74,8 @@ def register_cap(cfg: ConfigBase) -> int:
 
 
 def registers_needed(cfg: ConfigBase) -> int:
-    """Registers per thread the kernel wants before compiling: accumulators plus operand
-    fragments, staged loads and about 32 for addresses and loop state."""
-    if cfg.family == "simt":
-        frags = cfg.tm * cfg.wm_iter + cfg.tn * cfg.wn_iter
-        staged = (cfg.a_loads + cfg.b_loads) * cfg.vec if cfg.stages == 2 else 0
-        return cfg.acc_regs + frags + staged + 32
-    return int(cfg.acc_regs * 1.4) + 40
+    """Registers per thread the kernel wants before compiling (the family's estimate)."""
+    return cfg.registers_needed()
 
 
 def estimated_registers(cfg: ConfigBase) -> int:

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from . import tunedb
 from .nvcc import BuildError, compile_cubin
-from .presets import PRESETS
+from .arch import cc_of
+from .families import default_family, get_family
 from .render import render
 from .space import DeviceLimits, enumerate_configs, rank, select, unfit_reason
 
@@ -32,9 +33,10 @@ class Request:
     layout: str = "rrr"
     seed: int | None = None
 
-    @property
-    def fam(self) -> str:
-        return self.family or ("simt" if self.dtype == "fp32" else "wmma")
+    def family_on(self, arch: str) -> str:
+        """The family searched: ``family`` if given, else the fastest one for the dtype that
+        runs on ``arch`` (sm_XY)."""
+        return self.family or default_family(self.dtype, cc_of(arch)).name
 
     @property
     def out(self) -> str:
@@ -114,10 +116,10 @@ class WorkerPool:
 
 def plan(req: Request, dev: DeviceLimits) -> tuple[list[tuple], dict]:
     """(candidates to measure as (config, prediction), counts of the pruning steps)."""
-    configs = enumerate_configs(req.fam, req.dtype)
+    fam = req.family_on(dev.arch)
+    configs = enumerate_configs(fam, req.dtype)
     ranked = rank(configs, req.m, req.n, req.k, dev)
-    seeds = tuple(p.config.name for p in PRESETS.values()
-                  if p.config.family == req.fam and p.config.dtype == req.dtype)
+    seeds = tuple(p.config.name for p in get_family(fam).presets if p.config.dtype == req.dtype)
     chosen = select(ranked, req.max_configs, seeds)
     unfit = sum(1 for c in configs if unfit_reason(c, dev))
     return chosen, {"valid": len(configs), "unfit": unfit, "ranked": len(ranked),
@@ -135,7 +137,7 @@ def tune(req: Request, db: tunedb.TuneDB, runner, *, compile_fn=compile_candidat
     chosen, stats = plan(req, dev)
     key = tunedb.key(info["gpu"], req.dtype, req.m, req.n, req.k, req.layout)
     entry = db.entry(key, gpu=info["gpu"], dtype=req.dtype, layout=req.layout, M=req.m,
-                     N=req.n, K=req.k, family=req.fam)
+                     N=req.n, K=req.k, family=req.family_on(dev.arch))
     if entry.get("cublas_tflops") is None:
         entry["cublas_tflops"] = info.get("cublas_tflops")
         db.save()
@@ -144,7 +146,8 @@ def tune(req: Request, db: tunedb.TuneDB, runner, *, compile_fn=compile_candidat
     stats.update(already_measured=len(chosen) - len(todo), measured_now=0, budget_hit=False)
     deadline = time.monotonic() + req.budget_s
     with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(compile_fn, render(c, dev.arch), dev.arch, c.name,
+        arch = get_family(req.family_on(dev.arch)).arch_for(cc_of(dev.arch))
+        futures = {pool.submit(compile_fn, render(c, arch), arch, c.name,
                                req.compile_timeout): name for name, (c, _) in todo.items()}
         pending, measuring = set(futures), 0
         while pending or measuring:

@@ -1,7 +1,7 @@
 """For every rule of every family: a config that breaks that rule and no other (a preset plus
 overrides)."""
-from gemmgen.config import SimtConfig
-from gemmgen.config_wmma import WmmaConfig
+from gemmgen.families.simt import SimtConfig
+from gemmgen.families.wmma import WmmaConfig
 from gemmgen.presets import PRESETS
 
 FAMILIES = {"simt": SimtConfig, "wmma": WmmaConfig}

@@ -68,8 +68,8 @@ def test_list_shows_every_preset_with_source(run):
 
 
 def test_rules_lists_the_tables(run):
-    from gemmgen.config import SIMT_RULES
-    from gemmgen.config_wmma import WMMA_RULES
+    from gemmgen.families.simt import SIMT_RULES
+    from gemmgen.families.wmma import WMMA_RULES
     out = run("rules").output.splitlines()
     assert len(out) == len(SIMT_RULES) + len(WMMA_RULES) + 2
     assert out[22].split()[:2] == ["R22", "a-tile-loads"]

@@ -3,7 +3,7 @@ import pytest
 
 from breakers import ALL_RULES, BREAKERS, FAMILIES, breaker
 from gemmgen import PRESETS, SIMT_RULES, ConfigError, SimtConfig
-from gemmgen.config_wmma import WmmaConfig
+from gemmgen.families.wmma import WmmaConfig
 from gemmgen.rules import violations
 
 

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from breakers import ALL_RULES, breaker
 from gemmgen import PRESETS, SimtConfig, render
-from gemmgen.config_wmma import SHAPES, WmmaConfig
+from gemmgen.families.wmma import SHAPES, WmmaConfig
 from gemmgen.model import EPILOGUES, LAYOUTS
 from gemmgen.nvcc import BuildError, compile_many, compile_source, parse_ptxas
 

@@ -1,12 +1,14 @@
-"""Configuration model: the FP32 SIMT kernel family, its derived figures and its rule table."""
+"""The FP32 SIMT family: its configuration model, rule table, derived figures, search space and
+the optimization ladder of the reference articles (siboehm, Lei Mao, tgautam, gty111)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import itertools
+from dataclasses import dataclass
 
-from .arch import STATIC_SMEM_LIMIT, get_arch
-from .model import (EPILOGUES, LAYOUTS, MAX_THREADS_PER_SM, WARP_SIZE, ConfigBase, ConfigError,
-                    div as _div)
-from .rules import Cmp, Rule, at_least, at_most, equal, multiple_of, not_equal, one_of
+from ..arch import STATIC_SMEM_LIMIT, get_arch
+from ..model import (EPILOGUES, LAYOUTS, MAX_THREADS_PER_SM, WARP_SIZE, ConfigBase, Family,
+                     Preset, div as _div)
+from ..rules import Cmp, Rule, at_least, at_most, equal, multiple_of, not_equal, one_of
 
 FLOAT_BYTES = 4
 LANES_M, LANES_N = 8, 4  # lanes of a warp along M and N, as in Lei Mao's v06
@@ -288,22 +290,90 @@ class SimtConfig(ConfigBase):
                 f"blocks_per_sm_{get_arch(arch).name}": self.blocks_per_sm(arch)}
 
 
-def config_from_dict(data: dict):
-    """Rebuild a config from ``as_dict()`` output (the emitted header's JSON line).
+    def brief(self) -> str:
+        warp = f"{self.wm}x{self.wn}" if self.warp_tiled else "-"
+        a = "transposed" if self.transpose_a else "row-major"
+        return (f"block {self.bm}x{self.bn}x{self.bk}  warp {warp}  thread {self.tm}x{self.tn}  "
+                f"vec {self.vec}  A {a} in smem  skew {self.skew}  stages {self.stages}")
 
-    Raises ``ValueError`` for an unknown family or field, ``ConfigError`` if the values are
-    invalid.
-    """
-    from .config_wmma import WmmaConfig
-    families = {SimtConfig.family: SimtConfig, WmmaConfig.family: WmmaConfig}
-    data = dict(data)
-    family = data.pop("family", "simt")
-    if family not in families:
-        raise ValueError(f"unknown kernel family {family!r}; known: {', '.join(families)}")
-    cls = families[family]
-    unknown = set(data) - {f.name for f in fields(cls)}
-    if unknown:
-        raise ValueError(f"unknown {family} config fields: {', '.join(sorted(unknown))}")
-    return cls(**data)
+    def registers_needed(self) -> int:
+        """Registers per thread the kernel wants before compiling: accumulators, operand
+        fragments, the register-staged prefetch and about 32 for addresses and loop state."""
+        frags = self.tm * self.wm_iter + self.tn * self.wn_iter
+        staged = (self.a_loads + self.b_loads) * self.vec if self.stages == 2 else 0
+        return self.acc_regs + frags + staged + 32
 
 
+PRESETS: tuple[Preset, ...] = (
+    Preset("naive", SimtConfig(32, 32, 1, 1, 1, vec=1, stages=0, transpose_a=False,
+                               thread_order="m"),
+           "one thread per C element; consecutive threads walk M, so A and C accesses are strided",
+           "Lei Mao v00; siboehm kernel 1"),
+    Preset("coalesced", SimtConfig(32, 32, 1, 1, 1, vec=1, stages=0, transpose_a=False),
+           "consecutive threads walk N, so B loads and C stores coalesce",
+           "Lei Mao v01; siboehm kernel 2"),
+    Preset("smem", SimtConfig(32, 32, 32, 1, 1, vec=1, stages=1, transpose_a=False),
+           "32x32 A and B tiles staged in shared memory, one element per thread",
+           "Lei Mao v02; siboehm kernel 3"),
+    Preset("tile1d", SimtConfig(64, 64, 8, 8, 1, vec=1, stages=1, transpose_a=False),
+           "each thread computes a column of TM=8 elements, reusing one B value 8 times",
+           "Lei Mao v03; siboehm kernel 4"),
+    Preset("tile2d", SimtConfig(128, 128, 16, 8, 8, vec=1, stages=1, transpose_a=False),
+           "each thread computes an 8x8 register tile from an outer product per k",
+           "Lei Mao v04; siboehm kernel 5"),
+    Preset("vectorized", SimtConfig(128, 128, 16, 8, 8, vec=4, skew=4, stages=1),
+           "float4 global and shared accesses; A stored transposed (K-major) in shared memory, "
+           "rows padded by 4 floats so the transposing stores avoid bank conflicts",
+           "Lei Mao v05; siboehm kernel 6; tgautam xGeMM step 6"),
+    Preset("warptile", SimtConfig(128, 128, 16, 4, 4, wm=64, wn=32, vec=4, skew=4, stages=1),
+           "warp tiles of 64x32 with lanes 8 (M) x 4 (N); each thread owns 2x2 sub-tiles of 4x4",
+           "Lei Mao v06; siboehm kernel 10"),
+    Preset("warptile_db", SimtConfig(128, 128, 16, 4, 4, wm=64, wn=32, vec=4, skew=4, stages=2),
+           "warp tiling plus double buffering: the next K tile is loaded into registers while "
+           "the current one is computed, one barrier per K tile",
+           "gty111 step 5 (prefetch), applied to the SIMT warp-tiled kernel"),
+    Preset("warptile_tuned", SimtConfig(128, 128, 16, 4, 4, wm=32, wn=64, vec=4, skew=4, stages=2,
+                                        min_blocks=2),
+           "double-buffered warp tiling with 32x64 warp tiles and __launch_bounds__(256, 2), "
+           "which caps registers at 128 so two blocks share an SM",
+           "the sweep in benchmarks/explore.py (H200, 4096^3); CUTLASS's min blocks per SM"),
+)
+
+# The values each field takes in the tuning search (a product of these, then validation).
+SPACE = {
+    "bm": (64, 128, 256), "bn": (64, 128, 256), "bk": (8, 16, 32),
+    "warp": ((None, None), (32, 32), (32, 64), (64, 32), (64, 64)),
+    "tm": (4, 8), "tn": (4, 8), "skew": (0, 4), "stages": (1, 2), "min_blocks": (1, 2),
+}
+
+
+def space(dtype: str = "fp32") -> list[SimtConfig]:
+    """Every configuration of the SIMT search space that passes the rules (fp32 only)."""
+    s = SPACE
+    out = []
+    for bm, bn, bk, (wm, wn), tm, tn, skew, st, mb in itertools.product(
+            s["bm"], s["bn"], s["bk"], s["warp"], s["tm"], s["tn"], s["skew"], s["stages"],
+            s["min_blocks"]):
+        cfg = SimtConfig.unchecked(bm=bm, bn=bn, bk=bk, tm=tm, tn=tn, wm=wm, wn=wn, vec=4,
+                                   skew=skew, stages=st, min_blocks=mb)
+        if not cfg.violations():
+            out.append(cfg)
+    return out
+
+
+FAMILY = Family(
+    name="simt", config=SimtConfig, summary="FP32 on the CUDA cores (FFMA), any NVIDIA GPU",
+    dtypes=("fp32",), presets=PRESETS, defaults={"fp32": "warptile_tuned"},
+    flag_defaults={"bm": 128, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "skew": 4},
+    field_help={
+        "bm": "block tile rows (M)", "bn": "block tile columns (N)", "bk": "block tile depth (K)",
+        "wm": "warp tile rows (omit for no warp tiling)", "wn": "warp tile columns",
+        "tm": "thread tile rows", "tn": "thread tile columns",
+        "vec": "floats per global/shared access: 1, 2 or 4",
+        "skew": "padding floats per shared-memory row",
+        "stages": "0 none, 1 single, 2 double buffer",
+        "transpose_a": "store the A tile K-major in shared memory",
+        "thread_order": "n: consecutive threads take columns; m: rows, the naive order",
+        "min_blocks": "resident blocks per SM asked of ptxas (__launch_bounds__)",
+    },
+    space=space, min_cc=70)
