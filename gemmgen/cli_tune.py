@@ -22,7 +22,7 @@ from .families import FAMILIES
 @click.option("--max-configs", type=int, default=48, show_default=True,
               help="candidates measured, best by the cheap model (presets always included)")
 @click.option("--db", "db_path", type=click.Path(dir_okay=False), default=None,
-              help="tuning database [default: $GEMMGEN_TUNE_DB or ~/.cache/gemmgen/tune.json]")
+              help="tuning database [default: $GEMMGEN_TUNE_DB, else tune.json in the user cache directory, ~/.cache/gemmgen on Linux]")
 @click.option("--devices", default=None, help="GPUs to time on, e.g. 0,1 (one process each)")
 @click.option("--jobs", type=int, default=None, help="parallel nvcc processes [default: CPUs]")
 @click.option("--show", is_flag=True, help="print the stored entry for this shape; no tuning")

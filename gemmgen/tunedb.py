@@ -7,16 +7,54 @@ import os
 import tempfile
 from pathlib import Path
 
-FINAL = ("ok", "compile_error", "launch_error", "wrong", "timeout", "unfit")
-"""Statuses that count as measured: a resumed or extended run does not try these again."""
+import platformdirs
+
+FINAL = ("ok", "compile_error", "spill", "launch_error", "wrong", "timeout", "unfit")
+"""Statuses that count as measured: a resumed or extended run does not try these again.
+``spill``: compiled, but ptxas reported spill traffic or a stack frame (local memory), so
+the candidate is recorded with the reason and never timed."""
+
+
+class TuneDBError(ValueError):
+    """The tuning database file is not one gemmgen can read (not JSON, or not its layout);
+    the message names the file and what to do."""
 
 
 def default_path() -> Path:
-    """$GEMMGEN_TUNE_DB, else <user cache>/gemmgen/tune.json (XDG_CACHE_HOME or ~/.cache)."""
+    """$GEMMGEN_TUNE_DB, else ``tune.json`` in the user cache directory for "gemmgen" that
+    platformdirs gives (``~/.cache/gemmgen`` on Linux, honouring $XDG_CACHE_HOME)."""
     if os.environ.get("GEMMGEN_TUNE_DB"):
         return Path(os.environ["GEMMGEN_TUNE_DB"])
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "gemmgen" / "tune.json"
+    return platformdirs.user_cache_path("gemmgen") / "tune.json"
+
+
+def load(path: Path) -> dict:
+    """The database document at ``path``, checked: {"version": 1, "entries": {key: entry}}
+    with every key ``gpu|dtype|layout|MxNxK`` and every entry holding a ``candidates``
+    object. Raises ``TuneDBError`` naming the file otherwise."""
+    fix = "fix it, delete it, or pass another --db"
+    try:
+        data = json.loads(path.read_text())
+    except IsADirectoryError:
+        raise TuneDBError(f"tuning database {path} is a directory; pass a file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TuneDBError(f"cannot read tuning database {path}: "
+                          f"{getattr(exc, 'strerror', None) or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise TuneDBError(f"tuning database {path} is not valid JSON ({exc.msg}, line "
+                          f"{exc.lineno}): {fix}") from None
+    entries = data.get("entries") if isinstance(data, dict) else None
+    if not isinstance(entries, dict):
+        raise TuneDBError(f"{path} is not a gemmgen tuning database (no \"entries\" object): "
+                          f"{fix}")
+    for k, e in entries.items():
+        parts = k.split("|")
+        shape = parts[3].split("x") if len(parts) == 4 else []
+        if (len(shape) != 3 or not all(s.isdigit() for s in shape) or not isinstance(e, dict)
+                or not isinstance(e.get("candidates"), dict)):
+            raise TuneDBError(f"{path}: entry {k!r} is not gpu|dtype|layout|MxNxK with a "
+                              f"candidates object: {fix}")
+    return data
 
 
 def key(gpu: str, dtype: str, m: int, n: int, k: int, layout: str = "rrr") -> str:
@@ -31,10 +69,13 @@ class TuneDB:
     an interrupted run loses at most the candidate in flight."""
 
     def __init__(self, path: str | os.PathLike | None = None):
+        """Open the database at ``path`` (default ``default_path()``); a missing file is an
+        empty database, created on the first ``save``. Raises ``TuneDBError`` when the file
+        is a directory, unreadable, not JSON, or not a gemmgen tuning database."""
         self.path = Path(path) if path else default_path()
         self.data = {"version": 1, "entries": {}}
         if self.path.exists():
-            self.data = json.loads(self.path.read_text())
+            self.data = load(self.path)
 
     @property
     def entries(self) -> dict:

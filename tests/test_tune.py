@@ -132,3 +132,33 @@ def test_gemm_layout_follows_the_operands():
     assert layout_of(a, b) == "rrr"
     assert layout_of(np.asfortranarray(a), b.T.copy().T) == "ccr"
     assert layout_of(a, b, np.asfortranarray(np.ones((4, 5), np.float32))) == "rrc"
+
+
+def test_database_default_path_comes_from_platformdirs(monkeypatch, tmp_path):
+    import platformdirs
+    monkeypatch.delenv("GEMMGEN_TUNE_DB", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert tunedb.default_path() == platformdirs.user_cache_path("gemmgen") / "tune.json"
+    if platformdirs.user_cache_path("x").is_relative_to(tmp_path):  # Linux: XDG is honoured
+        assert tunedb.default_path() == tmp_path / "cache" / "gemmgen" / "tune.json"
+    monkeypatch.setenv("GEMMGEN_TUNE_DB", str(tmp_path / "mine.json"))
+    assert tunedb.default_path() == tmp_path / "mine.json"
+    assert tunedb.TuneDB().path == tmp_path / "mine.json"
+    assert tunedb.TuneDB(tmp_path / "given.json").path == tmp_path / "given.json"
+
+
+@pytest.mark.parametrize("text, match", [
+    ("{oops", "is not valid JSON"),
+    ("[]", "not a gemmgen tuning database"),
+    ('{"entries": {"bad key": {"candidates": {}}}}', "entry 'bad key'"),
+    ('{"entries": {"G|fp32|rrr|1x1x1": {"winner": null}}}', "candidates object"),
+    (b"\xff\xfe", "cannot read tuning database"),
+])
+def test_corrupt_database_raises_a_named_error(tmp_path, text, match):
+    path = tmp_path / "db.json"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(tunedb.TuneDBError, match=match) as info:
+        tunedb.TuneDB(path)
+    assert str(path) in str(info.value)
+    with pytest.raises(tunedb.TuneDBError, match="is a directory"):
+        tunedb.TuneDB(tmp_path)
