@@ -153,6 +153,11 @@ class ConfigBase:
         by_smem = a.smem_per_sm // (self.smem_bytes + a.smem_reserved_per_block)
         return min(a.blocks_per_sm, div(a.threads_per_sm, self.threads), by_smem)
 
+    def launch_summary(self) -> str:
+        """How the kernel is launched, for the emitted header."""
+        return (f"grid = (ceil(N/BN), ceil(M/BM), 1) = (ceil(N/{self.bn}), ceil(M/{self.bm}), 1), "
+                f"block = ({self.threads}, 1, 1)")
+
     def grid(self, m: int, n: int) -> tuple[int, int, int]:
         """Launch grid for an M x N output: (ceil(N/BN), ceil(M/BM), batch set at launch);
         block = (threads, 1, 1)."""

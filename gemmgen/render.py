@@ -47,8 +47,8 @@ def _header(cfg: ConfigBase, arch: str) -> dict:
         smem = f"static shared memory {cfg.static_smem_bytes} bytes"
     return {"version": __version__, "template": cfg.template,
             "dtype": f"A and B {cfg.dtype}, {cfg.acc} accumulation, C {cfg.out}",
-            "fields": fields, "figures": figures, "arch": arch, "bm": cfg.bm, "bn": cfg.bn,
-            "threads": cfg.threads, "smem": smem, "json": cfg.to_json()}
+            "fields": fields, "figures": figures, "arch": arch, "launch": cfg.launch_summary(),
+            "smem": smem, "json": cfg.to_json()}
 
 
 def render(cfg: ConfigBase, arch: str = "sm_90") -> str:
