@@ -46,3 +46,20 @@ def cc_of(arch: str) -> int:
     if not digits.isdigit():
         raise ValueError(f"expected an architecture like sm_90, got {arch!r}")
     return int(digits)
+
+
+def fit_problem(cfg, arch: str) -> str | None:
+    """Why no block of ``cfg`` (a family config) can be resident on an SM of ``arch``, naming
+    that arch and its limit; None when at least one block fits. Registers are not counted:
+    ``__launch_bounds__`` makes ptxas fit them (spilling if it must)."""
+    a = get_arch(arch)
+    smem = cfg.smem_bytes
+    if smem > a.smem_per_block_optin:
+        return (f"needs {smem} bytes of shared memory per block; {arch} allows at most "
+                f"{a.smem_per_block_optin} ({a.smem_per_block_optin // 1024} KiB)")
+    if smem + a.smem_reserved_per_block > a.smem_per_sm:
+        return (f"needs {smem} bytes of shared memory per block plus {a.smem_reserved_per_block} "
+                f"reserved; an SM of {arch} has {a.smem_per_sm}")
+    if cfg.threads > a.threads_per_sm:
+        return f"{cfg.threads} threads per block exceed the {a.threads_per_sm} of an SM of {arch}"
+    return None

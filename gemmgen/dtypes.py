@@ -38,6 +38,9 @@ def torch_dtype_name(dtype) -> str | None:
 def dtype_name_of(x) -> str:
     """gemmgen dtype name of an array's elements (NumPy, CuPy, PyTorch, PyCUDA GPUArray):
     float32 -> fp32, float16 -> fp16, bfloat16 -> bf16. Raises ``ValueError`` otherwise."""
+    if not hasattr(x, "dtype"):
+        raise ValueError(f"expected an array (NumPy, CuPy, PyTorch, PyCUDA); got "
+                         f"{type(x).__name__}")
     if type(x).__module__.split(".")[0] == "torch":
         name = torch_dtype_name(x.dtype)
     else:

@@ -5,6 +5,8 @@ Pure Python: nothing here touches the GPU, so the checks are tested without one.
 """
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +18,33 @@ LAYOUT_NAMES = {"r": "row-major", "c": "column-major"}
 
 class OperandError(ValueError):
     """A launch argument has the wrong kind, dtype, rank, shape or layout; the message names it."""
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def check_scalar(value, name: str) -> float:
+    """``value`` as the kernel's float32 scalar argument ``name`` (alpha or beta).
+
+    Takes a real number: int, float, or a NumPy real scalar (bool excluded). NaN and inf pass
+    (BLAS allows them). Raises ``OperandError`` naming ``name`` for a string, a complex
+    number, another type, or a finite value beyond float32's range (about 3.4e38).
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        complex_ = isinstance(value, numbers.Complex) and not isinstance(value, (bool, np.bool_))
+        kind = "a complex number" if complex_ else type(value).__name__
+        raise OperandError(f"{name} must be a real number (float); got {kind} {value!r}")
+    out = float(value)
+    if math.isfinite(out) and abs(out) > FLOAT32_MAX:
+        raise OperandError(f"{name} = {out:g} does not fit the kernel's float32 (at most "
+                           f"{FLOAT32_MAX:.3g} in magnitude)")
+    return out
+
+
+def check_scalars(alpha, beta) -> tuple[float, float]:
+    """(alpha, beta) as floats for the launch; raises ``OperandError`` naming alpha or beta
+    (see ``check_scalar``)."""
+    return check_scalar(alpha, "alpha"), check_scalar(beta, "beta")
 
 
 @dataclass(frozen=True)
@@ -161,9 +190,10 @@ def check_gemm(A, B, C=None, *, beta: float = 0.0, dtype: str = "fp32",
     when ``needs_bias``.
 
     Raises ``OperandError`` naming the argument: kind, dtype, rank, layout, inner dimensions,
-    a C or bias of the wrong shape, batch sizes that differ, a read-only C, or host and device
-    arrays mixed.
+    a C or bias of the wrong shape, batch sizes that differ, a read-only C, host and device
+    arrays mixed, or a beta that is not a real number.
     """
+    beta = check_scalar(beta, "beta")
     a, b = describe(A, "A", dtype), describe(B, "B", dtype)
     (m, k), (k2, n) = a.shape, b.shape
     if k != k2:

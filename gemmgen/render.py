@@ -1,8 +1,10 @@
 """Rendering: Jinja templates -> CUDA source; emit() writes generated/<name>.cu atomically."""
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -66,21 +68,54 @@ def render(cfg: ConfigBase, arch: str = "sm_90") -> str:
 
 
 def emit(cfg: ConfigBase, path: str | os.PathLike | None = None, arch: str = "sm_90") -> Path:
-    """Write ``render(cfg)`` to ``path`` (default ``generated/<name>.cu``) atomically: a
-    temporary file in the same directory is renamed into place, so a reader never sees a
-    partial file and a failure leaves nothing behind. Returns the path written."""
+    """Write ``render(cfg, arch)`` to ``path`` (default ``generated/<name>.cu``, creating
+    ``generated/``) and return the path given.
+
+    Atomic: a temporary file in the target's directory is renamed into place, so a reader
+    never sees a partial file and a failure leaves nothing behind. The file gets the mode a
+    plain write would give: an existing file's mode, else 0666 less the umask. A symlink is
+    written through (its target is replaced, the link stays). Raises ``OSError`` when the
+    directory of an explicit ``path`` is missing, the path is a directory, or the place is
+    not writable.
+    """
     target = Path(path) if path is not None else Path("generated") / f"{cfg.name}.cu"
     source = render(cfg, arch)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    if path is None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(target, source)
+    return target
+
+
+def write_atomic(target: Path, text: str) -> None:
+    """Replace ``target`` (through a symlink) with ``text`` atomically, with a plain write's
+    mode. Raises ``OSError`` (IsADirectoryError, FileNotFoundError for a missing directory,
+    PermissionError) and leaves nothing behind on failure."""
+    real = Path(os.path.realpath(target))
+    if real.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a directory", str(target))
+    try:
+        mode = stat.S_IMODE(real.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
+    except OSError as exc:  # name the file asked for, not the temporary one
+        raise OSError(exc.errno, exc.strerror, str(target)) from None
     try:
         with os.fdopen(fd, "w") as f:
-            f.write(source)
-        os.replace(tmp, target)
+            f.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, real)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return target
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def config_from_source(source: str) -> ConfigBase:

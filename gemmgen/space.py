@@ -74,8 +74,20 @@ def register_cap(cfg: ConfigBase) -> int:
 
 
 def registers_needed(cfg: ConfigBase) -> int:
-    """Registers per thread the kernel wants before compiling (the family's estimate)."""
+    """Registers per thread the kernel needs to run without spilling, estimated before
+    compiling by the family (``cfg.registers_needed()``, calibrated against ptxas)."""
     return cfg.registers_needed()
+
+
+def spill_risk(cfg: ConfigBase) -> str | None:
+    """Why ptxas would likely spill ``cfg`` (the estimate exceeds the register cap that its
+    threads and min_blocks leave), or None. Keeps spilling configurations out of the tuning
+    space and out of suggestions."""
+    need, cap = registers_needed(cfg), register_cap(cfg)
+    if need <= cap:
+        return None
+    return (f"needs about {need} registers/thread; {cfg.threads} threads x min_blocks "
+            f"{cfg.min_blocks} leave {cap}")
 
 
 def estimated_registers(cfg: ConfigBase) -> int:

@@ -19,7 +19,9 @@ def _distance(field: str, old, new) -> float:
 
 def nearest(cfg, count: int = 3) -> list:
     """Up to ``count`` valid configs of ``type(cfg)`` that differ from ``cfg`` in the fewest
-    fields (at most MAX_CHANGES), closest first, ties broken by name."""
+    fields (at most MAX_CHANGES), closest first, ties broken by name. A config that the
+    register estimate says would spill (``gemmgen.space.spill_risk``) is never suggested."""
+    from .space import spill_risk  # local: space imports the families, which import this
     base = cfg.as_dict()
     base.pop("family")
     cls = type(cfg)
@@ -31,7 +33,7 @@ def nearest(cfg, count: int = 3) -> list:
             options = [[v for v in domain[f] if v != base[f]] for f in chosen]
             for values in itertools.product(*options):
                 trial = cls.unchecked(**{**base, **dict(zip(chosen, values))})
-                if violations(cls.rules, trial.env()):
+                if violations(cls.rules, trial.env()) or spill_risk(trial):
                     continue
                 dist = sum(_distance(f, base[f], v) for f, v in zip(chosen, values))
                 found.setdefault(trial.name, (dist, trial))

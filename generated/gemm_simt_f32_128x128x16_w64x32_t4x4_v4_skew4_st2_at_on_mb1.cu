@@ -2,7 +2,7 @@
 // Regenerate with: gemmgen emit --config-json '<the gemmgen-config line below>'
 //
 // C[M,N] = alpha * A[M,K] @ B[K,N] + beta * C[M,N]; A and B fp32, fp32 accumulation, C fp32; row-major A, B, C with
-// leading dimensions lda, ldb, ldc; beta == 0 means C is not read.
+// leading dimensions lda, ldb, ldc; beta == 0 means C is not read, alpha == 0 that A and B are not.
 //
 // configuration:
 //   family         = simt
@@ -305,8 +305,9 @@ gemm_simt_f32_128x128x16_w64x32_t4x4_v4_skew4_st2_at_on_mb1(int m_arg, int n_arg
     };
 
     // K tiles from the run-time argument (equal to K when specialized: the launch checks it),
-    // so a specialized kernel keeps the general kernel's loop and register allocation.
-    const int k_tiles = (k_arg + BK - 1) / BK;
+    // so a specialized kernel keeps the general kernel's loop and register allocation. With
+    // alpha == 0 there are none: A and B are not read, as in reference BLAS.
+    const int k_tiles = alpha == 0.f ? 0 : (k_arg + BK - 1) / BK;
     // Double buffer: tile t+1 travels global -> registers while tile t is computed, then goes
     // to the other buffer; one barrier per K tile.
     if (k_tiles > 0) {

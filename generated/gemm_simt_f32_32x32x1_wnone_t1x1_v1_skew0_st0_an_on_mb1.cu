@@ -2,7 +2,7 @@
 // Regenerate with: gemmgen emit --config-json '<the gemmgen-config line below>'
 //
 // C[M,N] = alpha * A[M,K] @ B[K,N] + beta * C[M,N]; A and B fp32, fp32 accumulation, C fp32; row-major A, B, C with
-// leading dimensions lda, ldb, ldc; beta == 0 means C is not read.
+// leading dimensions lda, ldb, ldc; beta == 0 means C is not read, alpha == 0 that A and B are not.
 //
 // configuration:
 //   family         = simt
@@ -205,7 +205,8 @@ gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_on_mb1(int m_arg, int n_arg, in
     const int col = n0 + tid % BN;
     if (row >= M || col >= N) return;
     float acc = 0.f;
-    for (int k = 0; k < K; ++k) acc = fmaf(A[(size_t)(row) * lda + (k)], B[(size_t)(k) * ldb + (col)], acc);
+    const int k_end = alpha == 0.f ? 0 : K;  // alpha == 0: A and B are not read (BLAS)
+    for (int k = 0; k < k_end; ++k) acc = fmaf(A[(size_t)(row) * lda + (k)], B[(size_t)(k) * ldb + (col)], acc);
     float& c = C[(size_t)(row) * ldc + (col)];
     c = apply_epilogue(beta == 0.f ? alpha * acc : fmaf(beta, c, alpha * acc), col, bias);
 }

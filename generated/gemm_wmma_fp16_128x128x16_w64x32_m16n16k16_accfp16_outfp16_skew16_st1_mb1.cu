@@ -2,7 +2,7 @@
 // Regenerate with: gemmgen emit --config-json '<the gemmgen-config line below>'
 //
 // C[M,N] = alpha * A[M,K] @ B[K,N] + beta * C[M,N]; A and B fp16, fp16 accumulation, C fp16; row-major A, B, C with
-// leading dimensions lda, ldb, ldc; beta == 0 means C is not read.
+// leading dimensions lda, ldb, ldc; beta == 0 means C is not read, alpha == 0 that A and B are not.
 //
 // configuration:
 //   family         = wmma
@@ -259,8 +259,9 @@ gemm_wmma_fp16_128x128x16_w64x32_m16n16k16_accfp16_outfp16_skew16_st1_mb1(int m_
     };
 
     // K tiles from the run-time argument (equal to K when specialized: the launch checks it),
-    // so a specialized kernel keeps the general kernel's loop and register allocation.
-    const int k_tiles = (k_arg + BK - 1) / BK;
+    // so a specialized kernel keeps the general kernel's loop and register allocation. With
+    // alpha == 0 there are none: A and B are not read, as in reference BLAS.
+    const int k_tiles = alpha == 0.f ? 0 : (k_arg + BK - 1) / BK;
     // One stage: copy, wait, compute, and a barrier before the stage is overwritten.
     for (int t = 0; t < k_tiles; ++t) {
         load_stage(0, t * BK);

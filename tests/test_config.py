@@ -1,5 +1,7 @@
 """The configuration model: every rule, all-violations errors, suggestions, derived figures."""
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from breakers import ALL_RULES, BREAKERS, FAMILIES, breaker
 from gemmgen import PRESETS, SIMT_RULES, ConfigError, SimtConfig
@@ -123,3 +125,40 @@ def test_wmma_enumerated_fields_are_checked():
         WmmaConfig(128, 128, 32, 64, 64, dtype="tf32")  # m16n16k16 is not a TF32 shape
     assert [v.rule.name for v in info.value.violations] == ["tf32-shape"]
     assert info.value.suggestions[0].shape == "m16n16k8"
+
+
+def test_simt_static_smem_pads_the_a_tile_to_16_bytes():
+    # ptxas: As (3,480 bytes) is followed by the 16-byte aligned Bs (1,176): 4,664 bytes.
+    cfg = SimtConfig(144, 48, 6, 6, 1, wm=48, wn=16, vec=1, skew=1, stages=1)
+    assert cfg.smem_bytes == 3488 + 1176 == 4664
+    aligned_a = SimtConfig(16, 16, 2, 2, 4, vec=1, skew=1, stages=1, transpose_a=False)
+    assert aligned_a.smem_bytes == 192 + 136  # As already a multiple of 16: no padding
+
+
+unchecked_values = st.sampled_from([-64, -1, 0, 1, 2, 3, 16, 128])
+
+
+@settings(max_examples=300, deadline=None)
+@given(bm=unchecked_values, bn=unchecked_values, bk=unchecked_values, wm=unchecked_values,
+       wn=unchecked_values, skew=unchecked_values, stages=st.sampled_from([-1, 0, 1, 3]),
+       mb=unchecked_values, family=st.sampled_from(["simt", "wmma"]))
+def test_render_works_on_any_unchecked_config(bm, bn, bk, wm, wn, skew, stages, mb, family):
+    from gemmgen import render
+    from gemmgen.families.wmma import WmmaConfig
+    if family == "simt":
+        cfg = SimtConfig.unchecked(bm=bm, bn=bn, bk=bk, tm=wm, tn=wn, wm=wm, wn=wn, vec=skew,
+                                   skew=skew, stages=stages, min_blocks=mb)
+    else:
+        cfg = WmmaConfig.unchecked(bm=bm, bn=bn, bk=bk, wm=wm, wn=wn, skew=skew, stages=stages,
+                                   min_blocks=mb, acc="fp16")
+    assert cfg.name in render(cfg)
+
+
+def test_arch_fit_names_the_arch_and_its_limit():
+    from gemmgen.arch import fit_problem
+    from gemmgen.families.wmma import WmmaConfig
+    big = WmmaConfig(256, 128, 64, 64, 64, stages=3)
+    assert fit_problem(big, "sm_90") is None and big.blocks_per_sm("sm_86") == 0
+    assert fit_problem(big, "sm_86") == ("needs 194560 bytes of shared memory per block; "
+                                         "sm_86 allows at most 101376 (99 KiB)")
+    assert "sm_90" not in " ".join(r.why for r in WmmaConfig.rules)

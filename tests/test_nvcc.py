@@ -151,3 +151,39 @@ def test_specialized_shape_becomes_constexpr_and_drops_bounds_checks(nvcc):
     assert (env["M_FULL"], env["N_FULL"], env["K_FULL"]) == (0, 0, 1)
     report = compile_many([src, render(ragged)], "sm_90")
     assert (cfg.name, "sm_90") in report and (ragged.name, "sm_90") in report
+
+
+# The register estimate against ptxas: configurations whose verdict (spills or not) is clear,
+# one of each kind per family, plus the presets at the edge and the spilling
+# suggestion. Kept small for CI; the calibration sample (518 kernels) is in the docstrings.
+SPILL_SAMPLE = [
+    (True, SimtConfig(256, 256, 8, 8, 8, vec=2, skew=4)),  # 1024 threads: a 64-register cap
+    (True, SimtConfig(128, 256, 32, 4, 8, wm=32, wn=64, skew=0, stages=1, min_blocks=2)),
+    (True, SimtConfig(256, 128, 8, 4, 4, wm=64, wn=64, skew=4, min_blocks=2, layout="crc",
+                      epilogue="bias_relu")),
+    (False, SimtConfig(128, 256, 16, 8, 4, wm=64, wn=32, skew=0, stages=1)),
+    (False, SimtConfig(64, 128, 32, 8, 4, skew=0, stages=1, layout="crr", epilogue="bias_relu")),
+    (False, PRESETS["warptile_tuned"].config),  # 128 registers at a cap of 128
+    (True, WmmaConfig(256, 256, 16, 64, 32, shape="m16n16k8", dtype="tf32", skew=4, stages=4)),
+    (False, WmmaConfig(128, 64, 32, 64, 64, out="fp16", stages=1)),
+    (False, PRESETS["wmma_pipeline"].config),
+]
+
+
+def test_register_estimate_agrees_with_ptxas_on_a_sample(nvcc):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gemmgen.space import register_cap, registers_needed, spill_risk
+    groups = [[c for _, c in SPILL_SAMPLE if c.family == f] for f in ("simt", "wmma")]
+    with ThreadPoolExecutor(2) as pool:
+        reports = list(pool.map(lambda cs: compile_many([render(c) for c in cs], "sm_90"), groups))
+    report = {k: v for r in reports for k, v in r.items()}
+    for spills, cfg in SPILL_SAMPLE:
+        res = report[(cfg.name, "sm_90")]
+        measured = res.spills + res.stack_bytes > 0
+        assert measured == spills, f"ptxas changed its mind on {cfg.name}: {res}"
+        assert bool(spill_risk(cfg)) == spills, (
+            f"{cfg.name}: estimate {registers_needed(cfg)} vs cap {register_cap(cfg)}, "
+            f"ptxas {res.registers} registers, {res.spills} bytes spilled")
+        if not spills:
+            assert res.registers <= register_cap(cfg)

@@ -123,3 +123,44 @@ def test_half_precision_operands():
     with pytest.raises(OperandError, match="C has dtype float16; this kernel takes fp32"):
         check_gemm(h[:3, :5], np.ones((5, 7), np.float16), np.ones((3, 7), np.float16),
                    dtype="fp16", out="fp32")
+
+
+@pytest.mark.parametrize("alpha, beta, name, match", [
+    ("2", 0.0, "alpha", "got str '2'"),
+    (1.0, 1j, "beta", "got a complex number 1j"),
+    (np.complex64(1), 0.0, "alpha", "complex"),
+    (None, 0.0, "alpha", "got NoneType"),
+    (True, 0.0, "alpha", "got bool"),
+    (1.0, [0.5], "beta", "got list"),
+    (1e39, 0.0, "alpha", "does not fit the kernel's float32"),
+    (1.0, -1e300, "beta", "does not fit the kernel's float32"),
+])
+def test_alpha_and_beta_must_be_real_float32_numbers(alpha, beta, name, match):
+    from gemmgen.operands import check_scalars
+    with pytest.raises(OperandError, match=match) as info:
+        check_scalars(alpha, beta)
+    assert str(info.value).startswith(name)
+
+
+def test_scalars_accept_python_and_numpy_reals():
+    from gemmgen.operands import check_scalars
+    assert check_scalars(2, np.float32(0.5)) == (2.0, 0.5)
+    assert check_scalars(np.int64(3), np.float64(-1.25)) == (3.0, -1.25)
+    a, b = check_scalars(float("nan"), float("inf"))
+    assert a != a and b == float("inf")
+    assert all(type(v) is float for v in check_scalars(np.float16(1), 0))
+
+
+def test_check_gemm_names_beta_and_one_dimensional_operands():
+    with pytest.raises(OperandError, match="^beta must be a real number"):
+        check_gemm(f32(3, 5), f32(5, 7), f32(3, 7), beta="1")
+    with pytest.raises(OperandError, match=r"^A must be a 2-D matrix or a 3-D batch; got shape \(5,\)"):
+        check_gemm(f32(5), f32(5, 7))
+    with pytest.raises(OperandError, match=r"^B must be a 2-D matrix"):
+        check_gemm(f32(3, 5), f32(5))
+
+
+def test_dtype_name_of_a_non_array_is_a_value_error():
+    from gemmgen.dtypes import dtype_name_of
+    with pytest.raises(ValueError, match="expected an array .*got list"):
+        dtype_name_of([[1.0]])

@@ -158,3 +158,58 @@ def test_readme_quick_start_then_the_golden_check(monkeypatch):
     finally:
         if not existed:
             target.unlink(missing_ok=True)
+
+
+def test_emit_respects_the_umask_and_an_existing_mode(tmp_path):
+    import os
+    import stat
+    cfg = PRESETS["smem"].config
+    old = os.umask(0o027)
+    try:
+        path = emit(cfg, tmp_path / "k.cu")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    path.chmod(0o604)
+    emit(cfg, path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o604
+
+
+def test_emit_writes_through_a_symlink(tmp_path):
+    real = tmp_path / "real.cu"
+    real.write_text("old")
+    link = tmp_path / "link.cu"
+    link.symlink_to(real)
+    cfg = PRESETS["smem"].config
+    emit(cfg, link)
+    assert link.is_symlink() and real.read_text() == render(cfg)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.cu", "real.cu"]
+
+
+def test_emit_into_a_missing_directory_or_onto_a_directory_fails_cleanly(tmp_path):
+    cfg = PRESETS["smem"].config
+    with pytest.raises(FileNotFoundError) as info:
+        emit(cfg, tmp_path / "missing" / "k.cu")
+    assert info.value.filename == str(tmp_path / "missing" / "k.cu")
+    with pytest.raises(IsADirectoryError):
+        emit(cfg, tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_alpha_zero_skips_the_main_loop_in_every_template():
+    """With alpha == 0, A and B are not read (BLAS): the K loop runs zero times."""
+    for name in ("naive", "smem", "warptile_tuned", "wmma_v07", "wmma_pipeline"):
+        src = render(PRESETS[name].config)
+        assert ("const int k_tiles = alpha == 0.f ? 0 :" in src
+                or "const int k_end = alpha == 0.f ? 0 : K;" in src), name
+
+
+def test_column_major_c_compiles_without_unused_variable_warnings(nvcc, tmp_path):
+    import subprocess
+    cfg = PRESETS["warptile_tuned"].config.replace(layout="rrc")
+    src = tmp_path / "k.cu"
+    src.write_text(render(cfg))
+    out = subprocess.run([nvcc, "-c", "-arch=sm_90", "-o", str(tmp_path / "k.o"), str(src)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "warning" not in out.stderr, out.stderr
