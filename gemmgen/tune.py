@@ -13,7 +13,7 @@ from .nvcc import BuildError, compile_cubin
 from .arch import cc_of
 from .families import default_family, get_family
 from .render import render
-from .space import DeviceLimits, enumerate_configs, rank, select, unfit_reason
+from .space import DeviceLimits, enumerate_configs, rank, select, spill_risk, unfit_reason
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,30 @@ def compile_candidate(source: str, arch: str, name: str, timeout: float) -> tupl
     return cubin, dataclasses.asdict(res)
 
 
+class WorkerError(RuntimeError):
+    """A GPU worker could not start or died unrecoverably; ``detail`` holds its traceback."""
+
+    def __init__(self, message: str, detail: str = ""):
+        super().__init__(message)
+        self.detail = detail
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else "no message"
+
+
+def spill_reason(ptxas: dict) -> str | None:
+    """Why a compiled candidate is not timed: ptxas reported spill traffic or a stack frame
+    (local memory); None when it did neither. ``ptxas`` is ``Resources`` as a dict."""
+    spills = ptxas.get("spill_stores", 0) + ptxas.get("spill_loads", 0)
+    if not spills and not ptxas.get("stack_bytes", 0):
+        return None
+    return (f"ptxas: {ptxas.get('spill_stores', 0)} bytes spill stores, "
+            f"{ptxas.get('spill_loads', 0)} bytes spill loads, {ptxas.get('stack_bytes', 0)} "
+            f"bytes stack at {ptxas.get('registers', '?')} registers/thread")
+
+
 class WorkerPool:
     """One spawned measuring process per GPU, all fed from one task queue. A worker that dies
     (a sticky CUDA error) is restarted and its candidate recorded as a launch_error."""
@@ -61,12 +85,19 @@ class WorkerPool:
         for d in devices or [None]:
             self._start(d)
         for _ in self.procs:
-            msg = self.results.get(timeout=600)
+            try:
+                msg = self.results.get(timeout=600)
+            except queue.Empty:
+                self.close()
+                raise WorkerError("no GPU worker started within 600 s") from None
             if msg[0] == "fatal":
                 self.close()
-                raise RuntimeError(f"GPU worker {msg[1]} failed to start:\n{msg[2]}")
+                raise WorkerError(f"GPU worker {msg[1]} failed to start: {_last_line(msg[2])}",
+                                  msg[2])
             if self.info and msg[2]["gpu"] != self.info["gpu"]:
-                raise RuntimeError(f"--devices mixes {self.info['gpu']} and {msg[2]['gpu']}")
+                self.close()
+                raise WorkerError(f"--devices mixes {self.info['gpu']} and {msg[2]['gpu']}: "
+                                  f"time on GPUs of one kind")
             self.info = self.info or msg[2]
 
     def _start(self, device) -> None:
@@ -88,7 +119,8 @@ class WorkerPool:
                 if msg[0] == "ready":
                     continue
                 if msg[0] == "fatal":
-                    raise RuntimeError(f"GPU worker {msg[1]} failed:\n{msg[2]}")
+                    raise WorkerError(f"GPU worker {msg[1]} failed: {_last_line(msg[2])}",
+                                      msg[2])
                 if msg[0] == "start":
                     self.in_flight[msg[1]] = msg[2]
                 elif msg[0] == "row":
@@ -115,15 +147,19 @@ class WorkerPool:
 
 
 def plan(req: Request, dev: DeviceLimits) -> tuple[list[tuple], dict]:
-    """(candidates to measure as (config, prediction), counts of the pruning steps)."""
+    """(candidates to measure as (config, prediction), counts of the pruning steps): the
+    family's valid configs, less those the device cannot hold and those the register
+    estimate says would spill, ranked by the cheap model."""
     fam = req.family_on(dev.arch)
     configs = enumerate_configs(fam, req.dtype)
-    ranked = rank(configs, req.m, req.n, req.k, dev)
     seeds = tuple(p.config.name for p in get_family(fam).presets if p.config.dtype == req.dtype)
+    spilling = [c for c in configs if c.name not in seeds and spill_risk(c)]
+    keep = [c for c in configs if c.name in seeds or not spill_risk(c)]  # presets always
+    ranked = rank(keep, req.m, req.n, req.k, dev)
     chosen = select(ranked, req.max_configs, seeds)
     unfit = sum(1 for c in configs if unfit_reason(c, dev))
-    return chosen, {"valid": len(configs), "unfit": unfit, "ranked": len(ranked),
-                    "chosen": len(chosen)}
+    return chosen, {"valid": len(configs), "unfit": unfit, "spill_risk": len(spilling),
+                    "ranked": len(ranked), "chosen": len(chosen)}
 
 
 def tune(req: Request, db: tunedb.TuneDB, runner, *, compile_fn=compile_candidate,
@@ -166,6 +202,15 @@ def tune(req: Request, db: tunedb.TuneDB, runner, *, compile_fn=compile_candidat
                     db.record(key, cfg.name, {"config": cfg.as_dict(), "status": "compile_error",
                                               "reason": " | ".join(reason[-3:])[:500],
                                               "model": pred})
+                    stats["measured_now"] += 1
+                    progress and progress(1)
+                    continue
+                reason = spill_reason(ptxas)
+                if reason:  # compiled, but local memory: a row with the reason, never timed
+                    db.record(key, cfg.name, {"config": cfg.as_dict(), "status": "spill",
+                                              "reason": reason, "registers": ptxas.get("registers"),
+                                              "spill_bytes": ptxas.get("spill_stores", 0)
+                                              + ptxas.get("spill_loads", 0), "model": pred})
                     stats["measured_now"] += 1
                     progress and progress(1)
                     continue

@@ -41,3 +41,11 @@ class FakeRunner:
     def poll(self, timeout):
         rows, self.rows = self.rows, []
         return rows
+
+
+def spilling_compile(source: str, arch: str, name: str, timeout: float):
+    """fake_compile, but ptxas "spills" the double-buffered skew-4 configurations."""
+    cubin, res = fake_compile(source, arch, name, timeout)
+    if "_skew4_" in name and "_st2_" in name:
+        res = {**res, "spill_stores": 96, "spill_loads": 128, "stack_bytes": 104}
+    return cubin, res

@@ -162,3 +162,27 @@ def test_corrupt_database_raises_a_named_error(tmp_path, text, match):
     assert str(path) in str(info.value)
     with pytest.raises(tunedb.TuneDBError, match="is a directory"):
         tunedb.TuneDB(tmp_path)
+
+
+def test_a_candidate_that_spills_becomes_a_spill_row_and_is_never_timed(tmp_path):
+    from fake_tuning import spilling_compile
+    db = tunedb.TuneDB(tmp_path / "db.json")
+    runner = FakeRunner()
+    _, entry, _ = tune(Request(4096, 4096, 4096, max_configs=24), db, runner,
+                       compile_fn=spilling_compile, jobs=2)
+    spills = {n: r for n, r in entry["candidates"].items() if r["status"] == "spill"}
+    assert spills and set(spills).isdisjoint(runner.submitted)
+    assert all("96 bytes spill stores, 128 bytes spill loads, 104 bytes stack" in r["reason"]
+               for r in spills.values())
+    assert entry["winner"] not in spills
+    assert "spill" in tunedb.FINAL and db.measured(tunedb.key("FakeGPU", "fp32", 4096, 4096,
+                                                              4096)) >= set(spills)
+
+
+def test_the_plan_leaves_out_what_the_estimate_says_would_spill():
+    from gemmgen.space import spill_risk
+    chosen, stats = plan(Request(4096, 4096, 4096, max_configs=500), DEVICE)
+    assert stats["spill_risk"] > 0
+    assert stats["valid"] >= stats["ranked"] + stats["spill_risk"] - len(PRESETS)
+    seeds = {p.config.name for p in PRESETS.values()}
+    assert not [c.name for c, _ in chosen if spill_risk(c) and c.name not in seeds]
