@@ -2,11 +2,17 @@
 
 The configuration flags are built from the families' dataclass fields (``gemmgen.families``):
 one flag per field name, its help and choices from the families that have it.
+
+Errors: a mistake on the command line (a bad value, a missing or unreadable input file, an
+output path in a missing directory) exits 2 with one or two lines naming the argument; a
+failure while working (no GPU, nvcc failing, ptxas spilling, a file that cannot be written)
+exits 1 with one line. Neither shows a traceback, and neither leaves a partial file.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -14,11 +20,14 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .arch import ARCHS
+from .arch import ARCHS, cc_of, fit_problem, get_arch
+from .cuda_env import GpuUnavailable
 from .families import FAMILIES
-from .model import ConfigError
+from .model import INT32_MAX, ConfigError
+from .nvcc import BuildError
 from .presets import PRESETS
 from .render import emit as emit_file
+from .render import write_atomic
 from .suggest import changed_fields
 
 SPEC_HELP = {"m": "specialize for this M (a compile-time constant)",
@@ -85,11 +94,12 @@ def _config_values(ctx: click.Context, family: str | None, preset: str | None,
             raise click.BadParameter("expected a JSON object of config fields",
                                      param_hint="--config-json")
     family = family or base.get("family", "simt")
-    if family not in FAMILIES:
+    if not isinstance(family, str) or family not in FAMILIES:
         raise click.BadParameter(f"unknown family {family!r}; known: {', '.join(FAMILIES)}",
                                  param_hint="--config-json")
-    if base and base.get("family", "simt") != family:
-        raise click.UsageError(f"--family {family} contradicts the {base.get('family')} config")
+    if base.get("family", family) != family:
+        raise click.UsageError(f"--family {family} contradicts the {base['family']} config of "
+                               f"{'--preset' if preset else '--config-json'}")
     fam = FAMILIES[family]
     cls = fam.config
     names = {f.name for f in fields(cls)}
@@ -125,7 +135,140 @@ def _report_invalid(err: ConfigError, values: dict) -> None:
             click.echo(f"  {flags:<28} -> {s.name}", err=True)
 
 
-@click.group()
+def runtime_message(exc: BaseException) -> str | None:
+    """One line for a failure while working (exit 1), or None for an exception that is a bug
+    and should keep its traceback."""
+    from .results import ResultsError
+    from .tunedb import TuneDBError
+    if isinstance(exc, BuildError):
+        lines = [ln.strip() for ln in exc.log.splitlines() if ln.strip()]
+        first = next((ln for ln in lines if "error" in ln.lower()), lines[0] if lines else "")
+        return f"nvcc failed on {exc.path}: {first}"
+    if isinstance(exc, (GpuUnavailable, TuneDBError, ResultsError, ConfigError)):
+        return str(exc).splitlines()[0]
+    if isinstance(exc, OSError):
+        what = exc.strerror or str(exc)
+        return f"{exc.filename}: {what}" if exc.filename else what
+    if isinstance(exc, ImportError) and (exc.name or "").split(".")[0] in ("pycuda", "cupy",
+                                                                            "matplotlib"):
+        return str(exc).splitlines()[0]
+    from .operands import OperandError
+    if isinstance(exc, OperandError):
+        return str(exc)
+    from .tune import WorkerError
+    if isinstance(exc, WorkerError):
+        return str(exc)
+    return None
+
+
+class Group(click.Group):
+    """The gemmgen group: usage errors in two lines (exit 2), runtime failures in one (exit 1),
+    tracebacks only for bugs."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
+             **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except click.UsageError as exc:
+            click.echo(f"error: {exc.format_message()}", err=True)
+            if exc.ctx is not None:
+                click.echo(f"(see '{exc.ctx.command_path} --help')", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("aborted", err=True)
+            sys.exit(1)
+        except Exception as exc:  # noqa: BLE001 - known failures become one line, bugs re-raise
+            message = runtime_message(exc)
+            if message is None:
+                raise
+            click.echo(f"error: {message}", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+class OutputPath(click.ParamType):
+    """A file to write: its directory must exist and be writable, and it must not be a
+    directory. Converts to a Path (nothing is created here)."""
+
+    name = "file"
+
+    def convert(self, value, param, ctx):
+        path = Path(value)
+        real = Path(os.path.realpath(path))
+        if real.is_dir() or not path.name:
+            self.fail(f"{str(value)!r} is a directory; give a file name", param, ctx)
+        parent = real.parent
+        if not parent.is_dir():
+            self.fail(f"directory {str(path.parent)!r} does not exist; create it first",
+                      param, ctx)
+        if not os.access(parent, os.W_OK | os.X_OK):
+            self.fail(f"cannot write in {str(path.parent)!r} (permission denied)", param, ctx)
+        return path
+
+
+class SizeType(click.ParamType):
+    """N (square) or MxNxK, each extent from 1 to 2^31 - 1 -> (M, N, K)."""
+
+    name = "size"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        text = str(value).strip().lower()
+        parts = text.split("x")
+        if not all(p.strip().isdigit() for p in parts) or len(parts) not in (1, 3):
+            self.fail(f"{value!r} is not N or MxNxK (e.g. 4096 or 4095x4097x4093)", param, ctx)
+        dims = tuple(int(p) for p in parts) * (3 if len(parts) == 1 else 1)
+        if min(dims) < 1:
+            self.fail(f"{value!r}: every extent must be at least 1", param, ctx)
+        if max(dims) > INT32_MAX:
+            self.fail(f"{value!r}: extents must be at most {INT32_MAX} (the kernels use 32-bit "
+                      f"indices)", param, ctx)
+        return dims
+
+
+class ArchType(click.ParamType):
+    """sm_XY (or sm_90a) of the known architectures, or None for the device's."""
+
+    name = "arch"
+
+    def convert(self, value, param, ctx):
+        try:
+            get_arch(value)
+            cc_of(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        return value
+
+
+SIZE = SizeType()
+ARCH = ArchType()
+
+
+def require_matplotlib(option: str) -> None:
+    """Fail (exit 1) before any work when ``option`` needs matplotlib and it is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise click.ClickException(f"{option} needs matplotlib: pip install 'gemmgen[plot]'"
+                                   ) from None
+
+
+def write_text(path: Path, text: str, option: str) -> None:
+    """Write an output file atomically; an OS failure is one line naming ``option`` (exit 1)."""
+    try:
+        write_atomic(Path(path), text)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {option} {path}: "
+                                   f"{exc.strerror or exc}") from None
+
+
+@click.group(cls=Group)
 @click.version_option(__version__, prog_name="gemmgen")
 def main() -> None:
     """Generate specialized CUDA GEMM kernels (C = alpha*A*B + beta*C) from tile configurations."""
@@ -153,36 +296,87 @@ def _field_options(func):
 @click.option("--preset", type=click.Choice(list(PRESETS)), help="start from a ladder preset")
 @click.option("--config-json", help="start from a JSON config (an emitted header's line)")
 @click.option("--arch", default="sm_90", type=click.Choice(list(ARCHS)), show_default=True,
-              help="target architecture for --check and the header's occupancy figure")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="output file [default: generated/<name>.cu]")
-@click.option("--check", is_flag=True, help="compile with nvcc and print ptxas resources")
+              help="target architecture: the kernel must fit it; --check compiles for it")
+@click.option("-o", "--output", type=OutputPath(),
+              help="output file, in an existing directory [default: generated/<name>.cu]")
+@click.option("--check", is_flag=True,
+              help="compile with nvcc first and print ptxas resources; exit 1, writing nothing, "
+                   "if ptxas spills or uses a stack frame")
 @click.pass_context
 def emit(ctx, family, preset, config_json, arch, output, check, **_fields) -> None:
-    """Validate a configuration and write its kernel. Exit status 2 if it is invalid."""
+    """Validate a configuration and write its kernel. Exit status 2 if it is invalid or cannot
+    run on --arch; 1 if --check finds spills."""
+    if preset and config_json:
+        raise click.UsageError("give --preset or --config-json, not both")
     cls, values = _config_values(ctx, family, preset, config_json)
     try:
         cfg = cls(**values)
     except ConfigError as err:
         _report_invalid(err, values)
         sys.exit(2)
-    path = emit_file(cfg, output, arch)
+    fam = FAMILIES[cfg.family]
+    try:
+        target = fam.arch_for(cc_of(arch))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--arch") from None
+    problem = fit_problem(cfg, target)
+    if problem:
+        click.echo(f"error: {cfg.name} cannot run on {target}: {problem}", err=True)
+        click.echo("  choose a smaller tile or fewer stages, or another --arch", err=True)
+        sys.exit(2)
+    res = _check(cfg, target) if check else None
+    try:
+        path = emit_file(cfg, output, target)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {exc.filename or output}: "
+                                   f"{exc.strerror or exc}") from None
     click.echo(f"wrote {path}")
     kind = "dynamic" if cfg.dynamic_smem_bytes else "static"
     click.echo(f"  {cfg.threads} threads, {cfg.smem_bytes} bytes {kind} shared memory, "
-               f"{cfg.acc_regs} accumulator registers/thread, {cfg.blocks_per_sm(arch)} "
-               f"blocks/SM (threads and shared memory, {arch})")
-    if check:
-        from .nvcc import BuildError, compile_file
-        try:
-            res = compile_file(path, (arch,))[arch]
-        except (BuildError, FileNotFoundError) as err:
-            click.echo(f"error: {err}", err=True)
-            sys.exit(1)
-        click.echo(f"nvcc {arch}: {res.registers} registers/thread, {res.smem_bytes} bytes "
-                   f"static shared memory (model {cfg.static_smem_bytes}), "
-                   f"{res.stack_bytes} bytes stack, "
-                   f"{res.spill_stores} bytes spill stores, {res.spill_loads} bytes spill loads")
+               f"{cfg.acc_regs} accumulator registers/thread, {cfg.blocks_per_sm(target)} "
+               f"blocks/SM (threads and shared memory, {target})")
+    if res is not None:
+        click.echo(_resources_line(cfg, res))
+    else:
+        warning = _register_warning(cfg)
+        if warning:
+            click.echo(f"warning: {warning}", err=True)
+
+
+def _resources_line(cfg, res) -> str:
+    return (f"nvcc {res.arch}: {res.registers} registers/thread, {res.smem_bytes} bytes "
+            f"static shared memory (model {cfg.static_smem_bytes}), {res.stack_bytes} bytes "
+            f"stack, {res.spill_stores} bytes spill stores, {res.spill_loads} bytes spill loads")
+
+
+def _register_warning(cfg) -> str | None:
+    """A warning when the register estimate says ptxas will spill (emit without --check)."""
+    from .space import register_cap, registers_needed
+    need, cap = registers_needed(cfg), register_cap(cfg)
+    if need <= cap:
+        return None
+    return (f"about {need} registers/thread needed, but {cfg.threads} threads x min_blocks "
+            f"{cfg.min_blocks} allow {cap}: ptxas will likely spill (check with --check)")
+
+
+def _check(cfg, arch: str):
+    """Compile ``cfg`` for ``arch`` before anything is written; exit 1 on an nvcc failure or
+    when ptxas spills or keeps a stack frame. Returns ptxas's Resources."""
+    from .nvcc import compile_source
+    from .render import render
+    try:
+        res = compile_source(render(cfg, arch), (arch,), name=cfg.name)[arch]
+    except FileNotFoundError as err:
+        raise click.ClickException(f"--check needs nvcc: {err}") from None
+    if res.spills or res.stack_bytes:
+        from .space import register_cap
+        click.echo(_resources_line(cfg, res))
+        raise click.ClickException(
+            f"ptxas spills to local memory on {arch} ({res.spill_stores} bytes spill stores, "
+            f"{res.spill_loads} loads, {res.stack_bytes} bytes stack; {res.registers} of "
+            f"{register_cap(cfg)} registers/thread): nothing written. Use fewer threads per "
+            f"block, a smaller thread tile or min_blocks 1, or drop --check to write it anyway")
+    return res
 
 
 @main.command(name="list")
@@ -190,6 +384,8 @@ def emit(ctx, family, preset, config_json, arch, output, check, **_fields) -> No
 @click.option("--json", "as_json", is_flag=True, help="print presets as JSON")
 def list_presets(names: bool, as_json: bool) -> None:
     """Show the ladder presets: technique, configuration and source article."""
+    if names and as_json:
+        raise click.UsageError("give --names or --json, not both")
     if names:
         click.echo("\n".join(PRESETS))
         return

@@ -1,33 +1,67 @@
-"""Command line for tuning: gemmgen tune (registered on the main click group)."""
+"""Command line for tuning: gemmgen tune (registered on the main click group).
+
+Every argument (shape, counts, devices, dtype against family, the database file) is checked
+before any GPU worker starts.
+"""
 from __future__ import annotations
 
+import math
 import sys
 
 import click
 
-from .cli import main
+from .cli import OutputPath, main, require_matplotlib
 from .families import FAMILIES
+from .model import INT32_MAX
+
+EXTENT = click.IntRange(1, INT32_MAX)
+
+
+class DevicesType(click.ParamType):
+    """Comma-separated CUDA device ids, each a non-negative int, no repeats -> list[int]."""
+
+    name = "ids"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, list):
+            return value
+        parts = [p.strip() for p in str(value).split(",")]
+        if not all(p.isdigit() for p in parts):
+            self.fail(f"{value!r} is not a list of device ids like 0 or 0,1", param, ctx)
+        ids = [int(p) for p in parts]
+        if len(set(ids)) != len(ids):
+            self.fail(f"{value!r} names a device twice", param, ctx)
+        return ids
+
+
+def _budget(ctx, param, value):
+    if value is not None and (math.isnan(value) or value <= 0):
+        raise click.BadParameter(f"{value} is not a number of seconds above 0", ctx, param)
+    return value
 
 
 @main.command()
-@click.option("--m", "m", type=int, required=True, help="rows of A and C")
-@click.option("--n", "n", type=int, required=True, help="columns of B and C")
-@click.option("--k", "k", type=int, required=True, help="columns of A, rows of B")
+@click.option("--m", "m", type=EXTENT, required=True, help="rows of A and C")
+@click.option("--n", "n", type=EXTENT, required=True, help="columns of B and C")
+@click.option("--k", "k", type=EXTENT, required=True, help="columns of A, rows of B")
 @click.option("--dtype", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]), default="fp32",
               show_default=True)
 @click.option("--family", type=click.Choice(list(FAMILIES)), default=None,
               help="[default: the fastest family for --dtype on this GPU]")
-@click.option("--budget", type=float, default=600, show_default=True,
+@click.option("--budget", type=float, default=600, show_default=True, callback=_budget,
               help="seconds of wall clock before no new candidate starts")
-@click.option("--max-configs", type=int, default=48, show_default=True,
+@click.option("--max-configs", type=click.IntRange(min=1), default=48, show_default=True,
               help="candidates measured, best by the cheap model (presets always included)")
-@click.option("--db", "db_path", type=click.Path(dir_okay=False), default=None,
-              help="tuning database [default: $GEMMGEN_TUNE_DB, else tune.json in the user cache directory, ~/.cache/gemmgen on Linux]")
-@click.option("--devices", default=None, help="GPUs to time on, e.g. 0,1 (one process each)")
-@click.option("--jobs", type=int, default=None, help="parallel nvcc processes [default: CPUs]")
+@click.option("--db", "db_path", type=OutputPath(), default=None,
+              help="tuning database [default: $GEMMGEN_TUNE_DB, else tune.json in the user cache "
+                   "directory, ~/.cache/gemmgen on Linux]")
+@click.option("--devices", type=DevicesType(), default=None,
+              help="GPUs to time on, e.g. 0,1 (one process each)")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="parallel nvcc processes [default: CPUs]")
 @click.option("--show", is_flag=True, help="print the stored entry for this shape; no tuning")
 @click.option("--explain", is_flag=True, help="say why the winner beat the runner-up")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="draw the search")
+@click.option("--plot", "plot_path", type=OutputPath(), help="draw the search")
 def tune(m, n, k, dtype, family, budget, max_configs, db_path, devices, jobs, show, explain,
          plot_path) -> None:
     """Search the validated configuration space on the GPU for one shape and keep the result.
@@ -37,7 +71,21 @@ def tune(m, n, k, dtype, family, budget, max_configs, db_path, devices, jobs, sh
     """
     from . import tune_report, tunedb
     from .tune import Request, WorkerPool, tune as run_tune
-    db = tunedb.TuneDB(db_path)
+    if family and dtype not in FAMILIES[family].dtypes:
+        raise click.BadParameter(f"the {family} family takes {', '.join(FAMILIES[family].dtypes)}"
+                                 f", not {dtype}", param_hint="--dtype")
+    if show and (devices or jobs):
+        raise click.UsageError("--show prints what is stored; it runs nothing (drop --devices "
+                               "and --jobs)")
+    if plot_path:
+        require_matplotlib("--plot")
+    try:
+        db = tunedb.TuneDB(db_path)
+    except tunedb.TuneDBError as exc:
+        if db_path is not None:
+            raise click.BadParameter(str(exc), param_hint="--db") from None
+        raise click.ClickException(f"{exc} (the default database; set $GEMMGEN_TUNE_DB or "
+                                   f"--db to use another)") from None
     req = Request(m, n, k, dtype, family, budget, max_configs)
     if show:
         entry = _stored(db, req)
@@ -47,15 +95,21 @@ def tune(m, n, k, dtype, family, budget, max_configs, db_path, devices, jobs, sh
         if plot_path:
             click.echo(f"wrote {tune_report.plot(entry, plot_path)}")
         return
-    ids = [int(d) for d in devices.split(",")] if devices else None
-    pool = WorkerPool(req, ids)
+    from .cuda_env import device_count
+    count = device_count()  # exit 1, one line, without PyCUDA, a driver or a device
+    missing = [d for d in devices or [] if d >= count]
+    if missing:
+        raise click.BadParameter(f"no device {missing[0]}: this machine has {count} "
+                                 f"(ids 0 to {count - 1})", param_hint="--devices")
+    pool = WorkerPool(req, devices)
     try:
         with click.progressbar(length=max_configs, label="tuning", file=sys.stderr) as bar:
             key, entry, stats = run_tune(req, db, pool, jobs=jobs, progress=bar.update)
     finally:
         pool.close()
     click.echo(f"space: {stats['valid']} valid configs, {stats['unfit']} do not fit "
-               f"{entry['gpu']}, {stats['chosen']} chosen by the model; "
+               f"{entry['gpu']}, {stats.get('spill_risk', 0)} would spill by the register "
+               f"estimate, {stats['chosen']} chosen by the model; "
                f"{stats['already_measured']} measured before, {stats['measured_now']} now"
                + ("; stopped by --budget (run again to resume)" if stats["budget_hit"] else ""))
     click.echo(tune_report.show(entry, limit=10))

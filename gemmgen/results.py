@@ -9,6 +9,41 @@ import subprocess
 from pathlib import Path
 
 
+class ResultsError(ValueError):
+    """A results file gemmgen cannot read; the message names the file and the problem."""
+
+
+ROW_FIELDS = {"kernel": str, "M": int, "N": int, "K": int, "tflops": (int, float)}
+"""Fields every row of a results file holds (reports read these)."""
+
+
+def load(path: str | Path) -> dict:
+    """The results document at ``path`` (``bench --json``), checked: an object with ``gpu``,
+    ``cuda_version`` and a list of ``rows``, each with ``kernel``, ``M``, ``N``, ``K`` and
+    ``tflops``. Raises ``ResultsError`` naming the file otherwise."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}"
+                           ) from None
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path} is not valid JSON ({exc.msg}, line {exc.lineno}); give a "
+                           f"file written by gemmgen bench --json") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
+        raise ResultsError(f"{path} is not a gemmgen results file (no \"rows\" list); give a "
+                           f"file written by gemmgen bench --json")
+    for key in ("gpu", "cuda_version"):
+        if key not in doc:
+            raise ResultsError(f"{path} lacks {key!r}: not a gemmgen results file")
+    for i, row in enumerate(doc["rows"]):
+        bad = [f for f, t in ROW_FIELDS.items() if not isinstance(row, dict)
+               or not isinstance(row.get(f), t) or isinstance(row.get(f), bool)]
+        if bad:
+            raise ResultsError(f"{path}: row {i} lacks or has a wrong {', '.join(bad)}")
+    return doc
+
+
 def git_commit() -> str | None:
     """$GEMMGEN_GIT_COMMIT if set (a copy of the tree without .git, as on a lent GPU machine),
     else the checkout's HEAD commit, else None."""
@@ -44,9 +79,11 @@ def default_path(gpu: str) -> Path:
 
 
 def write(doc: dict, path: str | Path) -> Path:
+    """Write ``doc`` as JSON to ``path`` atomically (creating folders); returns the path."""
+    from .render import write_atomic
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1) + "\n")
+    write_atomic(path, json.dumps(doc, indent=1) + "\n")
     return path
 
 
@@ -80,9 +117,9 @@ def ladder_markdown(doc: dict, size=(4096, 4096, 4096), techniques: dict | None 
         group = [r for r in rows if (r.get("dtype", "fp32"), r.get("out", "fp32")) == pair]
         for r in group:
             lines.append(f"| {r['kernel']} | {pair[0]} / {pair[1]} | "
-                         f"{techniques.get(r['kernel'], r['name'])} | {r['tflops']:.2f} | "
-                         f"{_fmt(r['pct_cublas'], '.1f')}% |")
-        if group[0]["cublas_tflops"]:
+                         f"{techniques.get(r['kernel'], r.get('name', ''))} | "
+                         f"{r['tflops']:.2f} | {_fmt(r.get('pct_cublas'), '.1f')}% |")
+        if group[0].get("cublas_tflops"):
             lines.append(f"| **cuBLAS** | {pair[0]} / {pair[1]} | `cublasGemmEx`, same run | "
                          f"{group[0]['cublas_tflops']:.2f} | 100% |")
     return "\n".join(lines) + f"\n\n{doc['gpu']}, {m}x{n}x{k}, CUDA {doc['cuda_version']}.\n"

@@ -4,7 +4,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from gemmgen import PRESETS, config_from_source
+from gemmgen import PRESETS, SimtConfig, config_from_source
 from gemmgen.cli import main
 
 
@@ -87,3 +87,45 @@ def test_emit_wmma_family(run, tmp_path):
     invalid = run("emit", "--family", "wmma", "--wm", "48")
     assert invalid.exit_code == 2 and "W13 bm-wm" in invalid.output and "--wm 64" in invalid.output
     assert not (tmp_path / "generated").exists()
+
+
+def test_check_fails_on_spills_and_writes_nothing(run, tmp_path, nvcc):
+    result = run("emit", "--bm", "256", "--bn", "256", "--bk", "8", "--tm", "8", "--tn", "8",
+                 "--vec", "2", "--check")
+    assert result.exit_code == 1, result.output
+    assert "error: ptxas spills to local memory on sm_90" in result.output
+    assert "nothing written" in result.output and "Traceback" not in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_emit_warns_when_the_register_estimate_exceeds_the_cap(run):
+    result = run("emit", "--bm", "256", "--bn", "256", "--bk", "8", "--tm", "8", "--tn", "8",
+                 "--vec", "2")
+    assert result.exit_code == 0
+    assert "warning: about" in result.output and "allow 64: ptxas will likely spill" in result.output
+    quiet = run("emit", "--preset", "warptile_tuned")
+    assert quiet.exit_code == 0 and "warning" not in quiet.output
+
+
+def test_suggestions_never_spill_by_the_estimate(run):
+    from gemmgen.space import spill_risk
+    from gemmgen.suggest import nearest
+    bad = SimtConfig.unchecked(bm=256, bn=256, bk=8, tm=8, tn=8, skew=4)
+    found = nearest(bad)
+    assert found and not any(spill_risk(c) for c in found)
+    assert all(c.threads * c.min_blocks <= 512 for c in found)  # 1024 threads cap 64 registers
+    result = run("emit", "--bm", "256", "--bn", "256", "--bk", "8", "--tm", "8", "--tn", "8")
+    assert result.exit_code == 2 and "\n  --vec 2 " not in result.output
+
+
+def test_emit_limits_and_figures_follow_the_arch(run, tmp_path):
+    result = run("emit", "--preset", "wmma_v07", "--arch", "sm_86", "-o", "k.cu")
+    assert result.exit_code == 0, result.output
+    assert "(threads and shared memory, sm_86)" in result.output
+    assert "blocks_per_sm_sm_86" in (tmp_path / "k.cu").read_text()
+    big = run("emit", "--family", "wmma", "--arch", "sm_86", "--bm", "256", "--bn", "128",
+              "--bk", "64", "--stages", "3")
+    assert big.exit_code == 2 and "cannot run on sm_86" in big.output
+    assert "sm_90" not in big.output
+    assert run("emit", "--family", "wmma", "--bm", "256", "--bn", "128", "--bk", "64",
+               "--stages", "3", "-o", "k90.cu").exit_code == 0
