@@ -226,3 +226,25 @@ def test_specialized_kernel_checks_the_shape():
     assert_close(kernel(A, B), A, B, None, 1.0, 0.0)
     with pytest.raises(OperandError, match="specialized for M, N, K = 256, 128, 96"):
         kernel(A[:255], B)
+
+
+@pytest.mark.parametrize("name", ["naive", "smem", "warptile_tuned", "wmma_pipeline", "wmma_tf32"])
+def test_alpha_zero_reads_neither_a_nor_b(kernels, name):
+    """BLAS semantics: alpha == 0 gives beta * C even when A and B hold NaN."""
+    from gemmgen.dtypes import numpy_dtype
+    k = kernels[name]
+    cfg = k.config
+    rng = np.random.default_rng(0)
+    A = np.full((67, 45), np.nan, dtype=numpy_dtype(cfg.dtype))
+    B = np.full((45, 33), np.nan, dtype=numpy_dtype(cfg.dtype))
+    C = rng.standard_normal((67, 33), dtype=np.float32).astype(numpy_dtype(cfg.out))
+    out = k(A, B, C.copy(), alpha=0.0, beta=2.0)
+    assert np.array_equal(np.asarray(out, dtype=np.float64), 2 * C.astype(np.float64))
+
+
+def test_alpha_and_beta_of_the_wrong_type_are_named(kernels):
+    A, B, C = operands(np.random.default_rng(0))
+    with pytest.raises(OperandError, match="^alpha"):
+        kernels["smem"](A, B, C, alpha="2")
+    with pytest.raises(OperandError, match="^beta"):
+        kernels["smem"](A, B, C, beta=1j)
