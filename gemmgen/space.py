@@ -69,7 +69,12 @@ def unfit_reason(cfg: ConfigBase, dev: DeviceLimits) -> str | None:
 
 
 def register_cap(cfg: ConfigBase) -> int:
-    """Registers per thread ptxas may use: 255, or less under __launch_bounds__(threads, min_blocks)."""
+    """Registers per thread ptxas may use: 255, or less under __launch_bounds__(threads,
+    min_blocks). A family whose kernels set their own limit (setmaxnreg) defines
+    ``cfg.register_cap()``, which is used instead."""
+    own = getattr(cfg, "register_cap", None)
+    if callable(own):
+        return own()
     return min(255, 65536 // max(1, cfg.threads * cfg.min_blocks) // 8 * 8)
 
 
