@@ -1,12 +1,15 @@
-"""Bench candidate SIMT configs beside cuBLAS at a few sizes: the search behind the presets.
+"""Bench candidate configs beside cuBLAS at a few sizes: the search behind the presets.
 
-python3 benchmarks/explore.py [--size 4096] [--json PATH]   (needs a GPU, PyCUDA and CuPy)
+python3 benchmarks/explore.py [--family simt|wmma|wgmma] [--size 4096] [--only SUBSTR]
+                              [--verify] [--json PATH]   (needs a GPU, PyCUDA and CuPy)
 """
 import argparse
 import json
 import sys
 
-from gemmgen import SimtConfig, build
+from gemmgen import SimtConfig
+from gemmgen.build import build_many
+from gemmgen.families.wgmma import WgmmaConfig
 from gemmgen.families.wmma import WmmaConfig
 from gemmgen.bench import run_bench
 from gemmgen.results import finish, table
@@ -66,19 +69,71 @@ WMMA_CANDIDATES.update({
 })
 
 
+_WS = dict(bk=64, consumers=2, producer=True, persistent=True, regs_producer=40,
+           regs_consumer=232, store="tma", stages=3, group=8)
+
+
+def _wg(dtype="fp16", **kw) -> WgmmaConfig:
+    base = {**_WS, "bm": 128, "bn": 256, "dtype": dtype,
+            "out": "fp32" if dtype == "tf32" else dtype}
+    if dtype == "tf32":
+        base.update(bk=32, layout="rcr")
+    return WgmmaConfig(**{**base, **kw})
+
+
+WGMMA_CANDIDATES = {
+    # the ladder's ring step: stages against occupancy (one warpgroup, no producer)
+    "ring_st2": WgmmaConfig(128, 128, 64, consumers=1, producer=False, persistent=False,
+                            regs_producer=0, regs_consumer=0, store="direct", stages=2),
+    "ring_st3": WgmmaConfig(128, 128, 64, consumers=1, producer=False, persistent=False,
+                            regs_producer=0, regs_consumer=0, store="direct", stages=3),
+    "tma_store_128x256_st3": _wg(),
+    "tma_store_128x256_st3_g16": _wg(group=16),
+    "tma_store_128x256_st3_snake": _wg(raster="snake"),
+    "tma_store_128x256_st3_r24x240": _wg(regs_producer=24, regs_consumer=240),
+    "cluster2x1_128x256_st3": _wg(cluster_m=2),
+    "cluster1x2_128x256_st3": _wg(cluster_n=2),
+    "cluster2x1_128x256_st3_g16": _wg(cluster_m=2, group=16),
+    "direct_128x256_st4": _wg(store="direct", stages=4),
+    "cluster2x1_direct_128x256_st4": _wg(store="direct", stages=4, cluster_m=2),
+    "tma_store_128x192_st4": _wg(bn=192, stages=4),
+    "tma_store_256x128_st3": _wg(bm=256, bn=128),
+    "pingpong_128x128_st5": _wg(bn=128, pingpong=True, stages=5),
+    "pingpong_64x256_st4": _wg(bm=64, pingpong=True, stages=4),
+    "bf16_tma_store_128x256_st3": _wg("bf16"),
+    "bf16_cluster2x1_128x256_st3": _wg("bf16", cluster_m=2),
+    "bf16_cluster1x2_128x256_st3": _wg("bf16", cluster_n=2),
+    "bf16_pingpong_128x128_st5": _wg("bf16", bn=128, pingpong=True, stages=5),
+    "tf32_128x128_st4": _wg("tf32", bn=128, stages=4),
+    "tf32_128x128_st5": _wg("tf32", bn=128, stages=5),
+    "tf32_128x256_direct_st4": _wg("tf32", store="direct", stages=4),
+    "tf32_256x128_direct_st4": _wg("tf32", bm=256, bn=128, store="direct", stages=4),
+    "tf32_128x192_st3": _wg("tf32", bn=192, stages=3),
+    "tf32_cluster2x1_128x128_st4": _wg("tf32", bn=128, stages=4, cluster_m=2),
+    "tf32_pingpong_128x128_st4": _wg("tf32", bn=128, pingpong=True, stages=4, store="direct"),
+}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", action="append", default=None)
     ap.add_argument("--json")
-    ap.add_argument("--family", default="simt", choices=["simt", "wmma"])
+    ap.add_argument("--family", default="simt", choices=["simt", "wmma", "wgmma"])
+    ap.add_argument("--only", action="append", default=None,
+                    help="keep candidates whose label contains this (repeatable)")
     ap.add_argument("--verify", action="store_true", help="run the verify sweep on each first")
     args = ap.parse_args()
     sizes = [tuple(int(x) for x in (s.split("x") * 3)[:3]) if "x" not in s else
              tuple(int(x) for x in s.split("x")) for s in (args.size or ["4096"])]
     from gemmgen.verify import CASES, sweep_kernel
     targets = []
-    for label, cfg in (WMMA_CANDIDATES if args.family == "wmma" else CANDIDATES).items():
-        k = build(cfg)
+    pool = {"simt": CANDIDATES, "wmma": WMMA_CANDIDATES, "wgmma": WGMMA_CANDIDATES}[args.family]
+    chosen = {lbl: c for lbl, c in pool.items()
+              if not args.only or any(o in lbl for o in args.only)}
+    for (label, cfg), k in zip(chosen.items(), build_many(list(chosen.values()))):
+        if isinstance(k, Exception):
+            print(f"{label:<40} BUILD FAILED: {str(k)[:300]}", flush=True)
+            continue
         line = f"{label:<40} regs {k.registers:>3}  local {k.local_bytes}"
         if args.verify:
             res = sweep_kernel(label, k, CASES)

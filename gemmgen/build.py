@@ -1,50 +1,117 @@
-"""Building: render -> PyCUDA SourceModule -> Kernel (function, registers, shared memory).
+"""Building: render -> nvcc (cubin, cached on disk) -> PyCUDA module -> Kernel.
 
-PyCUDA is imported only when a kernel is built, so emitting works where it is not installed.
+PyCUDA is imported only when a kernel is loaded, so emitting and compiling work where it is not
+installed. Cubins are cached under the user cache directory (platformdirs), keyed by the source,
+the target arch and the nvcc version, so a second process starts without compiling.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .arch import cc_of
+from .families import get_family
 from .model import ConfigBase
-from .nvcc import BuildError
+from .nvcc import BuildError, Resources, compile_cubin, nvcc_version
 from .render import config_from_source, render
 
 _CACHE: dict[tuple[str, str, str], "Kernel"] = {}
 SIGNATURE = "iiifPiPifPiqqqP"  # M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, strides, bias
 
 
+def cache_dir() -> Path:
+    """Where compiled cubins are kept: $GEMMGEN_CACHE_DIR, else the user cache directory
+    (platformdirs) + ``/cubin``."""
+    if os.environ.get("GEMMGEN_CACHE_DIR"):
+        return Path(os.environ["GEMMGEN_CACHE_DIR"])
+    import platformdirs
+    return Path(platformdirs.user_cache_dir("gemmgen")) / "cubin"
+
+
 def pycuda_modules():
-    """``(pycuda.driver, SourceModule)`` with the primary context current (shared with CuPy and
-    PyTorch). Raises ``ImportError`` saying how to install PyCUDA when it is missing."""
-    try:
-        import pycuda.autoprimaryctx  # noqa: F401 - makes the device's primary context current
-        import pycuda.driver as drv
-        from pycuda.compiler import SourceModule
-    except ImportError as exc:
-        raise ImportError(
-            "running kernels needs PyCUDA: pip install 'gemmgen[cuda]' (it builds against your "
-            f"CUDA toolkit; nvcc must be on PATH). Import failed with: {exc}") from exc
-    return drv, SourceModule
+    """``(pycuda.driver, None)`` with the primary context current (shared with CuPy and
+    PyTorch). Raises ``ImportError`` saying how to install PyCUDA when it is missing, and
+    ``RuntimeError`` naming what is missing when there is no driver or no device."""
+    from .cuda_env import require_gpu
+    require_gpu()
+    import pycuda.autoprimaryctx  # noqa: F401 - makes the device's primary context current
+    import pycuda.driver as drv
+    return drv, None
+
+
+def device_cc() -> int:
+    """Compute capability of the current device as major*10+minor (90 for an H100)."""
+    drv, _ = pycuda_modules()
+    major, minor = drv.Context.get_device().compute_capability()
+    return 10 * major + minor
 
 
 def device_arch() -> str:
     """``sm_XY`` of the current CUDA device."""
-    drv, _ = pycuda_modules()
-    major, minor = drv.Context.get_device().compute_capability()
-    return f"sm_{major}{minor}"
+    return f"sm_{device_cc()}"
+
+
+def target_arch(config: ConfigBase, arch: str | None = None) -> str:
+    """The nvcc target for ``config`` on ``arch`` (default: the current device): the family's
+    own spelling, e.g. sm_90a for wgmma. Raises ``BuildError`` when the family cannot run
+    there, naming the arch it needs."""
+    cc = cc_of(arch) if arch else device_cc()
+    try:
+        return get_family(config.family).arch_for(cc)
+    except ValueError as exc:
+        raise BuildError(config.name, str(exc)) from None
+
+
+def compile_cached(source: str, arch: str, name: str, timeout: float = 300) -> tuple[bytes, Resources]:
+    """(cubin, ptxas resources) of ``source`` for ``arch``, from the disk cache or nvcc.
+
+    Raises ``BuildError`` with nvcc's message (and the kept source's path) when it fails."""
+    key = hashlib.sha256(f"{arch}\n{nvcc_version()}\n{source}".encode()).hexdigest()[:32]
+    root = cache_dir()
+    cubin_path, meta_path = root / f"{name}-{key}.cubin", root / f"{name}-{key}.json"
+    try:
+        return cubin_path.read_bytes(), Resources(**json.loads(meta_path.read_text()))
+    except (OSError, ValueError, TypeError):
+        pass
+    try:
+        cubin, res = compile_cubin(source, arch, name, timeout)
+    except BuildError as err:
+        kept = _keep_source(name, source)
+        raise BuildError(kept, err.log, err.command) from None
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = cubin_path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(cubin)
+        os.replace(tmp, cubin_path)
+        meta_path.write_text(json.dumps(dataclasses.asdict(res)))
+    except OSError:
+        pass  # an unwritable cache costs a compile next time, nothing more
+    return cubin, res
+
+
+def _keep_source(name: str, source: str) -> str:
+    """Where a failed build's source is kept for the error message."""
+    path = cache_dir().parent / "src" / f"{name}.cu"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+    except OSError:
+        return f"{name}.cu (not kept: the cache directory is not writable)"
+    return str(path)
 
 
 @dataclass
 class Kernel:
-    """A compiled kernel: call it as ``kernel(A, B, C=None, *, alpha=1.0, beta=0.0)``.
+    """A compiled kernel: call it as ``kernel(A, B, C=None, *, alpha=1.0, beta=0.0, bias=None)``.
 
     ``registers`` per thread, ``smem_bytes`` static shared memory and ``local_bytes`` of local
-    memory per thread come from the loaded function (CUDA's cuFuncGetAttribute).
+    memory per thread come from the loaded function (CUDA's cuFuncGetAttribute); ``resources``
+    is ptxas's report (spills, stack) when gemmgen compiled it.
     """
 
     config: ConfigBase
@@ -52,6 +119,7 @@ class Kernel:
     function: object = field(repr=False)
     module: object = field(repr=False)
     source_path: str | None = None
+    resources: Resources | None = None
 
     @property
     def name(self) -> str:
@@ -88,44 +156,39 @@ class Kernel:
         return launch(self, A, B, C, alpha=alpha, beta=beta, bias=bias, stream=stream)
 
 
-def _source_file(name: str, source: str) -> Path:
-    """Where a failed build's source is kept for the error message."""
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gemmgen" / "src"
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / f"{name}.cu"
-    path.write_text(source)
-    return path
-
-
 def build(config: ConfigBase, arch: str | None = None, *, source: str | None = None,
           source_path: str | None = None) -> Kernel:
-    """Render ``config`` (or take ``source``), compile it with PyCUDA's SourceModule for
-    ``arch`` (default: the current device's) and return the ``Kernel``.
+    """Render ``config`` (or take ``source``), compile it for ``arch`` (default: the current
+    device's, in the family's spelling: sm_90a for wgmma) and load it.
 
-    Compiled modules are cached per process by (name, arch, source hash); PyCUDA's disk cache
-    covers later processes. Raises ``BuildError`` with nvcc's message and the source file's
-    path, ``ImportError`` when PyCUDA is missing.
+    Compiled modules are cached per process by (name, arch, source hash) and cubins on disk
+    (``cache_dir()``). Raises ``BuildError`` with nvcc's message and the source file's path
+    (or naming the arch a family needs), ``ImportError`` when PyCUDA is missing.
     """
-    drv, SourceModule = pycuda_modules()
-    arch = arch or device_arch()
+    arch = target_arch(config, arch)  # first: a family the arch cannot run fails here
+    pycuda_modules()
     source = source if source is not None else render(config, arch)
     key = (config.name, arch, hashlib.sha256(source.encode()).hexdigest())
-    if key in _CACHE:  # same source compiled before: reuse the module, keep this call's path
+    if key in _CACHE:  # same source loaded before: reuse the module, keep this call's path
         return dataclasses.replace(_CACHE[key], source_path=source_path)
     try:
-        module = SourceModule(source, no_extern_c=True, arch=arch, options=["-std=c++17"])
-    except drv.CompileError as exc:
-        path = source_path or str(_source_file(config.name, source))
-        raise BuildError(path, f"{exc.stdout or ''}{exc.stderr or ''}" or str(exc)) from exc
-    kernel = _kernel_from_module(drv, config, arch, module, source_path)
+        cubin, res = compile_cached(source, arch, config.name)
+    except BuildError as err:
+        if source_path:
+            raise BuildError(source_path, err.log, err.command) from None
+        raise
+    kernel = from_cubin(config, arch, cubin, res, source_path)
     _CACHE[key] = kernel
     return kernel
 
 
-def _kernel_from_module(drv, config: ConfigBase, arch: str, module, source_path) -> Kernel:
-    """Fetch the kernel function, prepare its signature, opt in to its shared memory."""
+def from_cubin(config: ConfigBase, arch: str, cubin: bytes, resources: Resources | None = None,
+               source_path: str | None = None) -> Kernel:
+    """Load a cubin (compiled here or in a worker process) into the current context and return
+    its Kernel: a ``TmaKernel`` for families that take tensor maps."""
+    drv, _ = pycuda_modules()
+    module = drv.module_from_buffer(cubin)
     function = module.get_function(config.name)
-    function.prepare(SIGNATURE)
     dynamic = config.dynamic_smem_bytes
     if dynamic > 48 * 1024:  # above the default limit a kernel must opt in
         limit = drv.Context.get_device().get_attribute(
@@ -134,14 +197,11 @@ def _kernel_from_module(drv, config: ConfigBase, arch: str, module, source_path)
             raise BuildError(source_path or config.name, f"{config.name} needs {dynamic} bytes "
                              f"of shared memory; this device allows {limit} per block")
         function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic)
-    return Kernel(config, arch, function, module, source_path)
-
-
-def from_cubin(config: ConfigBase, arch: str, cubin: bytes) -> Kernel:
-    """Load a cubin compiled elsewhere (``gemmgen.nvcc.compile_cubin``, e.g. in a worker
-    process) into the current context and return its Kernel."""
-    drv, _ = pycuda_modules()
-    return _kernel_from_module(drv, config, arch, drv.module_from_buffer(cubin), None)
+    if config.family == "wgmma":
+        from .launch_tma import TmaKernel
+        return TmaKernel(config, arch, function, module, source_path, resources, cubin=cubin)
+    function.prepare(SIGNATURE)
+    return Kernel(config, arch, function, module, source_path, resources)
 
 
 def load(path: str | os.PathLike, arch: str | None = None) -> Kernel:
@@ -155,20 +215,40 @@ def load(path: str | os.PathLike, arch: str | None = None) -> Kernel:
     return build(config_from_source(source), arch, source=source, source_path=str(path))
 
 
-def build_many(configs, arch: str | None = None, jobs: int | None = None) -> list:
-    """Compile ``configs`` in parallel nvcc processes and load them here: a list of Kernel or
-    BuildError, in the order given."""
-    from concurrent.futures import ProcessPoolExecutor
+def compile_many(configs, arch: str | None = None, jobs: int | None = None) -> list:
+    """Compile ``configs`` with parallel nvcc processes driven from threads (no Python
+    subprocesses, so a user script without a ``__main__`` guard is never re-run): a list of
+    (cubin, Resources, arch) or BuildError, in the order given. ``arch`` as in ``build``."""
+    targets = []
+    for cfg in configs:  # here, not in the threads: the device query makes a CUDA context current
+        try:
+            targets.append(target_arch(cfg, arch))
+        except BuildError as err:
+            targets.append(err)
 
-    from .nvcc import compile_cubin
+    def one(cfg, target):
+        if isinstance(target, BuildError):
+            return target
+        try:
+            return (*compile_cached(render(cfg, target), target, cfg.name), target)
+        except BuildError as err:
+            return err
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:
+        return list(pool.map(one, configs, targets))
+
+
+def build_many(configs, arch: str | None = None, jobs: int | None = None) -> list:
+    """Compile ``configs`` in parallel (``compile_many``) and load them here: a list of Kernel
+    or BuildError, in the order given."""
     arch = arch or device_arch()
-    import multiprocessing as mp  # spawn: never fork a process that holds a CUDA context
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-        futures = [pool.submit(compile_cubin, render(c, arch), arch, c.name) for c in configs]
-        out = []
-        for cfg, fut in zip(configs, futures):
-            try:
-                out.append(from_cubin(cfg, arch, fut.result()[0]))
-            except BuildError as err:
-                out.append(err)
+    out = []
+    for cfg, done in zip(configs, compile_many(configs, arch, jobs)):
+        if isinstance(done, BuildError):
+            out.append(done)
+            continue
+        cubin, res, target = done
+        try:
+            out.append(from_cubin(cfg, target, cubin, res))
+        except BuildError as err:
+            out.append(err)
     return out

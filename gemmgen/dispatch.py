@@ -1,24 +1,55 @@
-"""Dispatch: gemmgen.gemm picks the tuned kernel for a shape, else the nearest tuned shape, else a default."""
+"""Dispatch: ``gemmgen.gemm`` picks a kernel for the operands and launches it.
+
+The choice, per (GPU, dtype, shape, layout, epilogue): the tuning database's winner for the
+shape, else for the nearest tuned shape, else the default preset of the fastest family that
+runs on this GPU and can take the layout (wgmma on sm_90 for fp16/bf16/tf32, WMMA on older
+GPUs or where wgmma cannot read the layout, SIMT for fp32).
+
+Device operands take a fast path: the first call with a given operand signature (kind, shape,
+strides, dtype, device; not the pointer) runs every check and builds a launch plan; later
+calls with the same signature only read the pointers and launch.
+"""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .dtypes import dtype_name_of
-from .families import config_from_dict, default_family
+from .families import config_from_dict, families_for
+from .operands import OperandError, check_gemm, check_scalars
 from .presets import PRESETS
 from .tunedb import TuneDB
+
 _KERNELS: dict[tuple, tuple] = {}
+_PLANS: dict[tuple, "_Plan"] = {}
 _DBS: dict[str, TuneDB] = {}
+_DEVICE: dict[str, object] = {}
 
 
 def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
-           cc: int | None = None):
-    """(config, how): how is "exact" or "nearest" (a tuned winner) or "default" (the preset
-    of the fastest family for ``dtype`` on a device of compute capability ``cc``).
-    Raises ``ValueError`` for a dtype no family takes."""
-    row, how = db.lookup(gpu, dtype, m, n, k) if db is not None else (None, None)
+           cc: int | None = None, layout: str = "rrr", epilogue: str = "none"):
+    """(config, how) for one problem: how is "exact" or "nearest" (a tuned winner) or
+    "default" (a family's preset), the config already in ``layout`` with ``epilogue``.
+    Families are tried fastest first among those that run on compute capability ``cc``; one
+    whose rules reject the layout (tf32 wgmma reads no row-major B) is passed over.
+    Raises ``ValueError`` for a dtype no family takes there."""
+    row, how = db.lookup(gpu, dtype, m, n, k, layout) if db is not None else (None, None)
+    if row is None and db is not None and layout != "rrr":
+        row, how = db.lookup(gpu, dtype, m, n, k)  # a row-major winner, re-laid out below
+    candidates = []
     if row is not None:
-        return config_from_dict(row["config"]), how
-    fam = default_family(dtype, cc)
-    return PRESETS[fam.defaults[dtype]].config, "default"
+        candidates.append((config_from_dict(row["config"]), how))
+    fams = families_for(dtype, cc)
+    if not fams:
+        raise ValueError(f"no kernel family takes dtype {dtype!r}"
+                         + (f" on sm_{cc}" if cc is not None else ""))
+    candidates += [(PRESETS[f.defaults[dtype]].config, "default") for f in fams]
+    for cfg, how_ in candidates:
+        if cc is not None and cfg.family not in {f.name for f in fams}:
+            continue  # tuned on another kind of GPU
+        trial = cfg.replace(layout=layout, epilogue=epilogue, check=False)
+        if not trial.violations():
+            return trial, how_
+    raise ValueError(f"no {dtype} kernel takes layout {layout!r} with epilogue {epilogue!r}")
 
 
 def layout_of(A, B, C=None, dtype: str = "fp32") -> str:
@@ -32,38 +63,133 @@ def layout_of(A, B, C=None, dtype: str = "fp32") -> str:
     return lay + ("r" if "r" in describe(C, "C", out).lds else "c")
 
 
+def _device() -> tuple[str, int]:
+    """(name, compute capability) of the current GPU, read once."""
+    if not _DEVICE:
+        from .build import pycuda_modules
+        drv, _ = pycuda_modules()
+        dev = drv.Context.get_device()
+        major, minor = dev.compute_capability()
+        _DEVICE.update(name=dev.name(), cc=10 * major + minor)
+    return _DEVICE["name"], _DEVICE["cc"]
+
+
+def _kernel_for(dt: str, m: int, n: int, k: int, db, lay: str, epi: str):
+    """(Kernel, how) for one problem, built once per process."""
+    key = (dt, m, n, k, db, lay, epi)
+    if key not in _KERNELS:
+        from .build import build
+        gpu, cc = _device()
+        path = str(db) if db else ""
+        if path not in _DBS:
+            _DBS[path] = TuneDB(db)
+        cfg, how = choose(_DBS[path], gpu, dt, m, n, k, cc, lay, epi)
+        _KERNELS[key] = (build(cfg), how)
+    return _KERNELS[key]
+
+
+# ---- the fast path for device arrays ------------------------------------------------------
+def _signature(x):
+    """What the checks of a device operand depend on (not its pointer), or None for NumPy
+    arrays and other kinds that take the full path."""
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        return ("torch", x.shape, x.stride(), x.dtype, x.device)
+    if mod.startswith("cupy"):
+        return ("cupy", x.shape, x.strides, x.dtype.str, x.device.id)
+    return None
+
+
+def _pointer(kind: str):
+    if kind == "torch":
+        return lambda x: x.data_ptr()
+    return lambda x: x.data.ptr
+
+
+@dataclass
+class _Plan:
+    """A checked launch for one operand signature: the kernel, extents, leading dimensions,
+    batch strides, and how to read pointers and make C."""
+
+    kernel: object
+    how: str
+    m: int
+    n: int
+    k: int
+    batch: int
+    lds: tuple[int, int, int]
+    strides: tuple[int, int, int]
+    ptr: object
+    new_c: object
+    has_bias: bool
+
+    def run(self, A, B, C, alpha: float, beta: float, bias):
+        out = C if C is not None else self.new_c(A)
+        if self.m and self.n:
+            p = self.ptr
+            lda, ldb, ldc = self.lds
+            sa, sb, sc = self.strides
+            self.kernel.launch_raw(self.m, self.n, self.k, alpha, p(A), lda, p(B), ldb, beta,
+                                   p(out), ldc, sa, sb, sc, p(bias) if self.has_bias else 0,
+                                   self.batch)
+        return out
+
+
+def _make_plan(kernel, how, A, B, C, bias, beta: float) -> _Plan:
+    from .launch import _bstride, _empty_like
+    cfg = kernel.config
+    args = check_gemm(A, B, C, beta=beta, dtype=cfg.dtype, out=cfg.out, layout=cfg.layout,
+                      bias=bias, needs_bias=cfg.epilogue.startswith("bias"))
+    shape = (args.batch, args.m, args.n) if args.batch else (args.m, args.n)
+    col_c = cfg.layout[2] == "c"
+    probe = C if C is not None else _empty_like(A, shape, cfg.out, col_c)
+    from .operands import describe
+    c = args.c or describe(probe, "C", cfg.out)
+    return _Plan(kernel, how, args.m, args.n, args.k, args.batch or 1,
+                 (args.ld(args.a, 0), args.ld(args.b, 1), c.lds[cfg.layout[2]]),
+                 (_bstride(args.a), _bstride(args.b), _bstride(c)), _pointer(args.a.kind),
+                 lambda a: _empty_like(a, shape, cfg.out, col_c), args.bias is not None)
+
+
 def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
          epilogue: str | None = None, dtype: str | None = None, db: str | None = None):
-    """C = alpha * A @ B + beta * C with the best known gemmgen kernel for this GPU and shape.
+    """C = act(alpha * A @ B + beta * C + bias) with the best known gemmgen kernel for this
+    GPU and shape.
 
     A (M x K) and B (K x N), or 3-D batches, as the kernels take them (NumPy, GPUArray, CuPy,
     PyTorch; see ``Kernel.__call__``), each row- or column-major: the kernel's layout follows
     the operands. ``epilogue`` (default "bias" when ``bias`` is given, else "none") is fused.
     ``dtype`` defaults to A's (float32 -> fp32, float16 -> fp16, bfloat16 -> bf16); pass
-    "tf32" to run float32 data on tensor cores. The kernel comes from
-    the tuning database ``db`` (default ``gemmgen.tunedb.default_path()``): the winner for
-    this exact shape, else for the nearest tuned shape, else the dtype's default preset.
-    Choices and compiled modules are cached per process, so a repeated call costs a launch.
+    "tf32" to run float32 data on tensor cores. The kernel is the tuning database's winner
+    (``db``, default ``gemmgen.tunedb.default_path()``) for this exact shape, else for the
+    nearest tuned shape, else the default preset of the fastest family for the dtype on this
+    GPU (see ``choose``). With alpha == 0, A and B are not read (BLAS). PyTorch and CuPy
+    operands with a signature seen before are launched without repeating the checks.
     Raises ``OperandError`` for bad arguments, ``ValueError`` for an unsupported dtype.
     """
+    alpha, beta = check_scalars(alpha, beta)
+    sig_a = _signature(A)
+    if sig_a is not None:
+        key = (sig_a, _signature(B), None if C is None else _signature(C),
+               None if bias is None else _signature(bias), epilogue, dtype, db)
+        plan = _PLANS.get(key)
+        if plan is not None:
+            if C is None and beta != 0:
+                raise OperandError("C is required when beta != 0 (beta scales the existing C)")
+            return plan.run(A, B, C, alpha, beta, bias)
+    for name, x in (("A", A), ("B", B)):
+        if getattr(x, "ndim", 2) not in (2, 3):
+            raise OperandError(f"{name} must be a 2-D matrix or a 3-D batch; got shape "
+                               f"{tuple(getattr(x, 'shape', ()))}")
     dt = dtype or dtype_name_of(A)
-    m, k = A.shape[-2], A.shape[-1]
-    n = B.shape[-1]
+    m, k, n = A.shape[-2], A.shape[-1], B.shape[-1]
     lay = layout_of(A, B, C, dt)
     epi = epilogue or ("bias" if bias is not None else "none")
-    cache_key = (dt, m, n, k, db, lay, epi)
-    if cache_key not in _KERNELS:
-        from .build import build, pycuda_modules
-        drv, _ = pycuda_modules()
-        gpu = drv.Context.get_device().name()
-        path = str(db) if db else ""
-        if path not in _DBS:
-            _DBS[path] = TuneDB(db)
-        cfg, how = choose(_DBS[path], gpu, dt, m, n, k)
-        if (cfg.layout, cfg.epilogue) != (lay, epi):
-            cfg = cfg.replace(layout=lay, epilogue=epi)
-        _KERNELS[cache_key] = (build(cfg), how)
-    kernel, _ = _KERNELS[cache_key]
+    kernel, how = _kernel_for(dt, m, n, k, db, lay, epi)
+    if sig_a is not None and _signature(B) is not None:
+        plan = _make_plan(kernel, how, A, B, C, bias, beta)
+        _PLANS[key] = plan
+        return plan.run(A, B, C, alpha, beta, bias)
     return kernel(A, B, C, alpha=alpha, beta=beta, bias=bias)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .dtypes import numpy_dtype
-from .operands import GemmArgs, OperandError, check_gemm, describe
+from .operands import GemmArgs, OperandError, check_gemm, check_scalars, describe
 
 GRID_LIMIT_YZ = 65535
 _DEFAULT_STREAMS = (None, 0, 1, 2)  # CUDA array interface: none, legacy, per-thread default
@@ -22,10 +22,11 @@ def launch(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=
     on the GPU and the call returns without waiting for it. Leading dimensions and batch
     strides come from the arrays' strides; ``beta == 0`` never reads C.
 
-    Raises ``OperandError`` naming a bad argument, a shape that differs from the kernel's
-    specialization, or a grid beyond CUDA's limits.
+    Raises ``OperandError`` naming a bad argument (alpha and beta must be real numbers), a
+    shape that differs from the kernel's specialization, or a grid beyond CUDA's limits.
     """
     cfg = kernel.config
+    alpha, beta = check_scalars(alpha, beta)
     args = check_gemm(A, B, C, beta=beta, dtype=cfg.dtype, out=cfg.out, layout=cfg.layout,
                       bias=bias, needs_bias=cfg.epilogue.startswith("bias"))
     for size, fixed, what in ((args.m, cfg.m, "A has {} rows"), (args.n, cfg.n, "B has {} columns"),

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 
@@ -107,6 +108,77 @@ def _run_nvcc(args: list[str], src: Path | str, timeout: float) -> str:
     return log
 
 
+SLOW_PATH_WARNINGS = {
+    "C7508": "setmaxnreg ignored (the kernel needs a register cap at entry and each "
+             "warpgroup's role in one branch)",
+    "C7510": "wgmma serialized: its pipeline crosses a function boundary",
+    "C7511": "wgmma serialized: not enough registers",
+}
+"""ptxas warnings that leave a Hopper kernel correct but slow; gemmgen treats them as errors."""
+
+
+def slow_path_warnings(log: str) -> list[str]:
+    """The SLOW_PATH_WARNINGS codes in an nvcc/ptxas log, each with ptxas's line."""
+    out = []
+    for line in log.splitlines():
+        if "warning" not in line.lower():
+            continue
+        codes = [c for c in SLOW_PATH_WARNINGS if c in line]
+        if codes:
+            out.append(f"{codes[0]} ({SLOW_PATH_WARNINGS[codes[0]]}): {line.strip()}")
+        elif "wgmma" in line and "serialized" in line:  # any other serialization warning
+            out.append(f"wgmma serialized: {line.strip()}")
+    return out
+
+
+@lru_cache(maxsize=1)
+def nvcc_version() -> str:
+    """nvcc's version line (part of the compile cache key), or "" without nvcc."""
+    nvcc = nvcc_path()
+    if nvcc is None:
+        return ""
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    lines = [x for x in out.stdout.splitlines() if x.strip()]
+    return lines[-1] if lines else ""
+
+
+def tool_path(name: str) -> str | None:
+    """A CUDA binary utility (``cuobjdump``, ``nvdisasm``): on PATH, under $CUDA_HOME/bin, or
+    from the ``nvidia-cuda-cuobjdump`` / ``nvidia-cuda-nvdisasm`` wheels (the ``dev`` extra),
+    which put it in site-packages/nvidia/cu*/bin. None when it is nowhere."""
+    found = shutil.which(name)
+    if found:
+        return found
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    candidates = [Path(home) / "bin" / name]
+    try:
+        import nvidia  # namespace package of NVIDIA's wheels
+        for root in getattr(nvidia, "__path__", []):
+            candidates += sorted(Path(root).glob(f"cu*/bin/{name}"))
+    except ImportError:
+        pass
+    return next((str(c) for c in candidates if c.is_file()), None)
+
+
+def sass(cubin: bytes) -> str:
+    """The SASS of a cubin (``cuobjdump -sass``). Raises ``FileNotFoundError`` without
+    cuobjdump (pip install nvidia-cuda-cuobjdump)."""
+    tool = tool_path("cuobjdump")
+    if tool is None:
+        raise FileNotFoundError("cuobjdump not found: pip install nvidia-cuda-cuobjdump")
+    with tempfile.TemporaryDirectory(prefix="gemmgen-sass-") as tmp:
+        path = Path(tmp) / "k.cubin"
+        path.write_bytes(cubin)
+        out = subprocess.run([tool, "-sass", str(path)], capture_output=True, text=True,
+                             timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError(f"cuobjdump failed: {out.stderr.strip()}")
+    return out.stdout
+
+
 def nvcc_path() -> str | None:
     """The nvcc on PATH or under $CUDA_HOME/bin, or None."""
     found = shutil.which("nvcc")
@@ -156,4 +228,7 @@ def compile_cubin(source: str, arch: str = "sm_90", name: str = "kernel",
         report = parse_ptxas(log)
         if arch not in report:
             raise BuildError(src, f"no ptxas report for {arch} in:\n{log}")
+        slow = slow_path_warnings(log)
+        if slow:
+            raise BuildError(src, "ptxas compiled a slow path:\n" + "\n".join(slow))
         return out.read_bytes(), report[arch]

@@ -161,6 +161,28 @@ class ParamPacker:
         return self.struct.pack(*values)
 
 
+def driver_param_layout(cubin: bytes, kernel: str) -> tuple[tuple[int, int], ...]:
+    """(offset, size) of each parameter as the driver reports it (``cuFuncGetParamInfo``, CUDA
+    12.4+) for ``kernel`` of ``cubin``, loaded into the current context: the check on
+    ``param_layout``. Needs a GPU."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    module, func = ctypes.c_void_p(), ctypes.c_void_p()
+    buf = ctypes.create_string_buffer(cubin)
+    if lib.cuModuleLoadData(ctypes.byref(module), buf) != 0:
+        raise RuntimeError("cuModuleLoadData failed")
+    try:
+        if lib.cuModuleGetFunction(ctypes.byref(func), module, kernel.encode()) != 0:
+            raise RuntimeError(f"cuModuleGetFunction({kernel}) failed")
+        out = []
+        offset, size = ctypes.c_size_t(), ctypes.c_size_t()
+        while lib.cuFuncGetParamInfo(func, ctypes.c_size_t(len(out)), ctypes.byref(offset),
+                                     ctypes.byref(size)) == 0:
+            out.append((offset.value, size.value))
+        return tuple(out)
+    finally:
+        lib.cuModuleUnload(module)
+
+
 # ---- the driver -------------------------------------------------------------------------
 @lru_cache(maxsize=1)
 def _driver():

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -23,12 +23,21 @@ CASES: tuple[tuple[int, int, int, float, float], ...] = (
     (64, 64, 0, 1.0, 2.0),
     (513, 1025, 1023, 0.25, 0.0),
     (1024, 1024, 1024, 1.0, 1.0),
+    # Ragged in M, N and K but with 16-byte-aligned rows (multiples of 8 elements), so kernels
+    # that read through TMA take their fast path on them; the last case has alpha = 0.
+    (200, 136, 104, 1.0, 0.0),
+    (264, 520, 200, 1.5, -0.75),
+    (8, 8, 8, 1.0, 0.0),
+    (136, 72, 40, 0.0, 2.0),
 )
+ALIGNED_CASES = CASES[12:]
+"""The cases whose leading dimensions are multiples of 8 elements (16 bytes for fp16)."""
 
 # (batch, M, N, K, alpha, beta, broadcast B): batches of odd shapes; B may be one 2-D matrix.
 BATCH_CASES: tuple[tuple, ...] = (
     (3, 127, 65, 33, 1.0, 0.0, False),
     (4, 65, 129, 70, 0.5, 1.5, True),
+    (3, 200, 136, 104, 1.0, 0.5, True),
 )
 
 Runner = Callable[..., np.ndarray]
@@ -67,6 +76,7 @@ class CaseResult:
     tol: float
     worst: tuple[int, int] | None
     passed: bool
+    path: str = ""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -150,15 +160,19 @@ def check(name: str, run: Runner, m: int, n: int, k: int, alpha: float, beta: fl
 
 def sweep(name: str, run: Runner, cases=CASES, seed: int | None = None, dtype: str = "fp32",
           acc: str = "fp32", out: str = "fp32", layout: str = "rrr", epilogue: str = "none",
-          batch_cases=()) -> list[CaseResult]:
+          batch_cases=(), path_of=None) -> list[CaseResult]:
     """``check`` every case of ``cases`` and of ``batch_cases`` with a generator seeded by
-    ``seed`` (random if None)."""
+    ``seed`` (random if None). ``path_of()``, when given, names the code path the last run
+    took (a TMA kernel's "tma" or "fallback: ..."); it is recorded in each result."""
     rng = np.random.default_rng(seed)
     common = dict(dtype=dtype, acc=acc, out=out, layout=layout, epilogue=epilogue)
-    res = [check(name, run, *case, rng, **common) for case in cases]
+    res = []
+    for case in cases:
+        r = check(name, run, *case, rng, **common)
+        res.append(replace(r, path=path_of()) if path_of else r)
     for batch, m, n, k, alpha, beta, bcast in batch_cases:
-        res.append(check(name, run, m, n, k, alpha, beta, rng, batch=batch, broadcast_b=bcast,
-                         **common))
+        r = check(name, run, m, n, k, alpha, beta, rng, batch=batch, broadcast_b=bcast, **common)
+        res.append(replace(r, path=path_of()) if path_of else r)
     return res
 
 
@@ -171,8 +185,9 @@ def sweep_kernel(name: str, kernel, cases=CASES, seed: int | None = None,
         cases = [(c.m or 127, c.n or 129, c.k or 131, 1.5, -0.5), (c.m or 65, c.n or 33,
                                                                    c.k or 17, 1.0, 0.0)]
         batch_cases = [(3, c.m or 65, c.n or 33, c.k or 17, 1.0, 0.0, False)]
+    path_of = (lambda: kernel.last_path) if hasattr(kernel, "last_path") else None
     return sweep(name, device_runner(kernel), cases, seed, c.dtype, c.acc, c.out, c.layout,
-                 c.epilogue, batch_cases)
+                 c.epilogue, batch_cases, path_of)
 
 
 def device_runner(kernel) -> Runner:

@@ -1,10 +1,11 @@
 """For every rule of every family: a config that breaks that rule and no other (a preset plus
 overrides)."""
 from gemmgen.families.simt import SimtConfig
+from gemmgen.families.wgmma import WgmmaConfig
 from gemmgen.families.wmma import WmmaConfig
 from gemmgen.presets import PRESETS
 
-FAMILIES = {"simt": SimtConfig, "wmma": WmmaConfig}
+FAMILIES = {"simt": SimtConfig, "wmma": WmmaConfig, "wgmma": WgmmaConfig}
 ALL_RULES = [(family, rule) for family, cls in FAMILIES.items() for rule in cls.rules]
 
 SIMT_BREAKERS = {
@@ -81,7 +82,44 @@ WMMA_BREAKERS = {
     "min-blocks-threads": ("wmma_v07", {"min_blocks": 9}),
     "col-a-fragment-align": ("wmma_v07", {"layout": "crr", "shape": "m8n32k16"}),
 }
-BREAKERS = {"simt": SIMT_BREAKERS, "wmma": WMMA_BREAKERS}
+WGMMA_BREAKERS = {
+    "bm-warpgroup-rows": ("wgmma_tma_store", {"bm": 0}),
+    "bm-per-consumer": ("wgmma_persistent", {"bm": 192}),
+    "wgmma-n-multiple": ("wgmma_persistent", {"bn": 252, "layout": "rcr"}),
+    "wgmma-n-range": ("wgmma_persistent", {"bn": 320}),
+    "wgmma-n-positive": ("wgmma_persistent", {"bn": 0}),
+    "swizzle-mode": ("wgmma_tma", {"swizzle": 256, "bk": 128}),
+    "bk-swizzle": ("wgmma_tma", {"bk": 32}),
+    "stages-range": ("wgmma_tma", {"stages": 0}),
+    "smem-limit": ("wgmma_tma_store", {"stages": 5}),
+    "consumers-range": ("wgmma_tma_store", {"consumers": 3, "bm": 192, "bn": 128,
+                                            "regs_producer": 0, "regs_consumer": 0}),
+    "acc-registers": ("wgmma_ws", {"bm": 256, "stages": 3}),
+    "setmaxnreg-producer": ("wgmma_tma", {"regs_producer": 40, "regs_consumer": 256}),
+    "setmaxnreg-producer-count": ("wgmma_tma_store", {"regs_producer": 36}),
+    "setmaxnreg-consumer-count": ("wgmma_tma_store", {"regs_consumer": 236}),
+    "setmaxnreg-pool": ("wgmma_tma_store", {"regs_consumer": 240}),
+    "setmaxnreg-dec": ("wgmma_ws", {"regs_producer": 256, "regs_consumer": 256}),
+    "setmaxnreg-inc": ("wgmma_tma_store", {"regs_consumer": 160, "bn": 192}),
+    "a-mn-major-16bit": ("wgmma_tf32", {"layout": "ccr"}),
+    "b-mn-major-16bit": ("wgmma_tf32", {"layout": "rrr"}),
+    "a-box": ("wgmma_ws", {"bm": 320, "bn": 64, "stages": 4}),
+    "b-mn-blocks": ("wgmma_persistent", {"bn": 200}),
+    "cluster-size": ("wgmma_cluster", {"cluster_n": 2}),
+    "cluster-persistent": ("wgmma_cluster", {"persistent": False}),
+    "b-multicast-split": ("wgmma_cluster", {"bn": 192}),
+    "a-multicast-split": ("wgmma_cluster", {"cluster_m": 1, "cluster_n": 2, "layout": "crr",
+                                            "bm": 192, "bn": 64, "pingpong": True}),
+    "pingpong-consumers": ("wgmma_ws", {"pingpong": True, "persistent": True}),
+    "pingpong-persistent": ("wgmma_2c", {"pingpong": True, "bn": 128}),
+    "persistent-producer": ("wgmma_tma", {"persistent": True}),
+    "no-producer-one-consumer": ("wgmma_tma", {"consumers": 2}),
+    "group-positive": ("wgmma_tma", {"group": 0}),
+    "c-store-chunks": ("wgmma_tma_store", {"bn": 200, "layout": "rcr"}),
+    "fp16-output": ("wgmma_bf16", {"out": "fp16"}),
+    "bf16-output": ("wgmma_tma_store", {"out": "bf16"}),
+}
+BREAKERS = {"simt": SIMT_BREAKERS, "wmma": WMMA_BREAKERS, "wgmma": WGMMA_BREAKERS}
 
 
 def breaker(family: str, rule_name: str):

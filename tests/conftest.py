@@ -1,9 +1,15 @@
 """Shared fixtures: the gpu marker skips where there is no CUDA device or no PyCUDA; nvcc
 tests skip where nvcc is missing."""
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# Compiled cubins go to a fresh directory per test session, so no test depends on (or fills)
+# the user's cache; within the session, kernels compiled once are shared between tests.
+os.environ.setdefault("GEMMGEN_CACHE_DIR", tempfile.mkdtemp(prefix="gemmgen-test-cache-"))
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/breakers.py
 

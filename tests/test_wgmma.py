@@ -1,0 +1,225 @@
+"""The wgmma family without a GPU: model figures, rules, TMA geometry, parameter offsets, dispatch
+choices, and the static evidence (ptxas and SASS) of every preset for sm_90a."""
+import re
+import subprocess
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from gemmgen import PRESETS, BuildError, ConfigError, FAMILIES, build, render
+from gemmgen.dispatch import choose
+from gemmgen.families.wgmma import WgmmaConfig
+from gemmgen.model import EPILOGUES, LAYOUTS
+from gemmgen.nvcc import compile_source, sass, tool_path
+from gemmgen.tma import MapSpec, ParamPacker, TmaError, encode, operand_map, param_layout
+from gemmgen.launch_tma import PARAM_KINDS, fallback_config
+
+WGMMA = {n: p.config for n, p in PRESETS.items() if p.config.family == "wgmma"}
+ARCH = "sm_90a"
+
+
+def test_family_runs_on_sm_90a_only():
+    fam = FAMILIES["wgmma"]
+    assert fam.arch_for(90) == "sm_90a"
+    for cc in (80, 89, 100):
+        with pytest.raises(ValueError, match="needs sm_90a exactly"):
+            fam.arch_for(cc)
+
+
+def test_older_arch_is_a_clear_build_error():
+    with pytest.raises(BuildError, match="needs sm_90a"):
+        build(WGMMA["wgmma_tma"], arch="sm_80")
+
+
+def test_figures_of_the_cluster_preset():
+    c = WGMMA["wgmma_cluster"]  # 128x256x64 fp16, 2 consumers + producer, 3 stages, TMA store
+    assert (c.threads, c.consumer_rows, c.m_iters, c.acc_regs) == (384, 64, 1, 128)
+    assert c.stage_bytes == 128 * 64 * 2 + 256 * 64 * 2
+    assert c.c_smem_bytes == 128 * 256 * 2
+    assert c.smem_bytes == 3 * c.stage_bytes + c.c_smem_bytes + 2 * 3 * 8 + 1024
+    assert c.entry_regs == 168 and c.consumer_regs == 232
+    env = c.env()
+    assert (env["A_BOX_INNER"], env["A_BOX_ROWS"], env["A_BOXES"]) == (64, 128, 1)
+    assert (env["B_BOX_INNER"], env["B_BOX_ROWS"], env["B_BOXES"]) == (64, 64, 4)
+    assert env["B_MN_MAJOR"] == 1 and env["A_MN_MAJOR"] == 0 and env["CLUSTER"] == 2
+    assert c.grid(4096, 4096) == (16 * 16 * 2, 1, 1)  # 256x256 cluster tiles, 2 CTAs each
+    k = c.template_constants()
+    assert (k["DESC_SBO"], k["B_DESC_LBO"], k["B_K_STEP_BYTES"], k["A_K_STEP_BYTES"]) == (
+        1024, 64 * 128, 2048, 32)
+    assert c.wgmma_asm["desc_a"] == 128 and len(c.wgmma_asm["acc_operands"]) == 128
+
+
+def test_tf32_needs_a_k_major_b_and_names_the_way_out():
+    with pytest.raises(ConfigError) as info:
+        WGMMA["wgmma_tf32"].replace(layout="rrr")
+    assert [v.rule.id for v in info.value.violations] == ["H19"]
+    assert "layout 'rc?'" in str(info.value)
+
+
+def test_every_violation_is_named_with_its_numbers():
+    with pytest.raises(ConfigError) as info:
+        WGMMA["wgmma_tma_store"].replace(stages=5, regs_consumer=240)
+    text = str(info.value)
+    # 5 stages x 48 KiB + 64 KiB of C staging + 10 barriers + the 1 KiB alignment slack
+    assert "H09 smem-limit: SMEM_BYTES = 312400 exceeds SMEM_OPTIN = 232448" in text
+    assert "H15 setmaxnreg-pool: REG_POOL = 66560 exceeds 65536" in text
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_operand_maps_follow_the_layout(layout):
+    c = WGMMA["wgmma_tma_store"].replace(layout=layout)
+    e = c.env()
+    a = operand_map("fp16", 4096, 300, 200, 512 if layout[0] == "r" else 304, layout[0] == "c",
+                    1, 0, e["A_BOX_INNER"], e["A_BOX_ROWS"], 128)
+    if layout[0] == "r":   # K contiguous: dims (K, M), box (BK, BM)
+        assert a.dims[:2] == (200, 300) and a.box[:2] == (64, 128)
+    else:                  # M contiguous: dims (M, K), box (64 M, BK)
+        assert a.dims[:2] == (300, 200) and a.box[:2] == (64, 64)
+    assert a.strides[0] == (512 if layout[0] == "r" else 304) * 2 and a.problems("A") == []
+
+
+def test_unaligned_operands_are_named():
+    odd = operand_map("fp16", 4098, 4095, 4093, 4093, False, 2, 4095 * 4093, 64, 128, 128)
+    text = "; ".join(odd.problems("A"))
+    assert "A's address is not 16-byte aligned (offset 2)" in text
+    assert "A's leading dimension is 8186 bytes" in text and "batch stride" in text
+    with pytest.raises(TmaError, match="A's leading dimension"):
+        encode(odd, "A")  # refused before the driver is asked
+    bcast = operand_map("fp16", 4096, 64, 64, 64, False, 5, 0, 64, 64, 128)
+    assert bcast.dims[2] == 1, "a broadcast operand is one matrix for every batch entry"
+
+
+def test_param_packer_places_each_field():
+    from gemmgen.tma import ParamLayout
+    layout = ParamLayout((112, 240, 368, 496, 500), (128, 128, 128, 4, 4), 504)
+    packed = ParamPacker(layout, ("128s", "128s", "128s", "i", "f")).pack(
+        b"a" * 128, b"b" * 128, b"c" * 128, 7, 1.5)
+    assert len(packed) == 504 and packed[112:240] == b"a" * 128 and packed[:112] == bytes(112)
+    assert int.from_bytes(packed[496:500], "little") == 7
+    with pytest.raises(ValueError, match="is 4 bytes"):
+        ParamPacker(layout, ("128s", "128s", "128s", "i", "q"))
+
+
+def test_dispatch_prefers_wgmma_on_hopper_only():
+    cfg, how = choose(None, "H", "fp16", 512, 512, 512, cc=90)
+    assert cfg.family == "wgmma" and how == "default"
+    assert choose(None, "A", "fp16", 512, 512, 512, cc=80)[0].family == "wmma"
+    assert choose(None, "H", "tf32", 64, 64, 64, cc=90, layout="rrr")[0].family == "wmma"
+    assert choose(None, "H", "tf32", 64, 64, 64, cc=90, layout="rcr")[0].family == "wgmma"
+    assert choose(None, "H", "fp32", 64, 64, 64, cc=90)[0].family == "simt"
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_fallback_takes_the_same_problem(layout):
+    for cfg in (WGMMA["wgmma_tma_store"].replace(layout=layout, epilogue="bias_gelu"),
+                WGMMA["wgmma_tf32"]):
+        fb = fallback_config(cfg)
+        assert (fb.family, fb.dtype, fb.out, fb.layout, fb.epilogue) == (
+            "wmma", cfg.dtype, cfg.out, cfg.layout, cfg.epilogue)
+
+
+# ---- static evidence: every preset and each layout/epilogue path, compiled for sm_90a -------
+def _variants() -> list:
+    base = WGMMA["wgmma_tma_store"]
+    out = [base.replace(layout=lay, epilogue=EPILOGUES[i % len(EPILOGUES)])
+           for i, lay in enumerate(LAYOUTS) if lay != "rrr"]
+    return out + [base.replace(pingpong=True, bn=128, stages=4), base.replace(out="fp32", bn=128)]
+
+
+@pytest.fixture(scope="module")
+def compiled(nvcc):
+    """name -> (cubin, ptxas resources) for the presets and the variants, compiled in parallel
+    nvcc processes (BuildError, and so a failed test, for any ptxas slow-path warning)."""
+    from gemmgen.build import compile_many
+    configs = list(WGMMA.values()) + _variants()
+    out = {}
+    for cfg, done in zip(configs, compile_many(configs, arch=ARCH)):
+        if isinstance(done, BuildError):
+            pytest.fail(f"{cfg.name}: {done}")
+        out[cfg.name] = (cfg, done[0], done[1])
+    return out
+
+
+def test_no_spills_no_stack_and_the_parameter_table(compiled):
+    for name, (cfg, cubin, res) in compiled.items():
+        assert res.spills == 0 and res.stack_bytes == 0, (name, res)
+        layout = param_layout(cubin, name)
+        assert len(layout.offsets) == len(PARAM_KINDS)
+        assert layout.offsets[:3] == (112, 240, 368), "tensor maps 128-byte aligned in c[0x0]"
+        ParamPacker(layout, PARAM_KINDS)  # sizes agree with the launch's struct codes
+
+
+def test_parameter_table_agrees_with_cuobjdump(compiled, tmp_path):
+    tool = tool_path("cuobjdump")
+    if tool is None:
+        pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+    cfg, cubin, _ = compiled[WGMMA["wgmma_cluster"].name]
+    path = tmp_path / "k.cubin"
+    path.write_bytes(cubin)
+    text = subprocess.run([tool, "-elf", str(path)], capture_output=True, text=True).stdout
+    found = {int(o, 16): (int(f, 16), int(s, 16)) for o, f, s in re.findall(
+        r"Ordinal\s*:\s*(0x[0-9a-f]+)\s+Offset\s*:\s*(0x[0-9a-f]+)\s+Size\s*:\s*(0x[0-9a-f]+)",
+        text)}
+    ours = param_layout(cubin, cfg.name)
+    assert [found[i] for i in range(len(found))] == list(zip(ours.offsets, ours.sizes))
+
+
+def test_sass_has_wgmma_and_tma_and_no_local_memory(compiled):
+    if tool_path("cuobjdump") is None:
+        pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+    for name, (cfg, cubin, _) in compiled.items():
+        text = sass(cubin)
+        assert "HGMMA" in text and "UTMALDG" in text, name
+        assert not re.search(r"\b(LDL|STL)\b", text), f"{name} uses local memory"
+        if cfg.store == "tma":
+            assert "UTMASTG" in text, name
+        if cfg.store == "tma" and cfg.out_bytes == 2 and cfg.layout[2] == "r":
+            assert "STSM" in text, f"{name}: no stmatrix"
+        if cfg.cluster > 1:
+            assert "MULTICAST" in text, name
+        if cfg.setmaxnreg:
+            assert "USETMAXREG" in text, name
+
+
+WGMMA_VALUES = {
+    "bm": [64, 128, 192, 256], "bn": [64, 128, 200, 256], "stages": [2, 3, 4, 5],
+    "consumers": [1, 2], "pingpong": [False, True], "cluster_m": [1, 2],
+    "layout": ["rrr", "crc", "rcr"], "epilogue": ["none", "bias_gelu"],
+    "store": ["tma", "direct"], "regs_consumer": [232, 240],
+}
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_python_verdict_equals_nvcc_verdict(nvcc, data):
+    """A configuration compiles for sm_90a exactly when the model accepts it, and the
+    static_asserts that fire are the model's rules."""
+    base = data.draw(st.sampled_from(list(WGMMA.values()))).as_dict()
+    base.pop("family")
+    for field in data.draw(st.lists(st.sampled_from(list(WGMMA_VALUES)), min_size=1,
+                                    max_size=2)):
+        base[field] = data.draw(st.sampled_from(WGMMA_VALUES[field]))
+    cfg = WgmmaConfig.unchecked(**base)
+    found = {v.rule.id for v in cfg.violations()}
+    event("invalid" if found else "valid")
+    try:
+        compile_source(render(cfg, ARCH), (ARCH,), name=cfg.name)
+    except BuildError as err:
+        assert found, f"valid by the model but nvcc failed:\n{err.log[-2000:]}"
+        assert err.static_assert_ids() == found
+    else:
+        assert not found, f"nvcc accepted a config the model rejects: {sorted(found)}"
+
+
+def test_a_slow_path_warning_is_a_build_error():
+    from gemmgen.nvcc import slow_path_warnings
+    log = ("ptxas warning : (C7511) Potential Performance Loss: wgmma.mma_async instructions "
+           "are serialized due to insufficient register resources for the wgmma pipeline")
+    assert slow_path_warnings(log)[0].startswith("C7511")
+    assert slow_path_warnings("ptxas info : Used 168 registers") == []
+
+
+def test_map_spec_is_hashable_for_the_cache():
+    spec = MapSpec("fp16", 0, (64, 64, 1), (128, 8192), (64, 64, 1), 128)
+    assert {spec: 1}[MapSpec("fp16", 0, (64, 64, 1), (128, 8192), (64, 64, 1), 128)] == 1
