@@ -148,7 +148,22 @@ def _make_plan(kernel, how, A, B, C, bias, beta: float) -> _Plan:
     return _Plan(kernel, how, args.m, args.n, args.k, args.batch or 1,
                  (args.ld(args.a, 0), args.ld(args.b, 1), c.lds[cfg.layout[2]]),
                  (_bstride(args.a), _bstride(args.b), _bstride(c)), _pointer(args.a.kind),
-                 lambda a: _empty_like(a, shape, cfg.out, col_c), args.bias is not None)
+                 _allocator(args.a.kind, A, shape, cfg.out, col_c), args.bias is not None)
+
+
+def _allocator(kind: str, template, shape: tuple, dtype: str, col: bool):
+    """A function making a new C for the plan: the library and device of ``template``, C's
+    dtype, each matrix row- or column-major (a transposed view)."""
+    swapped = (*shape[:-2], shape[-1], shape[-2]) if col else shape
+    if kind == "torch":
+        import torch
+        tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(dtype, torch.float32)
+        dev = template.device
+        if col:
+            return lambda a: torch.empty(swapped, dtype=tdt, device=dev).transpose(-1, -2)
+        return lambda a: torch.empty(shape, dtype=tdt, device=dev)
+    from .launch import _empty_like
+    return lambda a: _empty_like(a, shape, dtype, col)
 
 
 def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,

@@ -150,7 +150,7 @@ class ConfigBase:
         """Resident blocks per SM that threads and shared memory allow (registers not counted)."""
         from .arch import get_arch
         a = get_arch(arch)
-        by_smem = a.smem_per_sm // (self.smem_bytes + a.smem_reserved_per_block)
+        by_smem = div(a.smem_per_sm, max(self.smem_bytes, 0) + a.smem_reserved_per_block)
         return min(a.blocks_per_sm, div(a.threads_per_sm, self.threads), by_smem)
 
     def launch_summary(self) -> str:

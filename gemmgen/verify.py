@@ -82,20 +82,34 @@ class CaseResult:
         return asdict(self)
 
 
-def reference(A: np.ndarray, B: np.ndarray, C: np.ndarray | None, alpha: float,
-              beta: float, bias: np.ndarray | None = None, epilogue: str = "none") -> np.ndarray:
-    """act(alpha * A @ B + beta * C + bias) in float64, batched like np.matmul; C is not read
-    when beta == 0 (BLAS semantics); bias is added per column when the epilogue has one; act
-    is ReLU or GELU (tanh form) when the epilogue names it."""
-    out = alpha * np.matmul(A.astype(np.float64), B.astype(np.float64))
+def _xp(x):
+    """NumPy, or CuPy for CuPy arrays (references and comparisons then stay on the GPU)."""
+    mod = type(x).__module__.split(".")[0]
+    if mod == "cupy":
+        import cupy
+        return cupy
+    return np
+
+
+def reference(A, B, C, alpha: float, beta: float, bias=None, epilogue: str = "none"):
+    """act(alpha * A @ B + beta * C + bias) in float64, batched like np.matmul, with BLAS
+    semantics: A and B are not read when alpha == 0 and C is not read when beta == 0; bias is
+    added per column when the epilogue has one; act is ReLU or GELU (tanh form) when the
+    epilogue names it. NumPy arrays, or CuPy arrays (computed on the GPU)."""
+    xp = _xp(A)
+    shape = (*np.broadcast_shapes(A.shape[:-2], B.shape[:-2]), A.shape[-2], B.shape[-1])
+    if alpha == 0:
+        out = xp.zeros(shape)
+    else:
+        out = alpha * xp.matmul(A.astype(xp.float64), B.astype(xp.float64))
     if beta != 0:
-        out = out + beta * C.astype(np.float64)
+        out = out + beta * C.astype(xp.float64)
     if epilogue.startswith("bias"):
-        out = out + bias.astype(np.float64)
+        out = out + bias.astype(xp.float64)
     if epilogue.endswith("relu"):
-        out = np.maximum(out, 0.0)
+        out = xp.maximum(out, 0.0)
     elif epilogue.endswith("gelu"):
-        out = 0.5 * out * (1 + np.tanh(math.sqrt(2 / math.pi) * (out + 0.044715 * out ** 3)))
+        out = 0.5 * out * (1 + xp.tanh(math.sqrt(2 / math.pi) * (out + 0.044715 * out ** 3)))
     return out
 
 
@@ -104,21 +118,23 @@ def in_layout(x: np.ndarray, col: bool) -> np.ndarray:
     return np.swapaxes(np.ascontiguousarray(np.swapaxes(x, -1, -2)), -1, -2) if col else x
 
 
-def compare(out: np.ndarray, ref: np.ndarray) -> tuple[float, tuple[int, int] | None]:
+def compare(out, ref) -> tuple[float, tuple[int, int] | None]:
     """(relative Frobenius error, index of the worst element); NaN or inf anywhere gives inf
-    and the first non-finite index. An all-zero reference needs an all-zero result."""
+    and the first non-finite index. An all-zero reference needs an all-zero result. NumPy or
+    CuPy arrays (both of one kind)."""
     if out.shape != ref.shape:
         raise ValueError(f"result shape {out.shape} differs from reference {ref.shape}")
     if out.size == 0:
         return 0.0, None
-    out = np.asarray(out).astype(np.float64)
-    bad = ~np.isfinite(out)
-    if bad.any():
-        return math.inf, tuple(int(i) for i in np.argwhere(bad)[0])
-    diff = np.abs(out - ref)
-    worst = tuple(int(i) for i in np.unravel_index(np.argmax(diff), diff.shape))
-    norm = float(np.linalg.norm(ref))
-    err = float(np.linalg.norm(diff))
+    xp = _xp(ref)
+    out = xp.asarray(out).astype(xp.float64)
+    bad = ~xp.isfinite(out)
+    if bool(bad.any()):
+        return math.inf, tuple(int(i) for i in xp.argwhere(bad)[0])
+    diff = xp.abs(out - ref)
+    worst = tuple(int(i) for i in np.unravel_index(int(xp.argmax(diff)), diff.shape))
+    norm = float(xp.linalg.norm(ref))
+    err = float(xp.linalg.norm(diff))
     if norm == 0:
         return (0.0 if err == 0 else math.inf), worst
     return err / norm, worst
@@ -147,6 +163,9 @@ def check(name: str, run: Runner, m: int, n: int, k: int, alpha: float, beta: fl
     """Run one case on fresh random inputs, laid out as ``layout`` says, and compare with the
     float64 reference computed on the same (rounded) inputs with the same epilogue."""
     A, B, C = random_operands(rng, m, n, k, beta, dtype, out, batch, broadcast_b)
+    if alpha == 0 and A.size and B.size:  # BLAS: A and B are not read; NaN proves it
+        A.reshape(-1)[::7] = np.nan
+        B.reshape(-1)[::5] = np.nan
     bias = rng.standard_normal(n, dtype=np.float32).astype(numpy_dtype(out))
     has_bias = epilogue.startswith("bias")
     ref = reference(A, B, C, alpha, beta, bias, epilogue)

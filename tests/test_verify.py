@@ -10,7 +10,7 @@ from gemmgen.verify import BATCH_CASES, CASES, check, compare, reference, sweep,
 
 
 def right(A, B, C, alpha, beta, bias=None):
-    out = alpha * (A @ B)
+    out = alpha * (A @ B) if alpha != 0 else np.zeros((A.shape[0], B.shape[1]))  # BLAS
     return out if beta == 0 else out + beta * C
 
 
@@ -33,6 +33,13 @@ def test_reading_c_when_beta_is_zero_fails():
         return alpha * (A @ B) + beta * C  # 0 * NaN = NaN
     r = check("k", reads_c, 16, 16, 16, 1.0, 0.0, np.random.default_rng(0))
     assert not r.passed
+
+
+def test_reading_a_when_alpha_is_zero_fails():
+    def reads_a(A, B, C, alpha, beta, bias=None):
+        return alpha * (A @ B) + beta * C  # 0 * NaN = NaN: the case poisons A and B
+    r = check("k", reads_a, 32, 16, 8, 0.0, 2.0, np.random.default_rng(0))
+    assert not r.passed and math.isinf(r.rel_error)
 
 
 def test_a_missing_k_tile_fails():

@@ -356,6 +356,11 @@ class WgmmaConfig(ConfigBase):
         """Registers a consumer thread needs: accumulators plus REG_RESERVE."""
         return self.acc_regs + REG_RESERVE
 
+    def register_cap(self) -> int:
+        """Registers a consumer thread may use: REGS_CONSUMER after setmaxnreg, else the
+        __launch_bounds__(threads, 1) cap (gemmgen.space reads this instead of its own)."""
+        return self.consumer_regs
+
     def env(self) -> dict[str, int]:
         """The named quantities the rules and the template's constants use."""
         a, b = self.a_box, self.b_box
