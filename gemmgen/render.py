@@ -57,14 +57,28 @@ def render(cfg: ConfigBase, arch: str = "sm_90") -> str:
     """CUDA source of ``cfg``'s kernel: an ``extern "C"`` function named ``cfg.name``.
 
     Deterministic: the same config renders the same bytes. ``arch`` only affects the
-    occupancy figure in the header comment. Works for unchecked (invalid) configs too:
-    their static_asserts then fail at compile time.
+    occupancy figure in the header comment, spelled as the family targets it (sm_90 is
+    sm_90a for wgmma). Works for unchecked (invalid) configs too: their static_asserts then
+    fail at compile time.
     """
+    arch = _family_arch(cfg, arch)
     template = _env().get_template(cfg.template)
     return template.render(
         cfg=cfg, name=cfg.name, ns=f"{cfg.name}_cfg", h=_header(cfg, arch),
         constants=list(cfg.template_constants().items()), types=cfg.ctypes(),
         asserts=[rule.static_assert() for rule in cfg.rules])
+
+
+def _family_arch(cfg: ConfigBase, arch: str) -> str:
+    """``arch`` in the spelling ``cfg``'s family compiles for (sm_90 -> sm_90a for wgmma);
+    unchanged when the family cannot run there or the arch is unknown."""
+    from .arch import cc_of
+    from .families import FAMILIES
+    fam = FAMILIES.get(cfg.family)
+    try:
+        return fam.arch_for(cc_of(arch)) if fam else arch
+    except ValueError:
+        return arch
 
 
 def emit(cfg: ConfigBase, path: str | os.PathLike | None = None, arch: str = "sm_90") -> Path:
