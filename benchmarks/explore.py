@@ -121,6 +121,7 @@ def main() -> int:
     ap.add_argument("--family", default="simt", choices=["simt", "wmma", "wgmma"])
     ap.add_argument("--only", action="append", default=None,
                     help="keep candidates whose label contains this (repeatable)")
+    ap.add_argument("--exact", nargs="*", default=None, help="keep exactly these labels")
     ap.add_argument("--verify", action="store_true", help="run the verify sweep on each first")
     args = ap.parse_args()
     sizes = [tuple(int(x) for x in (s.split("x") * 3)[:3]) if "x" not in s else
@@ -129,7 +130,8 @@ def main() -> int:
     targets = []
     pool = {"simt": CANDIDATES, "wmma": WMMA_CANDIDATES, "wgmma": WGMMA_CANDIDATES}[args.family]
     chosen = {lbl: c for lbl, c in pool.items()
-              if not args.only or any(o in lbl for o in args.only)}
+              if (not args.only or any(o in lbl for o in args.only))
+              and (args.exact is None or lbl in args.exact)}
     for (label, cfg), k in zip(chosen.items(), build_many(list(chosen.values()))):
         if isinstance(k, Exception):
             print(f"{label:<40} BUILD FAILED: {str(k)[:300]}", flush=True)
@@ -143,7 +145,15 @@ def main() -> int:
             line += "".join(f"\n   FAIL {r}" for r in bad[:3])
         print(line, flush=True)
         targets.append((label, k))
-    doc = finish(run_bench(targets, sizes))
+    rows, doc = [], None
+    for target in targets:  # one at a time, each beside cuBLAS, so progress shows as it goes
+        doc = run_bench([target], sizes)
+        for r in doc["rows"]:
+            print(f"  {r['kernel']:<36} {r['M']}x{r['N']}x{r['K']} {r['tflops']:8.2f} TFLOP/s "
+                  f"cuBLAS {r['cublas_tflops'] or 0:8.2f} ({r['pct_cublas']}%) err "
+                  f"{r['rel_error']:.1e}", flush=True)
+        rows += doc["rows"]
+    doc = finish({**doc, "rows": rows})
     print(doc["gpu"])
     print(table(sorted(doc["rows"], key=lambda r: -r["tflops"])))
     if args.json:
