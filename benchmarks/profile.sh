@@ -5,10 +5,10 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/gemmgen-out}; mkdir -p "$OUT"
 preset=${1:-wmma_pipeline}
-file=$(python3 -c "from gemmgen import PRESETS; print('generated/' + PRESETS['$preset'].config.name + '.cu')")
-nvcc -cubin -arch=sm_90 -o "$OUT/$preset.cubin" "$file" && cuobjdump -sass "$OUT/$preset.cubin" > "$OUT/$preset.sass"
-echo "SASS instruction mix of $preset (sm_90):"
-for op in HGMMA HMMA LDSM LDS STS LDGSTS LDG STG BAR FFMA; do
+arch=$(python3 -c "from gemmgen import PRESETS, FAMILIES; print(FAMILIES[PRESETS['$preset'].config.family].arch_for(90))")
+python3 -c "import sys; from gemmgen import PRESETS, render; from gemmgen.build import compile_cached; c = PRESETS[sys.argv[1]].config; open(sys.argv[3], 'wb').write(compile_cached(render(c, sys.argv[2]), sys.argv[2], c.name)[0])" "$preset" "$arch" "$OUT/$preset.cubin" && cuobjdump -sass "$OUT/$preset.cubin" > "$OUT/$preset.sass"
+echo "SASS instruction mix of $preset ($arch):"
+for op in HGMMA HMMA LDSM LDS STS STSM LDGSTS LDG STG UTMALDG UTMASTG BAR FFMA; do
   printf '  %-7s %5d\n' "$op" "$(grep -cE "^\s+/\*[0-9a-f]+\*/\s+(@!?U?P[0-9T] )?$op[ .;]" "$OUT/$preset.sass")"
 done
 metrics=gpu__time_duration.sum,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_hmma.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__issue_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed

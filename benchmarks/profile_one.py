@@ -15,7 +15,8 @@ def main() -> int:
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 4096
     kernel = build(PRESETS[name].config)
     cfg = kernel.config
-    p = Problem(n, n, n, np.random.default_rng(0), device_info()["l2_bytes"], cfg.dtype, cfg.out)
+    p = Problem(n, n, n, np.random.default_rng(0), device_info()["l2_bytes"], cfg.dtype, cfg.out,
+                cfg.layout)
     for _ in range(3):
         p.launch(kernel, 0)
     bench_cublas(p)

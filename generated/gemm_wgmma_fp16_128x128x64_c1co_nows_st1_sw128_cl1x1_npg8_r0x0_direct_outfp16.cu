@@ -67,6 +67,7 @@ namespace gemm_wgmma_fp16_128x128x64_c1co_nows_st1_sw128_cl1x1_npg8_r0x0_direct_
 [[maybe_unused]] constexpr int PRODUCER = 0;
 [[maybe_unused]] constexpr int M_SPLIT = 1;
 [[maybe_unused]] constexpr int STAGES = 1;
+[[maybe_unused]] constexpr int EMPTY_ARRIVALS = 1;
 [[maybe_unused]] constexpr int SWIZZLE = 128;
 [[maybe_unused]] constexpr int SW_ELEMS = 64;
 [[maybe_unused]] constexpr int CLUSTER_M = 1;
@@ -377,7 +378,7 @@ gemm_wgmma_fp16_128x128x64_c1co_nows_st1_sw128_cl1x1_npg8_r0x0_direct_outfp16(co
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full_bar + 8 * s, 1);                    // the producer's arrive.expect_tx
-            mbar_init(empty_bar + 8 * s, CONSUMERS * CLUSTER); // one arrival per consumer warpgroup per CTA
+            mbar_init(empty_bar + 8 * s, EMPTY_ARRIVALS);      // one per consuming warpgroup per CTA
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }

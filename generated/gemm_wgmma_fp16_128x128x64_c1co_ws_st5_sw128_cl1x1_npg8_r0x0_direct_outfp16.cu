@@ -68,6 +68,7 @@ namespace gemm_wgmma_fp16_128x128x64_c1co_ws_st5_sw128_cl1x1_npg8_r0x0_direct_ou
 [[maybe_unused]] constexpr int PRODUCER = 1;
 [[maybe_unused]] constexpr int M_SPLIT = 1;
 [[maybe_unused]] constexpr int STAGES = 5;
+[[maybe_unused]] constexpr int EMPTY_ARRIVALS = 1;
 [[maybe_unused]] constexpr int SWIZZLE = 128;
 [[maybe_unused]] constexpr int SW_ELEMS = 64;
 [[maybe_unused]] constexpr int CLUSTER_M = 1;
@@ -379,7 +380,7 @@ gemm_wgmma_fp16_128x128x64_c1co_ws_st5_sw128_cl1x1_npg8_r0x0_direct_outfp16(cons
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full_bar + 8 * s, 1);                    // the producer's arrive.expect_tx
-            mbar_init(empty_bar + 8 * s, CONSUMERS * CLUSTER); // one arrival per consumer warpgroup per CTA
+            mbar_init(empty_bar + 8 * s, EMPTY_ARRIVALS);      // one per consuming warpgroup per CTA
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }

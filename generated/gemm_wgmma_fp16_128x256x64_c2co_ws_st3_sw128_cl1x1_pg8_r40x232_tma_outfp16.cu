@@ -68,6 +68,7 @@ namespace gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_out
 [[maybe_unused]] constexpr int PRODUCER = 1;
 [[maybe_unused]] constexpr int M_SPLIT = 2;
 [[maybe_unused]] constexpr int STAGES = 3;
+[[maybe_unused]] constexpr int EMPTY_ARRIVALS = 2;
 [[maybe_unused]] constexpr int SWIZZLE = 128;
 [[maybe_unused]] constexpr int SW_ELEMS = 64;
 [[maybe_unused]] constexpr int CLUSTER_M = 1;
@@ -392,7 +393,7 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_outfp16(const
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full_bar + 8 * s, 1);                    // the producer's arrive.expect_tx
-            mbar_init(empty_bar + 8 * s, CONSUMERS * CLUSTER); // one arrival per consumer warpgroup per CTA
+            mbar_init(empty_bar + 8 * s, EMPTY_ARRIVALS);      // one per consuming warpgroup per CTA
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }

@@ -369,6 +369,7 @@ class WgmmaConfig(ConfigBase):
             "OUT_BYTES": self.out_bytes, "CONSUMERS": self.consumers,
             "PINGPONG": int(self.pingpong), "PRODUCER": int(self.producer),
             "M_SPLIT": 1 if self.pingpong else self.consumers, "STAGES": self.stages,
+            "EMPTY_ARRIVALS": (1 if self.pingpong else self.consumers) * self.cluster,
             "SWIZZLE": self.swizzle, "SW_ELEMS": self.sw_elems, "CLUSTER_M": self.cluster_m,
             "CLUSTER_N": self.cluster_n, "CLUSTER": self.cluster,
             "PERSISTENT": int(self.persistent), "GROUP": self.group,
@@ -495,9 +496,10 @@ PRESETS: tuple[Preset, ...] = (
            "one warpgroup: TMA loads a 128x64 A and 64x128 B tile into 128-byte-swizzled shared "
            "memory, wgmma m64n128k16 reads them through matrix descriptors; one stage",
            "fast.cu kernels 2-3"),
-    Preset("wgmma_ring", _c(**{**_BASE, "stages": 4}),
-           "a 4-stage ring of mbarrier-tracked TMA loads: three K tiles in flight while one is "
-           "computed", "fast.cu kernel 3 with a queue; CUTLASS PipelineTmaAsync"),
+    Preset("wgmma_ring", _c(**{**_BASE, "stages": 3}),
+           "a 3-stage ring of mbarrier-tracked TMA loads: two K tiles in flight while one is "
+           "computed (97 KiB: two CTAs still fit an SM)",
+           "fast.cu kernel 3 with a queue; CUTLASS PipelineTmaAsync"),
     Preset("wgmma_ws", _c(**{**_BASE, "stages": 5, "producer": True}),
            "warp specialization: a producer warpgroup issues TMA into a full/empty barrier ring, "
            "the consumer keeps one wgmma batch in flight (wait_group 1)",
@@ -528,14 +530,15 @@ PRESETS: tuple[Preset, ...] = (
     Preset("wgmma_bf16", _c(**{**_BASE, "bn": 256, "stages": 3, "producer": True,
                                "consumers": 2, "regs_producer": 40, "regs_consumer": 232,
                                "persistent": True, "group": 8, "store": "tma",
-                               "cluster_m": 2, "dtype": "bf16", "out": "bf16"}),
-           "the cluster kernel on bf16 inputs and output", "fast.cu kernel 12 (bf16)"),
-    Preset("wgmma_tf32", _c(**{**_BASE, "bk": 32, "bn": 128, "stages": 4, "producer": True,
+                               "dtype": "bf16", "out": "bf16"}),
+           "the TMA-store kernel on bf16 inputs and output", "fast.cu kernel 12 (bf16)"),
+    Preset("wgmma_tf32", _c(**{**_BASE, "bk": 32, "bn": 256, "stages": 4, "producer": True,
                                "consumers": 2, "regs_producer": 40, "regs_consumer": 232,
-                               "persistent": True, "group": 8, "store": "tma",
+                               "persistent": True, "group": 8, "store": "direct",
                                "dtype": "tf32", "out": "fp32", "layout": "rcr"}),
-           "tf32 wgmma (m64nNk8) on float32 data; K-major B (layout rcr) because tf32 wgmma "
-           "reads no MN-major operand", "CUTLASS sm90 tf32 GEMM"),
+           "tf32 wgmma (m64n256k8) on float32 data, 4 stages, direct stores (an fp32 C tile "
+           "would take the fourth stage's shared memory); K-major B (layout rcr): tf32 wgmma "
+           "reads no MN-major operand", "CUTLASS sm90 tf32 GEMM; benchmarks/explore.py"),
 )
 
 SPACE = {
@@ -583,7 +586,7 @@ FAMILY = Family(
     name="wgmma", config=WgmmaConfig,
     summary="Hopper wgmma fed by TMA: warp specialization, persistent clusters; sm_90a only",
     dtypes=("fp16", "bf16", "tf32"), presets=PRESETS,
-    defaults={"fp16": "wgmma_cluster", "bf16": "wgmma_bf16", "tf32": "wgmma_tf32"},
+    defaults={"fp16": "wgmma_tma_store", "bf16": "wgmma_bf16", "tf32": "wgmma_tf32"},
     flag_defaults={},
     field_help={
         "bm": "block tile rows (M), a multiple of 64 per consumer warpgroup",
