@@ -183,7 +183,8 @@ class ConfigBase:
         act = 2 if self.epilogue.endswith("gelu") else 1 if self.epilogue.endswith("relu") else 0
         env = {"LAYOUT_A_COL": int(self.layout[0] == "c"), "LAYOUT_B_COL": int(self.layout[1] == "c"),
                "LAYOUT_C_COL": int(self.layout[2] == "c"),
-               "EPI_BIAS": int(self.epilogue.startswith("bias")), "EPI_ACT": act}
+               "EPI_BIAS": int(self.epilogue.startswith("bias")), "EPI_ACT": act,
+               "EPI_FAST_TANH": int(self.out in ("fp16", "bf16"))}
         for dim, tile in (("m", self.bm), ("n", self.bn), ("k", self.bk)):
             v = getattr(self, dim)
             env[f"{dim.upper()}_SPEC"] = v or 0

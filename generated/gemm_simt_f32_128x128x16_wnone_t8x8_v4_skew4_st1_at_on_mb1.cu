@@ -66,6 +66,7 @@ namespace gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_mb1_cfg {
 [[maybe_unused]] constexpr int LAYOUT_C_COL = 0;
 [[maybe_unused]] constexpr int EPI_BIAS = 0;
 [[maybe_unused]] constexpr int EPI_ACT = 0;
+[[maybe_unused]] constexpr int EPI_FAST_TANH = 0;
 [[maybe_unused]] constexpr int M_SPEC = 0;
 [[maybe_unused]] constexpr int M_FULL = 0;
 [[maybe_unused]] constexpr int N_SPEC = 0;
@@ -170,11 +171,22 @@ __device__ __forceinline__ void store_frag(float* dst, const float* src) {
 __device__ __forceinline__ float to_f32(float x) { return x; }
 
 // Fused epilogue, in registers before the store: act(v + bias[col]).
-// GELU is the tanh form: 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))).
+// GELU is the tanh form: 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))). With a 16-bit C
+// (EPI_FAST_TANH) tanh is the hardware's tanh.approx.f32 (relative error about 2^-11, below
+// the rounding of C itself); with an fp32 C it is tanhf.
+__device__ __forceinline__ float gelu_tanh(float x) {
+    if constexpr (EPI_FAST_TANH) {
+        float t;
+        asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(x));
+        return t;
+    } else {
+        return tanhf(x);
+    }
+}
 __device__ __forceinline__ float apply_epilogue(float v, int col, const float* bias) {
     if constexpr (EPI_BIAS) v += to_f32(bias[col]);
     if constexpr (EPI_ACT == 1) v = fmaxf(v, 0.f);
-    if constexpr (EPI_ACT == 2) v = 0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    if constexpr (EPI_ACT == 2) v = 0.5f * v * (1.f + gelu_tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
     return v;
 }
 

@@ -123,6 +123,7 @@ namespace gemm_wgmma_tf32_128x256x32_c2co_ws_st4_sw128_cl1x1_pg8_r40x232_direct_
 [[maybe_unused]] constexpr int LAYOUT_C_COL = 0;
 [[maybe_unused]] constexpr int EPI_BIAS = 0;
 [[maybe_unused]] constexpr int EPI_ACT = 0;
+[[maybe_unused]] constexpr int EPI_FAST_TANH = 0;
 [[maybe_unused]] constexpr int M_SPEC = 0;
 [[maybe_unused]] constexpr int M_FULL = 0;
 [[maybe_unused]] constexpr int N_SPEC = 0;
@@ -199,11 +200,22 @@ __device__ __forceinline__ float to_f32(half x) { return __half2float(x); }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 
 // Fused epilogue, in registers before the store: act(v + bias[col]).
-// GELU is the tanh form: 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))).
+// GELU is the tanh form: 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))). With a 16-bit C
+// (EPI_FAST_TANH) tanh is the hardware's tanh.approx.f32 (relative error about 2^-11, below
+// the rounding of C itself); with an fp32 C it is tanhf.
+__device__ __forceinline__ float gelu_tanh(float x) {
+    if constexpr (EPI_FAST_TANH) {
+        float t;
+        asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(x));
+        return t;
+    } else {
+        return tanhf(x);
+    }
+}
 __device__ __forceinline__ float apply_epilogue(float v, int col, const out_t* bias) {
     if constexpr (EPI_BIAS) v += to_f32(bias[col]);
     if constexpr (EPI_ACT == 1) v = fmaxf(v, 0.f);
-    if constexpr (EPI_ACT == 2) v = 0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    if constexpr (EPI_ACT == 2) v = 0.5f * v * (1.f + gelu_tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
     return v;
 }
 
