@@ -142,6 +142,11 @@ class ConfigBase:
     def env(self) -> dict[str, int]:
         raise NotImplementedError
 
+    def tile_shape(self) -> tuple:
+        """The block tile and how it is split among warps (``tune`` spreads its picks over
+        these before trying a second variant of any)."""
+        return (self.bm, self.bn, self.bk, getattr(self, "wm", None), getattr(self, "wn", None))
+
     def brief(self) -> str:
         """One line on the tiling, for ``gemmgen list``."""
         return f"block {self.bm}x{self.bn}x{self.bk}  stages {self.stages}"

@@ -96,7 +96,12 @@ def spill_risk(cfg: ConfigBase) -> str | None:
 
 
 def estimated_registers(cfg: ConfigBase) -> int:
-    """Registers per thread before compiling: what it needs, within its cap."""
+    """Registers per thread at launch, before compiling: what it needs, within its cap. A
+    family whose kernels reassign registers after launch (setmaxnreg) defines
+    ``cfg.launch_registers()``, the count the block is launched with."""
+    own = getattr(cfg, "launch_registers", None)
+    if callable(own):
+        return own()
     return min(register_cap(cfg), registers_needed(cfg))
 
 
@@ -146,11 +151,12 @@ def rank(configs: list[ConfigBase], m: int, n: int, k: int, dev: DeviceLimits) -
 def select(ranked: list[tuple], count: int, seeds: tuple = ()) -> list[tuple]:
     """Up to ``count`` of ``ranked`` for measurement: ``seeds`` (config names, e.g. the presets)
     first, then breadth over tile shapes. Round r takes the r-th best variant of every
-    (BM, BN, BK, WM, WN) group, groups in order of their best score."""
+    ``cfg.tile_shape()`` group (BM, BN, BK and how the block is split among warps or
+    warpgroups), groups in order of their best score."""
     groups: dict[tuple, list[tuple]] = {}
     for item in ranked:
         c = item[0]
-        groups.setdefault((c.bm, c.bn, c.bk, c.wm, c.wn), []).append(item)
+        groups.setdefault(c.tile_shape(), []).append(item)
     chosen = [item for item in ranked if item[0].name in seeds]
     names = {item[0].name for item in chosen}
     depth = max((len(g) for g in groups.values()), default=0)

@@ -152,7 +152,12 @@ def plan(req: Request, dev: DeviceLimits) -> tuple[list[tuple], dict]:
     estimate says would spill, ranked by the cheap model."""
     fam = req.family_on(dev.arch)
     configs = enumerate_configs(fam, req.dtype)
-    seeds = tuple(p.config.name for p in get_family(fam).presets if p.config.dtype == req.dtype)
+    family = get_family(fam)
+    in_space = {c.name for c in configs}
+    # Measured first: the dtype's default preset and the presets the search space contains
+    # (not the slow early steps of a ladder).
+    seeds = tuple(p.config.name for p in family.presets if p.config.dtype == req.dtype
+                  and (p.config.name in in_space or p.name == family.defaults.get(req.dtype)))
     spilling = [c for c in configs if c.name not in seeds and spill_risk(c)]
     keep = [c for c in configs if c.name in seeds or not spill_risk(c)]  # presets always
     ranked = rank(keep, req.m, req.n, req.k, dev)

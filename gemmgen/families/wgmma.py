@@ -204,6 +204,10 @@ class WgmmaConfig(ConfigBase):
                 f"_{sched}_r{self.regs_producer}x{self.regs_consumer}_{self.store}"
                 f"_out{self.out}{self.feature_suffix()}")
 
+    def tile_shape(self) -> tuple:
+        return (self.bm, self.bn, self.bk, self.consumers, self.pingpong, self.cluster_m,
+                self.cluster_n)
+
     def brief(self) -> str:
         kind = "ping-pong" if self.pingpong else "cooperative"
         return (f"block {self.bm}x{self.bn}x{self.bk}  {self.consumers} consumer WG ({kind})"
@@ -355,6 +359,11 @@ class WgmmaConfig(ConfigBase):
     def registers_needed(self) -> int:
         """Registers a consumer thread needs: accumulators plus REG_RESERVE."""
         return self.acc_regs + REG_RESERVE
+
+    def launch_registers(self) -> int:
+        """Registers per thread the block launches with: the __launch_bounds__(threads, 1)
+        cap (setmaxnreg then moves them between warpgroups)."""
+        return self.entry_regs
 
     def register_cap(self) -> int:
         """Registers a consumer thread may use: REGS_CONSUMER after setmaxnreg, else the
