@@ -123,8 +123,17 @@ def tune(m, n, k, dtype, family, budget, max_configs, db_path, devices, jobs, sh
 
 
 def _stored(db, req) -> dict:
+    """The stored entry for the request's dtype, layout and shape: of ``--family`` if given,
+    else the one with the fastest winner."""
+    from .tunedb import parse_key
+    found = []
     for key_, entry in db.entries.items():
-        gpu, dtype, layout, shape = key_.split("|")
-        if (dtype, layout, shape) == (req.dtype, req.layout, f"{req.m}x{req.n}x{req.k}"):
-            return entry
+        _, dtype, layout, shape, fam = parse_key(key_)
+        fam = fam or entry.get("family")
+        if ((dtype, layout, shape) == (req.dtype, req.layout, (req.m, req.n, req.k))
+                and (req.family is None or fam == req.family)):
+            winner = entry["candidates"].get(entry.get("winner") or "", {})
+            found.append((winner.get("tflops") or 0.0, entry))
+    if found:
+        return max(found, key=lambda item: item[0])[1]
     raise click.ClickException(f"nothing tuned for {req.dtype} {req.m}x{req.n}x{req.k} in {db.path}")

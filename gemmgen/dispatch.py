@@ -32,9 +32,10 @@ def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
     Families are tried fastest first among those that run on compute capability ``cc``; one
     whose rules reject the layout (tf32 wgmma reads no row-major B) is passed over.
     Raises ``ValueError`` for a dtype no family takes there."""
-    row, how = db.lookup(gpu, dtype, m, n, k, layout) if db is not None else (None, None)
+    names = None if cc is None else [f.name for f in families_for(dtype, cc)]
+    row, how = db.lookup(gpu, dtype, m, n, k, layout, names) if db is not None else (None, None)
     if row is None and db is not None and layout != "rrr":
-        row, how = db.lookup(gpu, dtype, m, n, k)  # a row-major winner, re-laid out below
+        row, how = db.lookup(gpu, dtype, m, n, k, "rrr", names)  # re-laid out below
     candidates = []
     if row is not None:
         candidates.append((config_from_dict(row["config"]), how))

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing as mp
+import os
 import queue
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from . import tunedb
@@ -44,7 +45,8 @@ class Request:
 
 
 def compile_candidate(source: str, arch: str, name: str, timeout: float) -> tuple[bytes, dict]:
-    """Worker-process compile: (cubin, ptxas resources as a dict)."""
+    """One candidate's compile (run in a thread; nvcc is the subprocess): (cubin, ptxas
+    resources as a dict)."""
     cubin, res = compile_cubin(source, arch, name, timeout)
     return cubin, dataclasses.asdict(res)
 
@@ -176,7 +178,8 @@ def tune(req: Request, db: tunedb.TuneDB, runner, *, compile_fn=compile_candidat
     info = runner.info
     dev = DeviceLimits(**info["limits"])
     chosen, stats = plan(req, dev)
-    key = tunedb.key(info["gpu"], req.dtype, req.m, req.n, req.k, req.layout)
+    key = tunedb.key(info["gpu"], req.dtype, req.m, req.n, req.k, req.layout,
+                     req.family_on(dev.arch))
     entry = db.entry(key, gpu=info["gpu"], dtype=req.dtype, layout=req.layout, M=req.m,
                      N=req.n, K=req.k, family=req.family_on(dev.arch))
     if entry.get("cublas_tflops") is None:
@@ -186,7 +189,9 @@ def tune(req: Request, db: tunedb.TuneDB, runner, *, compile_fn=compile_candidat
     todo = {c.name: (c, pred) for c, pred in chosen if c.name not in done}
     stats.update(already_measured=len(chosen) - len(todo), measured_now=0, budget_hit=False)
     deadline = time.monotonic() + req.budget_s
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+    # nvcc is a subprocess already: threads drive the parallel compiles, so no Python process
+    # is spawned (a user script without a __main__ guard would run again in each one).
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:
         arch = get_family(req.family_on(dev.arch)).arch_for(cc_of(dev.arch))
         futures = {pool.submit(compile_fn, render(c, arch), arch, c.name,
                                req.compile_timeout): name for name, (c, _) in todo.items()}

@@ -49,17 +49,28 @@ def load(path: Path) -> dict:
                           f"{fix}")
     for k, e in entries.items():
         parts = k.split("|")
-        shape = parts[3].split("x") if len(parts) == 4 else []
+        shape = parts[3].split("x") if len(parts) in (4, 5) else []
         if (len(shape) != 3 or not all(s.isdigit() for s in shape) or not isinstance(e, dict)
                 or not isinstance(e.get("candidates"), dict)):
-            raise TuneDBError(f"{path}: entry {k!r} is not gpu|dtype|layout|MxNxK with a "
-                              f"candidates object: {fix}")
+            raise TuneDBError(f"{path}: entry {k!r} is not gpu|dtype|layout|MxNxK[|family] "
+                              f"with a candidates object: {fix}")
     return data
 
 
-def key(gpu: str, dtype: str, m: int, n: int, k: int, layout: str = "rrr") -> str:
-    """``<gpu>|<dtype>|<layout>|<M>x<N>x<K>``; layout ``rrr`` = A, B, C row-major."""
-    return f"{gpu}|{dtype}|{layout}|{m}x{n}x{k}"
+def key(gpu: str, dtype: str, m: int, n: int, k: int, layout: str = "rrr",
+        family: str | None = None) -> str:
+    """``<gpu>|<dtype>|<layout>|<M>x<N>x<K>|<family>``; layout ``rrr`` = A, B, C row-major.
+    Each family keeps its own entry (and winner) per shape; without ``family``, the 4-part key
+    of databases written before families had entries of their own."""
+    base = f"{gpu}|{dtype}|{layout}|{m}x{n}x{k}"
+    return f"{base}|{family}" if family else base
+
+
+def parse_key(k: str) -> tuple[str, str, str, tuple[int, int, int], str | None]:
+    """(gpu, dtype, layout, (M, N, K), family or None) of a database key."""
+    parts = k.split("|")
+    shape = tuple(int(x) for x in parts[3].split("x"))
+    return parts[0], parts[1], parts[2], shape, parts[4] if len(parts) > 4 else None
 
 
 class TuneDB:
@@ -115,19 +126,24 @@ class TuneDB:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    def lookup(self, gpu: str, dtype: str, m: int, n: int, k: int,
-               layout: str = "rrr") -> tuple[dict | None, str | None]:
+    def lookup(self, gpu: str, dtype: str, m: int, n: int, k: int, layout: str = "rrr",
+               families=None) -> tuple[dict | None, str | None]:
         """(winner's row, "exact" | "nearest") for this GPU, dtype and layout: the entry for the
         shape if it has a winner, else the tuned shape nearest in sum |log2(ratio)| over M, N,
-        K; (None, None) when nothing was tuned."""
-        best, best_d, how = None, math.inf, None
+        K; where several families were tuned at that shape, the fastest winner. ``families``
+        (names) limits the families considered. (None, None) when nothing was tuned."""
+        found: dict[float, list] = {}
         for key_, e in self.entries.items():
-            g, d, lay, shape = key_.split("|")
+            g, d, lay, (em, en, ek), fam = parse_key(key_)
+            fam = fam or e.get("family")
             if (g, d, lay) != (gpu, dtype, layout) or not e.get("winner"):
                 continue
-            em, en, ek = (int(x) for x in shape.split("x"))
+            if families is not None and fam not in families:
+                continue
             dist = sum(abs(math.log2((a + 1) / (b + 1))) for a, b in ((m, em), (n, en), (k, ek)))
-            if dist < best_d:
-                best, best_d = e["candidates"][e["winner"]], dist
-                how = "exact" if dist == 0 else "nearest"
-        return best, how
+            found.setdefault(round(dist, 9), []).append(e["candidates"][e["winner"]])
+        if not found:
+            return None, None
+        dist = min(found)
+        best = max(found[dist], key=lambda row: row.get("tflops") or 0.0)
+        return best, "exact" if dist == 0 else "nearest"

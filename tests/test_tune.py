@@ -65,7 +65,7 @@ def test_tune_records_every_candidate_and_never_picks_a_wrong_one(tmp_path):
     ok = {n: r["tflops"] for n, r in rows.items() if r["status"] == "ok"}
     assert entry["winner"] == max(ok, key=ok.get)
     assert rows[entry["winner"]]["config"]["skew"] != 0
-    assert entry["cublas_tflops"] == 50.0 and key == "FakeGPU|fp32|rrr|4096x4096x4096"
+    assert entry["cublas_tflops"] == 50.0 and key == "FakeGPU|fp32|rrr|4096x4096x4096|simt"
 
     # Resume and extend: a new process, a larger space; only the new candidates run.
     runner2 = FakeRunner()
@@ -113,6 +113,32 @@ def test_dispatch_choice(tmp_path):
                                                          "default")
     assert choose(None, "G", "bf16", 1, 1, 1, cc=80)[0] == PRESETS["wmma_bf16"].config
     assert choose(None, "G", "bf16", 1, 1, 1, cc=90)[0] == PRESETS["wgmma_bf16"].config
+
+
+def test_each_family_keeps_its_winner_and_lookup_takes_the_fastest(tmp_path):
+    db = tunedb.TuneDB(tmp_path / "db.json")
+    wm, wg = PRESETS["wmma_pipeline"].config, PRESETS["wgmma_tma_store"].config
+    for cfg, speed in ((wm, 220.0), (wg, 750.0)):
+        k = tunedb.key("H", "fp16", 4096, 4096, 4096, family=cfg.family)
+        db.entry(k)
+        db.record(k, cfg.name, {"status": "ok", "tflops": speed, "config": cfg.as_dict()})
+    assert len(db.entries) == 2
+    assert choose(db, "H", "fp16", 4096, 4096, 4096, cc=90) == (wg, "exact")
+    assert choose(db, "A", "fp16", 4096, 4096, 4096, cc=80)[1] == "default"  # other GPU
+    assert db.lookup("H", "fp16", 4096, 4096, 4096, families=["wmma"])[0]["tflops"] == 220.0
+    assert choose(db, "H", "fp16", 4096, 4096, 4096, cc=80)[0].family == "wmma"
+
+
+def test_no_python_process_is_spawned_to_compile(monkeypatch, nvcc):
+    import multiprocessing
+    from gemmgen.build import compile_many
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a Python process was started")
+    monkeypatch.setattr(multiprocessing.Process, "start", refuse)
+    configs = [PRESETS["tile1d"].config, PRESETS["smem"].config]
+    out = compile_many(configs, arch="sm_90", jobs=2)
+    assert all(isinstance(r, tuple) and r[0][:4] == b"\x7fELF" for r in out)
 
 
 def test_dtype_names_of_arrays():
@@ -177,7 +203,7 @@ def test_a_candidate_that_spills_becomes_a_spill_row_and_is_never_timed(tmp_path
                for r in spills.values())
     assert entry["winner"] not in spills
     assert "spill" in tunedb.FINAL and db.measured(tunedb.key("FakeGPU", "fp32", 4096, 4096,
-                                                              4096)) >= set(spills)
+                                                              4096, family="simt")) >= set(spills)
 
 
 def test_the_plan_leaves_out_what_the_estimate_says_would_spill():
