@@ -155,7 +155,7 @@ class WgmmaConfig(ConfigBase):
     consumers: int = 2
     pingpong: bool = False
     producer: bool = True
-    stages: int = 4
+    stages: int = 3
     swizzle: int = 128
     cluster_m: int = 1
     cluster_n: int = 1
@@ -578,7 +578,8 @@ def space(dtype: str = "fp16") -> list[WgmmaConfig]:
 
 
 def _adjust(values: dict, given: set) -> dict:
-    """Follow --dtype: tf32 takes BK = 32, an fp32 C and a K-major B unless the command line
+    """Follow --dtype: tf32 takes BK = 32, an fp32 C, a K-major B and direct stores with 4
+    stages (an fp32 C staging tile would not leave room for them) unless the command line
     says otherwise; 16-bit inputs default C to their own dtype."""
     if "dtype" in given:
         d = values["dtype"]
@@ -588,6 +589,8 @@ def _adjust(values: dict, given: set) -> dict:
             values = {**values, "bk": values.get("swizzle", 128) // ELEM_BYTES[d]}
         if d == "tf32" and "layout" not in given:
             values = {**values, "layout": "rcr"}
+        if d == "tf32" and "store" not in given and "stages" not in given:
+            values = {**values, "store": "direct", "stages": 4}  # as the tf32 preset
     return values
 
 
