@@ -113,15 +113,20 @@ def verify(paths, presets, variants, arch, seed, json_path) -> None:
             results += sweep_kernel(label, kernel, cases, seed)
     for label, err in failed_builds:
         click.echo(f"BUILD FAIL {label}: {err}", err=True)
+    paths = any(r.path for r in results)  # TMA kernels say which path each case took
     click.echo(f"{'kernel':<36} {'dtype':>5} {'M x N x K':>15} {'alpha':>6} {'beta':>6} "
-               f"{'rel err':>9} {'bound':>8} {'worst':>12} result")
+               f"{'rel err':>9} {'bound':>8} {'worst':>12} result" + ("  path" if paths else ""))
     for r in results:
         shape = f"{r.m}x{r.n}x{r.k}"
+        path = f"  {r.path.split(':')[0]}" if paths else ""
         click.echo(f"{r.kernel:<36} {r.dtype:>5} {shape:>15} {r.alpha:>6g} {r.beta:>6g} "
                    f"{r.rel_error:>9.2e} "
-                   f"{r.tol:>8.1e} {str(r.worst):>12} {'pass' if r.passed else 'FAIL'}")
+                   f"{r.tol:>8.1e} {str(r.worst):>12} {'pass' if r.passed else 'FAIL'}{path}")
     failed = [r for r in results if not r.passed]
-    click.echo(f"{len(results) - len(failed)} passed, {len(failed) + len(failed_builds)} failed")
+    tma = sum(1 for r in results if r.path == "tma")
+    click.echo(f"{len(results) - len(failed)} passed, {len(failed) + len(failed_builds)} failed"
+               + (f" ({tma} on the TMA path, {len(results) - tma} on the fallback)" if paths
+                  else ""))
     if json_path:
         write_text(json_path, json.dumps([r.as_dict() for r in results], indent=1), "--json")
     sys.exit(1 if failed or failed_builds else 0)

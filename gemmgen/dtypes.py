@@ -7,6 +7,11 @@ import numpy as np
 # inputs to (TF32 keeps 10 explicit bits of a float32).
 UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "tf32": 2.0 ** -11, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
 
+ELEM_BYTES = {"fp16": 2, "bf16": 2, "tf32": 4, "fp32": 4}
+"""Bytes per element as stored (tf32 is float32 storage)."""
+CTYPES = {"fp16": "half", "bf16": "__nv_bfloat16", "tf32": "float", "fp32": "float"}
+"""C++ storage type of each dtype in the emitted kernels."""
+
 # cudaDataType_t (library_types.h) and cublasComputeType_t (cublas_api.h) values.
 CUDA_R = {"fp32": 0, "tf32": 0, "fp16": 2, "bf16": 14}
 CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32 = 68, 77

@@ -14,6 +14,7 @@ import itertools
 from dataclasses import dataclass
 
 from ..arch import get_arch
+from ..dtypes import CTYPES, ELEM_BYTES
 from ..model import (EPILOGUES, LAYOUTS, WARP_SIZE, ConfigBase, Family, Preset, div)
 from ..rules import Rule, at_least, at_most, equal, multiple_of, one_of
 
@@ -26,8 +27,6 @@ BARRIER_BYTES = 8                  # one mbarrier
 ALIGN_SLACK = 1024                 # dynamic shared memory is rounded up to a 1024-byte atom
 REG_RESERVE = 48                   # registers a consumer needs besides its accumulators
 REGISTER_FILE = 65536              # 32-bit registers per SM (sm_90)
-ELEM_BYTES = {"fp16": 2, "bf16": 2, "tf32": 4, "fp32": 4}
-CTYPES = {"fp16": "half", "bf16": "__nv_bfloat16", "tf32": "float", "fp32": "float"}
 PTX_TYPES = {"fp16": "f16", "bf16": "bf16", "tf32": "tf32"}
 SMEM_OPTIN = get_arch("sm_90").smem_per_block_optin
 """The largest dynamic shared memory one block may opt in to on the only arch this family

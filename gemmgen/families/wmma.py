@@ -6,6 +6,7 @@ import itertools
 from dataclasses import dataclass
 
 from ..arch import get_arch
+from ..dtypes import CTYPES, ELEM_BYTES
 from ..model import (EPILOGUES, LAYOUTS, MAX_THREADS_PER_SM, WARP_SIZE, ConfigBase, Family,
                      Preset, div)
 from ..rules import Rule, at_least, at_most, equal, multiple_of, one_of
@@ -15,8 +16,6 @@ MAX_DYNAMIC_SMEM = 227 * 1024  # the largest opt-in on any supported arch (sm_90
 MAX_ACC_REGS = 128
 SHAPES = {"m16n16k16": (16, 16, 16), "m32n8k16": (32, 8, 16), "m8n32k16": (8, 32, 16),
           "m16n16k8": (16, 16, 8)}
-ELEM_BYTES = {"fp16": 2, "bf16": 2, "tf32": 4, "fp32": 4}
-CTYPES = {"fp16": "half", "bf16": "__nv_bfloat16", "tf32": "float", "fp32": "float"}
 FRAG_CTYPES = {"fp16": "half", "bf16": "__nv_bfloat16", "tf32": "wmma::precision::tf32"}
 
 _TF32 = equal("DTYPE_TF32", 1)
