@@ -213,3 +213,49 @@ def test_the_plan_leaves_out_what_the_estimate_says_would_spill():
     assert stats["valid"] >= stats["ranked"] + stats["spill_risk"] - len(PRESETS)
     seeds = {p.config.name for p in PRESETS.values()}
     assert not [c.name for c, _ in chosen if spill_risk(c) and c.name not in seeds]
+
+
+class _DeviceArray:
+    """A stand-in for a CuPy array (dispatch recognises CuPy by its module)."""
+
+    __module__ = "cupy._stand_in"
+
+    def __init__(self, rows: int, cols: int, ptr: int):
+        self.shape, self.ndim, self.dtype = (rows, cols), 2, np.dtype(np.float16)
+        self.strides = (cols * 2, 2)
+        self.data = type("Mem", (), {"ptr": ptr})()
+        self.device = type("Dev", (), {"id": 0})()
+        self.__cuda_array_interface__ = {"shape": self.shape, "typestr": "<f2", "version": 3,
+                                         "data": (ptr, False), "strides": self.strides}
+
+
+def test_gemm_checks_a_signature_once_then_only_launches(monkeypatch):
+    """The call-overhead fast path: the first call with a signature checks the operands and
+    builds a plan; later calls with new pointers but the same signature launch directly."""
+    from gemmgen import dispatch
+    launches, checks = [], []
+
+    class FakeKernel:
+        config = PRESETS["wgmma_tma_store"].config
+
+        def launch_raw(self, *args):
+            launches.append(args)
+    monkeypatch.setattr(dispatch, "_kernel_for", lambda *a: (FakeKernel(), "default"))
+    real_check = dispatch.check_gemm
+    monkeypatch.setattr(dispatch, "check_gemm", lambda *a, **k: checks.append(1) or real_check(*a, **k))
+    monkeypatch.setattr(dispatch, "_PLANS", {})
+    for base in (1 << 20, 2 << 20, 3 << 20):
+        A, B, C = (_DeviceArray(264, 200, base), _DeviceArray(200, 136, base + 4096),
+                   _DeviceArray(264, 136, base + 8192))
+        assert dispatch.gemm(A, B, C, alpha=0.5, beta=2) is C
+    assert len(checks) == 1 and len(launches) == 3
+    m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc = launches[-1][:11]
+    assert (m, n, k, lda, ldb, ldc) == (264, 136, 200, 200, 136, 136)
+    assert (a_ptr, b_ptr, c_ptr, alpha, beta) == (3 << 20, (3 << 20) + 4096, (3 << 20) + 8192, 0.5, 2.0)
+    with pytest.raises(dispatch.OperandError, match="C is required when beta != 0"):
+        dispatch.gemm(_DeviceArray(264, 200, 0), _DeviceArray(200, 136, 0), None, beta=1.0)
+    with pytest.raises(dispatch.OperandError, match="alpha must be a real number"):
+        dispatch.gemm(A, B, C, alpha="2")
+    assert len(checks) == 2  # the C-less signature was new: checked (and refused) in full
+    dispatch.gemm(_DeviceArray(8, 200, 0), B, _DeviceArray(8, 136, 0))  # a new shape: checked
+    assert len(checks) == 3
