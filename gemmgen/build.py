@@ -10,14 +10,16 @@ import dataclasses
 import hashlib
 import json
 import os
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import __version__
 from .arch import cc_of
 from .families import get_family
 from .model import ConfigBase
-from .nvcc import BuildError, Resources, compile_cubin, nvcc_version
+from .nvcc import CUBIN_FLAGS, BuildError, Resources, compile_cubin, nvcc_version
 from .render import config_from_source, render
 
 _CACHE: dict[tuple[str, str, str], "Kernel"] = {}
@@ -71,7 +73,8 @@ def compile_cached(source: str, arch: str, name: str, timeout: float = 300) -> t
     """(cubin, ptxas resources) of ``source`` for ``arch``, from the disk cache or nvcc.
 
     Raises ``BuildError`` with nvcc's message (and the kept source's path) when it fails."""
-    key = hashlib.sha256(f"{arch}\n{nvcc_version()}\n{source}".encode()).hexdigest()[:32]
+    key = hashlib.sha256(f"{__version__}\n{' '.join(CUBIN_FLAGS)}\n{arch}\n{nvcc_version()}\n"
+                         f"{source}".encode()).hexdigest()[:32]
     root = cache_dir()
     cubin_path, meta_path = root / f"{name}-{key}.cubin", root / f"{name}-{key}.json"
     try:
@@ -85,18 +88,30 @@ def compile_cached(source: str, arch: str, name: str, timeout: float = 300) -> t
         raise BuildError(kept, err.log, err.command) from None
     try:
         root.mkdir(parents=True, exist_ok=True)
-        tmp = cubin_path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(cubin)
-        os.replace(tmp, cubin_path)
-        meta_path.write_text(json.dumps(dataclasses.asdict(res)))
+        _write_atomic(meta_path, json.dumps(dataclasses.asdict(res)).encode())
+        _write_atomic(cubin_path, cubin)  # last: a cubin on disk has its report beside it
     except OSError:
         pass  # an unwritable cache costs a compile next time, nothing more
     return cubin, res
 
 
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write through a unique temporary file and rename it into place (threads and processes
+    compiling the same kernel each write whole files)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def _keep_source(name: str, source: str) -> str:
-    """Where a failed build's source is kept for the error message."""
-    path = cache_dir().parent / "src" / f"{name}.cu"
+    """Where a failed build's source is kept for the error message: ``failed/`` in the cache
+    directory."""
+    path = cache_dir() / "failed" / f"{name}.cu"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(source)
@@ -123,18 +138,22 @@ class Kernel:
 
     @property
     def name(self) -> str:
+        """The kernel's symbol: the config's name."""
         return self.config.name
 
     @property
     def registers(self) -> int:
+        """Registers per thread the loaded function uses (at launch, for setmaxnreg kernels)."""
         return self.function.num_regs
 
     @property
     def smem_bytes(self) -> int:
+        """Static shared memory per block, bytes."""
         return self.function.shared_size_bytes
 
     @property
     def local_bytes(self) -> int:
+        """Local memory per thread, bytes (spills or stack; 0 for every preset)."""
         return self.function.local_size_bytes
 
     def launch_raw(self, m: int, n: int, k: int, alpha: float, a_ptr: int, lda: int, b_ptr: int,
@@ -197,7 +216,7 @@ def from_cubin(config: ConfigBase, arch: str, cubin: bytes, resources: Resources
             raise BuildError(source_path or config.name, f"{config.name} needs {dynamic} bytes "
                              f"of shared memory; this device allows {limit} per block")
         function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic)
-    if config.family == "wgmma":
+    if get_family(config.family).tma:  # tensor maps in the parameter block: its own launch
         from .launch_tma import TmaKernel
         return TmaKernel(config, arch, function, module, source_path, resources, cubin=cubin)
     function.prepare(SIGNATURE)

@@ -12,7 +12,7 @@ import click
 
 from .cli import OutputPath, main, require_matplotlib
 from .families import FAMILIES
-from .model import INT32_MAX
+from .model import INT32_MAX, LAYOUTS
 
 EXTENT = click.IntRange(1, INT32_MAX)
 
@@ -47,7 +47,9 @@ def _budget(ctx, param, value):
 @click.option("--dtype", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]), default="fp32",
               show_default=True)
 @click.option("--family", type=click.Choice(list(FAMILIES)), default=None,
-              help="[default: the fastest family for --dtype on this GPU]")
+              help="[default: the fastest family for --dtype and --layout on this GPU]")
+@click.option("--layout", type=click.Choice(list(LAYOUTS)), default="rrr", show_default=True,
+              help="A, B, C each row- (r) or column-major (c)")
 @click.option("--budget", type=float, default=600, show_default=True, callback=_budget,
               help="seconds of wall clock before no new candidate starts")
 @click.option("--max-configs", type=click.IntRange(min=1), default=48, show_default=True,
@@ -62,8 +64,8 @@ def _budget(ctx, param, value):
 @click.option("--show", is_flag=True, help="print the stored entry for this shape; no tuning")
 @click.option("--explain", is_flag=True, help="say why the winner beat the runner-up")
 @click.option("--plot", "plot_path", type=OutputPath(), help="draw the search")
-def tune(m, n, k, dtype, family, budget, max_configs, db_path, devices, jobs, show, explain,
-         plot_path) -> None:
+def tune(m, n, k, dtype, family, layout, budget, max_configs, db_path, devices, jobs, show,
+         explain, plot_path) -> None:
     """Search the validated configuration space on the GPU for one shape and keep the result.
 
     Every candidate is verified against a float64 reference before it is timed; failures are
@@ -74,6 +76,11 @@ def tune(m, n, k, dtype, family, budget, max_configs, db_path, devices, jobs, sh
     if family and dtype not in FAMILIES[family].dtypes:
         raise click.BadParameter(f"the {family} family takes {', '.join(FAMILIES[family].dtypes)}"
                                  f", not {dtype}", param_hint="--dtype")
+    if family:
+        from .tune import laid_out
+        if not laid_out(FAMILIES[family].space(dtype), layout):
+            raise click.BadParameter(f"the {family} family has no {dtype} configuration in "
+                                     f"layout {layout}", param_hint="--layout")
     if show and (devices or jobs):
         raise click.UsageError("--show prints what is stored; it runs nothing (drop --devices "
                                "and --jobs)")
@@ -86,7 +93,7 @@ def tune(m, n, k, dtype, family, budget, max_configs, db_path, devices, jobs, sh
             raise click.BadParameter(str(exc), param_hint="--db") from None
         raise click.ClickException(f"{exc} (the default database; set $GEMMGEN_TUNE_DB or "
                                    f"--db to use another)") from None
-    req = Request(m, n, k, dtype, family, budget, max_configs)
+    req = Request(m, n, k, dtype, family, budget, max_configs, layout=layout)
     if show:
         entry = _stored(db, req)
         click.echo(tune_report.show(entry))

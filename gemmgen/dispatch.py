@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from .dtypes import dtype_name_of
 from .families import config_from_dict, families_for
+from .model import EPILOGUES
 from .operands import OperandError, check_gemm, check_scalars
 from .presets import PRESETS
 from .tunedb import TuneDB
@@ -48,6 +49,9 @@ def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
         if cc is not None and cfg.family not in {f.name for f in fams}:
             continue  # tuned on another kind of GPU
         trial = cfg.replace(layout=layout, epilogue=epilogue, check=False)
+        problems = trial._type_problems()  # e.g. an unknown epilogue name
+        if problems:
+            raise ValueError("; ".join(problems))
         if not trial.violations():
             return trial, how_
     raise ValueError(f"no {dtype} kernel takes layout {layout!r} with epilogue {epilogue!r}")
@@ -90,9 +94,16 @@ def _kernel_for(dt: str, m: int, n: int, k: int, db, lay: str, epi: str):
 
 
 # ---- the fast path for device arrays ------------------------------------------------------
+ABSENT = ("absent",)
+"""The signature of an operand that was not given (C or bias)."""
+
+
 def _signature(x):
-    """What the checks of a device operand depend on (not its pointer), or None for NumPy
-    arrays and other kinds that take the full path."""
+    """What the checks of a device operand depend on (not its pointer): its kind, shape,
+    strides, dtype and device. ``ABSENT`` for None; None for every other kind (NumPy arrays,
+    GPUArrays), which then take the full path on every call."""
+    if x is None:
+        return ABSENT
     mod = type(x).__module__
     if mod.startswith("torch"):
         return ("torch", x.shape, x.stride(), x.dtype, x.device)
@@ -101,16 +112,16 @@ def _signature(x):
     return None
 
 
-def _pointer(kind: str):
-    if kind == "torch":
-        return lambda x: x.data_ptr()
-    return lambda x: x.data.ptr
+def _pointer(x) -> int:
+    """The device address of a PyTorch tensor or CuPy array (the first element of the view)."""
+    return x.data_ptr() if type(x).__module__.startswith("torch") else x.data.ptr
 
 
 @dataclass
 class _Plan:
     """A checked launch for one operand signature: the kernel, extents, leading dimensions,
-    batch strides, and how to read pointers and make C."""
+    batch strides, and how to make C. ``cupy``: some operand is a CuPy array, whose
+    ``__cuda_array_interface__`` stream is honoured on every call."""
 
     kernel: object
     how: str
@@ -120,43 +131,58 @@ class _Plan:
     batch: int
     lds: tuple[int, int, int]
     strides: tuple[int, int, int]
-    ptr: object
     new_c: object
-    has_bias: bool
+    cupy: bool
 
     def run(self, A, B, C, alpha: float, beta: float, bias):
         out = C if C is not None else self.new_c(A)
+        if self.cupy:
+            _sync_cupy_producers(A, B, C, bias)
         if self.m and self.n:
-            p = self.ptr
             lda, ldb, ldc = self.lds
             sa, sb, sc = self.strides
-            self.kernel.launch_raw(self.m, self.n, self.k, alpha, p(A), lda, p(B), ldb, beta,
-                                   p(out), ldc, sa, sb, sc, p(bias) if self.has_bias else 0,
-                                   self.batch)
+            self.kernel.launch_raw(self.m, self.n, self.k, alpha, _pointer(A), lda, _pointer(B),
+                                   ldb, beta, _pointer(out), ldc, sa, sb, sc,
+                                   _pointer(bias) if bias is not None else 0, self.batch)
         return out
 
 
+def _sync_cupy_producers(*ops) -> None:
+    """__cuda_array_interface__ v3: wait for the device when a CuPy operand was exported on a
+    stream other than the default ones (it may still be being written there)."""
+    from .launch import _DEFAULT_STREAMS
+    for x in ops:
+        if x is not None and type(x).__module__.startswith("cupy"):
+            if x.__cuda_array_interface__.get("stream") not in _DEFAULT_STREAMS:
+                import pycuda.driver as drv
+                drv.Context.synchronize()
+                return
+
+
 def _make_plan(kernel, how, A, B, C, bias, beta: float) -> _Plan:
-    from .launch import _bstride, _empty_like
+    """Every check ``launch`` makes (operands, specialization, grid limits), once per
+    signature, and the launch that follows from them."""
+    from .launch import _bstride, check_launch
+    from .operands import describe
     cfg = kernel.config
     args = check_gemm(A, B, C, beta=beta, dtype=cfg.dtype, out=cfg.out, layout=cfg.layout,
                       bias=bias, needs_bias=cfg.epilogue.startswith("bias"))
+    check_launch(kernel, args)
     shape = (args.batch, args.m, args.n) if args.batch else (args.m, args.n)
     col_c = cfg.layout[2] == "c"
-    probe = C if C is not None else _empty_like(A, shape, cfg.out, col_c)
-    from .operands import describe
-    c = args.c or describe(probe, "C", cfg.out)
+    new_c = _allocator(A, shape, cfg.out, col_c)
+    c = args.c or describe(new_c(A), "C", cfg.out)
+    kinds = {type(x).__module__.split(".")[0] for x in (A, B, C, bias) if x is not None}
     return _Plan(kernel, how, args.m, args.n, args.k, args.batch or 1,
                  (args.ld(args.a, 0), args.ld(args.b, 1), c.lds[cfg.layout[2]]),
-                 (_bstride(args.a), _bstride(args.b), _bstride(c)), _pointer(args.a.kind),
-                 _allocator(args.a.kind, A, shape, cfg.out, col_c), args.bias is not None)
+                 (_bstride(args.a), _bstride(args.b), _bstride(c)), new_c, "cupy" in kinds)
 
 
-def _allocator(kind: str, template, shape: tuple, dtype: str, col: bool):
+def _allocator(template, shape: tuple, dtype: str, col: bool):
     """A function making a new C for the plan: the library and device of ``template``, C's
     dtype, each matrix row- or column-major (a transposed view)."""
     swapped = (*shape[:-2], shape[-1], shape[-2]) if col else shape
-    if kind == "torch":
+    if type(template).__module__.startswith("torch"):
         import torch
         tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(dtype, torch.float32)
         dev = template.device
@@ -174,20 +200,26 @@ def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
 
     A (M x K) and B (K x N), or 3-D batches, as the kernels take them (NumPy, GPUArray, CuPy,
     PyTorch; see ``Kernel.__call__``), each row- or column-major: the kernel's layout follows
-    the operands. ``epilogue`` (default "bias" when ``bias`` is given, else "none") is fused.
-    ``dtype`` defaults to A's (float32 -> fp32, float16 -> fp16, bfloat16 -> bf16); pass
-    "tf32" to run float32 data on tensor cores. The kernel is the tuning database's winner
-    (``db``, default ``gemmgen.tunedb.default_path()``) for this exact shape, else for the
-    nearest tuned shape, else the default preset of the fastest family for the dtype on this
-    GPU (see ``choose``). With alpha == 0, A and B are not read (BLAS). PyTorch and CuPy
-    operands with a signature seen before are launched without repeating the checks.
-    Raises ``OperandError`` for bad arguments, ``ValueError`` for an unsupported dtype.
+    the operands. ``epilogue`` (one of ``gemmgen.model.EPILOGUES``; default "bias" when
+    ``bias`` is given, else "none") is fused. ``dtype`` defaults to A's (float32 -> fp32,
+    float16 -> fp16, bfloat16 -> bf16); pass "tf32" to run float32 data on tensor cores. The
+    kernel is the tuning database's winner (``db``, default ``gemmgen.tunedb.default_path()``)
+    for this exact shape, else for the nearest tuned shape, else the default preset of the
+    fastest family for the dtype on this GPU (see ``choose``). With alpha == 0, A and B are
+    not read (BLAS). PyTorch and CuPy operands whose signature (kind, shape, strides, dtype,
+    device; not the pointer) was seen before are launched without repeating the checks.
+
+    Raises ``OperandError`` for bad arguments, ``ValueError`` for an unknown epilogue or an
+    unsupported dtype, ``BuildError`` when a kernel does not compile, ``ImportError`` without
+    PyCUDA and ``RuntimeError`` without a CUDA driver or device.
     """
     alpha, beta = check_scalars(alpha, beta)
-    sig_a = _signature(A)
-    if sig_a is not None:
-        key = (sig_a, _signature(B), None if C is None else _signature(C),
-               None if bias is None else _signature(bias), epilogue, dtype, db)
+    if epilogue is not None and epilogue not in EPILOGUES:
+        raise ValueError(f"unknown epilogue {epilogue!r}; known: {', '.join(EPILOGUES)}")
+    sigs = (_signature(A), _signature(B), _signature(C), _signature(bias))
+    fast = None not in sigs
+    if fast:
+        key = (*sigs, epilogue, dtype, db)
         plan = _PLANS.get(key)
         if plan is not None:
             if C is None and beta != 0:
@@ -202,7 +234,7 @@ def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
     lay = layout_of(A, B, C, dt)
     epi = epilogue or ("bias" if bias is not None else "none")
     kernel, how = _kernel_for(dt, m, n, k, db, lay, epi)
-    if sig_a is not None and _signature(B) is not None:
+    if fast:
         plan = _make_plan(kernel, how, A, B, C, bias, beta)
         _PLANS[key] = plan
         return plan.run(A, B, C, alpha, beta, bias)

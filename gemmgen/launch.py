@@ -29,14 +29,7 @@ def launch(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=
     alpha, beta = check_scalars(alpha, beta)
     args = check_gemm(A, B, C, beta=beta, dtype=cfg.dtype, out=cfg.out, layout=cfg.layout,
                       bias=bias, needs_bias=cfg.epilogue.startswith("bias"))
-    for size, fixed, what in ((args.m, cfg.m, "A has {} rows"), (args.n, cfg.n, "B has {} columns"),
-                              (args.k, cfg.k, "A has {} columns")):
-        if fixed is not None and size != fixed:
-            raise OperandError(f"{what.format(size)}; this kernel is specialized for "
-                               f"M, N, K = {cfg.m}, {cfg.n}, {cfg.k} (None: any)")
-    if -(-args.m // cfg.bm) > GRID_LIMIT_YZ or (args.batch or 1) > GRID_LIMIT_YZ:
-        raise OperandError(f"{args.m} rows in blocks of {cfg.bm}, or a batch of {args.batch}, "
-                           f"exceeds the grid limit of {GRID_LIMIT_YZ}")
+    check_launch(kernel, args)
     if args.a.kind == "numpy":
         return _launch_host(kernel, args, alpha, beta, C, bias)
     shape = (args.batch, args.m, args.n) if args.batch else (args.m, args.n)
@@ -49,6 +42,23 @@ def launch(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=
                           _bstride(args.a), _bstride(args.b), _bstride(c),
                           args.bias.ptr if args.bias else 0, args.batch or 1, stream)
     return out
+
+
+def check_launch(kernel, args: GemmArgs) -> None:
+    """What the operands must meet beyond their own checks: the kernel's specialized extents
+    and CUDA's grid limits (a persistent kernel loops over rows and batches itself). Raises
+    ``OperandError`` naming the mismatch."""
+    cfg = kernel.config
+    for size, fixed, what in ((args.m, cfg.m, "A has {} rows"), (args.n, cfg.n, "B has {} columns"),
+                              (args.k, cfg.k, "A has {} columns")):
+        if fixed is not None and size != fixed:
+            raise OperandError(f"{what.format(size)}; this kernel is specialized for "
+                               f"M, N, K = {cfg.m}, {cfg.n}, {cfg.k} (None: any)")
+    if getattr(cfg, "persistent", False):
+        return
+    if -(-args.m // cfg.bm) > GRID_LIMIT_YZ or (args.batch or 1) > GRID_LIMIT_YZ:
+        raise OperandError(f"{args.m} rows in blocks of {cfg.bm}, or a batch of {args.batch}, "
+                           f"exceeds the grid limit of {GRID_LIMIT_YZ}")
 
 
 def _bstride(op) -> int:

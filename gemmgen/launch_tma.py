@@ -29,13 +29,11 @@ def sm_count() -> int:
 
 
 def fallback_config(cfg):
-    """A WMMA configuration that computes what ``cfg`` computes (dtypes, layout, epilogue,
-    specialization) without TMA: the path for operands a tensor map cannot describe."""
-    from .families.wmma import WmmaConfig
-    tf32 = cfg.dtype == "tf32"
-    return WmmaConfig(128, 128, 32, 64, 64, shape="m16n16k8" if tf32 else "m16n16k16",
-                      dtype=cfg.dtype, out=cfg.out, skew=4 if tf32 else 8, stages=3,
-                      layout=cfg.layout, epilogue=cfg.epilogue, m=cfg.m, n=cfg.n, k=cfg.k)
+    """A configuration of another family that computes what ``cfg`` computes (dtypes, layout,
+    epilogue, specialization) without TMA: the family's ``fallback``, for operands a tensor
+    map cannot describe."""
+    from .families import get_family
+    return get_family(cfg.family).fallback(cfg)
 
 
 @dataclass

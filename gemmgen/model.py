@@ -219,7 +219,9 @@ class Family:
     configurations ``tune`` searches (each valid); ``min_cc``: lowest compute capability
     (major*10+minor) it compiles for; ``arch_suffix``: "a" when it needs the arch-specific
     target (sm_90a for wgmma); ``adjust(values, given)``: fills fields that depend on others
-    (e.g. the TF32 WMMA shape) before the config is built.
+    (e.g. the TF32 WMMA shape) before the config is built; ``tma``: its kernels take tensor
+    maps (launched by ``gemmgen.launch_tma.TmaKernel``); ``fallback(cfg)``: a config of
+    another family computing the same thing, for operands this family's kernels cannot read.
     """
 
     name: str
@@ -234,6 +236,8 @@ class Family:
     min_cc: int = 70
     max_cc: int | None = None
     arch_suffix: str = ""
+    tma: bool = False
+    fallback: Callable | None = None
     adjust: Callable[[dict, set], dict] = field(default=lambda values, given: values)
 
     def arch_for(self, cc: int) -> str:
@@ -243,5 +247,5 @@ class Family:
         if cc < self.min_cc or (self.max_cc is not None and cc > self.max_cc):
             need = f"sm_{self.min_cc}{self.arch_suffix}"
             need += " exactly" if self.max_cc == self.min_cc else " or newer"
-            raise ValueError(f"the {self.name} family needs {need}; this device is sm_{cc}")
+            raise ValueError(f"the {self.name} family needs {need}; sm_{cc} cannot run it")
         return f"sm_{cc}{self.arch_suffix}"

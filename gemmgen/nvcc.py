@@ -108,6 +108,9 @@ def _run_nvcc(args: list[str], src: Path | str, timeout: float) -> str:
     return log
 
 
+CUBIN_FLAGS = ("-std=c++17",)
+"""nvcc flags of every cubin gemmgen builds (part of the compile cache key)."""
+
 SLOW_PATH_WARNINGS = {
     "C7508": "setmaxnreg ignored (the kernel needs a register cap at entry and each "
              "warpgroup's role in one branch)",
@@ -224,7 +227,7 @@ def compile_cubin(source: str, arch: str = "sm_90", name: str = "kernel",
     with tempfile.TemporaryDirectory(prefix="gemmgen-cubin-") as tmp:
         src, out = Path(tmp) / f"{name}.cu", Path(tmp) / f"{name}.cubin"
         src.write_text(source)
-        log = _run_nvcc(["-cubin", f"-arch={arch}", "-std=c++17", "-o", str(out)], src, timeout)
+        log = _run_nvcc(["-cubin", f"-arch={arch}", *CUBIN_FLAGS, "-o", str(out)], src, timeout)
         report = parse_ptxas(log)
         if arch not in report:
             raise BuildError(src, f"no ptxas report for {arch} in:\n{log}")

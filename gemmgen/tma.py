@@ -48,6 +48,8 @@ class MapSpec:
         if self.ptr % 16:
             out.append(f"{name}'s address is not 16-byte aligned (offset {self.ptr % 16})")
         for i, s in enumerate(self.strides):
+            if i == 1 and self.dims[2] == 1:
+                continue  # one matrix: its "batch stride" is a multiple of the leading one
             if s % 16:
                 what = "leading dimension" if i == 0 else "batch stride"
                 out.append(f"{name}'s {what} is {s} bytes, not a multiple of 16")
@@ -158,6 +160,8 @@ class ParamPacker:
         self.struct = struct.Struct(fmt)
 
     def pack(self, *values) -> bytes:
+        """The parameter block: ``values`` in the kernel's parameter order, each at its offset,
+        zero padding between them. Raises ``struct.error`` for a value of the wrong kind."""
         return self.struct.pack(*values)
 
 
@@ -199,7 +203,6 @@ def _driver():
     return fn
 
 
-_ALIGNED = ctypes.create_string_buffer(TENSOR_MAP_BYTES * 2)
 _CACHE: dict[MapSpec, bytes] = {}
 CACHE_LIMIT = 4096
 
@@ -213,7 +216,8 @@ def encode(spec: MapSpec, name: str = "operand") -> bytes:
     problems = spec.problems(name)
     if problems:
         raise TmaError("; ".join(problems))
-    base = ctypes.addressof(_ALIGNED)
+    buf = ctypes.create_string_buffer(TENSOR_MAP_BYTES * 2)  # per call: threads may encode
+    base = ctypes.addressof(buf)
     out = base + (-base % TENSOR_MAP_BYTES)  # the encoder wants an aligned CUtensorMap
     dims = (ctypes.c_uint64 * 3)(*spec.dims)
     strides = (ctypes.c_uint64 * 2)(*spec.strides)

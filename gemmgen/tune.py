@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from . import tunedb
 from .nvcc import BuildError, compile_cubin
 from .arch import cc_of
-from .families import default_family, get_family
+from .families import default_family, families_for, get_family
 from .render import render
 from .space import DeviceLimits, enumerate_configs, rank, select, spill_risk, unfit_reason
 
@@ -36,8 +36,20 @@ class Request:
 
     def family_on(self, arch: str) -> str:
         """The family searched: ``family`` if given, else the fastest one for the dtype that
-        runs on ``arch`` (sm_XY)."""
-        return self.family or default_family(self.dtype, cc_of(arch)).name
+        runs on ``arch`` (sm_XY) and has configurations in the request's layout (tf32 wgmma
+        has none with a row-major B)."""
+        if self.family:
+            return self.family
+        for fam in families_for(self.dtype, cc_of(arch)):
+            if laid_out(fam.space(self.dtype), self.layout):
+                return fam.name
+        return default_family(self.dtype, cc_of(arch)).name
+
+
+def laid_out(configs, layout: str) -> list:
+    """``configs`` in ``layout`` (A, B, C each r or c), keeping those the rules accept there."""
+    out = [c if c.layout == layout else c.replace(layout=layout, check=False) for c in configs]
+    return [c for c in out if not c.violations()]
 
     @property
     def out(self) -> str:
@@ -153,7 +165,7 @@ def plan(req: Request, dev: DeviceLimits) -> tuple[list[tuple], dict]:
     family's valid configs, less those the device cannot hold and those the register
     estimate says would spill, ranked by the cheap model."""
     fam = req.family_on(dev.arch)
-    configs = enumerate_configs(fam, req.dtype)
+    configs = laid_out(enumerate_configs(fam, req.dtype), req.layout)
     family = get_family(fam)
     in_space = {c.name for c in configs}
     # Measured first: the dtype's default preset and the presets the search space contains

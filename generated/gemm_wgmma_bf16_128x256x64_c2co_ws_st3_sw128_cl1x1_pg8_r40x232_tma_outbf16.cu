@@ -116,6 +116,7 @@ namespace gemm_wgmma_bf16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_out
 [[maybe_unused]] constexpr int C_CHUNK = 64;
 [[maybe_unused]] constexpr int C_CHUNKS = 4;
 [[maybe_unused]] constexpr int C_SMEM_BYTES = 65536;
+[[maybe_unused]] constexpr int C_BOX_ROWS = 64;
 [[maybe_unused]] constexpr int SMEM_BYTES = 214064;
 [[maybe_unused]] constexpr int SMEM_OPTIN = 232448;
 [[maybe_unused]] constexpr int LAYOUT_A_COL = 0;
@@ -147,7 +148,6 @@ namespace gemm_wgmma_bf16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_out
 [[maybe_unused]] constexpr int ACC_PER_WGMMA = 128;
 [[maybe_unused]] constexpr int C_CONSUMER_BYTES = 32768;
 [[maybe_unused]] constexpr int C_CHUNK_BYTES = 8192;
-[[maybe_unused]] constexpr int C_BOX_ROWS = 64;
 [[maybe_unused]] constexpr int BAR_STORE_BASE = 1;
 [[maybe_unused]] constexpr int BAR_ORDER_BASE = 3;
 
@@ -186,6 +186,7 @@ static_assert((GROUP >= 1), "H30 group-positive: GROUP >= 1");
 static_assert(!(ROW_MAJOR_TMA_STORE == 1) || ((C_CHUNK) == 0 || (BN) % (C_CHUNK) == 0), "H31 c-store-chunks: BN % C_CHUNK == 0 when ROW_MAJOR_TMA_STORE == 1");
 static_assert(!(OUT_FP16 == 1) || (DTYPE_FP16 == 1), "H32 fp16-output: DTYPE_FP16 == 1 when OUT_FP16 == 1");
 static_assert(!(OUT_BF16 == 1) || (DTYPE_BF16 == 1), "H33 bf16-output: DTYPE_BF16 == 1 when OUT_BF16 == 1");
+static_assert(!(STORE_TMA == 1) || (C_BOX_ROWS <= 256), "H34 c-box: C_BOX_ROWS <= 256 when STORE_TMA == 1");
 
 
 using in_t = __nv_bfloat16;    // A and B

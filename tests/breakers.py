@@ -118,6 +118,7 @@ WGMMA_BREAKERS = {
     "c-store-chunks": ("wgmma_tma_store", {"bn": 200, "layout": "rcr"}),
     "fp16-output": ("wgmma_bf16", {"out": "fp16"}),
     "bf16-output": ("wgmma_tma_store", {"out": "bf16"}),
+    "c-box": ("wgmma_tma_store", {"bm": 320, "bn": 64, "pingpong": True, "layout": "crr"}),
 }
 BREAKERS = {"simt": SIMT_BREAKERS, "wmma": WMMA_BREAKERS, "wgmma": WGMMA_BREAKERS}
 

@@ -240,6 +240,10 @@ def test_gemm_checks_a_signature_once_then_only_launches(monkeypatch):
 
         def launch_raw(self, *args):
             launches.append(args)
+
+        def __call__(self, A, B, C=None, **kw):  # the full path, as Kernel.__call__
+            from gemmgen.launch import launch
+            return launch(self, A, B, C, **kw)
     monkeypatch.setattr(dispatch, "_kernel_for", lambda *a: (FakeKernel(), "default"))
     real_check = dispatch.check_gemm
     monkeypatch.setattr(dispatch, "check_gemm", lambda *a, **k: checks.append(1) or real_check(*a, **k))
@@ -257,5 +261,10 @@ def test_gemm_checks_a_signature_once_then_only_launches(monkeypatch):
     with pytest.raises(dispatch.OperandError, match="alpha must be a real number"):
         dispatch.gemm(A, B, C, alpha="2")
     assert len(checks) == 2  # the C-less signature was new: checked (and refused) in full
+    with pytest.raises(dispatch.OperandError, match="bias"):  # checked in full, never dropped
+        dispatch.gemm(A, B, C, bias=np.zeros(136, np.float16), epilogue="bias")
+    with pytest.raises(ValueError, match="unknown epilogue 'Relu'"):
+        dispatch.gemm(A, B, C, epilogue="Relu")
+    checks.clear()
     dispatch.gemm(_DeviceArray(8, 200, 0), B, _DeviceArray(8, 136, 0))  # a new shape: checked
-    assert len(checks) == 3
+    assert len(checks) == 1

@@ -113,6 +113,9 @@ WGMMA_RULES: tuple[Rule, ...] = (
          when=equal("OUT_FP16", 1)),
     Rule("H33", "bf16-output", equal("DTYPE_BF16", 1), "a bf16 C needs bf16 inputs",
          when=equal("OUT_BF16", 1)),
+    Rule("H34", "c-box", at_most("C_BOX_ROWS", MAX_BOX),
+         "a TMA-store box dimension (a consumer's rows, or BN for a column-major C) is at most "
+         "256 (cuTensorMapEncodeTiled)", when=equal("STORE_TMA", 1)),
 )
 
 
@@ -323,10 +326,16 @@ class WgmmaConfig(ConfigBase):
         return 2 * self.stages * BARRIER_BYTES
 
     @property
+    def c_smem_offset(self) -> int:
+        """Where the C staging tiles start: after the stages, rounded up to a 1024-byte atom
+        (the TMA store's 128-byte swizzle is a function of the address bits)."""
+        return -(-self.stages * self.stage_bytes // ALIGN_SLACK) * ALIGN_SLACK
+
+    @property
     def smem_bytes(self) -> int:
-        """Dynamic shared memory per block: stages, C staging, barriers and alignment slack."""
-        return (self.stages * self.stage_bytes + self.c_smem_bytes + self.barrier_bytes
-                + ALIGN_SLACK)
+        """Dynamic shared memory per block: stages, C staging (1024-byte aligned), barriers and
+        the slack for rounding the base up to a 1024-byte atom."""
+        return self.c_smem_offset + self.c_smem_bytes + self.barrier_bytes + ALIGN_SLACK
 
     @property
     def static_smem_bytes(self) -> int:
@@ -402,6 +411,7 @@ class WgmmaConfig(ConfigBase):
             "A_STAGE_BYTES": self.a_stage_bytes, "B_STAGE_BYTES": self.b_stage_bytes,
             "STAGE_BYTES": self.stage_bytes, "C_CHUNK": self.c_chunk,
             "C_CHUNKS": self.c_chunks, "C_SMEM_BYTES": self.c_smem_bytes,
+            "C_BOX_ROWS": self.consumer_rows if self.layout[2] == "r" else self.bn,
             "SMEM_BYTES": self.smem_bytes, "SMEM_OPTIN": SMEM_OPTIN,
             **self.feature_env(),
         }
@@ -412,7 +422,7 @@ class WgmmaConfig(ConfigBase):
         e = self.env()
         a_off = 0
         b_off = self.stages * self.a_stage_bytes
-        c_off = b_off + self.stages * self.b_stage_bytes
+        c_off = self.c_smem_offset
         bar_off = c_off + self.c_smem_bytes
         # wgmma matrix descriptors: K-major tiles step 8 rows (SBO) of one swizzle row each and
         # advance 32 bytes per wgmma K; MN-major tiles hold BK rows per swizzle-wide column
@@ -436,7 +446,6 @@ class WgmmaConfig(ConfigBase):
                 "ACC_PER_WGMMA": self.bn // 2,
                 "C_CONSUMER_BYTES": c_rows * self.bn * self.out_bytes if self.store == "tma" else 0,
                 "C_CHUNK_BYTES": (c_rows if self.layout[2] == "r" else self.bn) * C_SWIZZLE,
-                "C_BOX_ROWS": c_rows if self.layout[2] == "r" else self.bn,
                 "BAR_STORE_BASE": 1, "BAR_ORDER_BASE": 1 + self.consumers}
 
     def ctypes(self) -> dict[str, str]:
@@ -484,9 +493,10 @@ class WgmmaConfig(ConfigBase):
                 "acc_constraints": [f'"+f"(d[{i}])' for i in range(n)]}
 
     def grid(self, m: int, n: int) -> tuple[int, int, int]:
-        """Tiles of an M x N output (one CTA each without ``persistent``), in clusters:
-        (ceil(M/(BM*CLUSTER_M)) * ceil(N/(BN*CLUSTER_N)) * CLUSTER, 1, 1); a persistent
-        launch caps x at the SMs (rounded down to whole clusters). Block = (threads, 1, 1)."""
+        """CTAs for every tile of an M x N output, in whole clusters:
+        (ceil(M/(BM*CLUSTER_M)) * ceil(N/(BN*CLUSTER_N)) * CLUSTER, 1, 1). A non-persistent
+        launch uses it as is (z = batch); a persistent one (``TmaKernel.grid``) caps x at the
+        SMs, rounded down to whole clusters. Block = (threads, 1, 1)."""
         tiles = (-(-m // (self.bm * self.cluster_m))) * (-(-n // (self.bn * self.cluster_n)))
         return (tiles * self.cluster, 1, 1)
 
@@ -551,14 +561,15 @@ PRESETS: tuple[Preset, ...] = (
 
 SPACE = {
     "bm": (128, 256), "bn": (128, 192, 256), "stages": (3, 4, 5), "cluster": ((1, 1), (2, 1)),
-    "group": (8, 16), "store": ("tma",), "kind": ("cooperative", "pingpong"),
+    "group": (8, 16), "store": ("tma", "direct"), "kind": ("cooperative", "pingpong"),
 }
 
 
 def space(dtype: str = "fp16") -> list[WgmmaConfig]:
     """Every configuration of the wgmma search space for ``dtype`` that passes the rules:
-    warp-specialized, persistent, setmaxnreg 40/232, 128-byte swizzle; C in the input dtype
-    (float32 for tf32), K-major B for tf32 (layout rcr)."""
+    warp-specialized, persistent, setmaxnreg 40/232, 128-byte swizzle, TMA or direct stores;
+    C in the input dtype (float32 for tf32), K-major B for tf32 (layout rcr; ``tune`` lays the
+    space out in the layout it tunes)."""
     s = SPACE
     out_dtype = "fp32" if dtype == "tf32" else dtype
     bk = 128 // ELEM_BYTES[dtype]
@@ -574,6 +585,17 @@ def space(dtype: str = "fp16") -> list[WgmmaConfig]:
         if not cfg.violations():
             out.append(cfg)
     return out
+
+
+def fallback(cfg: WgmmaConfig):
+    """The WMMA configuration (128x128x32, warps 64x64, 3 stages) that computes what ``cfg``
+    computes, for operands TMA cannot describe: a row or batch stride that is not a multiple
+    of 16 bytes, or a base address off 16-byte alignment."""
+    from .wmma import WmmaConfig
+    tf32 = cfg.dtype == "tf32"
+    return WmmaConfig(128, 128, 32, 64, 64, shape="m16n16k8" if tf32 else "m16n16k16",
+                      dtype=cfg.dtype, out=cfg.out, skew=4 if tf32 else 8, stages=3,
+                      layout=cfg.layout, epilogue=cfg.epilogue, m=cfg.m, n=cfg.n, k=cfg.k)
 
 
 def _adjust(values: dict, given: set) -> dict:
@@ -617,4 +639,5 @@ FAMILY = Family(
         "regs_consumer": "setmaxnreg count of the consumers (0: none)",
         "store": "epilogue: tma (stmatrix + TMA store) or direct",
     },
-    space=space, min_cc=90, max_cc=90, arch_suffix="a", adjust=_adjust)
+    space=space, min_cc=90, max_cc=90, arch_suffix="a", adjust=_adjust, tma=True,
+    fallback=fallback)
