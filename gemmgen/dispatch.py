@@ -112,9 +112,14 @@ def _signature(x):
     return None
 
 
-def _pointer(x) -> int:
-    """The device address of a PyTorch tensor or CuPy array (the first element of the view)."""
-    return x.data_ptr() if type(x).__module__.startswith("torch") else x.data.ptr
+def _reader(x):
+    """How to read the device address of an operand of ``x``'s kind (the first element of the
+    view): ``tensor.data_ptr()`` for PyTorch, ``array.data.ptr`` for CuPy; 0 for an absent one."""
+    if x is None:
+        return lambda _: 0
+    if type(x).__module__.startswith("torch"):
+        return lambda t: t.data_ptr()
+    return lambda a: a.data.ptr
 
 
 @dataclass
@@ -133,6 +138,7 @@ class _Plan:
     strides: tuple[int, int, int]
     new_c: object
     cupy: bool
+    ptrs: tuple  # address readers of A, B, C (or the new C) and bias
 
     def run(self, A, B, C, alpha: float, beta: float, bias):
         out = C if C is not None else self.new_c(A)
@@ -141,9 +147,9 @@ class _Plan:
         if self.m and self.n:
             lda, ldb, ldc = self.lds
             sa, sb, sc = self.strides
-            self.kernel.launch_raw(self.m, self.n, self.k, alpha, _pointer(A), lda, _pointer(B),
-                                   ldb, beta, _pointer(out), ldc, sa, sb, sc,
-                                   _pointer(bias) if bias is not None else 0, self.batch)
+            pa, pb, pc, pbias = self.ptrs
+            self.kernel.launch_raw(self.m, self.n, self.k, alpha, pa(A), lda, pb(B), ldb, beta,
+                                   pc(out), ldc, sa, sb, sc, pbias(bias), self.batch)
         return out
 
 
@@ -175,7 +181,8 @@ def _make_plan(kernel, how, A, B, C, bias, beta: float) -> _Plan:
     kinds = {type(x).__module__.split(".")[0] for x in (A, B, C, bias) if x is not None}
     return _Plan(kernel, how, args.m, args.n, args.k, args.batch or 1,
                  (args.ld(args.a, 0), args.ld(args.b, 1), c.lds[cfg.layout[2]]),
-                 (_bstride(args.a), _bstride(args.b), _bstride(c)), new_c, "cupy" in kinds)
+                 (_bstride(args.a), _bstride(args.b), _bstride(c)), new_c, "cupy" in kinds,
+                 (_reader(A), _reader(B), _reader(C if C is not None else A), _reader(bias)))
 
 
 def _allocator(template, shape: tuple, dtype: str, col: bool):

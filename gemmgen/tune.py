@@ -46,14 +46,16 @@ class Request:
         return default_family(self.dtype, cc_of(arch)).name
 
 
+    @property
+    def out(self) -> str:
+        """C's dtype: the input dtype, float32 for fp32 and tf32."""
+        return "fp32" if self.dtype in ("fp32", "tf32") else self.dtype
+
+
 def laid_out(configs, layout: str) -> list:
     """``configs`` in ``layout`` (A, B, C each r or c), keeping those the rules accept there."""
     out = [c if c.layout == layout else c.replace(layout=layout, check=False) for c in configs]
     return [c for c in out if not c.violations()]
-
-    @property
-    def out(self) -> str:
-        return "fp32" if self.dtype in ("fp32", "tf32") else self.dtype
 
 
 def compile_candidate(source: str, arch: str, name: str, timeout: float) -> tuple[bytes, dict]:

@@ -46,6 +46,14 @@ def test_selection_keeps_seeds_and_spreads_over_tile_shapes():
     assert len(shapes) >= 19  # one variant per tile shape before any second variant
 
 
+def test_request_names_c_dtype_and_its_family_per_layout():
+    assert Request(64, 64, 64, dtype="bf16").out == "bf16"
+    assert Request(64, 64, 64, dtype="tf32").out == "fp32"
+    assert Request(64, 64, 64, dtype="tf32").family_on("sm_90") == "wmma"  # row-major B
+    assert Request(64, 64, 64, dtype="tf32", layout="rcr").family_on("sm_90") == "wgmma"
+    assert Request(64, 64, 64, dtype="fp16").family_on("sm_80") == "wmma"
+
+
 def test_plan_counts_each_step():
     chosen, stats = plan(Request(4096, 4096, 4096, max_configs=30), DEVICE)
     assert len(chosen) == stats["chosen"] == 30
