@@ -20,14 +20,19 @@ from concurrent.futures import ThreadPoolExecutor
 CASES = ((520, 776, 328, 1.0, 0.0), (1032, 2056, 1040, 1.5, -0.5), (4096, 4096, 4096, 1.0, 0.0))
 
 
-def one(family: str, label: str) -> int:
+def candidates(family: str) -> dict:
+    """explore.py's candidate configs of ``family``, by label."""
     import runpy
+    pool = runpy.run_path(__file__.replace("smoke.py", "explore.py"), run_name="explore")
+    return {"simt": pool["CANDIDATES"], "wmma": pool["WMMA_CANDIDATES"],
+            "wgmma": pool["WGMMA_CANDIDATES"]}[family]
+
+
+def one(family: str, label: str) -> int:
     import numpy as np
     from gemmgen.build import build
     from gemmgen.verify import check, device_runner
-    pool = runpy.run_path(__file__.replace("smoke.py", "explore.py"), run_name="explore")
-    cfg = {"simt": pool["CANDIDATES"], "wmma": pool["WMMA_CANDIDATES"],
-           "wgmma": pool["WGMMA_CANDIDATES"]}[family][label]
+    cfg = candidates(family)[label]
     kernel = build(cfg)
     rng = np.random.default_rng(0)
     run = device_runner(kernel)
@@ -55,14 +60,9 @@ def main() -> int:
     args = ap.parse_args()
     if args.one:
         return one(args.family, args.one)
-    import runpy
-    pool = runpy.run_path(__file__.replace("smoke.py", "explore.py"), run_name="explore")
-    labels = [lbl for lbl in {"simt": pool["CANDIDATES"], "wmma": pool["WMMA_CANDIDATES"],
-                              "wgmma": pool["WGMMA_CANDIDATES"]}[args.family]
-              if not args.only or any(o in lbl for o in args.only)]
+    cfgs = candidates(args.family)
+    labels = [lbl for lbl in cfgs if not args.only or any(o in lbl for o in args.only)]
     from gemmgen.build import compile_many  # compile everything first, in parallel
-    cfgs = {"simt": pool["CANDIDATES"], "wmma": pool["WMMA_CANDIDATES"],
-            "wgmma": pool["WGMMA_CANDIDATES"]}[args.family]
     compile_many([cfgs[lbl] for lbl in labels])
 
     def run(label):

@@ -33,14 +33,14 @@ def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
     Families are tried fastest first among those that run on compute capability ``cc``; one
     whose rules reject the layout (tf32 wgmma reads no row-major B) is passed over.
     Raises ``ValueError`` for a dtype no family takes there."""
-    names = None if cc is None else [f.name for f in families_for(dtype, cc)]
+    fams = families_for(dtype, cc)
+    names = None if cc is None else [f.name for f in fams]
     row, how = db.lookup(gpu, dtype, m, n, k, layout, names) if db is not None else (None, None)
     if row is None and db is not None and layout != "rrr":
         row, how = db.lookup(gpu, dtype, m, n, k, "rrr", names)  # re-laid out below
     candidates = []
     if row is not None:
         candidates.append((config_from_dict(row["config"]), how))
-    fams = families_for(dtype, cc)
     if not fams:
         raise ValueError(f"no kernel family takes dtype {dtype!r}"
                          + (f" on sm_{cc}" if cc is not None else ""))
@@ -141,7 +141,7 @@ class _Plan:
     ptrs: tuple  # address readers of A, B, C (or the new C) and bias
 
     def run(self, A, B, C, alpha: float, beta: float, bias):
-        out = C if C is not None else self.new_c(A)
+        out = C if C is not None else self.new_c()
         if self.cupy:
             _sync_cupy_producers(A, B, C, bias)
         if self.m and self.n:
@@ -168,7 +168,7 @@ def _sync_cupy_producers(*ops) -> None:
 def _make_plan(kernel, how, A, B, C, bias, beta: float) -> _Plan:
     """Every check ``launch`` makes (operands, specialization, grid limits), once per
     signature, and the launch that follows from them."""
-    from .launch import _bstride, check_launch
+    from .launch import _bstride, allocator, check_launch
     from .operands import describe
     cfg = kernel.config
     args = check_gemm(A, B, C, beta=beta, dtype=cfg.dtype, out=cfg.out, layout=cfg.layout,
@@ -176,28 +176,13 @@ def _make_plan(kernel, how, A, B, C, bias, beta: float) -> _Plan:
     check_launch(kernel, args)
     shape = (args.batch, args.m, args.n) if args.batch else (args.m, args.n)
     col_c = cfg.layout[2] == "c"
-    new_c = _allocator(A, shape, cfg.out, col_c)
-    c = args.c or describe(new_c(A), "C", cfg.out)
+    make_c = None if C is not None else allocator(A, shape, cfg.out, col_c)  # C's in the key
+    c = args.c or describe(make_c(), "C", cfg.out)
     kinds = {type(x).__module__.split(".")[0] for x in (A, B, C, bias) if x is not None}
     return _Plan(kernel, how, args.m, args.n, args.k, args.batch or 1,
                  (args.ld(args.a, 0), args.ld(args.b, 1), c.lds[cfg.layout[2]]),
-                 (_bstride(args.a), _bstride(args.b), _bstride(c)), new_c, "cupy" in kinds,
+                 (_bstride(args.a), _bstride(args.b), _bstride(c)), make_c, "cupy" in kinds,
                  (_reader(A), _reader(B), _reader(C if C is not None else A), _reader(bias)))
-
-
-def _allocator(template, shape: tuple, dtype: str, col: bool):
-    """A function making a new C for the plan: the library and device of ``template``, C's
-    dtype, each matrix row- or column-major (a transposed view)."""
-    swapped = (*shape[:-2], shape[-1], shape[-2]) if col else shape
-    if type(template).__module__.startswith("torch"):
-        import torch
-        tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(dtype, torch.float32)
-        dev = template.device
-        if col:
-            return lambda a: torch.empty(swapped, dtype=tdt, device=dev).transpose(-1, -2)
-        return lambda a: torch.empty(shape, dtype=tdt, device=dev)
-    from .launch import _empty_like
-    return lambda a: _empty_like(a, shape, dtype, col)
 
 
 def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,

@@ -106,22 +106,33 @@ def _ptr(array) -> int:
 def _empty_like(template, shape, dtype: str, col: bool):
     """A new device array of gemmgen dtype ``dtype`` from the library of ``template``
     (GPUArray, CuPy, torch); column-major matrices when ``col``."""
+    return allocator(template, shape, dtype, col)()
+
+
+def allocator(template, shape, dtype: str, col: bool):
+    """A function of no arguments making new device arrays like ``_empty_like`` does: the
+    library and device of ``template``, dtype ``dtype``, ``shape`` (column-major matrices as
+    transposed views when ``col``). Resolved once, so a launch plan allocates cheaply."""
     swapped = (*shape[:-2], shape[-1], shape[-2]) if col else shape
     module = type(template).__module__.split(".")[0]
     if module == "cupy":
         import cupy
-        out = cupy.empty(swapped, dtype=numpy_dtype(dtype))
-        return cupy.swapaxes(out, -1, -2) if col else out
+        np_dtype = numpy_dtype(dtype)
+        if col:
+            return lambda: cupy.swapaxes(cupy.empty(swapped, dtype=np_dtype), -1, -2)
+        return lambda: cupy.empty(shape, dtype=np_dtype)
     if module == "torch":
         import torch
         torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(dtype, torch.float32)
-        out = torch.empty(swapped, dtype=torch_dtype, device=template.device)
-        return out.transpose(-1, -2) if col else out
+        device = template.device
+        if col:
+            return lambda: torch.empty(swapped, dtype=torch_dtype, device=device).transpose(-1, -2)
+        return lambda: torch.empty(shape, dtype=torch_dtype, device=device)
     from pycuda import gpuarray
     if col:
         raise OperandError("pass C for a column-major-C kernel on GPUArrays (PyCUDA cannot "
                            "allocate a transposed view); CuPy and PyTorch inputs get one")
-    return gpuarray.empty(shape, numpy_dtype(dtype))
+    return lambda: gpuarray.empty(shape, numpy_dtype(dtype))
 
 
 def _wait_for_producers(args: GemmArgs) -> None:

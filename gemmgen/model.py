@@ -21,6 +21,12 @@ EPILOGUES = ("none", "bias", "relu", "gelu", "bias_relu", "bias_gelu")
 """Applied in registers before the store: D = act(alpha*A@B + beta*C + bias[col])."""
 
 
+def tile_intensity(m: int, n: int, elem_bytes: int) -> float:
+    """FLOP per byte of an m x n output tile fed by m rows of A and n columns of B per k:
+    2 m n / (elem_bytes (m + n)); 0 for an empty tile."""
+    return 2 * m * n / (elem_bytes * (m + n)) if m + n > 0 else 0.0
+
+
 def div(a: int, b: int) -> int:
     """a // b, or 0 when b is 0 (derived figures of invalid configs stay computable)."""
     return a // b if b else 0

@@ -16,6 +16,8 @@ import struct
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .dtypes import ELEM_BYTES
+
 TENSOR_MAP_BYTES = 128
 # CUtensorMapDataType, CUtensorMapSwizzle, CUtensorMapL2promotion (cuda.h, CUDA 12/13).
 DATA_TYPES = {"fp16": 6, "fp32": 7, "tf32": 7, "bf16": 9}
@@ -69,7 +71,7 @@ def operand_map(dtype: str, ptr: int, rows: int, cols: int, ld: int, col_major: 
     stored row- or column-major with leading dimension ``ld`` and ``batch_stride`` elements
     between matrices (0: one matrix for every batch entry). Dimension 0 is the contiguous one
     (cols if row-major, rows if column-major); ``box_inner`` runs along it."""
-    item = 4 if dtype in ("fp32", "tf32") else 2
+    item = ELEM_BYTES[dtype]
     inner, outer = (rows, cols) if col_major else (cols, rows)
     nb = batch if batch_stride else 1
     stride_b = batch_stride * item if batch_stride else max(ld * outer, 1) * item

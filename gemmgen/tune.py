@@ -191,6 +191,8 @@ def tune(req: Request, db: tunedb.TuneDB, runner, *, compile_fn=compile_candidat
     new work once ``req.budget_s`` has passed; a later run resumes where this one stopped."""
     info = runner.info
     dev = DeviceLimits(**info["limits"])
+    # Resolve the family once (it enumerates the spaces when not given).
+    req = dataclasses.replace(req, family=req.family_on(dev.arch))
     chosen, stats = plan(req, dev)
     key = tunedb.key(info["gpu"], req.dtype, req.m, req.n, req.k, req.layout,
                      req.family_on(dev.arch))

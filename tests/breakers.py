@@ -123,6 +123,16 @@ WGMMA_BREAKERS = {
 BREAKERS = {"simt": SIMT_BREAKERS, "wmma": WMMA_BREAKERS, "wgmma": WGMMA_BREAKERS}
 
 
+def pairwise_variants(cfg) -> list:
+    """Every layout once and every epilogue once (8 variants, layout i with epilogue i mod 6)
+    that the family's rules accept: the layout and epilogue code paths of the templates are
+    independent, so this covers each path without compiling all 48 pairs."""
+    from gemmgen.model import EPILOGUES, LAYOUTS
+    out = [cfg.replace(layout=lay, epilogue=EPILOGUES[i % len(EPILOGUES)], check=False)
+           for i, lay in enumerate(LAYOUTS)]
+    return [c for c in out if not c.violations()]
+
+
 def breaker(family: str, rule_name: str):
     preset, overrides = BREAKERS[family][rule_name]
     return PRESETS[preset].config.replace(check=False, **overrides)

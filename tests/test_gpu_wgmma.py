@@ -43,12 +43,9 @@ def test_offset_base_pointer_and_odd_leading_dimension_fall_back(hopper):
 
 @pytest.mark.parametrize("name", ["wgmma_tma_store", "wgmma_ws", "wgmma_tf32", "wgmma_cluster"])
 def test_layouts_and_epilogues(hopper, name):
+    from breakers import pairwise_variants
     from gemmgen.build import build_many
-    from gemmgen.model import EPILOGUES, LAYOUTS
-    base = PRESETS[name].config
-    configs = [base.replace(layout=lay, epilogue=EPILOGUES[i % len(EPILOGUES)], check=False)
-               for i, lay in enumerate(LAYOUTS)]
-    configs = [c for c in configs if not c.violations()]
+    configs = pairwise_variants(PRESETS[name].config)
     assert len(configs) >= 2
     for cfg, kernel in zip(configs, build_many(configs)):
         results = sweep_kernel(cfg.name, kernel, (CASES[2],) + ALIGNED_CASES,

@@ -4,10 +4,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from breakers import ALL_RULES, breaker
+from breakers import ALL_RULES, breaker, pairwise_variants
 from gemmgen import FAMILIES, PRESETS, SimtConfig, render
 from gemmgen.families.wmma import SHAPES, WmmaConfig
-from gemmgen.model import EPILOGUES, LAYOUTS
+from gemmgen.model import LAYOUTS
 from gemmgen.nvcc import BuildError, compile_many, compile_source, parse_ptxas
 
 ARCHS = ("sm_80", "sm_90")
@@ -128,15 +128,6 @@ def test_build_error_survives_pickling():
     err = pickle.loads(pickle.dumps(BuildError("/tmp/k.cu", 'static assertion failed with "R07 x"')))
     assert err.path == "/tmp/k.cu" and err.static_assert_ids() == {"R07"}
 
-
-
-def pairwise_variants(cfg) -> list:
-    """Every layout once and every epilogue once (8 variants, layout i with epilogue i mod 6)
-    that the family's rules accept: the layout and epilogue code paths of the templates are
-    independent, so this covers each path without compiling all 48 pairs."""
-    out = [cfg.replace(layout=lay, epilogue=EPILOGUES[i % len(EPILOGUES)], check=False)
-           for i, lay in enumerate(LAYOUTS)]
-    return [c for c in out if not c.violations()]
 
 
 @pytest.mark.parametrize("preset", ["warptile_tuned", "wmma_pipeline", "wmma_tf32"])

@@ -4,13 +4,14 @@ import re
 import subprocess
 
 import pytest
+from breakers import pairwise_variants
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from gemmgen import PRESETS, BuildError, ConfigError, FAMILIES, build, render
 from gemmgen.dispatch import choose
 from gemmgen.families.wgmma import WgmmaConfig
-from gemmgen.model import EPILOGUES, LAYOUTS
+from gemmgen.model import LAYOUTS
 from gemmgen.nvcc import compile_source, sass, tool_path
 from gemmgen.tma import MapSpec, ParamPacker, TmaError, encode, operand_map, param_layout
 from gemmgen.launch_tma import PARAM_KINDS, fallback_config
@@ -122,8 +123,7 @@ def test_fallback_takes_the_same_problem(layout):
 # ---- static evidence: every preset and each layout/epilogue path, compiled for sm_90a -------
 def _variants() -> list:
     base = WGMMA["wgmma_tma_store"]
-    out = [base.replace(layout=lay, epilogue=EPILOGUES[i % len(EPILOGUES)])
-           for i, lay in enumerate(LAYOUTS) if lay != "rrr"]
+    out = [c for c in pairwise_variants(base) if c.layout != "rrr"]
     return out + [base.replace(pingpong=True, bn=128, stages=4), base.replace(out="fp32", bn=128)]
 
 

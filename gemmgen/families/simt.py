@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..arch import STATIC_SMEM_LIMIT, get_arch
 from ..model import (EPILOGUES, LAYOUTS, MAX_THREADS_PER_SM, WARP_SIZE, ConfigBase, Family,
-                     Preset, div as _div)
+                     Preset, div as _div, tile_intensity)
 from ..rules import Cmp, Rule, at_least, at_most, equal, multiple_of, not_equal, one_of
 
 FLOAT_BYTES = 4
@@ -257,7 +257,7 @@ class SimtConfig(ConfigBase):
         ``register``: thread tile, bytes each thread loads into registers per k.
         """
         def tile(m: int, n: int) -> float:
-            return 2 * m * n / (FLOAT_BYTES * (m + n)) if m + n > 0 else 0.0
+            return tile_intensity(m, n, FLOAT_BYTES)
         tm, tn = self.tm * self.wm_iter, self.tn * self.wn_iter
         if self.warp_tiled:
             wm, wn = self.wm or 0, self.wn or 0

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from ..arch import get_arch
 from ..dtypes import CTYPES, ELEM_BYTES
-from ..model import (EPILOGUES, LAYOUTS, WARP_SIZE, ConfigBase, Family, Preset, div)
+from ..model import (EPILOGUES, LAYOUTS, WARP_SIZE, ConfigBase, Family, Preset, div,
+                     tile_intensity)
 from ..rules import Rule, at_least, at_most, equal, multiple_of, one_of
 
 WARPGROUP = 4 * WARP_SIZE          # threads of one warpgroup
@@ -458,7 +459,7 @@ class WgmmaConfig(ConfigBase):
         """FLOP per byte at the block tile (global) and at one consumer's wgmma tile
         (shared: the A rows it reads against the whole B tile)."""
         def tile(a: int, b: int) -> float:
-            return 2 * a * b / (self.elem_bytes * (a + b)) if a + b > 0 else 0.0
+            return tile_intensity(a, b, self.elem_bytes)
         return {"global": tile(self.bm * self.cluster_m, self.bn * self.cluster_n),
                 "shared": tile(self.consumer_rows, self.bn)}
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..arch import get_arch
 from ..dtypes import CTYPES, ELEM_BYTES
 from ..model import (EPILOGUES, LAYOUTS, MAX_THREADS_PER_SM, WARP_SIZE, ConfigBase, Family,
-                     Preset, div)
+                     Preset, div, tile_intensity)
 from ..rules import Rule, at_least, at_most, equal, multiple_of, one_of
 
 LOAD_BYTES = 16          # every global -> shared copy is one 16-byte cp.async
@@ -256,7 +256,7 @@ class WmmaConfig(ConfigBase):
     def flops_per_byte(self) -> dict[str, float | None]:
         """FLOP per byte at the block tile (global) and warp tile (shared) levels."""
         def tile(a: int, b: int) -> float:
-            return 2 * a * b / (self.elem_bytes * (a + b)) if a + b > 0 else 0.0
+            return tile_intensity(a, b, self.elem_bytes)
         return {"global": tile(self.bm, self.bn), "shared": tile(self.wm, self.wn)}
 
     def figures(self, arch: str = "sm_90") -> dict:
