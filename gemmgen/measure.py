@@ -42,8 +42,9 @@ class Measurer:
                "spill_bytes": ptxas["spill_stores"] + ptxas["spill_loads"]}
         kernel = from_cubin(cfg, self.device.arch, cubin)
         row["model"] = predict(cfg, p.m, p.n, p.k, self.device, kernel.registers)
+        math_ = getattr(cfg, "math", "native")
         small = check(cfg.name, device_runner(kernel), *VERIFY_CASE, self.rng, cfg.dtype,
-                      cfg.acc, cfg.out)
+                      cfg.acc, cfg.out, math_=math_)
 
         def launch(i: int) -> None:
             p.launch(kernel, i)
@@ -51,7 +52,7 @@ class Measurer:
         err = p.error_of(lambda: launch(0))  # poisoned C, target shape, before any timing
         first = time.perf_counter() - start
         row["rel_error"] = err
-        if not small.passed or not err <= tolerance(p.k, cfg.dtype, cfg.acc, cfg.out):
+        if not small.passed or not err <= tolerance(p.k, cfg.dtype, cfg.acc, cfg.out, math_):
             bad = small if not small.passed else None
             return {**row, "status": "wrong", "reason": (
                 f"{bad.m}x{bad.n}x{bad.k}: rel error {bad.rel_error:.2e} at {bad.worst}"

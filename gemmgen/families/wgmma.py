@@ -28,6 +28,11 @@ BARRIER_BYTES = 8                  # one mbarrier
 ALIGN_SLACK = 1024                 # dynamic shared memory is rounded up to a 1024-byte atom
 REG_RESERVE = 48                   # registers a consumer needs besides its accumulators
 REGISTER_FILE = 65536              # 32-bit registers per SM (sm_90)
+MAX_SPLIT_K = 16                   # slices of K one problem may be split into
+MATHS = ("native", "3xtf32")
+"""``math``: the dtype's own products, or 3xTF32 (three tf32 products per float32 product)."""
+PACK_TILE = 32                     # the pack kernels move 32 x 32 element tiles
+PACK_ROWS = 8                      # ... with 32 x 8 threads
 PTX_TYPES = {"fp16": "f16", "bf16": "bf16", "tf32": "tf32"}
 SMEM_OPTIN = get_arch("sm_90").smem_per_block_optin
 """The largest dynamic shared memory one block may opt in to on the only arch this family
@@ -117,6 +122,14 @@ WGMMA_RULES: tuple[Rule, ...] = (
     Rule("H34", "c-box", at_most("C_BOX_ROWS", MAX_BOX),
          "a TMA-store box dimension (a consumer's rows, or BN for a column-major C) is at most "
          "256 (cuTensorMapEncodeTiled)", when=equal("STORE_TMA", 1)),
+    Rule("H35", "split-k-range", one_of("SPLIT_K", tuple(range(1, MAX_SPLIT_K + 1))),
+         f"split-K into 1 to {MAX_SPLIT_K} slices of K"),
+    Rule("H36", "split-k-direct", equal("STORE_TMA", 0),
+         "split-K slices store fp32 partial sums from registers (store direct); the reduction "
+         "kernel applies alpha, beta, bias and the activation once", when=at_least("SPLIT_K", 2)),
+    Rule("H37", "3xtf32-dtype", equal("DTYPE_TF32", 1),
+         "3xTF32 splits float32 operands into tf32 big + small parts: dtype tf32",
+         when=equal("MATH_3XTF32", 1)),
 )
 
 
@@ -145,6 +158,17 @@ class WgmmaConfig(ConfigBase):
     - ``regs_producer, regs_consumer``: ``setmaxnreg`` counts (0, 0: none).
     - ``store``: "tma" (accumulators -> swizzled shared memory (stmatrix for 16-bit row-major
       C) -> ``cp.async.bulk.tensor`` store) or "direct" (guarded stores from registers).
+    - ``split_k``: slices of K (1: none). Each slice stores fp32 partial sums in a workspace
+      (SPLIT_K x batch x M x N, in C's layout) and the module's ``<name>_reduce`` kernel sums
+      them in slice order (deterministic) and applies alpha, beta, bias and the activation
+      once. For skinny problems whose tiles cannot fill the SMs (CUTLASS's split-K serial
+      reduction, with a separate pass as in its "parallel" split-K).
+    - ``math``: "native", or "3xtf32" (dtype tf32): the module's ``<name>_split3`` kernel
+      writes each float32 operand as tf32 big = rna(x) and small = rna(x - big) parts,
+      K-major, per BK chunk of K (A: small, big, big; B: big, small, big), and the kernel
+      runs over 3x K, so each chunk sums small*big + big*small before big*big in fp32: the
+      order of CUTLASS's 3xTF32 (examples 27/28; Ootomo & Yokota 2022). FP32-level accuracy
+      on tf32 tensor cores; any caller layout (the pack transposes).
     - ``layout``, ``epilogue``, ``m, n, k``: as in the other families.
 
     Raises ``ConfigError`` listing every broken rule of ``WGMMA_RULES`` with its numbers.
@@ -168,6 +192,8 @@ class WgmmaConfig(ConfigBase):
     regs_producer: int = 40
     regs_consumer: int = 232
     store: str = "tma"
+    split_k: int = 1
+    math: str = "native"
     layout: str = "rrr"
     epilogue: str = "none"
     m: int | None = None
@@ -180,19 +206,20 @@ class WgmmaConfig(ConfigBase):
     acc = "fp32"
     min_blocks = 1
     field_types = {"dtype": str, "out": str, "pingpong": bool, "producer": bool,
-                   "persistent": bool, "raster": str, "store": str, "layout": str,
+                   "persistent": bool, "raster": str, "store": str, "math": str, "layout": str,
                    "epilogue": str}
     choices = {"dtype": ("fp16", "bf16", "tf32"), "out": ("fp16", "bf16", "fp32"),
-               "raster": ("grouped", "snake"), "store": ("tma", "direct"), "layout": LAYOUTS,
-               "epilogue": EPILOGUES}
+               "raster": ("grouped", "snake"), "store": ("tma", "direct"), "math": MATHS,
+               "layout": LAYOUTS, "epilogue": EPILOGUES}
     optional = frozenset({"m", "n", "k"})
-    fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype", "out")
+    fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype", "out", "math")
     search_domain = {
         "bm": (64, 128, 192, 256), "bn": (64, 96, 128, 160, 192, 224, 256), "bk": (16, 32, 64),
         "consumers": (1, 2), "pingpong": (False, True), "producer": (False, True),
         "stages": (1, 2, 3, 4, 5, 6), "swizzle": (32, 64, 128), "cluster_m": (1, 2),
         "cluster_n": (1, 2), "persistent": (False, True), "group": (1, 8, 16),
         "regs_producer": (0, 24, 40), "regs_consumer": (0, 232, 240), "store": ("tma", "direct"),
+        "split_k": (1, 2, 3, 4, 6, 8),
     }
 
     # ---- identity -------------------------------------------------------------------------
@@ -205,7 +232,8 @@ class WgmmaConfig(ConfigBase):
         return (f"gemm_wgmma_{self.dtype}_{self.bm}x{self.bn}x{self.bk}_c{self.consumers}{kind}"
                 f"_{ws}_st{self.stages}_sw{self.swizzle}_cl{self.cluster_m}x{self.cluster_n}"
                 f"_{sched}_r{self.regs_producer}x{self.regs_consumer}_{self.store}"
-                f"_out{self.out}{self.feature_suffix()}")
+                f"_out{self.out}{f'_sk{self.split_k}' if self.split_k > 1 else ''}"
+                f"{'_3xtf32' if self.math == '3xtf32' else ''}{self.feature_suffix()}")
 
     def tile_shape(self) -> tuple:
         return (self.bm, self.bn, self.bk, self.consumers, self.pingpong, self.cluster_m,
@@ -217,7 +245,9 @@ class WgmmaConfig(ConfigBase):
                 f"{' + producer' if self.producer else ''}  stages {self.stages}  swizzle "
                 f"{self.swizzle}  cluster {self.cluster_m}x{self.cluster_n}  "
                 f"{'persistent ' + self.raster if self.persistent else 'one tile per CTA'}  "
-                f"store {self.store}  out {self.out}")
+                f"store {self.store}  out {self.out}"
+                f"{f'  split-K {self.split_k}' if self.split_k > 1 else ''}"
+                f"{'  3xTF32' if self.math == '3xtf32' else ''}")
 
     # ---- derived figures ------------------------------------------------------------------
     @property
@@ -265,13 +295,29 @@ class WgmmaConfig(ConfigBase):
 
     @property
     def a_mn_major(self) -> bool:
-        """A column-major: M is contiguous (wgmma's 'transposed' A)."""
-        return self.layout[0] == "c"
+        """A column-major: M is contiguous (wgmma's 'transposed' A). Never with 3xTF32: its
+        pack kernel writes A K-major whatever the caller's layout."""
+        return self.layout[0] == "c" and self.math != "3xtf32"
 
     @property
     def b_mn_major(self) -> bool:
-        """B row-major: N is contiguous (wgmma's 'transposed' B)."""
-        return self.layout[1] == "r"
+        """B row-major: N is contiguous (wgmma's 'transposed' B). Never with 3xTF32."""
+        return self.layout[1] == "r" and self.math != "3xtf32"
+
+    def packed_k(self, k: int) -> int:
+        """K the kernel runs over for a caller's K: K itself, or with 3xTF32 three parts per
+        BK chunk of K rounded up to BK (small, big, big of A against big, small, big of B)."""
+        if self.math != "3xtf32":
+            return k
+        return 3 * -(-k // self.bk) * self.bk
+
+    def split_slices(self, k: int) -> list[tuple[int, int]]:
+        """(first K tile, K tiles) of each split-K slice for a K of ``k``: ceil(K tiles /
+        SPLIT_K) tiles each, the last slices shorter or empty (an empty slice stores zeros)."""
+        tiles = -(-self.packed_k(k) // self.bk)
+        per = -(-tiles // self.split_k)
+        return [(min(tiles, s * per), max(0, min(tiles, (s + 1) * per) - s * per))
+                for s in range(self.split_k)]
 
     def _box(self, rows: int, mn_major: bool, split: int) -> dict:
         """TMA boxes of one operand's stage: K-major: BK x rows/split (one box per CTA
@@ -402,6 +448,8 @@ class WgmmaConfig(ConfigBase):
             "DTYPE_TF32": int(self.dtype == "tf32"), "OUT_FP16": int(self.out == "fp16"),
             "OUT_BF16": int(self.out == "bf16"), "OUT_16BIT": int(self.out_bytes == 2),
             "A_MN_MAJOR": int(self.a_mn_major), "B_MN_MAJOR": int(self.b_mn_major),
+            "SPLIT_K": self.split_k, "MATH_3XTF32": int(self.math == "3xtf32"),
+            "PACK_TILE": PACK_TILE, "PACK_ROWS": PACK_ROWS,
             "WGMMA_M": WGMMA_M, "WGMMA_N": self.bn, "WGMMA_K": self.wgmma_k,
             "K_STEPS": div(self.bk, self.wgmma_k), "CONSUMER_ROWS": self.consumer_rows,
             "M_ITERS": self.m_iters, "ACC_REGS": self.acc_regs, "THREADS": self.threads,
@@ -415,6 +463,7 @@ class WgmmaConfig(ConfigBase):
             "C_BOX_ROWS": self.consumer_rows if self.layout[2] == "r" else self.bn,
             "SMEM_BYTES": self.smem_bytes, "SMEM_OPTIN": SMEM_OPTIN,
             **self.feature_env(),
+            **({"K_SPEC": self.packed_k(self.k)} if self.k and self.math == "3xtf32" else {}),
         }
 
     def template_constants(self) -> dict[str, int]:
@@ -591,8 +640,14 @@ def space(dtype: str = "fp16") -> list[WgmmaConfig]:
 def fallback(cfg: WgmmaConfig):
     """The WMMA configuration (128x128x32, warps 64x64, 3 stages) that computes what ``cfg``
     computes, for operands TMA cannot describe: a row or batch stride that is not a multiple
-    of 16 bytes, or a base address off 16-byte alignment."""
+    of 16 bytes, or a base address off 16-byte alignment. With 3xTF32, whose pack takes any
+    operand, only a C that a TMA store cannot take falls back: to the SIMT preset
+    warptile_tuned, which keeps float32 accuracy (WMMA's tf32 would not)."""
     from .wmma import WmmaConfig
+    if cfg.math == "3xtf32":
+        from .simt import PRESETS as SIMT_PRESETS
+        simt = next(p.config for p in SIMT_PRESETS if p.name == "warptile_tuned")
+        return simt.replace(layout=cfg.layout, epilogue=cfg.epilogue, m=cfg.m, n=cfg.n, k=cfg.k)
     tf32 = cfg.dtype == "tf32"
     return WmmaConfig(128, 128, 32, 64, 64, shape="m16n16k8" if tf32 else "m16n16k16",
                       dtype=cfg.dtype, out=cfg.out, skew=4 if tf32 else 8, stages=3,

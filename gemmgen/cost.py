@@ -1,0 +1,96 @@
+"""The cost model behind gemmgen's choices of path: repack or fallback for unaligned operands,
+split-K for problems whose tiles cannot fill the GPU, swapped operands for a small M.
+
+Every figure is a measurement on an H200 (``benchmarks/results/``, named per constant); the
+model is checked against measurements of both sides of each choice in
+``benchmarks/results/paths_NVIDIA_H200.json`` (``benchmarks/paths.py``). Times are seconds,
+rates FLOP/s, bandwidths bytes/s.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .dtypes import ELEM_BYTES
+
+LAUNCH_SECONDS = 4e-6
+"""One extra kernel launch in a stream of launches (gemm's call overhead is ~15 us in all:
+overhead_NVIDIA_H200.json)."""
+
+COPY_BANDWIDTH = 3.6e12
+"""Device-to-device bytes/s (read + write) a simple copy kernel reaches on an H200: the pack
+kernels are such copies (paths_NVIDIA_H200.json measures them)."""
+
+RATE = {
+    # (family, dtype): TFLOP/s at 4096^3 or 4095 x 4097 x 4093, NVIDIA_H200.json
+    ("wgmma", "fp16"): 700e12, ("wgmma", "bf16"): 700e12, ("wgmma", "tf32"): 350e12,
+    ("wmma", "fp16"): 58e12, ("wmma", "bf16"): 56e12, ("wmma", "tf32"): 27e12,
+    ("simt", "fp32"): 40e12,
+}
+"""Sustained rate of each family on a large problem."""
+
+SMS = 132
+"""Multiprocessors of an H100 SXM / H200 (the GPU each figure was measured on)."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A path's predicted time (seconds) and the terms it adds up."""
+
+    path: str
+    seconds: float
+    terms: dict
+
+    def __str__(self) -> str:
+        parts = ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in self.terms.items())
+        return f"{self.path}: {self.seconds * 1e6:.1f} us ({parts})"
+
+
+def pack_bytes(rows: int, cols: int, batch: int, elem: int, expand: int = 1) -> int:
+    """Bytes a pack kernel moves: one read of rows x cols (x batch) and ``expand`` writes
+    (1 for a repack, 3 for the 3xTF32 split)."""
+    return rows * cols * max(batch, 1) * elem * (1 + expand)
+
+
+def unaligned(m: int, n: int, k: int, batch: int, dtype: str, packs: dict[str, tuple]) -> list:
+    """Estimates for operands TMA cannot describe, fastest first: "repack" (pack each operand
+    in ``packs``, name -> (rows, cols, batch), then the wgmma kernel) and "fallback" (the
+    WMMA kernel on the operands as they are)."""
+    flops = 2.0 * m * n * k * max(batch, 1)
+    elem = ELEM_BYTES[dtype]
+    moved = sum(pack_bytes(r, c, b, elem) for r, c, b in packs.values())
+    repack = Estimate("repack", 0.0, {
+        "pack": moved / COPY_BANDWIDTH + LAUNCH_SECONDS * len(packs),
+        "gemm": flops / RATE[("wgmma", dtype)]})
+    fallback = Estimate("fallback", 0.0, {"gemm": flops / RATE[("wmma", dtype)]})
+    out = [Estimate(e.path, sum(e.terms.values()), e.terms) for e in (repack, fallback)]
+    return sorted(out, key=lambda e: e.seconds)
+
+
+def waves(tiles: int, sms: int = SMS) -> float:
+    """Tiles over SMs: below 1 the GPU is partly idle."""
+    return tiles / sms
+
+
+def split_k_for(m: int, n: int, k: int, batch: int, bm: int, bn: int, bk: int,
+                sms: int = SMS, max_split: int = 16) -> int:
+    """Slices of K that bring a problem's output tiles closest to one full wave without slices
+    shorter than 4 K tiles (each slice must amortize its prologue and its partial store):
+    1 when the tiles already fill the SMs."""
+    tiles = math.ceil(m / bm) * math.ceil(n / bn) * max(batch, 1)
+    k_tiles = math.ceil(k / bk)
+    if tiles >= sms // 2 or k_tiles < 8:
+        return 1
+    best = 1
+    for s in range(2, max_split + 1):
+        if k_tiles / s < 4 or tiles * s > 2 * sms:
+            break
+        if abs(tiles * s - sms) < abs(tiles * best - sms) or tiles * best < sms // 2:
+            best = s
+    return best
+
+
+def split_k_bytes(m: int, n: int, batch: int, split: int) -> int:
+    """Workspace traffic of a split-K reduction: each slice's fp32 partials written once and
+    read once."""
+    return 2 * 4 * m * n * max(batch, 1) * split if split > 1 else 0
