@@ -45,9 +45,12 @@ def checks() -> dict:
                                                             out="bf16", layout="rcr"),
         "splitk2_noproducer": p["wgmma_ring"].replace(split_k=2, layout="ccr"),
         "decode_bn8_splitk": store.replace(store="direct", bn=8, split_k=4, layout="ccc"),
-        "3xtf32_rrr": p["wgmma_tf32"].replace(math="3xtf32", layout="rrr"),
-        "3xtf32_crc_bias_relu_sk2": p["wgmma_tf32"].replace(math="3xtf32", layout="crc",
-                                                            epilogue="bias_relu", split_k=2),
+        "3xtf32_preset": p["wgmma_3xtf32"],
+        "3xtf32_crc_bias_relu_sk2": p["wgmma_3xtf32"].replace(layout="crc", epilogue="bias_relu",
+                                                             split_k=2),
+        "3xtf32_noproducer_rcc": p["wgmma_3xtf32"].replace(
+            producer=False, consumers=1, persistent=False, regs_producer=0, regs_consumer=0,
+            stages=4, bn=64, layout="rcc"),
     }
 
 
@@ -156,9 +159,16 @@ def time_odd(rng, l2, rows):
         print(f"== odd {m}x{n}x{k} {dtype}", flush=True)
         p = Problem(m, n, k, rng, l2, dtype, dtype, "rrr")
         cub = _cublas(p)
-        kern = build(base.replace(store="direct"))
         est = {e.path: round(e.seconds * 1e6, 1) for e in unaligned(
             m, n, k, 1, dtype, {"A": (m, k, 1), "B": (k, n, 1)})}
+        for bm, bn in ((256, 128), (128, 128), (128, 192)):
+            try:
+                alt = build(base.replace(store="direct", bm=bm, bn=bn))
+                rows.append(dict(_row(f"repack {bm}x{bn}", p, alt), part="odd",
+                                 cublas_tflops=cub["tflops"]))
+            except Exception as exc:  # noqa: BLE001 - record and go on
+                print(f"  {bm}x{bn}: {type(exc).__name__}: {exc}"[:300], flush=True)
+        kern = build(base.replace(store="direct"))
         r = _row("repack", p, kern, extra={"predicted_us": est})
         fb = kern.fallback
         f = _row("fallback (WMMA)", p, fb)
@@ -253,14 +263,18 @@ def time_fp32(rng, l2, rows, sizes=(4096, 8192)):
     from gemmgen.bench import Problem, _cupy_float32
     from gemmgen.build import build
     p_ = _presets()
-    k3 = build(p_["wgmma_tf32"].replace(math="3xtf32", layout="rrr"))
+    k3 = build(p_["wgmma_3xtf32"])
     simt = build(p_["warptile_tuned"])
+    alts = [build(p_["wgmma_3xtf32"].replace(bn=bn, stages=5)) for bn in (160, 176)]
     for s in sizes:
         print(f"== fp32 {s}^3: 3xTF32 against cuBLAS SGEMM", flush=True)
         p = Problem(s, s, s, rng, l2, "fp32", "fp32", "rrr")
         cub = _cublas(p, "cuBLAS SGEMM")
         r = _row("3xtf32", p, k3)
         w = _row("simt warptile_tuned", p, simt)
+        for alt in alts:
+            rows.append(dict(_row(f"3xtf32 bn{alt.config.bn}", p, alt), part="fp32",
+                             cublas_tflops=cub["tflops"]))
         key = next(k for k in k3._launches if k[0] == s)
         before = k3._launches[key][3]
         from gemmgen.bench import time_launches

@@ -285,8 +285,9 @@ class WgmmaConfig(ConfigBase):
 
     @property
     def acc_regs(self) -> int:
-        """fp32 accumulator registers per consumer thread: m_iters x BN/2."""
-        return self.m_iters * self.bn // 2
+        """fp32 accumulator registers per consumer thread: m_iters x BN/2, twice that with
+        3xTF32 (a chunk's products gather in a second set before the FP32 add)."""
+        return self.m_iters * self.bn // 2 * (2 if self.math == "3xtf32" else 1)
 
     @property
     def sw_elems(self) -> int:
@@ -607,6 +608,14 @@ PRESETS: tuple[Preset, ...] = (
            "tf32 wgmma (m64n256k8) on float32 data, 4 stages, direct stores (an fp32 C tile "
            "would take the fourth stage's shared memory); K-major B (layout rcr): tf32 wgmma "
            "reads no MN-major operand", "CUTLASS sm90 tf32 GEMM; benchmarks/explore.py"),
+    Preset("wgmma_3xtf32", _c(**{**_BASE, "bk": 32, "bn": 128, "stages": 6, "producer": True,
+                                 "consumers": 2, "regs_producer": 40, "regs_consumer": 232,
+                                 "persistent": True, "group": 8, "store": "direct",
+                                 "dtype": "tf32", "out": "fp32", "math": "3xtf32"}),
+           "FP32-accurate GEMM on tf32 tensor cores: float32 A and B split into tf32 big + "
+           "small parts, three products per chunk of K, each chunk added to the accumulators "
+           "in FP32 outside the tensor core; any layout",
+           "CUTLASS examples 27/28 (3xTF32); Ootomo & Yokota 2022"),
 )
 
 SPACE = {
