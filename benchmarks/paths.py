@@ -195,19 +195,19 @@ def time_skinny(rng, l2, rows, shapes=((128, 8192, 8192),), dtypes=("fp16", "bf1
             p = Problem(m, n, k, rng, l2, dtype, dtype, "rrr")
             cub = _cublas(p)
             rows.append(dict(cub, part="skinny"))
-            cands = [("preset", base, False)]
+            cands = [("preset", {}, False)]
             for bm, bn, sk in ((128, 256, 4), (128, 128, 2), (128, 128, 4), (64, 128, 4)):
-                cfg = base.replace(store="direct", bm=bm, bn=bn, split_k=sk,
-                                   consumers=1 if bm == 64 else 2)
-                cands.append((f"split-K {sk} {bm}x{bn}", cfg, False))
+                one = dict(consumers=1, regs_producer=0, regs_consumer=0) if bm == 64 else {}
+                cands.append((f"split-K {sk} {bm}x{bn}",
+                              dict(store="direct", bm=bm, bn=bn, split_k=sk, **one), False))
             bn_s = max(8, -(-m // 8) * 8) if m < 256 else 128
             for bm, sk in ((128, 1), (128, 2), (128, 4), (256, 2)):
-                cfg = base.replace(store="direct", bm=bm, bn=min(256, bn_s), split_k=sk,
-                                   layout="ccc")
-                cands.append((f"swap {bm}x{min(256, bn_s)} split-K {sk}", cfg, True))
-            for label, cfg, swap in cands:
+                cands.append((f"swap {bm}x{min(256, bn_s)} split-K {sk}",
+                              dict(store="direct", bm=bm, bn=min(256, bn_s), split_k=sk,
+                                   layout="ccc"), True))
+            for label, changes, swap in cands:
                 try:
-                    kern = build(cfg)
+                    kern = build(base.replace(**changes))
                     r = _row(label, p, kern, _swapped(kern, p) if swap else None)
                     rows.append(dict(r, part="skinny", cublas_tflops=cub["tflops"]))
                 except Exception as exc:  # noqa: BLE001 - record and go on
@@ -233,14 +233,16 @@ def time_decode(rng, l2, rows):
             bn = max(8, -(-m // 8) * 8)
             best = None
             for bm, sk, st in ((128, 2, 6), (128, 4, 6), (64, 2, 8), (64, 4, 8), (128, 1, 6)):
-                cfg = base.replace(store="direct", bm=bm, bn=bn, split_k=sk, stages=st,
-                                   consumers=1 if bm == 64 else 2, layout="ccc")
+                one = dict(consumers=1, regs_producer=0, regs_consumer=0) if bm == 64 else {}
                 try:
+                    cfg = base.replace(store="direct", bm=bm, bn=bn, split_k=sk, stages=st,
+                                       layout="ccc", **one)
                     kern = build(cfg)
                     r = _row(f"swap {bm}x{bn} split-K {sk} st{st} M={m}", p, kern,
                              _swapped(kern, p))
                 except Exception as exc:  # noqa: BLE001
-                    print(f"  {cfg.name}: {type(exc).__name__}: {exc}"[:300], flush=True)
+                    print(f"  swap {bm}x{bn} split-K {sk}: {type(exc).__name__}: {exc}"[:300],
+                          flush=True)
                     continue
                 r["read_bw_pct_copy"] = round(100 * b_bytes / (r["time_us"] * 1e-6) / bw, 1)
                 r["cublas_tflops"] = cub["tflops"]

@@ -12,7 +12,7 @@ import click
 
 from .cli import OutputPath, main, require_matplotlib
 from .families import FAMILIES
-from .model import INT32_MAX, LAYOUTS
+from .model import EPILOGUES, INT32_MAX, LAYOUTS
 
 EXTENT = click.IntRange(1, INT32_MAX)
 
@@ -144,3 +144,44 @@ def _stored(db, req) -> dict:
     if found:
         return max(found, key=lambda item: item[0])[1]
     raise click.ClickException(f"nothing tuned for {req.dtype} {req.m}x{req.n}x{req.k} in {db.path}")
+
+
+@main.command()
+@click.argument("m", type=EXTENT)
+@click.argument("n", type=EXTENT)
+@click.argument("k", type=EXTENT)
+@click.option("--dtype", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]), default="fp16",
+              show_default=True, help="A and B dtype")
+@click.option("--math", "math_", type=click.Choice(["native", "3xtf32"]), default="native",
+              show_default=True, help="3xtf32: FP32-accurate products on tf32 tensor cores")
+@click.option("--layout", type=click.Choice(LAYOUTS), default="rrr", show_default=True,
+              help="A, B, C: r (row-major) or c (column-major)")
+@click.option("--epilogue", type=click.Choice(EPILOGUES), default="none", show_default=True)
+@click.option("--lda", type=EXTENT, help="A's leading dimension (default: tight)")
+@click.option("--ldb", type=EXTENT, help="B's leading dimension (default: tight)")
+@click.option("--ldc", type=EXTENT, help="C's leading dimension (default: tight)")
+@click.option("--batch", type=click.IntRange(1, 65535), default=1, show_default=True)
+@click.option("--cc", type=click.IntRange(50, 200), default=90, show_default=True,
+              help="compute capability of the GPU to explain for (90: H100/H200)")
+@click.option("--gpu", default="NVIDIA H200", show_default=True,
+              help="GPU name the tuning database is keyed by")
+@click.option("--db", type=click.Path(dir_okay=False), help="tuning database (default: none)")
+def explain(m, n, k, dtype, math_, layout, epilogue, lda, ldb, ldc, batch, cc, gpu, db) -> None:
+    """Say which kernel gemmgen.gemm runs for an M x N x K problem, and why: family, tile,
+    waves, split-K, swapped operands, stores, and the path of operands TMA cannot read
+    (repack or fallback, with the cost model's estimates). Needs no GPU."""
+    from .dispatch import explain as explain_text
+    tight = ((k if layout[0] == "r" else m), (n if layout[1] == "r" else k),
+             (n if layout[2] == "r" else m))
+    lds = tuple(given or t for given, t in zip((lda, ldb, ldc), tight))
+    for name, given, need in zip(("--lda", "--ldb", "--ldc"), lds, tight):
+        if given < need:
+            raise click.BadParameter(f"{given} is below the {need} elements of a "
+                                     f"{'row' if 'r' in layout else 'column'}", param_hint=name)
+    if math_ == "3xtf32" and dtype not in ("fp32", "tf32"):
+        raise click.BadParameter("3xtf32 takes float32 data: --dtype fp32 or tf32",
+                                 param_hint="--math")
+    try:
+        click.echo(explain_text(dtype, m, n, k, layout, epilogue, lds, math_, cc, gpu, db, batch))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None

@@ -72,21 +72,37 @@ def waves(tiles: int, sms: int = SMS) -> float:
     return tiles / sms
 
 
+def tiles_of(m: int, n: int, bm: int, bn: int, batch: int = 1) -> int:
+    """Output tiles of a BM x BN tiling, over the batch."""
+    return math.ceil(m / bm) * math.ceil(n / bn) * max(batch, 1)
+
+
+def wave_efficiency(tiles: int, sms: int = SMS) -> float:
+    """Busy fraction of the SMs over the waves a tile count needs: tiles / (waves x SMs).
+    4095 x 4097 in 128 x 256 tiles: 544 tiles, 5 waves of 132, 0.82; in 256 x 128: 528, 4
+    waves, 1.0 (measured 382 against 437 TFLOP/s, paths_NVIDIA_H200.json)."""
+    return tiles / (math.ceil(tiles / sms) * sms) if tiles else 1.0
+
+
+SPLIT_BELOW = SMS // 4
+"""Split K only when fewer tiles than this would run: at 64 tiles (128 x 8192 x 8192 swapped,
+half a wave) one slice measured 363 TFLOP/s against 313-349 with two."""
+
+
 def split_k_for(m: int, n: int, k: int, batch: int, bm: int, bn: int, bk: int,
                 sms: int = SMS, max_split: int = 16) -> int:
-    """Slices of K that bring a problem's output tiles closest to one full wave without slices
-    shorter than 4 K tiles (each slice must amortize its prologue and its partial store):
-    1 when the tiles already fill the SMs."""
-    tiles = math.ceil(m / bm) * math.ceil(n / bn) * max(batch, 1)
+    """Slices of K for a problem whose tiles fill less than a quarter of the SMs: the most
+    slices that keep at most one wave and at least 8 K tiles per slice (each slice must
+    amortize its prologue and its partial store); 1 otherwise."""
+    tiles = tiles_of(m, n, bm, bn, batch)
     k_tiles = math.ceil(k / bk)
-    if tiles >= sms // 2 or k_tiles < 8:
+    if tiles >= SPLIT_BELOW:
         return 1
     best = 1
     for s in range(2, max_split + 1):
-        if k_tiles / s < 4 or tiles * s > 2 * sms:
+        if k_tiles / s < 8 or tiles * s > sms:
             break
-        if abs(tiles * s - sms) < abs(tiles * best - sms) or tiles * best < sms // 2:
-            best = s
+        best = s
     return best
 
 

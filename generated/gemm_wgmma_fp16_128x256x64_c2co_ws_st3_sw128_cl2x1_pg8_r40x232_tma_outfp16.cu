@@ -24,6 +24,8 @@
 //   regs_producer  = 40
 //   regs_consumer  = 232
 //   store          = tma
+//   split_k        = 1
+//   math           = native
 //   layout         = rrr
 //   epilogue       = none
 //   m              = None
@@ -44,7 +46,7 @@
 //   blocks_per_sm_sm_90        = 1
 // launch: grid = (min(tiles, SMs / 2 * 2), 1, 1) over tiles = ceil(M/256) * ceil(N/256) * 2 * batch, cluster = (2, 1, 1), block = (384, 1, 1); tensor maps of A, B and C are the first three parameters, dynamic shared memory 214064 bytes (passed at launch)
 //
-// gemmgen-config: {"family": "wgmma", "bm": 128, "bn": 256, "bk": 64, "dtype": "fp16", "out": "fp16", "consumers": 2, "pingpong": false, "producer": true, "stages": 3, "swizzle": 128, "cluster_m": 2, "cluster_n": 1, "persistent": true, "raster": "grouped", "group": 8, "regs_producer": 40, "regs_consumer": 232, "store": "tma", "layout": "rrr", "epilogue": "none", "m": null, "n": null, "k": null}
+// gemmgen-config: {"family": "wgmma", "bm": 128, "bn": 256, "bk": 64, "dtype": "fp16", "out": "fp16", "consumers": 2, "pingpong": false, "producer": true, "stages": 3, "swizzle": 128, "cluster_m": 2, "cluster_n": 1, "persistent": true, "raster": "grouped", "group": 8, "regs_producer": 40, "regs_consumer": 232, "store": "tma", "split_k": 1, "math": "native", "layout": "rrr", "epilogue": "none", "m": null, "n": null, "k": null}
 //
 // Roles: warpgroup 0 is the producer (one thread issues every TMA load);
 // warpgroups 1..2 are consumers (they split each tile's rows (cooperative)).
@@ -93,6 +95,10 @@ namespace gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl2x1_pg8_r40x232_tma_out
 [[maybe_unused]] constexpr int OUT_16BIT = 1;
 [[maybe_unused]] constexpr int A_MN_MAJOR = 0;
 [[maybe_unused]] constexpr int B_MN_MAJOR = 1;
+[[maybe_unused]] constexpr int SPLIT_K = 1;
+[[maybe_unused]] constexpr int MATH_3XTF32 = 0;
+[[maybe_unused]] constexpr int PACK_TILE = 32;
+[[maybe_unused]] constexpr int PACK_ROWS = 8;
 [[maybe_unused]] constexpr int WGMMA_M = 64;
 [[maybe_unused]] constexpr int WGMMA_N = 256;
 [[maybe_unused]] constexpr int WGMMA_K = 16;
@@ -187,6 +193,9 @@ static_assert(!(ROW_MAJOR_TMA_STORE == 1) || ((C_CHUNK) == 0 || (BN) % (C_CHUNK)
 static_assert(!(OUT_FP16 == 1) || (DTYPE_FP16 == 1), "H32 fp16-output: DTYPE_FP16 == 1 when OUT_FP16 == 1");
 static_assert(!(OUT_BF16 == 1) || (DTYPE_BF16 == 1), "H33 bf16-output: DTYPE_BF16 == 1 when OUT_BF16 == 1");
 static_assert(!(STORE_TMA == 1) || (C_BOX_ROWS <= 256), "H34 c-box: C_BOX_ROWS <= 256 when STORE_TMA == 1");
+static_assert((SPLIT_K == 1 || SPLIT_K == 2 || SPLIT_K == 3 || SPLIT_K == 4 || SPLIT_K == 5 || SPLIT_K == 6 || SPLIT_K == 7 || SPLIT_K == 8 || SPLIT_K == 9 || SPLIT_K == 10 || SPLIT_K == 11 || SPLIT_K == 12 || SPLIT_K == 13 || SPLIT_K == 14 || SPLIT_K == 15 || SPLIT_K == 16), "H35 split-k-range: SPLIT_K in {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}");
+static_assert(!(SPLIT_K >= 2) || (STORE_TMA == 0), "H36 split-k-direct: STORE_TMA == 0 when SPLIT_K >= 2");
+static_assert(!(MATH_3XTF32 == 1) || (DTYPE_TF32 == 1), "H37 3xtf32-dtype: DTYPE_TF32 == 1 when MATH_3XTF32 == 1");
 
 
 using in_t = half;    // A and B
@@ -344,13 +353,13 @@ __device__ __forceinline__ void wgmma(float (&d)[ACC_PER_WGMMA], uint64_t desc_a
 
 // ---- tile scheduler -------------------------------------------------------------------------
 struct Tile {
-    int m0, n0, batch;  // first row and column of this CTA's C tile, batch index
+    int m0, n0, batch, split;  // first row and column of this CTA's C tile, batch index, split-K slice
 };
 // Tile t of tiles_m x tiles_n cluster tiles (per batch entry), in grouped order: GROUP cluster-tile rows of M walked column by column.
-__device__ __forceinline__ Tile tile_of(int t, int tiles_m, int tiles_n, int rank_m, int rank_n) {
+__device__ __forceinline__ Tile tile_of(int t, int tiles_m, int tiles_n, int rank_m, int rank_n, int batch) {
     const int per_batch = tiles_m * tiles_n;
-    const int b = t / per_batch;
-    t -= b * per_batch;
+    const int z = t / per_batch;  // slice * batch + batch entry
+    t -= z * per_batch;
     const int span = GROUP * tiles_n;
     const int g = t / span;
     const int first = g * GROUP;
@@ -359,7 +368,7 @@ __device__ __forceinline__ Tile tile_of(int t, int tiles_m, int tiles_n, int ran
     const int tm = first + r % rows;
     int tn = r / rows;
     if (RASTER_SNAKE && (g & 1)) tn = tiles_n - 1 - tn;
-    return {(tm * CLUSTER_M + rank_m) * BM, (tn * CLUSTER_N + rank_n) * BN, b};
+    return {(tm * CLUSTER_M + rank_m) * BM, (tn * CLUSTER_N + rank_n) * BN, z % batch, z / batch};
 }
 
 }  // namespace gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl2x1_pg8_r40x232_tma_outfp16_cfg
@@ -397,7 +406,13 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl2x1_pg8_r40x232_tma_outfp16(const
     const int tiles_n = (N + BN * CLUSTER_N - 1) / (BN * CLUSTER_N);
     // BLAS: with alpha == 0, A and B are not read at all.
     const int k_tiles = alpha == 0.f ? 0 : (K + BK - 1) / BK;
-    const int num_tiles = tiles_m * tiles_n * batch;       // cluster tiles over the whole batch
+    constexpr int k_per_split = 0;  // one slice: every K tile
+    // The first K tile and the K tiles of `tile`'s slice of K.
+    auto k_first = [&](const Tile& tile) -> int { return SPLIT_K > 1 ? min(k_tiles, tile.split * k_per_split) : 0; };
+    auto k_count = [&](const Tile& tile) -> int {
+        return SPLIT_K > 1 ? max(0, min(k_tiles, (tile.split + 1) * k_per_split) - tile.split * k_per_split) : k_tiles;
+    };
+    const int num_tiles = tiles_m * tiles_n * batch * SPLIT_K;  // cluster tiles over the whole batch
     const int first_tile = blockIdx.x / CLUSTER, tile_step = gridDim.x / CLUSTER;
 
     if (threadIdx.x == 0) {
@@ -454,10 +469,9 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl2x1_pg8_r40x232_tma_outfp16(const
 
     // Epilogue of one consumer warpgroup: C = act(alpha * acc + beta * C + bias) on rows
     // row0 .. row0 + CONSUMER_ROWS of the tile. C is read only when beta != 0.
-    auto epilogue = [&](float (&acc)[M_ITERS][ACC_PER_WGMMA], const Tile& tile, int cw, int row0) {
+    auto epilogue = [&](float (&acc)[M_ITERS][ACC_PER_WGMMA], const Tile& tile, int nk, int cw, int row0) {
         const int warp = wtid / 32, lane = wtid % 32;
-        out_t* Cb = C + tile.batch * stride_c;
-        if (k_tiles == 0) {  // K == 0 or alpha == 0: the product is zero
+        if (nk == 0) {  // K == 0, alpha == 0 or an empty slice: the product is zero
 #pragma unroll
             for (int mi = 0; mi < M_ITERS; ++mi)
 #pragma unroll
@@ -465,6 +479,7 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl2x1_pg8_r40x232_tma_outfp16(const
         }
         // Accumulator i of slice mi holds C(row, col) with row = mi*64 + warp*16 + lane/4 +
         // 8*((i%4)/2) and col = 8*(i/4) + 2*(lane%4) + i%2 (the wgmma D fragment layout).
+        out_t* Cb = C + tile.batch * stride_c;
         auto value = [&](float a, int gm, int gn) -> float {
             float v = alpha * a;
             if (beta != 0.f) {
@@ -526,11 +541,12 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl2x1_pg8_r40x232_tma_outfp16(const
             int s = 0;
             uint32_t phase = 0;
             for (int t = first_tile; t < num_tiles; t += tile_step) {
-                Tile tile = tile_of(t, tiles_m, tiles_n, rank_m, rank_n);
-                for (int kt = 0; kt < k_tiles; ++kt) {
+                Tile tile = tile_of(t, tiles_m, tiles_n, rank_m, rank_n, batch);
+                const int kt0 = k_first(tile), nk = k_count(tile);
+                for (int kt = 0; kt < nk; ++kt) {
                     mbar_wait(empty_bar + 8 * s, phase ^ 1);   // a fresh barrier passes parity 1
                     mbar_expect_tx(full_bar + 8 * s, STAGE_BYTES);
-                    load_stage(s, tile, kt * BK);
+                    load_stage(s, tile, (kt0 + kt) * BK);
                     if (++s == STAGES) { s = 0; phase ^= 1; }
                 }
             }
@@ -544,11 +560,12 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl2x1_pg8_r40x232_tma_outfp16(const
         uint32_t phase = 0;
         int local = 0;  // tiles this CTA has seen
         for (int t = first_tile; t < num_tiles; t += tile_step, ++local) {
-            Tile tile = tile_of(t, tiles_m, tiles_n, rank_m, rank_n);
+            Tile tile = tile_of(t, tiles_m, tiles_n, rank_m, rank_n, batch);
+            const int nk = k_count(tile);
 #pragma unroll
             for (int mi = 0; mi < M_ITERS; ++mi) fence_acc(acc[mi]);
             int prev = 0;
-            for (int kt = 0; kt < k_tiles; ++kt) {
+            for (int kt = 0; kt < nk; ++kt) {
                 mbar_wait(full_bar + 8 * s, phase);
                 wgmma_fence();
                 mma_stage(acc, s, cw * M_ITERS, kt == 0);
@@ -561,10 +578,39 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl2x1_pg8_r40x232_tma_outfp16(const
             wgmma_wait<0>();
 #pragma unroll
             for (int mi = 0; mi < M_ITERS; ++mi) fence_acc(acc[mi]);
-            if (k_tiles > 0) release(prev);
-            epilogue(acc, tile, cw, cw * CONSUMER_ROWS);
+            if (nk > 0) release(prev);
+            epilogue(acc, tile, nk, cw, cw * CONSUMER_ROWS);
         }
         if (wtid == 0) bulk_wait();
     }
     cluster_sync();  // no CTA leaves while a peer may still multicast into it or arrive on it
+}
+
+// ---- helper kernels ---------------------------------------------------------------------------
+// Repack: copy a matrix whose rows (or batch stride, or base) TMA cannot describe into a
+// workspace whose rows are padded to 16 bytes (CLBlast's "indirect" GEMM). The layout is
+// kept: `rows` x `cols` with `cols` contiguous. Each thread writes one 16-byte vector.
+extern "C" __global__ void __launch_bounds__(256)
+gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl2x1_pg8_r40x232_tma_outfp16_pack(const gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl2x1_pg8_r40x232_tma_outfp16_cfg::in_t* __restrict__ src, long long lds, long long sbs,
+                                                                                gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl2x1_pg8_r40x232_tma_outfp16_cfg::in_t* __restrict__ dst, long long ldd, long long sbd, int rows, int cols)
+{
+    using namespace gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl2x1_pg8_r40x232_tma_outfp16_cfg;
+    constexpr int V = 16 / sizeof(in_t);  // elements per 16-byte vector
+    const int vecs = (cols + V - 1) / V;
+    const int v = blockIdx.x * blockDim.x + threadIdx.x;
+    if (v >= vecs) return;
+    src += blockIdx.z * sbs;
+    dst += blockIdx.z * sbd;
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+        const in_t* s = src + (long long)r * lds + v * V;
+        in_t* d = dst + (long long)r * ldd + v * V;
+        if ((v + 1) * V <= cols) {
+            alignas(16) in_t e[V];
+#pragma unroll
+            for (int j = 0; j < V; ++j) e[j] = s[j];
+            *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(e);
+        } else {
+            for (int j = 0; v * V + j < cols; ++j) d[j] = s[j];
+        }
+    }
 }

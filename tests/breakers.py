@@ -119,6 +119,9 @@ WGMMA_BREAKERS = {
     "fp16-output": ("wgmma_bf16", {"out": "fp16"}),
     "bf16-output": ("wgmma_tma_store", {"out": "bf16"}),
     "c-box": ("wgmma_tma_store", {"bm": 320, "bn": 64, "pingpong": True, "layout": "crr"}),
+    "split-k-range": ("wgmma_3xtf32", {"split_k": 17}),
+    "split-k-direct": ("wgmma_tma_store", {"split_k": 2}),
+    "3xtf32-dtype": ("wgmma_bf16", {"math": "3xtf32", "store": "direct", "bn": 128}),
 }
 BREAKERS = {"simt": SIMT_BREAKERS, "wmma": WMMA_BREAKERS, "wgmma": WGMMA_BREAKERS}
 

@@ -252,7 +252,8 @@ def test_gemm_checks_a_signature_once_then_only_launches(monkeypatch):
         def __call__(self, A, B, C=None, **kw):  # the full path, as Kernel.__call__
             from gemmgen.launch import launch
             return launch(self, A, B, C, **kw)
-    monkeypatch.setattr(dispatch, "_kernel_for", lambda *a: (FakeKernel(), "default"))
+    monkeypatch.setattr(dispatch, "_kernel_for",
+                        lambda *a: (FakeKernel(), dispatch.Choice(FakeKernel.config, "default")))
     real_check = dispatch.check_gemm
     monkeypatch.setattr(dispatch, "check_gemm", lambda *a, **k: checks.append(1) or real_check(*a, **k))
     monkeypatch.setattr(dispatch, "_PLANS", {})
