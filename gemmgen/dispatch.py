@@ -140,7 +140,7 @@ class _Plan:
     cupy: bool
     ptrs: tuple  # address readers of A, B, C (or the new C) and bias
 
-    def run(self, A, B, C, alpha: float, beta: float, bias):
+    def run(self, A, B, C, alpha: float, beta: float, bias, stream=None):
         out = C if C is not None else self.new_c()
         if self.cupy:
             _sync_cupy_producers(A, B, C, bias)
@@ -149,7 +149,7 @@ class _Plan:
             sa, sb, sc = self.strides
             pa, pb, pc, pbias = self.ptrs
             self.kernel.launch_raw(self.m, self.n, self.k, alpha, pa(A), lda, pb(B), ldb, beta,
-                                   pc(out), ldc, sa, sb, sc, pbias(bias), self.batch)
+                                   pc(out), ldc, sa, sb, sc, pbias(bias), self.batch, stream)
         return out
 
 
@@ -186,9 +186,10 @@ def _make_plan(kernel, how, A, B, C, bias, beta: float) -> _Plan:
 
 
 def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
-         epilogue: str | None = None, dtype: str | None = None, db: str | None = None):
+         epilogue: str | None = None, dtype: str | None = None, db: str | None = None,
+         stream=None):
     """C = act(alpha * A @ B + beta * C + bias) with the best known gemmgen kernel for this
-    GPU and shape.
+    GPU and shape, enqueued on ``stream``.
 
     A (M x K) and B (K x N), or 3-D batches, as the kernels take them (NumPy, GPUArray, CuPy,
     PyTorch; see ``Kernel.__call__``), each row- or column-major: the kernel's layout follows
@@ -200,6 +201,9 @@ def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
     fastest family for the dtype on this GPU (see ``choose``). With alpha == 0, A and B are
     not read (BLAS). PyTorch and CuPy operands whose signature (kind, shape, strides, dtype,
     device; not the pointer) was seen before are launched without repeating the checks.
+    ``stream``: None (the legacy default stream), a PyCUDA ``Stream``, a PyTorch or CuPy
+    stream, or a raw ``CUstream`` handle (int), e.g. ``torch.cuda.current_stream().cuda_stream``
+    (then the launch goes through ``gemmgen.cudrv`` and may be captured into a CUDA graph).
 
     Raises ``OperandError`` for bad arguments, ``ValueError`` for an unknown epilogue or an
     unsupported dtype, ``BuildError`` when a kernel does not compile, ``ImportError`` without
@@ -216,7 +220,7 @@ def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
         if plan is not None:
             if C is None and beta != 0:
                 raise OperandError("C is required when beta != 0 (beta scales the existing C)")
-            return plan.run(A, B, C, alpha, beta, bias)
+            return plan.run(A, B, C, alpha, beta, bias, stream)
     for name, x in (("A", A), ("B", B)):
         if getattr(x, "ndim", 2) not in (2, 3):
             raise OperandError(f"{name} must be a 2-D matrix or a 3-D batch; got shape "
@@ -229,8 +233,8 @@ def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
     if fast:
         plan = _make_plan(kernel, how, A, B, C, bias, beta)
         _PLANS[key] = plan
-        return plan.run(A, B, C, alpha, beta, bias)
-    return kernel(A, B, C, alpha=alpha, beta=beta, bias=bias)
+        return plan.run(A, B, C, alpha, beta, bias, stream)
+    return kernel(A, B, C, alpha=alpha, beta=beta, bias=bias, stream=stream)
 
 
 def chosen(A, B, dtype: str | None = None, db: str | None = None, epilogue: str = "none"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .build import Kernel
+from .build import Kernel, raw_stream
 from .tma import MapSpec, ParamPacker, TmaError, encode, operand_map, param_layout
 
 # The kernel's parameters, in order: tensor maps of A, B, C; M, N, K, alpha, A, lda, B, ldb,
@@ -113,6 +113,9 @@ class TmaKernel(Kernel):
             self.fallback.launch_raw(*key, stream)
             return
         self.last_path = "tma"
+        if stream is not None and not type(stream).__module__.startswith("pycuda"):
+            self.raw_function().launch(ready[0], self._block, ready[1], raw_stream(stream))
+            return
         self.function._launch_kernel(ready[0], self._block, ready[1], self._smem, stream)
 
     def _prepare(self, key: tuple) -> tuple:
