@@ -290,5 +290,44 @@ def unpatch(model: nn.Module) -> int:
     return n
 
 
-__all__ = ["KERNEL_DTYPES", "Linear", "PatchSummary", "activate", "gemm", "patch", "reference",
-           "unpatch"]
+def linear_problems(m: int, k: int, n: int, dtype: str, weight: str = "nk",
+                    epilogue: str = "bias") -> list:
+    """The GEMMs one linear layer of M rows, K inputs and N outputs runs in a training step, as
+    ``precompile`` takes them: the forward pass (``weight`` "nk": nn.Linear's N x K weight read
+    column-major; "kn": Conv1D's K x N weight read row-major) and the backward's dA and dB."""
+    b = "c" if weight == "nk" else "r"
+    return [(dtype, m, n, k, "r" + b + "r", epilogue),
+            (dtype, m, k, n, "r" + ("r" if b == "c" else "c") + "r", "none"),
+            (dtype, k, n, m, "crr", "none")]
+
+
+def precompile(problems, db=None, jobs: int | None = None) -> dict:
+    """Compile at once, in parallel nvcc processes, the kernels ``gemmgen.gemm`` will choose for
+    ``problems`` ((dtype, M, N, K, layout, epilogue) tuples; dtype "fp16", "bf16" or "fp32"),
+    with the fallback kernel of each TMA (wgmma) kernel, into gemmgen's disk cache, so the
+    calls that follow only load cubins. Returns {"kernels": configs, "seconds": wall time,
+    "errors": [messages]}. Needs a GPU (the choice depends on it) and nvcc."""
+    import time
+
+    from .build import BuildError, compile_many
+    from .dispatch import _device, choose
+    from .families import get_family
+    from .launch_tma import fallback_config
+    from .tunedb import TuneDB
+    gpu, cc = _device()
+    tunedb = TuneDB(db)
+    configs = {}
+    for dt, m, n, k, lay, epi in problems:
+        cfg, _ = choose(tunedb, gpu, dt, m, n, k, cc, lay, epi)
+        configs[repr(cfg)] = cfg
+        if get_family(cfg.family).tma:
+            fb = fallback_config(cfg)
+            configs[repr(fb)] = fb
+    start = time.perf_counter()
+    done = compile_many(list(configs.values()), jobs=jobs)
+    errors = [str(d) for d in done if isinstance(d, BuildError)]
+    return {"kernels": len(configs), "seconds": time.perf_counter() - start, "errors": errors}
+
+
+__all__ = ["KERNEL_DTYPES", "Linear", "PatchSummary", "activate", "gemm", "linear_problems",
+           "patch", "precompile", "reference", "unpatch"]

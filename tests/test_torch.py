@@ -167,3 +167,11 @@ def test_autocast_gives_the_dtype_pytorch_matmul_gives():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out, want = gt.gemm(a, b), a @ b  # CPU tensors: PyTorch's path, under CPU autocast
     assert out.dtype == want.dtype == torch.bfloat16
+
+
+def test_linear_problems_name_the_three_gemms_of_a_step():
+    fwd, da, db = gt.linear_problems(4096, 768, 3072, "fp16", weight="nk")
+    assert fwd == ("fp16", 4096, 3072, 768, "rcr", "bias")   # x @ W^T, W read column-major
+    assert da == ("fp16", 4096, 768, 3072, "rrr", "none")    # dC @ W
+    assert db == ("fp16", 768, 3072, 4096, "crr", "none")    # x^T @ dC
+    assert gt.linear_problems(8, 2, 4, "bf16", weight="kn")[1][4] == "rcr"  # dC @ W^T (Conv1D)
