@@ -112,11 +112,37 @@ def _gemm(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, epilogue: str = "
     _check_args(a, b, bias, epilogue)
     if not _kernel_takes(a, b, bias):
         return reference(a, b, bias, epilogue).contiguous()
-    from .dispatch import gemm
     out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
-    gemm(_row_or_col(a), _row_or_col(b), out, bias=None if bias is None else bias.contiguous(),
-         epilogue=epilogue, stream=torch.cuda.current_stream(a.device).cuda_stream)
+    args = (_row_or_col(a), _row_or_col(b), out)
+    kwargs = dict(bias=None if bias is None else bias.contiguous(), epilogue=epilogue,
+                  stream=torch.cuda.current_stream(a.device).cuda_stream)
+    drv, dispatch_gemm = _driver()
+    if drv.Context.get_current() is not None:
+        dispatch_gemm(*args, **kwargs)
+        return out
+    # A thread PyCUDA has not seen (PyTorch's autograd threads): PyCUDA keeps a context stack
+    # per thread, and building or loading a kernel needs its context there. Pushed for the
+    # call only: a context left on a thread's stack makes PyCUDA abort when the thread exits.
+    import pycuda.autoprimaryctx as primary
+    primary.context.push()
+    try:
+        dispatch_gemm(*args, **kwargs)
+    finally:
+        drv.Context.pop()
     return out
+
+
+_DRIVER: list = []
+
+
+def _driver():
+    """(pycuda.driver, gemmgen.dispatch.gemm), the primary context made current on first use."""
+    if not _DRIVER:
+        from .build import pycuda_modules
+        from .dispatch import gemm as dispatch_gemm
+        drv, _ = pycuda_modules()
+        _DRIVER.extend((drv, dispatch_gemm))
+    return _DRIVER[0], _DRIVER[1]
 
 
 @_gemm.register_fake
