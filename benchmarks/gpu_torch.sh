@@ -13,16 +13,16 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw -
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee "$OUT/versions.txt"
 
 echo "== pytest -m gpu tests/test_gpu_torch.py"
-timeout 240 python3 -m pytest -q -m gpu tests/test_gpu_torch.py --durations=10 > "$OUT/pytest_gpu_torch.log" 2>&1
+timeout 180 python3 -m pytest -q -m gpu tests/test_gpu_torch.py --durations=10 > "$OUT/pytest_gpu_torch.log" 2>&1
 echo "pytest exit $?"; tail -n 25 "$OUT/pytest_gpu_torch.log"
 
 # One fresh cache directory for both runs, so the first run shows the compiles and the second none.
 export GEMMGEN_CACHE_DIR=$(mktemp -d /tmp/gemmgen-gpt2-cache-XXXX)
 echo "== train_gpt2 (cold cache, 40 steps, no torch.compile)"
-timeout 150 python3 examples/train_gpt2.py --steps 40 --no-compile \
+timeout 110 python3 examples/train_gpt2.py --steps 40 --no-compile \
     --out "$OUT/torch_gpt2_cold_${GPU}.json" > "$OUT/train_gpt2_cold.log" 2>&1
 echo "exit $?"; tail -n 30 "$OUT/train_gpt2_cold.log"
 echo "== train_gpt2 (warm cache, 200 steps, torch.compile)"
-timeout 200 python3 examples/train_gpt2.py --steps 200 \
+timeout 170 python3 examples/train_gpt2.py --steps 200 \
     --out "$OUT/torch_gpt2_${GPU}.json" > "$OUT/train_gpt2.log" 2>&1
 echo "exit $?"; tail -n 40 "$OUT/train_gpt2.log"

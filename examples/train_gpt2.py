@@ -298,9 +298,9 @@ def main(argv=None) -> int:
         runs[which]["forward_ms_median"] = timed(fwd, 5, 30)
         if which == "gemmgen":
             eager_logits = fwd()
-            results["cuda_graph"] = graphed_forward(model, ids, dtype, eager_logits)
             if not args.no_compile:
                 results["torch_compile"] = compiled_forward(model, ids, dtype, eager_logits)
+            results["cuda_graph"] = graphed_forward(model, ids, dtype, eager_logits)
         print(f"{which}: final loss {statistics.fmean(runs[which]['losses'][-10:]):.4f}, "
               f"step {runs[which]['step_ms_median']:.2f} ms, forward "
               f"{runs[which]['forward_ms_median']:.2f} ms", flush=True)

@@ -327,10 +327,11 @@ def linear_problems(m: int, k: int, n: int, dtype: str, weight: str = "nk",
             (dtype, k, n, m, "crr", "none")]
 
 
-def precompile(problems, db=None, jobs: int | None = None) -> dict:
+def precompile(problems, db=None, jobs: int | None = None, fallbacks: bool = True) -> dict:
     """Compile at once, in parallel nvcc processes, the kernels ``gemmgen.gemm`` will choose for
     ``problems`` ((dtype, M, N, K, layout, epilogue) tuples; dtype "fp16", "bf16" or "fp32"),
-    with the fallback kernel of each TMA (wgmma) kernel, into gemmgen's disk cache, so the
+    with the fallback kernel of each TMA (wgmma) kernel (unless ``fallbacks`` is False: it
+    runs only for operands TMA cannot describe), into gemmgen's disk cache, so the
     calls that follow only load cubins. Returns {"kernels": configs, "seconds": wall time,
     "errors": [messages]}. Needs a GPU (the choice depends on it) and nvcc."""
     import time
@@ -346,7 +347,7 @@ def precompile(problems, db=None, jobs: int | None = None) -> dict:
     for dt, m, n, k, lay, epi in problems:
         cfg, _ = choose(tunedb, gpu, dt, m, n, k, cc, lay, epi)
         configs[repr(cfg)] = cfg
-        if get_family(cfg.family).tma:
+        if fallbacks and get_family(cfg.family).tma:
             fb = fallback_config(cfg)
             configs[repr(fb)] = fb
     start = time.perf_counter()
