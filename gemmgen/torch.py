@@ -25,13 +25,13 @@ into the kernel. The result is a new row-major M x N tensor of a's dtype.
   the pre-activation: for ReLU taken from the output's sign (output > 0 exactly where the
   pre-activation is), for GELU recomputed by one more GEMM with the "bias" epilogue (nothing
   extra is kept from the forward pass).
-- Operands the kernels do not take (CPU tensors, float64, other dtypes, mixed dtypes) are
-  computed by PyTorch with the same formula, so every valid input works.
+- Operands the kernels do not take (CPU tensors, float64, other dtypes, tensors on a GPU other
+  than gemmgen's: PyCUDA's primary context's, one device per process) are computed by PyTorch
+  with the same formula, so every valid input works.
 
 Errors: ``OperandError`` (a ``ValueError``) naming the argument for a wrong rank, mismatched
-inner dimensions, a bias of the wrong length or an epilogue that does not match the bias;
-``RuntimeError`` from ``gemmgen.cudrv`` when a tensor lives on a device other than gemmgen's
-(PyCUDA's primary context's; one device per process).
+inner dimensions, mixed dtypes, a bias of the wrong length or an epilogue that does not match
+the bias; ``ImportError`` (with the install hint) for CUDA tensors without PyCUDA.
 """
 from __future__ import annotations
 
@@ -110,13 +110,13 @@ def _kernel_takes(a: Tensor, b: Tensor, bias: Optional[Tensor]) -> bool:
 @torch.library.custom_op("gemmgen::gemm", mutates_args=())
 def _gemm(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, epilogue: str = "none") -> Tensor:
     _check_args(a, b, bias, epilogue)
-    if not _kernel_takes(a, b, bias):
+    if not _kernel_takes(a, b, bias) or a.device.index != _driver()[2]:
         return reference(a, b, bias, epilogue).contiguous()
     out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
     args = (_row_or_col(a), _row_or_col(b), out)
     kwargs = dict(bias=None if bias is None else bias.contiguous(), epilogue=epilogue,
                   stream=torch.cuda.current_stream(a.device).cuda_stream)
-    drv, dispatch_gemm = _driver()
+    drv, dispatch_gemm, _ = _driver()
     if drv.Context.get_current() is not None:
         dispatch_gemm(*args, **kwargs)
         return out
@@ -136,13 +136,25 @@ _DRIVER: list = []
 
 
 def _driver():
-    """(pycuda.driver, gemmgen.dispatch.gemm), the primary context made current on first use."""
+    """(pycuda.driver, gemmgen.dispatch.gemm, PyTorch's index of gemmgen's device), the primary
+    context made current on first use. gemmgen's device is PyCUDA's primary context's, found
+    among PyTorch's devices by PCI address (device 0 where PyTorch does not report one)."""
     if not _DRIVER:
         from .build import pycuda_modules
         from .dispatch import gemm as dispatch_gemm
         drv, _ = pycuda_modules()
-        _DRIVER.extend((drv, dispatch_gemm))
-    return _DRIVER[0], _DRIVER[1]
+        dev, attr = drv.Context.get_device(), drv.device_attribute
+        want = tuple(dev.get_attribute(a) for a in (attr.PCI_DOMAIN_ID, attr.PCI_BUS_ID,
+                                                     attr.PCI_DEVICE_ID))
+        index = 0
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            got = tuple(getattr(props, f"pci_{n}_id", None) for n in ("domain", "bus", "device"))
+            if got == want:
+                index = i
+                break
+        _DRIVER.extend((drv, dispatch_gemm, index))
+    return _DRIVER[0], _DRIVER[1], _DRIVER[2]
 
 
 @_gemm.register_fake
