@@ -16,7 +16,8 @@ Measured and written to the JSON file:
 - what ``gemmgen.gemm`` chose per GEMM (config, tuned/nearest/default), how many kernels nvcc
   compiled in this process and how long that took (0 on a second run: cubins are cached);
 - the cost of the two ways to get GELU's pre-activation in the backward: recompute it (one more
-  GEMM, what gemmgen.torch does) or keep it (an unfused forward plus M x N saved values).
+  GEMM, what gemmgen.torch does) or keep it (an unfused forward plus M x N saved values);
+- host microseconds per call of the op, its autocast wrapper and PyTorch's addmm (64^3).
 
 Mixed precision: fp16 runs autocast with a GradScaler, bf16 autocast without; master weights
 are float32 in both, as in PyTorch's AMP recipe. Needs a CUDA GPU, PyCUDA, nvcc, transformers.
@@ -188,6 +189,27 @@ def gelu_preactivation_cost(m: int, k: int, n: int, dtype) -> dict:
                     "choice); keep: unfused forward (bias GEMM + GELU), z saved"}
 
 
+def call_overhead_us(dtype, calls: int = 2000) -> dict:
+    """Host microseconds per call on a 64 x 64 x 64 problem (GPU time negligible, so the
+    launch rate is the host's): the op, the autocast wrapper, and PyTorch's addmm."""
+    x = torch.randn(64, 64, device="cuda", dtype=dtype)
+    w = torch.randn(64, 64, device="cuda", dtype=dtype)
+    b = torch.randn(64, device="cuda", dtype=dtype)
+    out = {}
+    for name, fn in (("gemmgen_op", lambda: torch.ops.gemmgen.gemm(x, w.t(), b, "bias")),
+                     ("gemmgen_wrapper", lambda: gt.gemm(x, w.t(), b)),
+                     ("torch_addmm", lambda: torch.addmm(b, x, w.t()))):
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        out[name] = (time.perf_counter() - start) / calls * 1e6
+    return out
+
+
 def compiled_forward(model, ids, dtype, eager_logits) -> dict:
     try:
         start = time.perf_counter()
@@ -322,6 +344,7 @@ def main(argv=None) -> int:
                              "bar": 1.05}
     results["forward_ms"]["met"] = results["forward_ms"]["ratio"] <= 1.05
     results["gelu_preactivation"] = gelu_preactivation_cost(m, e, 4 * e, dtype)
+    results["call_overhead_us"] = call_overhead_us(dtype)
     results["kernels"] = chosen_kernels()
     results["nvcc_compiles"] = dict(COMPILES)
     results["wall_s"] = time.perf_counter() - t0
@@ -335,6 +358,7 @@ def main(argv=None) -> int:
     summary["cuda_graph"] = results["cuda_graph"]
     summary["torch_compile"] = results.get("torch_compile")
     summary["nvcc_compiles"] = results["nvcc_compiles"]
+    summary["call_overhead_us"] = results["call_overhead_us"]
     print(json.dumps(summary, indent=1))
     print(f"wrote {out_path}")
     return 0
