@@ -195,13 +195,14 @@ _gemm.register_autograd(_backward, setup_context=_setup_context)
 
 def gemm(a: Tensor, b: Tensor, bias: Optional[Tensor] = None,
          epilogue: Optional[str] = None) -> Tensor:
-    """``torch.ops.gemmgen.gemm`` with autocast: under ``torch.autocast("cuda")`` CUDA operands
-    are cast to the autocast dtype first (as PyTorch's own matmul is). ``epilogue`` defaults to
+    """``torch.ops.gemmgen.gemm`` with autocast: under ``torch.autocast`` for a's device type the
+    operands are cast to the autocast dtype first (as PyTorch's own matmul's are). ``epilogue`` defaults to
     "bias" when ``bias`` is given, else "none". Shapes, dtypes and errors: see the module."""
     if epilogue is None:
         epilogue = "bias" if bias is not None else "none"
-    if a.is_cuda and torch.is_autocast_enabled("cuda"):
-        dt = torch.get_autocast_dtype("cuda")
+    device = a.device.type
+    if torch.is_autocast_enabled(device):
+        dt = torch.get_autocast_dtype(device)
         a, b = a.to(dt), b.to(dt)
         bias = None if bias is None else bias.to(dt)
     return _gemm(a, b, bias, epilogue)

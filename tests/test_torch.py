@@ -162,11 +162,14 @@ def test_patch_swaps_transformers_conv1d():
     torch.testing.assert_close(model(x), want)
 
 
-def test_autocast_gives_the_dtype_pytorch_matmul_gives():
-    a, b, _ = _operands(torch.float32)
+def test_autocast_casts_mixed_operands_like_pytorch_matmul():
+    a, b, bias = _operands(torch.float32, bias=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out, want = gt.gemm(a, b), a @ b  # CPU tensors: PyTorch's path, under CPU autocast
+        out, want = gt.gemm(a.bfloat16(), b, bias), torch.addmm(bias, a.bfloat16(), b)
     assert out.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(out, want)
+    with pytest.raises(OperandError, match="must match"):  # no autocast: no silent cast
+        gt.gemm(a.bfloat16(), b)
 
 
 def test_linear_problems_name_the_three_gemms_of_a_step():
