@@ -136,8 +136,10 @@ def train(model, data, args) -> dict:
 
 
 def forward_fn(model, ids, dtype):
+    """The inference forward pass; autocast's cast cache off, as CUDA-graph capture needs (it
+    saves nothing here: each weight is cast once per pass either way)."""
     def run():
-        with torch.no_grad(), torch.autocast("cuda", dtype=dtype):
+        with torch.no_grad(), torch.autocast("cuda", dtype=dtype, cache_enabled=False):
             return model(input_ids=ids).logits
     return run
 
