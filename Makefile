@@ -3,8 +3,9 @@ PIP := $(PYTHON) -m pip
 
 .PHONY: install test test-gpu generate clean
 
-install:            ## install gemmgen (editable) with the test tools
+install:            ## install gemmgen (editable) with the test tools; PyTorch's CPU build if no torch
 	$(PIP) install -q -e '.[dev]'
+	$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
 
 test:               ## tests that need no GPU (nvcc compiles run where nvcc is installed)
 	$(PYTHON) -m pytest -q

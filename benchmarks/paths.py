@@ -178,7 +178,7 @@ def time_odd(rng, l2, rows):
         key = next(iter(kern._launches))
         before = kern._launches[key][3]
         from gemmgen.bench import time_launches
-        t = time_launches(lambda i: [s(None) for s in before], 1)
+        t = time_launches(lambda i: [kern._helper_launch(s, None, False) for s in before], 1)
         rows.append({"part": "odd", "kernel": "repack: pack kernels only", "dtype": dtype,
                      "M": m, "N": n, "K": k, "time_us": round(t.median * 1e6, 2)})
         print(f"  pack kernels alone {t.median * 1e6:.1f} us", flush=True)
@@ -280,7 +280,7 @@ def time_fp32(rng, l2, rows, sizes=(4096, 8192)):
         key = next(k for k in k3._launches if k[0] == s)
         before = k3._launches[key][3]
         from gemmgen.bench import time_launches
-        t = time_launches(lambda i: [st(None) for st in before], 1)
+        t = time_launches(lambda i: [k3._helper_launch(st, None, False) for st in before], 1)
         print(f"  split3 pack kernels alone {t.median * 1e6:.1f} us", flush=True)
         rows += [dict(cub, part="fp32"), dict(r, part="fp32", cublas_tflops=cub["tflops"],
                                                split3_us=round(t.median * 1e6, 2)),

@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import struct
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -22,8 +23,17 @@ from .model import ConfigBase
 from .nvcc import CUBIN_FLAGS, BuildError, Resources, compile_cubin, nvcc_version
 from .render import config_from_source, render
 
+
+def raw_stream(stream) -> int:
+    """The raw ``CUstream`` handle of an int or a PyTorch/CuPy stream object."""
+    if type(stream) is int:
+        return stream
+    from .cudrv import stream_handle
+    return stream_handle(stream)
+
 _CACHE: dict[tuple[str, str, str], "Kernel"] = {}
 SIGNATURE = "iiifPiPifPiqqqP"  # M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, strides, bias
+_PARAMS = struct.Struct("@" + SIGNATURE)  # the parameter block, natively aligned as PyCUDA packs it
 
 
 def cache_dir() -> Path:
@@ -135,6 +145,7 @@ class Kernel:
     module: object = field(repr=False)
     source_path: str | None = None
     resources: Resources | None = None
+    cubin: bytes = field(default=b"", repr=False)
 
     @property
     def name(self) -> str:
@@ -161,12 +172,34 @@ class Kernel:
                    stride_b: int = 0, stride_c: int = 0, bias_ptr: int = 0, batch: int = 1,
                    stream=None) -> None:
         """Enqueue one launch on device pointers (no checks; asynchronous). Strides are the
-        elements between consecutive matrices of a batch (0 broadcasts one matrix)."""
+        elements between consecutive matrices of a batch (0 broadcasts one matrix).
+        ``stream``: None (the legacy default stream), a PyCUDA ``Stream``, or a raw ``CUstream``
+        handle (an int, or a PyTorch/CuPy stream), launched through ``gemmgen.cudrv``."""
         grid_x, grid_y, _ = self.config.grid(m, n)
+        if stream is not None and not type(stream).__module__.startswith("pycuda"):
+            self.raw_function().launch(
+                (grid_x, grid_y, batch), (self.config.threads, 1, 1),
+                _PARAMS.pack(m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a,
+                             stride_b, stride_c, bias_ptr), raw_stream(stream))
+            return
         self.function.prepared_async_call(
             (grid_x, grid_y, batch), (self.config.threads, 1, 1), stream, m, n, k, alpha,
             a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a, stride_b, stride_c, bias_ptr,
             shared_size=self.config.dynamic_smem_bytes)
+
+    def raw_function(self):
+        """This kernel loaded through the driver API (``gemmgen.cudrv.RawFunction``) for launches
+        on raw stream handles; loaded on first use. Raises ``RuntimeError`` when the Kernel was
+        made without its cubin."""
+        raw = self.__dict__.get("_raw")
+        if raw is None:
+            if not self.cubin:
+                raise RuntimeError(f"{self.name}: no cubin kept, so it cannot launch on a raw "
+                                   f"stream handle; pass a PyCUDA Stream or None")
+            from .cudrv import RawFunction
+            raw = self.__dict__["_raw"] = RawFunction(self.cubin, self.name,
+                                                      self.config.dynamic_smem_bytes)
+        return raw
 
     def __call__(self, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
                  stream=None):
@@ -220,7 +253,7 @@ def from_cubin(config: ConfigBase, arch: str, cubin: bytes, resources: Resources
         from .launch_tma import TmaKernel
         return TmaKernel(config, arch, function, module, source_path, resources, cubin=cubin)
     function.prepare(SIGNATURE)
-    return Kernel(config, arch, function, module, source_path, resources)
+    return Kernel(config, arch, function, module, source_path, resources, cubin=cubin)
 
 
 def load(path: str | os.PathLike, arch: str | None = None) -> Kernel:

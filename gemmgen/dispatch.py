@@ -407,9 +407,11 @@ def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
     fastest family for the dtype on this GPU, fitted to the shape (swapped operands for a
     small M, split-K, tile by wave; see ``decide`` and ``gemmgen explain``). ``math="3xtf32"``
     on float32 operands runs FP32-accurate 3xTF32 on tensor cores (Hopper; elsewhere the
-    IEEE fp32 kernel); the default keeps IEEE float32 for float32 data. ``stream``: a PyCUDA
-    stream (default: the legacy default stream). With alpha == 0, A and B are not read
-    (BLAS). PyTorch and CuPy operands whose signature (kind, shape, strides, dtype,
+    IEEE fp32 kernel); the default keeps IEEE float32 for float32 data. ``stream``: None
+    (the legacy default stream), a PyCUDA ``Stream``, a PyTorch or CuPy stream, or a raw
+    ``CUstream`` handle (int), e.g. ``torch.cuda.current_stream().cuda_stream`` (then the
+    launch goes through ``gemmgen.cudrv`` and may be captured into a CUDA graph). With
+    alpha == 0, A and B are not read (BLAS). PyTorch and CuPy operands whose signature (kind, shape, strides, dtype,
     device; not the pointer) was seen before are launched without repeating the checks.
 
     Raises ``OperandError`` for bad arguments, ``ValueError`` for an unknown epilogue or an

@@ -4,9 +4,10 @@ operands TMA cannot describe.
 """
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 
-from .build import Kernel
+from .build import Kernel, raw_stream
 from .cost import unaligned
 from .dtypes import ELEM_BYTES
 from .tma import MapSpec, ParamPacker, TmaError, encode, operand_map, param_layout
@@ -75,6 +76,7 @@ class TmaKernel(Kernel):
         self._b_box = (env["B_BOX_INNER"], env["B_BOX_ROWS"])
         self._c_box = (env["C_CHUNK"], self.config.template_constants()["C_BOX_ROWS"])
         self._helpers: dict[str, object] = {}
+        self._raw_helpers: dict[str, object] = {}
         self._work: dict[str, object] = {}
 
     @property
@@ -159,11 +161,31 @@ class TmaKernel(Kernel):
         if grid is None:  # TMA cannot describe an operand: the fallback kernel runs instead
             self.fallback.launch_raw(*key, stream)
             return
+        raw = stream is not None and not type(stream).__module__.startswith("pycuda")
+        if raw:  # a PyTorch/CuPy stream or a CUstream handle: the driver API launches
+            stream = raw_stream(stream)
         for step in before:
-            step(stream)
-        self.function._launch_kernel(grid, self._block, params, self._smem, stream)
+            self._helper_launch(step, stream, raw)
+        if raw:
+            self.raw_function().launch(grid, self._block, params, stream)
+        else:
+            self.function._launch_kernel(grid, self._block, params, self._smem, stream)
         for step in after:
-            step(stream)
+            self._helper_launch(step, stream, raw)
+
+    def _helper_launch(self, step: tuple, stream, raw: bool) -> None:
+        """One helper kernel launch (suffix, grid, block, args) on a PyCUDA stream or None,
+        or, ``raw``, on a CUstream handle through the driver API."""
+        suffix, grid, block, args = step
+        if raw:
+            fn = self._raw_helpers.get(suffix)
+            if fn is None:
+                from .cudrv import RawFunction
+                fn = self._raw_helpers[suffix] = RawFunction(
+                    self.cubin, f"{self.config.name}_{suffix}")
+            fn.launch(grid, block, HELPER_STRUCTS[suffix].pack(*args), stream)
+        else:
+            self.helper(suffix).prepared_async_call(grid, block, stream, *args)
 
     def _prepare(self, key: tuple) -> tuple:
         """(path, grid, parameter block, helper launches before, after), or (reason, None,
@@ -234,10 +256,9 @@ class TmaKernel(Kernel):
         ld_new = -(-cols // vec) * vec
         stride_new = rows * ld_new if stride else 0
         dst = self.workspace(f"pack {name}", rows * ld_new * nb * item)
-        fn = self.helper("pack")
         grid = (-(-(-(-cols // vec)) // PACK_THREADS), min(rows, MAX_GRID_Y), nb)
-        before.append(lambda st: fn.prepared_async_call(
-            grid, (PACK_THREADS, 1, 1), st, ptr, ld, stride, dst, ld_new, stride_new, rows, cols))
+        before.append(("pack", grid, (PACK_THREADS, 1, 1),
+                       (ptr, ld, stride, dst, ld_new, stride_new, rows, cols)))
         return dst, ld_new, stride_new
 
     def _split3(self, before: list, m, n, k, batch, a_ptr, lda, stride_a, b_ptr, ldb,
@@ -246,7 +267,6 @@ class TmaKernel(Kernel):
         cfg = self.config
         kp = -(-k // cfg.bk) * cfg.bk
         ld = 3 * kp
-        fn = self.helper("split3")
         env = cfg.env()
         tile, rows_per = env["PACK_TILE"], env["PACK_ROWS"]
         out = []
@@ -262,8 +282,8 @@ class TmaKernel(Kernel):
             dst = self.workspace(f"split3 {name}", outer * ld * nb * 4)
             grid = (-(-kp // tile), -(-outer // tile), nb)
             sbd = outer * ld if stride else 0
-            before.append(lambda st, a=(ptr, so, sk, stride, dst, ld, sbd, outer, k, kp, role),
-                          g=grid: fn.prepared_async_call(g, (tile, rows_per, 1), st, *a))
+            before.append(("split3", grid, (tile, rows_per, 1),
+                           (ptr, so, sk, stride, dst, ld, sbd, outer, k, kp, role)))
             out.append((dst, ld, sbd))
         return out
 
@@ -277,16 +297,17 @@ class TmaKernel(Kernel):
         ldp = -(-inner // 4) * 4
         slice_ = outer * ldp
         ws = self.workspace("split-K", slice_ * batch * cfg.split_k * 4)
-        fn = self.helper("reduce")
         grid = (-(-inner // REDUCE_THREADS), min(outer, MAX_GRID_Y), batch)
-        after.append(lambda st: fn.prepared_async_call(
-            grid, (REDUCE_THREADS, 1, 1), st, ws, ldp, slice_, m, n, alpha_, beta, c_ptr, ldc,
-            stride_c, bias_ptr, batch))
+        after.append(("reduce", grid, (REDUCE_THREADS, 1, 1),
+                      (ws, ldp, slice_, m, n, alpha_, beta, c_ptr, ldc, stride_c, bias_ptr, batch)))
         return ws, ldp, slice_
 
 
 # PyCUDA signatures of the helper kernels (P pointer, q long long, i int, f float).
 HELPER_SIGNATURES = {"pack": "PqqPqqii", "split3": "PqqqPqqiiii", "reduce": "PiqiiffPiqPi"}
+HELPER_STRUCTS = {k: struct.Struct("@" + v) for k, v in HELPER_SIGNATURES.items()}
+"""The same parameter lists packed for a driver-API launch (natural alignment, as nvcc lays
+out kernel parameters)."""
 PACK_THREADS = 256    # <name>_pack: threads per block, one 16-byte vector each
 REDUCE_THREADS = 256  # <name>_reduce: threads per block, one element of C each
 MAX_GRID_Y = 65535    # helper kernels loop over rows beyond it

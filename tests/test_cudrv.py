@@ -1,0 +1,44 @@
+"""Raw-stream launches without a GPU: the parameter block gemmgen.build packs for cuLaunchKernel
+sits at the offsets the compiled kernel declares, and stream objects become raw handles."""
+import struct
+
+import pytest
+
+from gemmgen import PRESETS
+from gemmgen.build import _PARAMS, SIGNATURE, compile_cached
+from gemmgen.cudrv import stream_handle
+from gemmgen.render import render
+from gemmgen.tma import param_layout
+
+
+def _native_offsets(fmt: str) -> list[int]:
+    return [struct.calcsize("@" + fmt[:i + 1]) - struct.calcsize("@" + fmt[i]) for i in
+            range(len(fmt))]
+
+
+@pytest.mark.parametrize("preset", ["warptile_tuned", "wmma_pipeline"])
+def test_packed_parameters_sit_at_the_cubins_offsets(nvcc, preset):
+    cfg = PRESETS[preset].config
+    cubin, _ = compile_cached(render(cfg, "sm_80"), "sm_80", cfg.name)
+    layout = param_layout(cubin, cfg.name)
+    assert list(layout.offsets) == _native_offsets(SIGNATURE)
+    assert list(layout.sizes) == [struct.calcsize(c) for c in SIGNATURE]
+    assert _PARAMS.size == layout.total
+
+
+class _TorchLike:
+    cuda_stream = 0x7F00
+
+
+class _CupyLike:
+    ptr = 0x7E00
+
+
+def test_stream_handles():
+    assert stream_handle(None) is None
+    assert stream_handle(0) == 0 and stream_handle(12345) == 12345
+    assert stream_handle(_TorchLike()) == 0x7F00 and stream_handle(_CupyLike()) == 0x7E00
+    with pytest.raises(TypeError, match="stream: expected"):
+        stream_handle("default")
+    with pytest.raises(TypeError, match="stream: expected"):
+        stream_handle(True)

@@ -1,0 +1,180 @@
+"""gemmgen.torch without a GPU: the op's registration and schema, its fake implementation (shapes,
+dtypes, strides), the autograd formulas (through PyTorch's path for CPU tensors: these check
+the backward's algebra and layouts, not the kernels, which tests/test_gpu_torch.py does),
+patching, and that ``import gemmgen`` does not import torch."""
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (make install adds it)")
+
+import gemmgen.torch as gt  # noqa: E402
+from gemmgen.operands import OperandError  # noqa: E402
+from torch.library import opcheck  # noqa: E402
+
+EPILOGUE_CASES = [("none", False), ("bias", True), ("relu", False), ("gelu", False),
+                  ("bias_relu", True), ("bias_gelu", True)]
+
+
+def test_importing_gemmgen_does_not_import_torch():
+    code = ("import sys, gemmgen, gemmgen.dispatch, gemmgen.launch, gemmgen.cli; "
+            "assert 'torch' not in sys.modules, 'gemmgen imported torch'; print('clean')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "clean" in out.stdout, out.stderr
+
+
+def test_op_is_registered_with_its_schema():
+    op = torch.ops.gemmgen.gemm.default
+    schema = str(op._schema)
+    assert schema.startswith("gemmgen::gemm(Tensor a, Tensor b, Tensor? bias=None, "
+                             "str epilogue=\"none\") -> Tensor"), schema
+
+
+def _operands(dtype, layout_a="r", layout_b="r", m=5, k=7, n=6, bias=False, grad=False):
+    a = torch.randn(m, k, dtype=dtype) if layout_a == "r" else torch.randn(k, m, dtype=dtype).t()
+    b = torch.randn(k, n, dtype=dtype) if layout_b == "r" else torch.randn(n, k, dtype=dtype).t()
+    c = torch.randn(n, dtype=dtype) if bias else None
+    if grad:
+        for x in (a, b, c):
+            if x is not None:
+                x.requires_grad_()
+    return a, b, c
+
+
+@pytest.mark.parametrize("epilogue,has_bias", EPILOGUE_CASES)
+def test_opcheck_schema_fake_autograd_registration(epilogue, has_bias):
+    """torch.library.opcheck: schema, fake tensor vs real (shape, dtype, strides), autograd
+    registration and AOT dispatch, on CPU tensors (PyTorch's path of the op)."""
+    a, b, bias = _operands(torch.float32, "r", "c", bias=has_bias, grad=True)
+    result = opcheck(torch.ops.gemmgen.gemm.default, (a, b, bias, epilogue))
+    assert all(v == "SUCCESS" for v in result.values()), result
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("lay", ["rr", "rc", "cr", "cc"])
+def test_fake_impl_shape_dtype_strides(dtype, lay):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        a, b, _ = _operands(dtype, lay[0], lay[1], m=33, k=17, n=9)
+        out = torch.ops.gemmgen.gemm(a, b)
+    assert tuple(out.shape) == (33, 9) and out.dtype == dtype and out.stride() == (9, 1)
+
+
+def test_fake_impl_checks_like_the_real_one():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        a, b = torch.empty(4, 5), torch.empty(6, 3)
+        with pytest.raises(OperandError, match="a's columns must equal b's rows"):
+            torch.ops.gemmgen.gemm(a, b)
+
+
+@pytest.mark.parametrize("epilogue,has_bias", EPILOGUE_CASES)
+def test_gradcheck_float64_through_transposed_views(epilogue, has_bias):
+    """The backward's formulas (dA = dC'·Bᵀ, dB = Aᵀ·dC' on views, dbias, the activation's
+    derivative) against finite differences in float64."""
+    torch.manual_seed(1)
+    a, b, bias = _operands(torch.float64, "c", "r", bias=has_bias, grad=True)
+    inputs = (a, b, bias) if has_bias else (a, b)
+
+    def fn(*xs):
+        return torch.ops.gemmgen.gemm(xs[0], xs[1], xs[2] if has_bias else None, epilogue)
+    assert torch.autograd.gradcheck(fn, inputs)
+
+
+def test_gradients_match_pytorch_autograd():
+    torch.manual_seed(2)
+    a, b, bias = _operands(torch.float32, "r", "c", m=9, k=11, n=13, bias=True, grad=True)
+    out = gt.gemm(a, b, bias, "bias_gelu")
+    g = torch.randn_like(out)
+    got = torch.autograd.grad(out, (a, b, bias), g)
+    want = torch.autograd.grad(gt.reference(a, b, bias, "bias_gelu"), (a, b, bias), g)
+    for x, y in zip(got, want):
+        torch.testing.assert_close(x, y)
+
+
+@pytest.mark.parametrize("args,match", [
+    ((torch.empty(3), torch.empty(3, 2), None, "none"), "a must be a 2-D matrix"),
+    ((torch.empty(3, 4), torch.empty(5, 2), None, "none"), "a's columns must equal b's rows"),
+    ((torch.empty(3, 4), torch.empty(4, 2, dtype=torch.float64), None, "none"), "must match"),
+    ((torch.empty(3, 4), torch.empty(4, 2), None, "bias"), "bias is required"),
+    ((torch.empty(3, 4), torch.empty(4, 2), torch.empty(2), "relu"), "bias given"),
+    ((torch.empty(3, 4), torch.empty(4, 2), torch.empty(3), "bias"), "N = 2 values"),
+    ((torch.empty(3, 4), torch.empty(4, 2), None, "swish"), "unknown 'swish'"),
+])
+def test_bad_arguments_name_the_argument(args, match):
+    with pytest.raises(OperandError, match=match):
+        torch.ops.gemmgen.gemm(*args)
+
+
+def test_linear_is_a_drop_in_with_fused_activation():
+    torch.manual_seed(3)
+    ref = torch.nn.Linear(8, 5)
+    lin = gt.Linear(8, 5, activation="relu")
+    lin.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 3, 8)
+    torch.testing.assert_close(lin(x), torch.relu(ref(x)))
+    assert set(lin.state_dict()) == {"weight", "bias"} and isinstance(lin, torch.nn.Linear)
+    with pytest.raises(ValueError, match="activation"):
+        gt.Linear(2, 2, activation="tanh")
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(6, 12)
+        self.down = torch.nn.Linear(12, 6, bias=False)
+        self.mha = torch.nn.MultiheadAttention(6, 2)  # its out_proj subclasses nn.Linear
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+def test_patch_swaps_linear_layers_keeps_parameters_and_unpatches():
+    torch.manual_seed(4)
+    model = torch.nn.Sequential(_Block(), torch.nn.Linear(6, 3))
+    params = [id(p) for p in model.parameters()]
+    x = torch.randn(4, 6)
+    want = model(x)
+    summary = gt.patch(model, exclude=("1",))
+    assert summary.swapped == {"0.up": "nn.Linear", "0.down": "nn.Linear"}
+    assert summary.skipped["1"] == "excluded"
+    assert "subclasses nn.Linear" in summary.skipped["0.mha.out_proj"]
+    assert type(model[0].up) is gt.Linear and type(model[1]) is torch.nn.Linear
+    assert [id(p) for p in model.parameters()] == params
+    assert "2 nn.Linear" in str(summary)
+    torch.testing.assert_close(model(x), want)
+    got = torch.compile(model, fullgraph=True, backend="aot_eager")(x)
+    torch.testing.assert_close(got, want)
+    assert gt.unpatch(model) == 2 and type(model[0].up) is torch.nn.Linear
+
+
+def test_patch_swaps_transformers_conv1d():
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    from transformers.pytorch_utils import Conv1D
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(Conv1D(7, 4), torch.nn.Linear(7, 2))
+    x = torch.randn(3, 4)
+    want = model(x)
+    summary = gt.patch(model)
+    assert summary.counts() == {"Conv1D": 1, "nn.Linear": 1}
+    assert isinstance(model[0], Conv1D) and type(model[0]) is not Conv1D
+    torch.testing.assert_close(model(x), want)
+
+
+def test_autocast_casts_mixed_operands_like_pytorch_matmul():
+    a, b, bias = _operands(torch.float32, bias=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, want = gt.gemm(a.bfloat16(), b, bias), torch.addmm(bias, a.bfloat16(), b)
+    assert out.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(out, want)
+    with pytest.raises(OperandError, match="must match"):  # no autocast: no silent cast
+        gt.gemm(a.bfloat16(), b)
+
+
+def test_linear_problems_name_the_three_gemms_of_a_step():
+    fwd, da, db = gt.linear_problems(4096, 768, 3072, "fp16", weight="nk")
+    assert fwd == ("fp16", 4096, 3072, 768, "rcr", "bias")   # x @ W^T, W read column-major
+    assert da == ("fp16", 4096, 768, 3072, "rrr", "none")    # dC @ W
+    assert db == ("fp16", 768, 3072, 4096, "crr", "none")    # x^T @ dC
+    assert gt.linear_problems(8, 2, 4, "bf16", weight="kn")[1][4] == "rcr"  # dC @ W^T (Conv1D)
