@@ -22,9 +22,11 @@ def test_preset_is_correct_on_the_tma_and_the_fallback_path(hopper, name):
     results = sweep_kernel(name, kernel, CASES, batch_cases=BATCH_CASES)
     assert all(r.passed for r in results), [r for r in results if not r.passed]
     by_shape = {(r.m, r.n, r.k, r.alpha, r.beta): r.path for r in results}
+    split3 = kernel.config.math == "3xtf32"  # its split kernel takes any operand
     for m, n, k, alpha, beta in ALIGNED_CASES:
-        assert by_shape[(m, n, k, alpha, beta)] == "tma", (m, n, k)
-    assert by_shape[(127, 129, 131, 1.0, 0.0)].startswith("fallback"), "K = 131 rows are 262 B"
+        assert by_shape[(m, n, k, alpha, beta)] == ("tma + 3xtf32" if split3 else "tma"), (m, n, k)
+    odd = by_shape[(127, 129, 131, 1.0, 0.0)]  # K = 131: rows of 262 bytes
+    assert odd == "tma + 3xtf32" if split3 else odd.startswith("fallback"), odd
 
 
 def test_offset_base_pointer_and_odd_leading_dimension_fall_back(hopper):
@@ -74,7 +76,7 @@ def test_gemm_prefers_wgmma_and_falls_back_by_layout(hopper):
     b = torch.randn(200, 136, device="cuda", dtype=torch.float16)
     out = gemmgen.gemm(a, b)
     kernel, how = chosen(a, b)
-    assert kernel.config.family == "wgmma" and how == "default"
+    assert kernel.config.family == "wgmma" and how.startswith("default")
     ref = a.double() @ b.double()
     assert float((out.double() - ref).norm() / ref.norm()) < 1e-3
     again = gemmgen.gemm(a, b)              # the cached plan

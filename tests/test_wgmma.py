@@ -124,7 +124,10 @@ def test_fallback_takes_the_same_problem(layout):
 def _variants() -> list:
     base = WGMMA["wgmma_tma_store"]
     out = [c for c in pairwise_variants(base) if c.layout != "rrr"]
-    return out + [base.replace(pingpong=True, bn=128, stages=4), base.replace(out="fp32", bn=128)]
+    return out + [base.replace(pingpong=True, bn=128, stages=4), base.replace(out="fp32", bn=128),
+                  base.replace(store="direct", split_k=3, layout="crc", epilogue="bias_gelu"),
+                  base.replace(store="direct", bn=8, split_k=4, stages=6, layout="ccc"),
+                  WGMMA["wgmma_3xtf32"].replace(split_k=2, layout="crr", epilogue="bias_relu")]
 
 
 @pytest.fixture(scope="module")
@@ -180,13 +183,18 @@ def test_sass_has_wgmma_and_tma_and_no_local_memory(compiled):
             assert "MULTICAST" in text, name
         if cfg.setmaxnreg:
             assert "USETMAXREG" in text, name
+        # the module's helper kernels: the repack always, the split and the reduction when used
+        assert f"Function : {name}_pack" in text, name
+        assert (f"Function : {name}_split3" in text) == (cfg.math == "3xtf32"), name
+        assert (f"Function : {name}_reduce" in text) == (cfg.split_k > 1), name
 
 
 WGMMA_VALUES = {
     "bm": [64, 128, 192, 256], "bn": [64, 128, 200, 256], "stages": [2, 3, 4, 5],
     "consumers": [1, 2], "pingpong": [False, True], "cluster_m": [1, 2],
     "layout": ["rrr", "crc", "rcr"], "epilogue": ["none", "bias_gelu"],
-    "store": ["tma", "direct"], "regs_consumer": [232, 240],
+    "store": ["tma", "direct"], "regs_consumer": [232, 240], "split_k": [1, 3],
+    "math": ["native", "3xtf32"],
 }
 
 

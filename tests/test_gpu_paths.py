@@ -1,0 +1,131 @@
+"""On a Hopper GPU: the paths gemm takes for odd and skinny shapes (repack, split-K, swapped
+operands) and for FP32-accurate 3xTF32, through gemmgen.gemm and on every operand kind."""
+import numpy as np
+import pytest
+
+import gemmgen
+from gemmgen import PRESETS, build
+from gemmgen.verify import BATCH_CASES, CASES, compare, reference, sweep_kernel, tolerance
+
+pytestmark = pytest.mark.gpu
+
+PATHS = {
+    "split-K 3, crc, bias+GELU": PRESETS["wgmma_tma_store"].config.replace(
+        store="direct", split_k=3, layout="crc", epilogue="bias_gelu"),
+    "split-K 2, ping-pong, bf16": PRESETS["wgmma_bf16"].config.replace(
+        store="direct", split_k=2, pingpong=True, bm=64),
+    "split-K 3, one tile per CTA": PRESETS["wgmma_ws"].config.replace(split_k=3, layout="rcr"),
+    "decode tile 128x8, split-K 4": PRESETS["wgmma_tma_store"].config.replace(
+        store="direct", bn=8, split_k=4, stages=6, layout="ccc"),
+    "repack, ccc": PRESETS["wgmma_bf16"].config.replace(store="direct", layout="ccc"),
+    "3xTF32 crr, split-K 2, bias+ReLU": PRESETS["wgmma_3xtf32"].config.replace(
+        layout="crr", split_k=2, epilogue="bias_relu"),
+}
+
+
+@pytest.fixture(scope="module")
+def hopper():
+    from gemmgen.build import device_cc
+    if device_cc() != 90:
+        pytest.skip("the wgmma family runs on sm_90 (Hopper) only")
+
+
+@pytest.mark.parametrize("label", list(PATHS))
+def test_path_is_correct_over_the_sweep(hopper, label):
+    kernel = build(PATHS[label])
+    results = sweep_kernel(label, kernel, CASES, batch_cases=BATCH_CASES)
+    assert all(r.passed for r in results), [r for r in results if not r.passed]
+    paths = {r.path for r in results}
+    if kernel.config.split_k > 1:
+        assert any("split-K" in p for p in paths), paths
+
+
+def test_large_odd_operands_are_repacked_not_sent_to_the_fallback(hopper):
+    kernel = build(PATHS["repack, ccc"])
+    res = sweep_kernel("odd", kernel, [(1023, 1025, 1021, 1.5, -0.5)], batch_cases=[])
+    assert res[0].passed and "repack" in res[0].path, res[0]
+
+
+def _cupy():
+    return pytest.importorskip("cupy")
+
+
+@pytest.mark.parametrize("m", [1, 8, 64])
+def test_gemm_swaps_operands_for_a_small_m(hopper, m):
+    cp = _cupy()
+    from gemmgen.dispatch import chosen_choice
+    rng = cp.random.default_rng()
+    a = rng.standard_normal((m, 1024), dtype=cp.float32).astype(cp.float16)
+    b = rng.standard_normal((1024, 2048), dtype=cp.float32).astype(cp.float16)
+    ref = a.astype(cp.float64) @ b.astype(cp.float64)
+    out = gemmgen.gemm(a, b)
+    kernel, choice = chosen_choice(a, b)
+    assert choice.swap and kernel.config.bn == max(8, m)
+    assert out.shape == (m, 2048)
+    err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+    assert err <= tolerance(1024, "fp16", "fp32", "fp16"), err
+    c = cp.full((m, 2048), cp.nan, cp.float16)
+    again = gemmgen.gemm(a, b, c, alpha=2.0)  # the cached plan, into a given C
+    assert again is c
+    err = float(cp.linalg.norm(c.astype(cp.float64) - 2 * ref) / cp.linalg.norm(2 * ref))
+    assert err <= tolerance(1024, "fp16", "fp32", "fp16"), err
+
+
+def test_gemm_3xtf32_is_as_accurate_as_fp32_in_any_layout(hopper):
+    cp = _cupy()
+    rng = cp.random.default_rng()
+    a = rng.standard_normal((777, 1531), dtype=cp.float32)
+    b = rng.standard_normal((1531, 523), dtype=cp.float32).T.copy().T  # column-major view
+    ref = a.astype(cp.float64) @ b.astype(cp.float64)
+    out = gemmgen.gemm(a, b, math="3xtf32")
+    err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+    assert err <= tolerance(1531, "fp32"), err
+    one_pass = gemmgen.gemm(a, b, dtype="tf32")
+    err1 = float(cp.linalg.norm(one_pass.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+    assert err * 20 < err1, (err, err1)  # 1xTF32 keeps 10 mantissa bits
+    with pytest.raises(ValueError, match="float32"):
+        gemmgen.gemm(a.astype(cp.float16), b.astype(cp.float16), math="3xtf32")
+
+
+def test_split_and_helpers_launch_on_a_torch_stream(hopper):
+    torch = pytest.importorskip("torch")
+    a = torch.randn(8, 4096, device="cuda", dtype=torch.float16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    bias = torch.randn(4096, device="cuda", dtype=torch.float16)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(20_000_000)  # the launch must wait behind this on the same stream
+        out = gemmgen.gemm(a, b, bias=bias, epilogue="bias_relu",
+                           stream=torch.cuda.current_stream())
+    s.synchronize()
+    ref = torch.relu(a.double() @ b.double() + bias.double())
+    assert float((out.double() - ref).norm() / ref.norm()) < 2e-3
+    from gemmgen.dispatch import chosen_choice
+    kernel, choice = chosen_choice(a, b, epilogue="bias_relu")
+    assert kernel.config.split_k > 1 and "split-K" in kernel.last_path
+
+
+def test_wide_range_data_keeps_3xtf32_at_fp32_accuracy(hopper):
+    """Exponents spread over 2^-20..2^20 with mixed signs; tf32's exponent range is fp32's,
+    so only the rounding of the small part differs from an exact split."""
+    rng = np.random.default_rng()
+    A = (rng.standard_normal((256, 512)) * np.exp2(rng.integers(-20, 21, (256, 512)))).astype(
+        np.float32)
+    B = (rng.standard_normal((512, 192)) * np.exp2(rng.integers(-20, 21, (512, 192)))).astype(
+        np.float32)
+    out = build(PRESETS["wgmma_3xtf32"].config)(A, B)
+    err, worst = compare(out, reference(A, B, None, 1.0, 0.0))
+    assert err <= tolerance(512, "fp32"), (err, worst)
+
+
+def test_3xtf32_edge_values(hopper):
+    """Denormal inputs lose their small part (flushed like tf32's); values within 2^-11 of
+    FLT_MAX round the big part to infinity: documented, and what happens is checked here."""
+    A = np.full((64, 64), 1e-39, np.float32)  # denormal
+    B = np.ones((64, 64), np.float32)
+    out = build(PRESETS["wgmma_3xtf32"].config)(A, B)
+    assert np.all(np.isfinite(out)) and np.all(np.abs(out) <= 64 * 1e-39 * 1.01)
+    big = np.full((64, 64), np.finfo(np.float32).max, np.float32)
+    one = np.eye(64, dtype=np.float32)
+    out = build(PRESETS["wgmma_3xtf32"].config)(big, one)
+    assert not np.all(np.isfinite(out))  # big = rna(FLT_MAX) overflows: not FP32's answer

@@ -1,0 +1,138 @@
+"""Odd and skinny shapes, split-K and 3xTF32 without a GPU: the cost model, the shape rules
+of ``dispatch.decide``, ``gemmgen explain``, and the model's split-K and 3xTF32 arithmetic."""
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gemmgen import cost
+from gemmgen.__main__ import main
+from gemmgen.dispatch import Choice, decide, explain
+from gemmgen.model import EPILOGUES, LAYOUTS, ConfigError
+from gemmgen.presets import PRESETS
+
+H = "NVIDIA H200"
+
+
+def test_wave_efficiency_prefers_the_tile_without_a_ragged_last_wave():
+    assert cost.tiles_of(4095, 4097, 128, 256) == 544
+    assert cost.wave_efficiency(544) == pytest.approx(544 / 660)
+    assert cost.wave_efficiency(cost.tiles_of(4095, 4097, 256, 128)) == 1.0
+
+
+def test_split_k_only_below_a_quarter_wave_and_never_into_short_slices():
+    assert cost.split_k_for(4096, 4096, 4096, 1, 128, 256, 64) == 1
+    assert cost.split_k_for(8192, 128, 8192, 1, 128, 128, 64) == 1  # 64 tiles: half a wave
+    s = cost.split_k_for(256, 256, 65536, 1, 128, 256, 64)
+    assert s > 1 and 2 * s <= cost.SMS and 1024 / s >= 8
+    assert cost.split_k_for(64, 64, 256, 1, 128, 64, 64) == 1  # 4 K tiles: nothing to split
+
+
+def test_repack_beats_the_fallback_on_large_odd_shapes_only():
+    big = cost.unaligned(4095, 4097, 4093, 1, "fp16", {"A": (4095, 4093, 1),
+                                                       "B": (4093, 4097, 1)})
+    assert big[0].path == "repack" and big[0].seconds < big[1].seconds
+    tiny = cost.unaligned(33, 17, 9, 1, "fp16", {"A": (33, 9, 1)})
+    assert tiny[0].path == "fallback"
+    assert "pack" in str(big[0]) and "us" in str(big[0])
+
+
+def test_split_slices_cover_every_k_tile_once():
+    cfg = PRESETS["wgmma_tma_store"].config.replace(store="direct", split_k=3)
+    for k in (1, 64, 65, 1000, 4093):
+        tiles = -(-k // cfg.bk)
+        covered = [t for first, count in cfg.split_slices(k) for t in range(first, first + count)]
+        assert covered == list(range(tiles)), k
+    assert cfg.replace(split_k=16).split_slices(64)[1:] == [(1, 0)] * 15  # empty slices
+
+
+def test_3xtf32_runs_three_parts_of_every_bk_chunk():
+    cfg = PRESETS["wgmma_3xtf32"].config
+    assert cfg.packed_k(4093) == 3 * 4096 and cfg.packed_k(32) == 96
+    assert not cfg.a_mn_major and not cfg.b_mn_major  # the split writes K-major parts
+    assert cfg.replace(layout="crr").violations() == []  # so any layout is valid
+    assert cfg.acc_regs == 2 * cfg.replace(math="native", layout="rcr").acc_regs  # 2 sets
+    with pytest.raises(ConfigError, match="H37"):
+        PRESETS["wgmma_bf16"].config.replace(math="3xtf32", store="direct", bn=128)
+
+
+def test_decode_shapes_swap_operands_onto_wgmma_n():
+    ch = decide(None, H, "fp16", 1, 8192, 8192, cc=90)
+    assert ch.swap and ch.config.bn == 8 and ch.config.layout == "ccc"
+    assert ch.config.store == "direct" and ch.config.split_k == 1
+    assert any("C^T = B^T A^T" in r for r in ch.reasons)
+    col = decide(None, H, "bf16", 16, 8192, 8192, cc=90, layout="rcr")
+    assert col.swap and col.config.layout == "rcc" and col.config.bn == 16
+
+
+def test_a_bias_keeps_the_operands_and_splits_k_instead():
+    ch = decide(None, H, "fp16", 8, 8192, 8192, cc=90, epilogue="bias_gelu")
+    assert not ch.swap and ch.config.bm == 64 and ch.config.consumers == 1
+    assert ch.config.split_k > 1
+    assert any("bias runs along N" in r for r in ch.reasons)
+
+
+def test_odd_shapes_take_the_tile_that_fills_the_last_wave_and_direct_stores():
+    ch = decide(None, H, "fp16", 4095, 4097, 4093, cc=90, c_aligned=False)
+    assert (ch.config.bm, ch.config.bn) == (256, 128) and ch.config.store == "direct"
+    square = decide(None, H, "fp16", 4096, 4096, 4096, cc=90)
+    assert square.config == PRESETS["wgmma_tma_store"].config and square.how == "default"
+
+
+def test_3xtf32_is_explicit_and_falls_back_to_ieee_fp32_off_hopper():
+    ch = decide(None, H, "fp32", 512, 512, 512, cc=90, layout="crc", math_="3xtf32")
+    assert ch.config.math == "3xtf32" and ch.config.layout == "crc"
+    assert decide(None, H, "fp32", 512, 512, 512, cc=90).config.family == "simt"
+    assert decide(None, "A100", "fp32", 512, 512, 512, cc=80, math_="3xtf32").config.family \
+        == "simt"
+    with pytest.raises(ValueError, match="float32"):
+        decide(None, H, "fp16", 64, 64, 64, cc=90, math_="3xtf32")
+    with pytest.raises(ValueError, match="unknown math"):
+        decide(None, H, "fp32", 64, 64, 64, cc=90, math_="4xtf32")
+
+
+@settings(max_examples=150, deadline=None)
+@given(m=st.integers(1, 70000), n=st.integers(1, 70000), k=st.integers(1, 70000),
+       dtype=st.sampled_from(["fp16", "bf16", "tf32"]), layout=st.sampled_from(LAYOUTS),
+       epilogue=st.sampled_from(EPILOGUES), c_aligned=st.booleans(),
+       batch=st.integers(1, 8))
+def test_every_shape_gets_a_valid_kernel(m, n, k, dtype, layout, epilogue, c_aligned, batch):
+    """Whatever the problem, decide's kernel passes its family's rules, keeps the caller's
+    epilogue and dtype, and lays out the (possibly swapped) problem consistently."""
+    ch = decide(None, H, dtype, m, n, k, 90, layout, epilogue, c_aligned, batch=batch)
+    assert isinstance(ch, Choice) and not ch.config.violations()
+    assert ch.config.epilogue == epilogue and ch.config.dtype == dtype
+    flip = {"r": "c", "c": "r"}
+    want = (flip[layout[1]] + flip[layout[0]] + flip[layout[2]]) if ch.swap else layout
+    assert ch.config.layout == want
+    if ch.swap:
+        assert m <= 128 and not epilogue.startswith("bias")
+    if ch.config.family == "wgmma" and not c_aligned:
+        assert ch.config.store == "direct"
+
+
+def test_explain_names_the_path_of_unaligned_operands():
+    text = explain("fp16", 4095, 4097, 4093)
+    assert "repack" in text and "256x128" in text and "C is not 16-byte aligned" in text
+    assert "TMA reads them as they are" in explain("fp16", 4096, 4096, 4096)
+
+
+def test_explain_command():
+    run = CliRunner().invoke(main, ["explain", "1", "8192", "8192", "--dtype", "bf16"])
+    assert run.exit_code == 0, run.output
+    assert "swap" not in run.output or "C^T" in run.output
+    assert "gemm_wgmma_bf16_128x8x64" in run.output
+    sm80 = CliRunner().invoke(main, ["explain", "512", "512", "512", "--cc", "80"])
+    assert sm80.exit_code == 0 and "wmma family" in sm80.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["0", "1", "1"], "0 is not in the range"),
+    (["8", "8", "8", "--ldb", "4"], "below the 8 elements"),
+    (["8", "8", "8", "--math", "3xtf32"], "3xtf32 takes float32 data"),
+    (["8", "8", "8", "--dtype", "fp64"], "'fp64' is not one of"),
+])
+def test_explain_rejects_bad_input_without_a_traceback(args, message):
+    run = CliRunner().invoke(main, ["explain", *args])
+    assert run.exit_code == 2 and message in run.output
+    assert "Traceback" not in run.output
