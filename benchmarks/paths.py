@@ -267,7 +267,8 @@ def time_fp32(rng, l2, rows, sizes=(4096, 8192)):
     p_ = _presets()
     k3 = build(p_["wgmma_3xtf32"])
     simt = build(p_["warptile_tuned"])
-    alts = [build(p_["wgmma_3xtf32"].replace(bn=bn, stages=5)) for bn in (160, 176)]
+    alts = [build(p_["wgmma_3xtf32"].replace(**ch)) for ch in (
+        {"flush": 2}, {"flush": 4}, {"bn": 160, "stages": 5, "flush": 2})]
     for s in sizes:
         print(f"== fp32 {s}^3: 3xTF32 against cuBLAS SGEMM", flush=True)
         p = Problem(s, s, s, rng, l2, "fp32", "fp32", "rrr")
@@ -275,7 +276,8 @@ def time_fp32(rng, l2, rows, sizes=(4096, 8192)):
         r = _row("3xtf32", p, k3)
         w = _row("simt warptile_tuned", p, simt)
         for alt in alts:
-            rows.append(dict(_row(f"3xtf32 bn{alt.config.bn}", p, alt), part="fp32",
+            rows.append(dict(_row(f"3xtf32 bn{alt.config.bn} flush {alt.config.flush}", p, alt),
+                             part="fp32",
                              cublas_tflops=cub["tflops"]))
         key = next(k for k in k3._launches if k[0] == s)
         before = k3._launches[key][3]
@@ -302,6 +304,8 @@ def time_fp32(rng, l2, rows, sizes=(4096, 8192)):
         ref = cupy.asarray(A, dtype=cupy.float64) @ cupy.asarray(B, dtype=cupy.float64)
         out = {}
         for label, run in (("3xtf32", lambda: p.launch(k3, 0)),
+                           ("3xtf32 flush 2", lambda: p.launch(alts[0], 0)),
+                           ("3xtf32 flush 4", lambda: p.launch(alts[1], 0)),
                            ("simt", lambda: p.launch(simt, 0))):
             run()
             c = _cupy_float32(p.c[0], "fp32", False)

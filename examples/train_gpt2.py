@@ -251,9 +251,11 @@ def graphed_forward(model, ids, dtype, eager_logits) -> dict:
 
 def chosen_kernels() -> list:
     out = []
-    for (dt, m, n, k, _db, lay, epi), (kernel, how) in gemmgen.dispatch._KERNELS.items():
+    for key, (kernel, choice) in gemmgen.dispatch._KERNELS.items():
+        dt, m, n, k, _db, lay, epi = key[:7]
         out.append({"dtype": dt, "mnk": [m, n, k], "layout": lay, "epilogue": epi,
-                    "kernel": kernel.name, "family": kernel.config.family, "how": how})
+                    "kernel": kernel.name, "family": kernel.config.family, "how": choice.how,
+                    "swap": choice.swap, "reasons": choice.reasons})
     return out
 
 

@@ -122,6 +122,7 @@ WGMMA_BREAKERS = {
     "split-k-range": ("wgmma_3xtf32", {"split_k": 17}),
     "split-k-direct": ("wgmma_tma_store", {"split_k": 2}),
     "3xtf32-dtype": ("wgmma_bf16", {"math": "3xtf32", "store": "direct", "bn": 128}),
+    "flush-range": ("wgmma_3xtf32", {"flush": 3}),
 }
 BREAKERS = {"simt": SIMT_BREAKERS, "wmma": WMMA_BREAKERS, "wgmma": WGMMA_BREAKERS}
 

@@ -130,6 +130,9 @@ WGMMA_RULES: tuple[Rule, ...] = (
     Rule("H37", "3xtf32-dtype", equal("DTYPE_TF32", 1),
          "3xTF32 splits float32 operands into tf32 big + small parts: dtype tf32",
          when=equal("MATH_3XTF32", 1)),
+    Rule("H38", "flush-range", one_of("FLUSH", (1, 2, 4, 8)),
+         "3xTF32 adds the tensor core's sums into the FP32 accumulators every 1, 2, 4 or 8 "
+         "chunks of K"),
 )
 
 
@@ -169,6 +172,8 @@ class WgmmaConfig(ConfigBase):
       runs over 3x K, so each chunk sums small*big + big*small before big*big in fp32: the
       order of CUTLASS's 3xTF32 (examples 27/28; Ootomo & Yokota 2022). FP32-level accuracy
       on tf32 tensor cores; any caller layout (the pack transposes).
+    - ``flush``: with 3xTF32, chunks of K whose products the tensor core sums before they are
+      added to the accumulators in FP32 (round to nearest; the tensor core truncates).
     - ``layout``, ``epilogue``, ``m, n, k``: as in the other families.
 
     Raises ``ConfigError`` listing every broken rule of ``WGMMA_RULES`` with its numbers.
@@ -194,6 +199,7 @@ class WgmmaConfig(ConfigBase):
     store: str = "tma"
     split_k: int = 1
     math: str = "native"
+    flush: int = 1
     layout: str = "rrr"
     epilogue: str = "none"
     m: int | None = None
@@ -233,7 +239,8 @@ class WgmmaConfig(ConfigBase):
                 f"_{ws}_st{self.stages}_sw{self.swizzle}_cl{self.cluster_m}x{self.cluster_n}"
                 f"_{sched}_r{self.regs_producer}x{self.regs_consumer}_{self.store}"
                 f"_out{self.out}{f'_sk{self.split_k}' if self.split_k > 1 else ''}"
-                f"{'_3xtf32' if self.math == '3xtf32' else ''}{self.feature_suffix()}")
+                f"{'_3xtf32' if self.math == '3xtf32' else ''}"
+                f"{f'_f{self.flush}' if self.flush != 1 else ''}{self.feature_suffix()}")
 
     def tile_shape(self) -> tuple:
         return (self.bm, self.bn, self.bk, self.consumers, self.pingpong, self.cluster_m,
@@ -450,6 +457,7 @@ class WgmmaConfig(ConfigBase):
             "OUT_BF16": int(self.out == "bf16"), "OUT_16BIT": int(self.out_bytes == 2),
             "A_MN_MAJOR": int(self.a_mn_major), "B_MN_MAJOR": int(self.b_mn_major),
             "SPLIT_K": self.split_k, "MATH_3XTF32": int(self.math == "3xtf32"),
+            "FLUSH": self.flush, "FLUSH_TILES": 3 * self.flush,
             "PACK_TILE": PACK_TILE, "PACK_ROWS": PACK_ROWS,
             "WGMMA_M": WGMMA_M, "WGMMA_N": self.bn, "WGMMA_K": self.wgmma_k,
             "K_STEPS": div(self.bk, self.wgmma_k), "CONSUMER_ROWS": self.consumer_rows,
@@ -703,6 +711,9 @@ FAMILY = Family(
         "regs_producer": "setmaxnreg count of the producer (0: none)",
         "regs_consumer": "setmaxnreg count of the consumers (0: none)",
         "store": "epilogue: tma (stmatrix + TMA store) or direct",
+        "split_k": "slices of K, reduced by a second kernel (1: none)",
+        "math": "native, or 3xtf32 (FP32-accurate tf32 products; dtype tf32)",
+        "flush": "3xTF32: K chunks summed in the tensor core per FP32 add",
     },
     space=space, min_cc=90, max_cc=90, arch_suffix="a", adjust=_adjust, tma=True,
     fallback=fallback)
