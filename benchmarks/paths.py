@@ -232,7 +232,7 @@ def time_decode(rng, l2, rows):
             rows.append(dict(cub, part="decode"))
             bn = max(8, -(-m // 8) * 8)
             best = None
-            for bm, sk, st in ((128, 2, 6), (128, 4, 6), (64, 2, 8), (64, 4, 8), (128, 1, 6)):
+            for bm, sk, st in ((128, 2, 6), (64, 1, 8), (64, 2, 8), (128, 1, 6), (128, 1, 8)):
                 one = dict(consumers=1, regs_producer=0, regs_consumer=0) if bm == 64 else {}
                 try:
                     cfg = base.replace(store="direct", bm=bm, bn=bn, split_k=sk, stages=st,
@@ -247,6 +247,37 @@ def time_decode(rng, l2, rows):
                 r["read_bw_pct_copy"] = round(100 * b_bytes / (r["time_us"] * 1e-6) / bw, 1)
                 r["cublas_tflops"] = cub["tflops"]
                 rows.append(dict(r, part="decode"))
+
+
+CHOSEN_SHAPES = (
+    ("fp16", 4095, 4097, 4093), ("bf16", 4095, 4097, 4093), ("fp16", 4096, 4096, 4096),
+    ("fp16", 8192, 8192, 8192), ("bf16", 4096, 4096, 4096), ("fp16", 128, 8192, 8192),
+    ("bf16", 128, 8192, 8192), ("fp16", 1, 8192, 8192), ("fp16", 8, 8192, 8192),
+    ("fp16", 16, 8192, 8192), ("fp16", 64, 8192, 8192), ("bf16", 1, 8192, 8192),
+    ("bf16", 8, 8192, 8192), ("bf16", 16, 8192, 8192), ("bf16", 64, 8192, 8192),
+    ("fp16", 1024, 1024, 1024), ("fp16", 2048, 2048, 2048), ("fp16", 256, 256, 65536),
+)
+"""Shapes whose chosen kernel (``gemmgen.dispatch.decide``, as gemm picks it) is timed."""
+
+
+def time_chosen(rng, l2, rows, shapes=CHOSEN_SHAPES):
+    """The kernel gemm would run for each shape (no tuning database), beside cuBLAS."""
+    from gemmgen.bench import Problem
+    from gemmgen.build import build, device_cc
+    from gemmgen.dispatch import decide
+    print("== the kernels gemm chooses", flush=True)
+    for dtype, m, n, k in shapes:
+        p = Problem(m, n, k, rng, l2, dtype, dtype, "rrr")
+        item = 2
+        choice = decide(None, "", dtype, m, n, k, device_cc(), "rrr", "none",
+                        n * item % 16 == 0)
+        cub = _cublas(p, f"cuBLAS {dtype} {m}x{n}x{k}")
+        kern = build(choice.config)
+        r = _row(f"gemmgen {dtype} {m}x{n}x{k}", p, kern,
+                 _swapped(kern, p) if choice.swap else None,
+                 {"swap": choice.swap, "reasons": choice.reasons})
+        rows += [dict(cub, part="chosen"), dict(r, part="chosen", cublas_tflops=cub["tflops"],
+                                                 ratio=round(r["tflops"] / cub["tflops"], 3))]
 
 
 def _ulps(c, ref):
@@ -330,7 +361,7 @@ def main() -> int:
     ap.add_argument("--only", action="append")
     ap.add_argument("--jobs", type=int, default=4)
     ap.add_argument("--out", default=None)
-    ap.add_argument("--part", default="odd,skinny,decode,fp32")
+    ap.add_argument("--part", default="odd,skinny,decode,fp32,chosen")
     a = ap.parse_args()
     if a.cmd == "check":
         return check_one(a.label)
@@ -344,7 +375,7 @@ def main() -> int:
     parts = a.part.split(",")
     try:
         for part, fn in (("odd", time_odd), ("skinny", time_skinny), ("decode", time_decode),
-                         ("fp32", time_fp32)):
+                         ("fp32", time_fp32), ("chosen", time_chosen)):
             if part in parts:
                 fn(rng, info["l2_bytes"], rows)
     finally:

@@ -163,8 +163,14 @@ def _shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> Choice
         why = ("split-K stores partial sums" if split > 1 else
                "C is not 16-byte aligned" if not c_aligned else "a narrow or transposed C tile")
         reasons.append(f"direct stores: {why}")
-    if best[1] < 64:
-        changes["stages"] = max(cfg.stages, 6)  # measured: decode shapes stream B (A')
+    if tiles_n < cost.SMS:  # under one wave: memory-bound, keep as many loads in flight as fit
+        deepest = next((st for st in range(MAX_STAGES, cfg.stages, -1)
+                        if not cfg.replace(check=False, **{**changes, "stages": st}).violations()),
+                       cfg.stages)
+        if deepest != cfg.stages:
+            changes["stages"] = deepest
+            reasons.append(f"{deepest} stages: under one wave the SMs stream operands, so the "
+                           f"ring is as deep as shared memory allows")
     if best[0] == 64 and cfg.consumers == 2:  # one 64-row wgmma tile: one consumer
         changes.update(consumers=1, regs_producer=0, regs_consumer=0)
     shaped = cfg.replace(check=False, **changes)
@@ -179,6 +185,9 @@ def _shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> Choice
     return Choice(shaped, "default, shaped" if changes else "default", swap, reasons)
 
 
+MAX_STAGES = 8
+"""The deepest ring the shape rules ask for (decode shapes measured 6 against 3 stages: 363
+against 220 TFLOP/s at 128 x 8192 x 8192 swapped, paths_NVIDIA_H200.json)."""
 SWAP_M = 128
 """Swap operands when M is at most this (and N is larger): measured at M = 1..128 x 8192 x
 8192 (decode rows of paths_NVIDIA_H200.json)."""
