@@ -416,15 +416,51 @@ class SimtConfig(ConfigBase):
         the search space and around the presets, in random layouts and epilogues: it calls
         304 right (1 spill missed, 12 false alarms, most of them kernels that ptxas fits at
         exactly the cap). The issue-12 fields add what they keep live: a second set of
-        fragments (frag_db) and 4 registers of staging addresses (store smem); these two
-        terms are not part of that calibration."""
+        fragments (frag_db), 4 registers of staging addresses (store smem) and 8 for the
+        unchecked copy's own addresses (peel); these terms are not part of that calibration
+        (checked against ptxas on a dozen configs around the new presets)."""
         frags = self.tm * self.wm_iter + self.tn * self.wn_iter
         loads = self.a_loads + self.b_loads
         live_k = 2 * frags * max(0, min(self.bk, 64) - 16) // 16
         rows_a = 0 if self.transpose_a else 4 * self.tm * self.wm_iter
         return (self.acc_regs + frags * (1 + self.frag_db) + loads * (self.vec + 3) + live_k
-                + rows_a + 4 * self.layout.count("c") + 8 + 4 * (self.store == "smem"))
+                + rows_a + 4 * self.layout.count("c") + 8 + 4 * (self.store == "smem")
+                + 8 * self.peel)
 
+
+# The ladder's last steps (issue 12), each adding one technique to the step before it.
+_STEPS_CS = {"store": "smem"}
+_STEPS_SWZ = {**_STEPS_CS, "swizzle_a": True, "skew": 0}
+_STEPS_FDB = {**_STEPS_SWZ, "frag_db": True}
+_STEPS_BIG = {**_STEPS_FDB, "bm": 256, "bk": 8, "wm": 64, "wn": 64, "min_blocks": 1}
+_STEPS_PEEL = {**_STEPS_BIG, "peel": True}
+_STEPS_BEST = {**_STEPS_PEEL, "align": "row"}
+_LAST_STEPS = (
+    ("simt_cs", _STEPS_CS,
+     "maxas output stage: each warp passes its accumulators through shared memory (STS.128) "
+     "and stores whole 256-byte rows of C with 128-bit stores (LDS.128 -> STG.128)",
+     "maxas SGEMM output stage (../shared/reference/maxas-sgemm-output-zh.txt)"),
+    ("simt_swizzle", _STEPS_SWZ,
+     "the transposed A tile is XOR-swizzled per k group instead of padded: conflict-free "
+     "transposing stores, vector fragment reads",
+     "CUTLASS crosswise/XOR shared-memory layouts; gty111 step 8's swizzle, applied to SIMT"),
+    ("simt_fragdb", _STEPS_FDB,
+     "register double buffering: k-slice k+1's fragments are read while slice k is multiplied",
+     "maxas inner loop; CUTLASS's warp-level fragment double buffer"),
+    ("simt_256x128", _STEPS_BIG,
+     "cuBLAS's FFMA tile: 256x128x8 blocks of 64x64 warps, 128 accumulators per thread, one "
+     "block per SM within 255 registers",
+     "cuBLAS sm80_xmma_gemm_f32f32 ... tilesize256x128x8 ffma (Nsight Compute, README)"),
+    ("simt_peel", _STEPS_PEEL,
+     "edges peeled: CTAs inside M x N run a copy without M/N bounds checks, and whole K tiles "
+     "load without K checks",
+     "CUTLASS's predicated tile iterators (residue first) / maxas's unguarded interior"),
+    ("simt_best", _STEPS_BEST,
+     "aligned vector bodies per row: a row whose tile segment is 16-byte aligned loads float4, "
+     "the others scalars, so odd lda keeps the vector loads it can",
+     "issue 12, SIMT: the last 15%"),
+)
+_TUNED = SimtConfig(128, 128, 16, 4, 4, wm=32, wn=64, vec=4, skew=4, stages=2, min_blocks=2)
 
 PRESETS: tuple[Preset, ...] = (
     Preset("naive", SimtConfig(32, 32, 1, 1, 1, vec=1, stages=0, transpose_a=False,
@@ -454,18 +490,23 @@ PRESETS: tuple[Preset, ...] = (
            "warp tiling plus double buffering: the next K tile is loaded into registers while "
            "the current one is computed, one barrier per K tile",
            "gty111 step 5 (prefetch), applied to the SIMT warp-tiled kernel"),
-    Preset("warptile_tuned", SimtConfig(128, 128, 16, 4, 4, wm=32, wn=64, vec=4, skew=4, stages=2,
-                                        min_blocks=2),
+    Preset("warptile_tuned", _TUNED,
            "double-buffered warp tiling with 32x64 warp tiles and __launch_bounds__(256, 2), "
            "which caps registers at 128 so two blocks share an SM",
            "the sweep in benchmarks/explore.py (H200, 4096^3); CUTLASS's min blocks per SM"),
-)
+) + tuple(Preset(name, _TUNED.replace(**fields), technique, source) for name, fields, technique,
+          source in _LAST_STEPS)
 
 # The values each field takes in the tuning search (a product of these, then validation).
 SPACE = {
     "bm": (64, 128, 256), "bn": (64, 128, 256), "bk": (8, 16, 32),
     "warp": ((None, None), (32, 32), (32, 64), (64, 32), (64, 64)),
     "tm": (4, 8), "tn": (4, 8), "skew": (0, 4), "stages": (1, 2), "min_blocks": (1, 2),
+    # (store, swizzle_a, frag_db, peel, align): the earlier kernel, the issue-12 techniques
+    # together, and the output stage alone (the swizzle needs skew 0, so those combinations
+    # drop the skew-4 half: the space grows about 2.5x, not 3x)
+    "technique": (("direct", False, False, False, "matrix"), ("smem", True, True, True, "row"),
+                  ("smem", False, False, False, "matrix")),
 }
 
 
@@ -473,11 +514,12 @@ def space(dtype: str = "fp32") -> list[SimtConfig]:
     """Every configuration of the SIMT search space that passes the rules (fp32 only)."""
     s = SPACE
     out = []
-    for bm, bn, bk, (wm, wn), tm, tn, skew, st, mb in itertools.product(
-            s["bm"], s["bn"], s["bk"], s["warp"], s["tm"], s["tn"], s["skew"], s["stages"],
-            s["min_blocks"]):
+    for bm, bn, bk, (wm, wn), tm, tn, skew, st, mb, (store, swz, fdb, peel, align) in \
+            itertools.product(s["bm"], s["bn"], s["bk"], s["warp"], s["tm"], s["tn"], s["skew"],
+                              s["stages"], s["min_blocks"], s["technique"]):
         cfg = SimtConfig.unchecked(bm=bm, bn=bn, bk=bk, tm=tm, tn=tn, wm=wm, wn=wn, vec=4,
-                                   skew=skew, stages=st, min_blocks=mb)
+                                   skew=skew, stages=st, min_blocks=mb, store=store,
+                                   swizzle_a=swz, frag_db=fdb, peel=peel, align=align)
         if not cfg.violations():
             out.append(cfg)
     return out
