@@ -71,7 +71,7 @@ def test_swizzled_transposing_store_is_conflict_free(name):
     # at 4096^3 for warptile_tuned); with BK = 8 skew 4 happens to be conflict-free too
     padded = _a_store_conflicts(cfg.replace(swizzle_a=False, skew=4))
     assert padded == (2 if cfg.bk == 16 else 1)
-    assert _a_store_conflicts(cfg.replace(swizzle_a=False, skew=0)) == 32 // cfg.bk  # unpadded
+    assert _a_store_conflicts(cfg.replace(swizzle_a=False, skew=0)) == cfg.bk // cfg.vec  # unpadded
 
 
 @pytest.mark.parametrize("name", ["simt_swizzle", "simt_best"])
