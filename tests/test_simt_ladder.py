@@ -119,7 +119,7 @@ def ladder_sass(nvcc):
     from gemmgen.nvcc import compile_cubin, sass, tool_path
     if tool_path("cuobjdump") is None:
         pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
-    names = ["warptile_tuned", "simt_cs", "simt_256x128", "simt_peel"]
+    names = ["simt_cs", "simt_256x128", "simt_peel"]
     src = "\n".join(render(PRESETS[n].config) for n in names)
     cubin, _ = compile_cubin(src, "sm_90", "simt_ladder")
     parts = re.split(r"\n\s*Function : ", sass(cubin))[1:]
@@ -128,7 +128,7 @@ def ladder_sass(nvcc):
 
 
 def test_smem_output_stage_is_sts128_lds128_stg128(ladder_sass):
-    before, after = ladder_sass["warptile_tuned"], ladder_sass["simt_cs"]
+    after = ladder_sass["simt_cs"]
     for name in ("simt_cs", "simt_256x128", "simt_peel"):
         ops = ladder_sass[name]
         assert ops["STS.128"] and ops["LDS.128"] and ops["STG.E.128"], name
@@ -137,7 +137,7 @@ def test_smem_output_stage_is_sts128_lds128_stg128(ladder_sass):
     cfg = PRESETS["simt_cs"].config
     env = cfg.template_constants()
     assert after["STG.E.128"] >= cfg.wm_iter * cfg.tm * env["CS_READS"]
-    assert after["STS.128"] > before["STS.128"]
+    assert after["LDS.128"] >= cfg.wm_iter * cfg.tm * env["CS_READS"]
 
 
 def test_peeled_kernel_has_unchecked_vector_load_sites(ladder_sass):
