@@ -454,7 +454,7 @@ _LAST_STEPS = (
     ("simt_peel", _STEPS_PEEL,
      "edges peeled: CTAs inside M x N run a copy without M/N bounds checks, and whole K tiles "
      "load without K checks",
-     "CUTLASS's predicated tile iterators (residue first) / maxas's unguarded interior"),
+     "CUTLASS's predicated tile iterators: bounds predicates only where a tile crosses an edge"),
     ("simt_best", _STEPS_BEST,
      "aligned vector bodies per row: a row whose tile segment is 16-byte aligned loads float4, "
      "the others scalars, so odd lda keeps the vector loads it can",
