@@ -49,7 +49,7 @@ X12_ALTERNATIVES = {
     "x12_best_skew4": _BEST.replace(swizzle_a=False, skew=4),
     "x12_best_nofdb": _BEST.replace(frag_db=False),
     "x12_best_direct": _BEST.replace(store="direct"),
-    "x12_best_t8x4": _BEST.replace(tm=8),
+    "x12_best_bk16": _BEST.replace(bk=16),  # one barrier per 16 k; 248 registers
     "x12_128x128x8_mb2": _BEST.replace(bm=128, wm=32, min_blocks=2),
 }
 CANDIDATES.update({f"x12_{n}": _PRESETS[n].config for n in X12_STEPS})
