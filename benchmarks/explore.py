@@ -39,6 +39,22 @@ CANDIDATES = {
                                                  stages=1, min_blocks=2),
 }
 
+# Issue 12 ("SIMT: the last 15%"): the new ladder steps, and alternatives to simt_best.
+from gemmgen import PRESETS as _PRESETS  # noqa: E402
+
+_BEST = _PRESETS["simt_best"].config
+X12_STEPS = ("simt_cs", "simt_swizzle", "simt_fragdb", "simt_256x128", "simt_peel", "simt_best")
+X12_ALTERNATIVES = {
+    "x12_best_128x256": _BEST.replace(bm=128, bn=256),
+    "x12_best_skew4": _BEST.replace(swizzle_a=False, skew=4),
+    "x12_best_nofdb": _BEST.replace(frag_db=False),
+    "x12_best_direct": _BEST.replace(store="direct"),
+    "x12_best_bk16": _BEST.replace(bk=16),  # one barrier per 16 k; 248 registers
+    "x12_128x128x8_mb2": _BEST.replace(bm=128, wm=32, min_blocks=2),
+}
+CANDIDATES.update({f"x12_{n}": _PRESETS[n].config for n in X12_STEPS})
+CANDIDATES.update(X12_ALTERNATIVES)
+
 
 def _wmma(bm, bn, bk, wm, wn, st, dtype="fp16", out=None, shape=None, mb=1, skew=8):
     shape = shape or ("m16n16k8" if dtype == "tf32" else "m16n16k16")

@@ -19,6 +19,11 @@
 //   transpose_a    = True
 //   thread_order   = n
 //   min_blocks     = 1
+//   store          = direct
+//   swizzle_a      = False
+//   frag_db        = False
+//   peel           = False
+//   align          = matrix
 //   layout         = rrr
 //   epilogue       = none
 //   m              = None
@@ -36,7 +41,7 @@
 //   blocks_per_sm_sm_90        = 8
 // launch: grid = (ceil(N/BN), ceil(M/BM), 1) = (ceil(N/128), ceil(M/128), 1), block = (256, 1, 1), static shared memory 16896 bytes
 //
-// gemmgen-config: {"family": "simt", "bm": 128, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "wm": null, "wn": null, "vec": 4, "skew": 4, "stages": 1, "transpose_a": true, "thread_order": "n", "min_blocks": 1, "layout": "rrr", "epilogue": "none", "m": null, "n": null, "k": null}
+// gemmgen-config: {"family": "simt", "bm": 128, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "wm": null, "wn": null, "vec": 4, "skew": 4, "stages": 1, "transpose_a": true, "thread_order": "n", "min_blocks": 1, "store": "direct", "swizzle_a": false, "frag_db": false, "peel": false, "align": "matrix", "layout": "rrr", "epilogue": "none", "m": null, "n": null, "k": null}
 
 namespace gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_mb1_cfg {
 
@@ -61,6 +66,11 @@ namespace gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_mb1_cfg {
 [[maybe_unused]] constexpr int SMEM_BYTES = 16896;
 [[maybe_unused]] constexpr int A_CONTIG = 16;
 [[maybe_unused]] constexpr int B_CONTIG = 128;
+[[maybe_unused]] constexpr int STORE_SMEM = 0;
+[[maybe_unused]] constexpr int SWIZZLE_A = 0;
+[[maybe_unused]] constexpr int FRAG_DB = 0;
+[[maybe_unused]] constexpr int PEEL = 0;
+[[maybe_unused]] constexpr int ALIGN_ROW = 0;
 [[maybe_unused]] constexpr int LAYOUT_A_COL = 0;
 [[maybe_unused]] constexpr int LAYOUT_B_COL = 0;
 [[maybe_unused]] constexpr int LAYOUT_C_COL = 0;
@@ -87,6 +97,12 @@ namespace gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_mb1_cfg {
 [[maybe_unused]] constexpr int AS_COLS = 132;
 [[maybe_unused]] constexpr int BS_COLS = 132;
 [[maybe_unused]] constexpr int VEC_BYTES = 16;
+[[maybe_unused]] constexpr int WARPS = 8;
+[[maybe_unused]] constexpr int SWZ_GROUPS = 4;
+[[maybe_unused]] constexpr int SWZ_SPAN = 8;
+[[maybe_unused]] constexpr int CS_COLS = 4;
+[[maybe_unused]] constexpr int CS_VECS_PER_ROW = 0;
+[[maybe_unused]] constexpr int CS_READS = 0;
 
 
 // One static_assert per rule of the Python model (gemmgen.config); messages carry the rule id.
@@ -128,6 +144,16 @@ static_assert(!(THREAD_ORDER_M == 1) || (STAGES == 0), "R35 thread-order: STAGES
 static_assert((MIN_BLOCKS >= 1), "R36 min-blocks-positive: MIN_BLOCKS >= 1");
 static_assert((MIN_BLOCKS*THREADS <= 2048), "R37 min-blocks-threads: MIN_BLOCKS*THREADS <= 2048");
 static_assert(!(STAGES >= 1) || ((VEC) == 0 || (B_CONTIG) % (VEC) == 0), "R38 b-contig-vec: B_CONTIG % VEC == 0 when STAGES >= 1");
+static_assert(!(STORE_SMEM == 1) || (WM != 0), "R39 smem-store-warp-tile: WM != 0 when STORE_SMEM == 1");
+static_assert(!(STORE_SMEM == 1) || (TN == 4 || TN == 8), "R40 smem-store-tn: TN in {4, 8} when STORE_SMEM == 1");
+static_assert(!(STORE_SMEM == 1) || (LAYOUT_C_COL == 0), "R41 smem-store-row-major-c: LAYOUT_C_COL == 0 when STORE_SMEM == 1");
+static_assert(!(SWIZZLE_A == 1) || (TRANSPOSE_A == 1), "R42 swizzle-transposed: TRANSPOSE_A == 1 when SWIZZLE_A == 1");
+static_assert(!(SWIZZLE_A == 1) || ((WARP_SIZE) == 0 || (BM) % (WARP_SIZE) == 0), "R43 swizzle-bm: BM % WARP_SIZE == 0 when SWIZZLE_A == 1");
+static_assert(!(SWIZZLE_A == 1) || ((BK) == 0 || (WARP_SIZE) % (BK) == 0), "R44 swizzle-bk: WARP_SIZE % BK == 0 when SWIZZLE_A == 1");
+static_assert(!(SWIZZLE_A == 1) || (SKEW == 0), "R45 swizzle-skew: SKEW == 0 when SWIZZLE_A == 1");
+static_assert(!(STAGES == 0) || (FRAG_DB == 0), "R46 stages0-frag-db: FRAG_DB == 0 when STAGES == 0");
+static_assert(!(STAGES == 0) || (PEEL == 0), "R47 stages0-peel: PEEL == 0 when STAGES == 0");
+static_assert(!(STAGES == 0) || (ALIGN_ROW == 0), "R48 stages0-align: ALIGN_ROW == 0 when STAGES == 0");
 
 
 // Vector access helpers: V consecutive floats as one float/float2/float4 access (16-byte aligned
@@ -223,7 +249,7 @@ gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_mb1(int m_arg, int n_arg,
     // Vector global accesses need VEC-aligned rows; otherwise every access is scalar.
     const bool a_vec = VEC > 1 && lda % VEC == 0 && reinterpret_cast<size_t>(A) % VEC_BYTES == 0;
     const bool b_vec = VEC > 1 && ldb % VEC == 0 && reinterpret_cast<size_t>(B) % VEC_BYTES == 0;
-    const bool c_vec = VEC > 1 && ldc % VEC == 0 && reinterpret_cast<size_t>(C) % VEC_BYTES == 0;
+    [[maybe_unused]] const bool c_vec = VEC > 1 && ldc % VEC == 0 && reinterpret_cast<size_t>(C) % VEC_BYTES == 0;
 
     float a_ld[A_LOADS][VEC];  // one K tile in registers on its way from global to shared memory
     float b_ld[B_LOADS][VEC];
@@ -233,18 +259,19 @@ gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_mb1(int m_arg, int n_arg,
     // in a shape-specialized kernel: without them ptxas schedules the prefetch worse (H200,
     // 4096^3: 39.7 against 44.0 TFLOP/s with them); the epilogue's checks do go.
     auto load_tile = [&](int k0) {
+        constexpr bool MN_CHK = true, K_CHK = true;
 #pragma unroll
         for (int l = 0; l < A_LOADS; ++l) {
             const int v = tid + l * THREADS;
             const int r = v / A_VECS_PER_ROW, c = (v % A_VECS_PER_ROW) * VEC;
             const int gm = m0 + r, gk = k0 + c;  // A row-major: vectors run along K
             const float* src = A + (size_t)gm * lda + gk;
-            const bool whole = (gm < M) && (gk + VEC <= K);
+            const bool whole = (!MN_CHK || gm < M) && (!K_CHK || gk + VEC <= K);
             if (a_vec && whole) {
                 load_vec<VEC>(a_ld[l], src);
             } else {
 #pragma unroll
-                for (int e = 0; e < VEC; ++e) a_ld[l][e] = ((gm < M) && (gk + e < K)) ? src[e] : 0.f;
+                for (int e = 0; e < VEC; ++e) a_ld[l][e] = ((!MN_CHK || gm < M) && (!K_CHK || gk + e < K)) ? src[e] : 0.f;
             }
         }
 #pragma unroll
@@ -253,12 +280,12 @@ gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_mb1(int m_arg, int n_arg,
             const int r = v / B_VECS_PER_ROW, c = (v % B_VECS_PER_ROW) * VEC;
             const int gk = k0 + r, gn = n0 + c;  // B row-major: vectors run along N
             const float* src = B + (size_t)gk * ldb + gn;
-            const bool whole = (gk < K) && (gn + VEC <= N);
+            const bool whole = (!K_CHK || gk < K) && (!MN_CHK || gn + VEC <= N);
             if (b_vec && whole) {
                 load_vec<VEC>(b_ld[l], src);
             } else {
 #pragma unroll
-                for (int e = 0; e < VEC; ++e) b_ld[l][e] = ((gk < K) && (gn + e < N)) ? src[e] : 0.f;
+                for (int e = 0; e < VEC; ++e) b_ld[l][e] = ((!K_CHK || gk < K) && (!MN_CHK || gn + e < N)) ? src[e] : 0.f;
             }
         }
     };
@@ -295,14 +322,15 @@ gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_mb1(int m_arg, int n_arg,
     auto compute = [&](int buf) {
 #pragma unroll
         for (int k = 0; k < BK; ++k) {
-            float a_frag[WM_ITER][TM], b_frag[WN_ITER][TN];
+            float a_frag[1][WM_ITER][TM], b_frag[1][WN_ITER][TN];
+            constexpr int s = 0;
 #pragma unroll
             for (int i = 0; i < WM_ITER; ++i) {
-                load_frag<TM, VEC>(a_frag[i], &As[buf][k][row0 + i * WM_STEP]);
+                load_frag<TM, VEC>(a_frag[s][i], &As[buf][k][row0 + i * WM_STEP]);
             }
 #pragma unroll
             for (int j = 0; j < WN_ITER; ++j)
-                load_frag<TN, VEC>(b_frag[j], &Bs[buf][k][col0 + j * WN_STEP]);
+                load_frag<TN, VEC>(b_frag[s][j], &Bs[buf][k][col0 + j * WN_STEP]);
 #pragma unroll
             for (int i = 0; i < WM_ITER; ++i)
 #pragma unroll
@@ -311,7 +339,7 @@ gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_mb1(int m_arg, int n_arg,
                     for (int r = 0; r < TM; ++r)
 #pragma unroll
                         for (int c = 0; c < TN; ++c)
-                            acc[i][j][r][c] = fmaf(a_frag[i][r], b_frag[j][c], acc[i][j][r][c]);
+                            acc[i][j][r][c] = fmaf(a_frag[s][i][r], b_frag[s][j][c], acc[i][j][r][c]);
         }
     };
 
@@ -319,9 +347,12 @@ gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_mb1(int m_arg, int n_arg,
     // so a specialized kernel keeps the general kernel's loop and register allocation. With
     // alpha == 0 there are none: A and B are not read, as in reference BLAS.
     const int k_tiles = alpha == 0.f ? 0 : (k_arg + BK - 1) / BK;
+    {
+        constexpr bool MN_CHK = true;
+        constexpr bool CHECK_M = MN_CHK && !M_FULL, CHECK_N = MN_CHK && !N_FULL;
     // Single buffer: load, barrier, compute, barrier.
     for (int t = 0; t < k_tiles; ++t) {
-        load_tile(t * BK);
+        load_tile((t) * BK);
         store_tile(0);
         __syncthreads();
         compute(0);
@@ -334,12 +365,12 @@ gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_mb1(int m_arg, int n_arg,
 #pragma unroll
         for (int r = 0; r < TM; ++r) {
             const int row = m0 + row0 + i * WM_STEP + r;
-            if (!M_FULL && row >= M) continue;
+            if (CHECK_M && row >= M) continue;
 #pragma unroll
             for (int j = 0; j < WN_ITER; ++j) {
                 const int col = n0 + col0 + j * WN_STEP;
                 float* dst = C + (size_t)row * ldc + col;
-                if (c_vec && (N_FULL || col + TN <= N)) {
+                if (c_vec && (!CHECK_N || col + TN <= N)) {
                     float out[TN];
                     if (beta != 0.f) load_frag<TN, VEC>(out, dst);
 #pragma unroll
@@ -351,11 +382,12 @@ gemm_simt_f32_128x128x16_wnone_t8x8_v4_skew4_st1_at_on_mb1(int m_arg, int n_arg,
                 } else {
 #pragma unroll
                     for (int c = 0; c < TN; ++c)
-                        if (N_FULL || col + c < N) {
+                        if (!CHECK_N || col + c < N) {
                             const float v = alpha * acc[i][j][r][c];
                             dst[c] = apply_epilogue(beta == 0.f ? v : fmaf(beta, dst[c], v), col + c, bias);
                         }
                 }
             }
         }
+    }
 }

@@ -19,6 +19,11 @@
 //   transpose_a    = False
 //   thread_order   = m
 //   min_blocks     = 1
+//   store          = direct
+//   swizzle_a      = False
+//   frag_db        = False
+//   peel           = False
+//   align          = matrix
 //   layout         = rrr
 //   epilogue       = none
 //   m              = None
@@ -36,7 +41,7 @@
 //   blocks_per_sm_sm_90        = 2
 // launch: grid = (ceil(N/BN), ceil(M/BM), 1) = (ceil(N/32), ceil(M/32), 1), block = (1024, 1, 1), static shared memory 0 bytes
 //
-// gemmgen-config: {"family": "simt", "bm": 32, "bn": 32, "bk": 1, "tm": 1, "tn": 1, "wm": null, "wn": null, "vec": 1, "skew": 0, "stages": 0, "transpose_a": false, "thread_order": "m", "min_blocks": 1, "layout": "rrr", "epilogue": "none", "m": null, "n": null, "k": null}
+// gemmgen-config: {"family": "simt", "bm": 32, "bn": 32, "bk": 1, "tm": 1, "tn": 1, "wm": null, "wn": null, "vec": 1, "skew": 0, "stages": 0, "transpose_a": false, "thread_order": "m", "min_blocks": 1, "store": "direct", "swizzle_a": false, "frag_db": false, "peel": false, "align": "matrix", "layout": "rrr", "epilogue": "none", "m": null, "n": null, "k": null}
 
 namespace gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_mb1_cfg {
 
@@ -61,6 +66,11 @@ namespace gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_mb1_cfg {
 [[maybe_unused]] constexpr int SMEM_BYTES = 0;
 [[maybe_unused]] constexpr int A_CONTIG = 1;
 [[maybe_unused]] constexpr int B_CONTIG = 32;
+[[maybe_unused]] constexpr int STORE_SMEM = 0;
+[[maybe_unused]] constexpr int SWIZZLE_A = 0;
+[[maybe_unused]] constexpr int FRAG_DB = 0;
+[[maybe_unused]] constexpr int PEEL = 0;
+[[maybe_unused]] constexpr int ALIGN_ROW = 0;
 [[maybe_unused]] constexpr int LAYOUT_A_COL = 0;
 [[maybe_unused]] constexpr int LAYOUT_B_COL = 0;
 [[maybe_unused]] constexpr int LAYOUT_C_COL = 0;
@@ -87,6 +97,12 @@ namespace gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_om_mb1_cfg {
 [[maybe_unused]] constexpr int AS_COLS = 1;
 [[maybe_unused]] constexpr int BS_COLS = 32;
 [[maybe_unused]] constexpr int VEC_BYTES = 4;
+[[maybe_unused]] constexpr int WARPS = 32;
+[[maybe_unused]] constexpr int SWZ_GROUPS = 1;
+[[maybe_unused]] constexpr int SWZ_SPAN = 32;
+[[maybe_unused]] constexpr int CS_COLS = 4;
+[[maybe_unused]] constexpr int CS_VECS_PER_ROW = 0;
+[[maybe_unused]] constexpr int CS_READS = 0;
 
 
 // One static_assert per rule of the Python model (gemmgen.config); messages carry the rule id.
@@ -128,6 +144,16 @@ static_assert(!(THREAD_ORDER_M == 1) || (STAGES == 0), "R35 thread-order: STAGES
 static_assert((MIN_BLOCKS >= 1), "R36 min-blocks-positive: MIN_BLOCKS >= 1");
 static_assert((MIN_BLOCKS*THREADS <= 2048), "R37 min-blocks-threads: MIN_BLOCKS*THREADS <= 2048");
 static_assert(!(STAGES >= 1) || ((VEC) == 0 || (B_CONTIG) % (VEC) == 0), "R38 b-contig-vec: B_CONTIG % VEC == 0 when STAGES >= 1");
+static_assert(!(STORE_SMEM == 1) || (WM != 0), "R39 smem-store-warp-tile: WM != 0 when STORE_SMEM == 1");
+static_assert(!(STORE_SMEM == 1) || (TN == 4 || TN == 8), "R40 smem-store-tn: TN in {4, 8} when STORE_SMEM == 1");
+static_assert(!(STORE_SMEM == 1) || (LAYOUT_C_COL == 0), "R41 smem-store-row-major-c: LAYOUT_C_COL == 0 when STORE_SMEM == 1");
+static_assert(!(SWIZZLE_A == 1) || (TRANSPOSE_A == 1), "R42 swizzle-transposed: TRANSPOSE_A == 1 when SWIZZLE_A == 1");
+static_assert(!(SWIZZLE_A == 1) || ((WARP_SIZE) == 0 || (BM) % (WARP_SIZE) == 0), "R43 swizzle-bm: BM % WARP_SIZE == 0 when SWIZZLE_A == 1");
+static_assert(!(SWIZZLE_A == 1) || ((BK) == 0 || (WARP_SIZE) % (BK) == 0), "R44 swizzle-bk: WARP_SIZE % BK == 0 when SWIZZLE_A == 1");
+static_assert(!(SWIZZLE_A == 1) || (SKEW == 0), "R45 swizzle-skew: SKEW == 0 when SWIZZLE_A == 1");
+static_assert(!(STAGES == 0) || (FRAG_DB == 0), "R46 stages0-frag-db: FRAG_DB == 0 when STAGES == 0");
+static_assert(!(STAGES == 0) || (PEEL == 0), "R47 stages0-peel: PEEL == 0 when STAGES == 0");
+static_assert(!(STAGES == 0) || (ALIGN_ROW == 0), "R48 stages0-align: ALIGN_ROW == 0 when STAGES == 0");
 
 
 // Vector access helpers: V consecutive floats as one float/float2/float4 access (16-byte aligned

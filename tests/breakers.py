@@ -51,6 +51,16 @@ SIMT_BREAKERS = {
     "min-blocks-threads": ("vectorized", {"min_blocks": 9}),
     "b-contig-vec": ("warptile_db", {"bm": 64, "bn": 64, "bk": 2, "wm": 64, "wn": 64,
                                      "layout": "ccr"}),
+    "smem-store-warp-tile": ("simt_cs", {"wm": None, "wn": None, "tm": 8, "tn": 8}),
+    "smem-store-tn": ("simt_cs", {"tn": 2, "vec": 2}),
+    "smem-store-row-major-c": ("simt_cs", {"layout": "rrc"}),
+    "swizzle-transposed": ("simt_swizzle", {"transpose_a": False}),
+    "swizzle-bm": ("simt_swizzle", {"bm": 48, "wm": 48, "tm": 2, "vec": 1}),
+    "swizzle-bk": ("simt_swizzle", {"bk": 24}),
+    "swizzle-skew": ("simt_swizzle", {"skew": 4}),
+    "stages0-frag-db": ("coalesced", {"frag_db": True}),
+    "stages0-peel": ("coalesced", {"peel": True}),
+    "stages0-align": ("coalesced", {"align": "row"}),
 }
 
 

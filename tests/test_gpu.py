@@ -188,6 +188,19 @@ def test_layout_and_epilogue_variants(preset):
         assert all(r.passed for r in results), [r for r in results if not r.passed]
 
 
+@pytest.mark.parametrize("preset", ["simt_cs", "simt_peel", "simt_best"])
+def test_simt_last_steps_over_layouts_and_epilogues(preset):
+    """The issue-12 steps in every layout their rules accept (the smem output stage needs a
+    row-major C), each with an epilogue, over odd shapes with alpha/beta."""
+    from breakers import pairwise_variants
+    from gemmgen.build import build_many
+    configs = pairwise_variants(PRESETS[preset].config)
+    assert len(configs) >= 4
+    for cfg, kernel in zip(configs, build_many(configs)):
+        results = sweep_kernel(cfg.name, kernel, CASES[1:3])
+        assert all(r.passed for r in results), [r for r in results if not r.passed]
+
+
 def test_transposed_cupy_views_are_used_without_a_copy():
     cupy = pytest.importorskip("cupy")
     kernel = build(PRESETS["warptile_tuned"].config.replace(layout="crc"))
@@ -228,7 +241,8 @@ def test_specialized_kernel_checks_the_shape():
         kernel(A[:255], B)
 
 
-@pytest.mark.parametrize("name", ["naive", "smem", "warptile_tuned", "wmma_pipeline", "wmma_tf32"])
+@pytest.mark.parametrize("name", ["naive", "smem", "warptile_tuned", "simt_best", "wmma_pipeline",
+                                  "wmma_tf32"])
 def test_alpha_zero_reads_neither_a_nor_b(kernels, name):
     """BLAS semantics: alpha == 0 gives beta * C even when A and B hold NaN."""
     from gemmgen.dtypes import numpy_dtype

@@ -68,6 +68,8 @@ FIELD_VALUES = {
     "stages": [0, 1, 2], "transpose_a": [False, True], "thread_order": ["n", "n", "m"],
     "min_blocks": [1, 1, 2, 0], "layout": ["rrr", "rrr", "ccr", "crc", "rcc"],
     "epilogue": ["none", "none", "bias_gelu", "relu"],
+    "store": ["direct", "direct", "smem"], "swizzle_a": [False, False, True],
+    "frag_db": [False, True], "peel": [False, False, True], "align": ["matrix", "row"],
 }
 
 

@@ -22,6 +22,8 @@ def _when_stages0(check: Cmp, rid: str, name: str, why: str) -> Rule:
 
 _STAGED = at_least("STAGES", 1)
 _WARP_TILED = not_equal("WM", 0)
+_SMEM_STORE = equal("STORE_SMEM", 1)
+_SWIZZLED = equal("SWIZZLE_A", 1)
 
 SIMT_RULES: tuple[Rule, ...] = (
     Rule("R01", "bm-positive", at_least("BM", 1), "the block tile needs rows"),
@@ -85,6 +87,31 @@ SIMT_RULES: tuple[Rule, ...] = (
     Rule("R38", "b-contig-vec", multiple_of("B_CONTIG", "VEC"),
          "B is loaded in vectors along its contiguous dimension (N if row-major, K if not)",
          when=_STAGED),
+    # (a) the maxas output stage: registers -> shared memory -> coalesced 128-bit stores
+    Rule("R39", "smem-store-warp-tile", not_equal("WM", 0),
+         "the shared-memory output stage stages one warp tile at a time", when=_SMEM_STORE),
+    Rule("R40", "smem-store-tn", one_of("TN", (4, 8)),
+         "the staged rows are written as float4 and are conflict-free for TN of 4 or 8",
+         when=_SMEM_STORE),
+    Rule("R41", "smem-store-row-major-c", equal("LAYOUT_C_COL", 0),
+         "the staged rows are stored along N, so C must be row-major", when=_SMEM_STORE),
+    # (b) XOR-swizzled transposed A tile
+    Rule("R42", "swizzle-transposed", equal("TRANSPOSE_A", 1),
+         "the swizzle permutes the columns of the transposed (K-major) A tile",
+         when=_SWIZZLED),
+    Rule("R43", "swizzle-bm", multiple_of("BM", "WARP_SIZE"),
+         "the XOR reaches 32 columns, which must stay inside one A row", when=_SWIZZLED),
+    Rule("R44", "swizzle-bk", multiple_of("WARP_SIZE", "BK"),
+         "32 banks split into BK/VEC groups of whole vectors", when=_SWIZZLED),
+    Rule("R45", "swizzle-skew", equal("SKEW", 0),
+         "the swizzle replaces padding (its bank mapping assumes unpadded rows)",
+         when=_SWIZZLED),
+    _when_stages0(equal("FRAG_DB", 0), "R46", "stages0-frag-db",
+                  "without shared memory there are no fragments to double-buffer"),
+    _when_stages0(equal("PEEL", 0), "R47", "stages0-peel",
+                  "only the tiled kernels have an unchecked interior path"),
+    _when_stages0(equal("ALIGN_ROW", 0), "R48", "stages0-align",
+                  "without shared memory loads are scalar, so there is no vector body"),
 )
 
 
@@ -103,6 +130,20 @@ class SimtConfig(ConfigBase):
     which caps registers per thread at 65536 / (threads * min_blocks) (CUTLASS's
     kMinBlocksPerMultiprocessor).
 
+    The fields of the last steps (issue 12, "SIMT: the last 15%"):
+    ``store`` "direct" (each thread stores its TN-wide rows from registers) or "smem" (the
+    maxas output stage: each warp passes its accumulators through shared memory, one row of
+    its sub-tiles at a time, and stores whole 256-byte rows with 128-bit stores);
+    ``swizzle_a`` stores the transposed A tile with its columns XOR-permuted per k group
+    instead of padded (no bank conflicts on the transposing stores, as in CUTLASS's
+    crosswise layouts); ``frag_db`` double-buffers the fragments in registers, loading
+    k-slice k+1 while slice k is multiplied (the maxas / CUTLASS inner loop); ``peel``
+    gives CTAs whose tile lies inside M x N a copy of the main loop and epilogue without
+    M/N bounds checks, and runs every K tile but a partial last one without K checks;
+    ``align`` "matrix" (vector loads only when the whole operand is aligned) or "row" (each
+    row decides: a row whose first element of the tile is 16-byte aligned loads vectors,
+    the others scalars, so an odd lda keeps vector loads on the rows that allow them).
+
     Raises ``ConfigError`` listing every broken rule of ``SIMT_RULES`` with its numbers.
     """
 
@@ -119,6 +160,11 @@ class SimtConfig(ConfigBase):
     transpose_a: bool = True
     thread_order: str = "n"
     min_blocks: int = 1
+    store: str = "direct"
+    swizzle_a: bool = False
+    frag_db: bool = False
+    peel: bool = False
+    align: str = "matrix"
     layout: str = "rrr"
     epilogue: str = "none"
     m: int | None = None
@@ -131,15 +177,19 @@ class SimtConfig(ConfigBase):
     out = "fp32"
     template = "simt.cu.j2"
     rules = SIMT_RULES
-    field_types = {"transpose_a": bool, "thread_order": str, "layout": str, "epilogue": str}
-    choices = {"thread_order": ("n", "m"), "layout": LAYOUTS, "epilogue": EPILOGUES}
+    field_types = {"transpose_a": bool, "thread_order": str, "layout": str, "epilogue": str,
+                   "store": str, "swizzle_a": bool, "frag_db": bool, "peel": bool,
+                   "align": str}
+    choices = {"thread_order": ("n", "m"), "layout": LAYOUTS, "epilogue": EPILOGUES,
+               "store": ("direct", "smem"), "align": ("matrix", "row")}
     optional = frozenset({"wm", "wn", "m", "n", "k"})
     search_domain = {
         "bm": (16, 32, 64, 128, 256), "bn": (16, 32, 64, 128, 256), "bk": (1, 4, 8, 16, 32),
         "tm": (1, 2, 4, 8, 16), "tn": (1, 2, 4, 8, 16), "wm": (None, 16, 32, 64, 128),
         "wn": (None, 16, 32, 64, 128), "vec": (1, 2, 4), "skew": (0, 1, 2, 4, 8),
         "stages": (0, 1, 2), "transpose_a": (False, True), "thread_order": ("n", "m"),
-        "min_blocks": (1, 2),
+        "min_blocks": (1, 2), "store": ("direct", "smem"), "swizzle_a": (False, True),
+        "frag_db": (False, True), "peel": (False, True), "align": ("matrix", "row"),
     }
     fixed_in_search = ("layout", "epilogue", "m", "n", "k")
 
@@ -151,7 +201,14 @@ class SimtConfig(ConfigBase):
         a = "at" if self.transpose_a else "an"
         return (f"gemm_simt_f32_{self.bm}x{self.bn}x{self.bk}_{warp}_t{self.tm}x{self.tn}"
                 f"_v{self.vec}_skew{self.skew}_st{self.stages}_{a}_o{self.thread_order}"
-                f"_mb{self.min_blocks}{self.feature_suffix()}")
+                f"_mb{self.min_blocks}{self.technique_suffix()}{self.feature_suffix()}")
+
+    def technique_suffix(self) -> str:
+        """Name parts for the issue-12 fields, only where they differ from the defaults (so
+        the earlier presets keep their names): _cs (smem output stage), _swz, _fdb, _peel,
+        _arow."""
+        return ("_cs" * (self.store == "smem") + "_swz" * self.swizzle_a
+                + "_fdb" * self.frag_db + "_peel" * self.peel + "_arow" * (self.align == "row"))
 
     # ---- derived figures ------------------------------------------------------------------
     @property
@@ -193,13 +250,47 @@ class SimtConfig(ConfigBase):
         return (self.bk, self.bn + self.skew)
 
     @property
+    def swz_groups(self) -> int:
+        """k groups of the A swizzle: BK / VEC vectors of one row of a row-major A tile (at
+        least 1). k's group g XORs the A column with g * swz_span."""
+        return max(1, self.bk // max(1, self.vec))
+
+    @property
+    def swz_span(self) -> int:
+        """Columns each swizzle group spans: 32 banks / groups (the lanes of one transposing
+        store cover 32 / groups consecutive rows of A, one bank group per k group)."""
+        return max(1, WARP_SIZE // self.swz_groups)
+
+    @property
+    def c_skew(self) -> int:
+        """Padding floats of a staged C row: makes a row start 16 (TN=4) or 4 (TN=8) banks
+        after the one above it, so the 8 lanes of one float4 store phase hit 32 distinct banks."""
+        shift = 16 if self.tn == 4 else 4
+        return (shift - (self.wn or 0)) % WARP_SIZE
+
+    @property
+    def cs_cols(self) -> int:
+        """Floats per row of a warp's C staging buffer: WN + c_skew."""
+        return (self.wn or 0) + self.c_skew
+
+    @property
+    def cs_bytes(self) -> int:
+        """Shared memory of the C staging buffers ([warps][8][cs_cols] floats; 0 unless
+        store is "smem"). They overlay the A and B tiles, which are dead by then."""
+        return self.warps * LANES_M * self.cs_cols * FLOAT_BYTES if self.store == "smem" else 0
+
+    @property
     def smem_bytes(self) -> int:
         """Static shared memory per block in bytes (all stages): the As array, padded to
         SMEM_ALIGN bytes because Bs is declared ``__align__(16)`` after it, then Bs (ptxas
-        places them in that order)."""
+        places them in that order). With the smem output stage the tiles and the C staging
+        buffers share one 16-byte-aligned union: the larger of the two, rounded up to 16."""
         a, b = self.a_smem_shape, self.b_smem_shape
         a_bytes = self.stages * FLOAT_BYTES * a[0] * a[1]
-        return -(-a_bytes // SMEM_ALIGN) * SMEM_ALIGN + self.stages * FLOAT_BYTES * b[0] * b[1]
+        ab = -(-a_bytes // SMEM_ALIGN) * SMEM_ALIGN + self.stages * FLOAT_BYTES * b[0] * b[1]
+        if self.store != "smem":
+            return ab
+        return -(-max(ab, self.cs_bytes) // SMEM_ALIGN) * SMEM_ALIGN
 
     @property
     def static_smem_bytes(self) -> int:
@@ -235,6 +326,9 @@ class SimtConfig(ConfigBase):
             "LANES_M": LANES_M,
             "LANES_N": LANES_N, "WARP_SIZE": WARP_SIZE, "THREADS": self.threads, "ACC_REGS": self.acc_regs,
             "SMEM_BYTES": self.smem_bytes, "A_CONTIG": self.a_contig, "B_CONTIG": self.b_contig,
+            "STORE_SMEM": int(self.store == "smem"), "SWIZZLE_A": int(self.swizzle_a),
+            "FRAG_DB": int(self.frag_db), "PEEL": int(self.peel),
+            "ALIGN_ROW": int(self.align == "row"),
             **self.feature_env(),
         }
 
@@ -283,7 +377,10 @@ class SimtConfig(ConfigBase):
                 "A_VECS_PER_ROW": _div(self.a_contig, self.vec),
                 "B_VECS_PER_ROW": _div(self.b_contig, self.vec),
                 "AS_ROWS": a_rows, "AS_COLS": a_cols, "BS_COLS": self.b_smem_shape[1],
-                "VEC_BYTES": FLOAT_BYTES * self.vec}
+                "VEC_BYTES": FLOAT_BYTES * self.vec,
+                "WARPS": self.warps, "SWZ_GROUPS": self.swz_groups, "SWZ_SPAN": self.swz_span,
+                "CS_COLS": self.cs_cols, "CS_VECS_PER_ROW": _div(self.wn or 0, 4),
+                "CS_READS": _div(LANES_M * (self.wn or 0), 4 * WARP_SIZE)}
 
     def figures(self, arch: str = "sm_90") -> dict:
         """The derived figures the emitted header and ``gemmgen list`` report."""
@@ -302,8 +399,13 @@ class SimtConfig(ConfigBase):
     def brief(self) -> str:
         warp = f"{self.wm}x{self.wn}" if self.warp_tiled else "-"
         a = "transposed" if self.transpose_a else "row-major"
+        extra = " ".join(t for t in ("store smem" * (self.store == "smem"),
+                                     "swizzle A" * self.swizzle_a, "frag db" * self.frag_db,
+                                     "peeled" * self.peel, "row align" * (self.align == "row"))
+                         if t)
         return (f"block {self.bm}x{self.bn}x{self.bk}  warp {warp}  thread {self.tm}x{self.tn}  "
-                f"vec {self.vec}  A {a} in smem  skew {self.skew}  stages {self.stages}")
+                f"vec {self.vec}  A {a} in smem  skew {self.skew}  stages {self.stages}"
+                + (f"  {extra}" if extra else ""))
 
     def registers_needed(self) -> int:
         """Registers per thread the kernel needs to run without spilling, estimated before
@@ -313,14 +415,52 @@ class SimtConfig(ConfigBase):
         8 of loop state. Calibrated against ptxas (CUDA 13, sm_90) on 317 configurations of
         the search space and around the presets, in random layouts and epilogues: it calls
         304 right (1 spill missed, 12 false alarms, most of them kernels that ptxas fits at
-        exactly the cap)."""
+        exactly the cap). The issue-12 fields add what they keep live: a second set of
+        fragments (frag_db), 4 registers of staging addresses (store smem) and 8 for the
+        unchecked copy's own addresses (peel); these terms are not part of that calibration
+        (checked against ptxas on a dozen configs around the new presets)."""
         frags = self.tm * self.wm_iter + self.tn * self.wn_iter
         loads = self.a_loads + self.b_loads
         live_k = 2 * frags * max(0, min(self.bk, 64) - 16) // 16
         rows_a = 0 if self.transpose_a else 4 * self.tm * self.wm_iter
-        return (self.acc_regs + frags + loads * (self.vec + 3) + live_k + rows_a
-                + 4 * self.layout.count("c") + 8)
+        return (self.acc_regs + frags * (1 + self.frag_db) + loads * (self.vec + 3) + live_k
+                + rows_a + 4 * self.layout.count("c") + 8 + 4 * (self.store == "smem")
+                + 8 * self.peel)
 
+
+# The ladder's last steps (issue 12), each adding one technique to the step before it.
+_STEPS_CS = {"store": "smem"}
+_STEPS_SWZ = {**_STEPS_CS, "swizzle_a": True, "skew": 0}
+_STEPS_FDB = {**_STEPS_SWZ, "frag_db": True}
+_STEPS_BIG = {**_STEPS_FDB, "bm": 256, "bk": 8, "wm": 64, "wn": 64, "min_blocks": 1}
+_STEPS_PEEL = {**_STEPS_BIG, "peel": True}
+_STEPS_BEST = {**_STEPS_PEEL, "align": "row"}
+_LAST_STEPS = (
+    ("simt_cs", _STEPS_CS,
+     "maxas output stage: each warp passes its accumulators through shared memory (STS.128) "
+     "and stores whole 256-byte rows of C with 128-bit stores (LDS.128 -> STG.128)",
+     "maxas SGEMM output stage (../shared/reference/maxas-sgemm-output-zh.txt)"),
+    ("simt_swizzle", _STEPS_SWZ,
+     "the transposed A tile is XOR-swizzled per k group instead of padded: conflict-free "
+     "transposing stores, vector fragment reads",
+     "CUTLASS crosswise/XOR shared-memory layouts; gty111 step 8's swizzle, applied to SIMT"),
+    ("simt_fragdb", _STEPS_FDB,
+     "register double buffering: k-slice k+1's fragments are read while slice k is multiplied",
+     "maxas inner loop; CUTLASS's warp-level fragment double buffer"),
+    ("simt_256x128", _STEPS_BIG,
+     "cuBLAS's FFMA tile: 256x128x8 blocks of 64x64 warps, 128 accumulators per thread, one "
+     "block per SM within 255 registers",
+     "cuBLAS sm80_xmma_gemm_f32f32 ... tilesize256x128x8 ffma (Nsight Compute, README)"),
+    ("simt_peel", _STEPS_PEEL,
+     "edges peeled: CTAs inside M x N run a copy without M/N bounds checks, and whole K tiles "
+     "load without K checks",
+     "CUTLASS's predicated tile iterators: bounds predicates only where a tile crosses an edge"),
+    ("simt_best", _STEPS_BEST,
+     "aligned vector bodies per row: a row whose tile segment is 16-byte aligned loads float4, "
+     "the others scalars, so odd lda keeps the vector loads it can",
+     "issue 12, SIMT: the last 15%"),
+)
+_TUNED = SimtConfig(128, 128, 16, 4, 4, wm=32, wn=64, vec=4, skew=4, stages=2, min_blocks=2)
 
 PRESETS: tuple[Preset, ...] = (
     Preset("naive", SimtConfig(32, 32, 1, 1, 1, vec=1, stages=0, transpose_a=False,
@@ -350,18 +490,23 @@ PRESETS: tuple[Preset, ...] = (
            "warp tiling plus double buffering: the next K tile is loaded into registers while "
            "the current one is computed, one barrier per K tile",
            "gty111 step 5 (prefetch), applied to the SIMT warp-tiled kernel"),
-    Preset("warptile_tuned", SimtConfig(128, 128, 16, 4, 4, wm=32, wn=64, vec=4, skew=4, stages=2,
-                                        min_blocks=2),
+    Preset("warptile_tuned", _TUNED,
            "double-buffered warp tiling with 32x64 warp tiles and __launch_bounds__(256, 2), "
            "which caps registers at 128 so two blocks share an SM",
            "the sweep in benchmarks/explore.py (H200, 4096^3); CUTLASS's min blocks per SM"),
-)
+) + tuple(Preset(name, _TUNED.replace(**fields), technique, source) for name, fields, technique,
+          source in _LAST_STEPS)
 
 # The values each field takes in the tuning search (a product of these, then validation).
 SPACE = {
     "bm": (64, 128, 256), "bn": (64, 128, 256), "bk": (8, 16, 32),
     "warp": ((None, None), (32, 32), (32, 64), (64, 32), (64, 64)),
     "tm": (4, 8), "tn": (4, 8), "skew": (0, 4), "stages": (1, 2), "min_blocks": (1, 2),
+    # (store, swizzle_a, frag_db, peel, align): the earlier kernel, the issue-12 techniques
+    # together, and the output stage alone (the swizzle needs skew 0, so those combinations
+    # drop the skew-4 half: the space grows about 2.5x, not 3x)
+    "technique": (("direct", False, False, False, "matrix"), ("smem", True, True, True, "row"),
+                  ("smem", False, False, False, "matrix")),
 }
 
 
@@ -369,11 +514,12 @@ def space(dtype: str = "fp32") -> list[SimtConfig]:
     """Every configuration of the SIMT search space that passes the rules (fp32 only)."""
     s = SPACE
     out = []
-    for bm, bn, bk, (wm, wn), tm, tn, skew, st, mb in itertools.product(
-            s["bm"], s["bn"], s["bk"], s["warp"], s["tm"], s["tn"], s["skew"], s["stages"],
-            s["min_blocks"]):
+    for bm, bn, bk, (wm, wn), tm, tn, skew, st, mb, (store, swz, fdb, peel, align) in \
+            itertools.product(s["bm"], s["bn"], s["bk"], s["warp"], s["tm"], s["tn"], s["skew"],
+                              s["stages"], s["min_blocks"], s["technique"]):
         cfg = SimtConfig.unchecked(bm=bm, bn=bn, bk=bk, tm=tm, tn=tn, wm=wm, wn=wn, vec=4,
-                                   skew=skew, stages=st, min_blocks=mb)
+                                   skew=skew, stages=st, min_blocks=mb, store=store,
+                                   swizzle_a=swz, frag_db=fdb, peel=peel, align=align)
         if not cfg.violations():
             out.append(cfg)
     return out
@@ -393,5 +539,10 @@ FAMILY = Family(
         "transpose_a": "store the A tile K-major in shared memory",
         "thread_order": "n: consecutive threads take columns; m: rows, the naive order",
         "min_blocks": "resident blocks per SM asked of ptxas (__launch_bounds__)",
+        "store": "direct: from registers; smem: maxas output stage, 128-bit coalesced stores",
+        "swizzle_a": "XOR-swizzle the transposed A tile instead of padding it",
+        "frag_db": "double-buffer the k-slice fragments in registers",
+        "peel": "interior CTAs run without bounds checks; edge CTAs keep them",
+        "align": "matrix: vector loads if the whole operand is aligned; row: per row",
     },
     space=space, min_cc=70)
