@@ -49,9 +49,9 @@ def test_selection_keeps_seeds_and_spreads_over_tile_shapes():
 def test_request_names_c_dtype_and_its_family_per_layout():
     assert Request(64, 64, 64, dtype="bf16").out == "bf16"
     assert Request(64, 64, 64, dtype="tf32").out == "fp32"
-    assert Request(64, 64, 64, dtype="tf32").family_on("sm_90") == "wmma"  # row-major B
+    assert Request(64, 64, 64, dtype="tf32").family_on("sm_90") == "mma"  # row-major B
     assert Request(64, 64, 64, dtype="tf32", layout="rcr").family_on("sm_90") == "wgmma"
-    assert Request(64, 64, 64, dtype="fp16").family_on("sm_80") == "wmma"
+    assert Request(64, 64, 64, dtype="fp16").family_on("sm_80") == "mma"
 
 
 def test_plan_counts_each_step():
