@@ -119,7 +119,7 @@ def test_dispatch_choice(tmp_path):
     assert choose(db, "G", "fp32", 600, 500, 512)[1] == "nearest"
     assert choose(db, "other", "fp32", 512, 512, 512) == (PRESETS["warptile_tuned"].config,
                                                          "default")
-    assert choose(None, "G", "bf16", 1, 1, 1, cc=80)[0] == PRESETS["wmma_bf16"].config
+    assert choose(None, "G", "bf16", 1, 1, 1, cc=80)[0] == PRESETS["mma_bf16"].config
     assert choose(None, "G", "bf16", 1, 1, 1, cc=90)[0] == PRESETS["wgmma_bf16"].config
 
 

@@ -422,10 +422,14 @@ def space(dtype: str = "fp16") -> list[MmaConfig]:
 
 
 def _adjust(values: dict, given: set) -> dict:
-    """Follow --dtype: C takes the input dtype (float32 for tf32) unless --out is given."""
-    if "dtype" in given and "out" not in given:
+    """Follow --dtype: C takes the input dtype (float32 for tf32) unless --out is given, and
+    tf32 takes BK = 16 unless --bk is given (a 32-deep TF32 tile with 64x64 warps spills)."""
+    if "dtype" in given:
         d = values["dtype"]
-        values = {**values, "out": "fp32" if d == "tf32" else d}
+        if "out" not in given:
+            values = {**values, "out": "fp32" if d == "tf32" else d}
+        if d == "tf32" and "bk" not in given:
+            values = {**values, "bk": 16}
     return values
 
 
