@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call for the mma family (issue 13): compile, smoke, verify, bench the ladder.
 # On the GPU machine, from the repo root:   bash benchmarks/gpu_mma.sh
-# Every step runs under `timeout`, so a kernel that hangs costs its limit, not the call
-# (about 6 minutes in all). Logs and JSON go to $OUT; a summary is printed last.
+# Every step runs under `timeout` (60 + 100 + 100 + 45 + 135 s = 7 min at worst), so a kernel
+# that hangs costs its limit, not the call. The bench runs before pytest so that a slow test
+# run cannot cost the numbers. Logs and JSON go to $OUT; a summary is printed last.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gemmgen-out}
@@ -20,7 +21,7 @@ python3 -m gemmgen emit --family mma --bm 128 --bn 256 --bk 64 --wm 64 --wn 64 -
     --out fp16 -o "$OUT/mma_tuned_bk64.cu" > /dev/null
 python3 -m gemmgen emit --family mma --bm 256 --bn 128 --bk 32 --wm 64 --wn 64 --stages 4 \
     --out fp16 -o "$OUT/mma_tuned_256x128.cu" > /dev/null
-timeout 240 python3 - $LADDER $TUNED $WGMMA <<'EOF' 2>&1 | tee "$OUT/compile.log"
+timeout 60 python3 - $LADDER $TUNED $WGMMA <<'EOF' 2>&1 | tee "$OUT/compile.log"
 import sys, time
 from gemmgen import PRESETS
 from gemmgen.build import compile_many
@@ -32,15 +33,10 @@ print(f"{time.time() - t:.1f} s")
 EOF
 
 echo "== smoke: each mma preset in its own process (ragged, alpha/beta, batch, 4096^3)"
-timeout 300 python3 benchmarks/smoke.py --family mma-presets --jobs 4 --limit 120 \
+timeout 100 python3 benchmarks/smoke.py --family mma-presets --jobs 6 --limit 60 \
     2>&1 | tee "$OUT/smoke.log"
-passed=$(grep '^PASSED' "$OUT/smoke.log" | sed 's/^PASSED//')
+passed=$(awk '$3 == "ok" {printf " %s", $1}' "$OUT/smoke.log")  # lines even if cut short
 echo "smoke passed:$passed"
-
-echo "== pytest -m gpu tests/test_gpu_mma.py"
-timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu_mma.py \
-    > "$OUT/pytest_gpu_mma.log" 2>&1
-echo "pytest exit $?"; tail -n 15 "$OUT/pytest_gpu_mma.log"
 
 echo "== bench ${SIZE}^3: ladder (fp16), tuned presets (fp16, bf16, tf32), wgmma, cuBLAS"
 args=""
@@ -48,14 +44,19 @@ for p in $LADDER $TUNED; do
     case " $passed " in *" $p "*) args="$args --preset $p";; esac
 done
 for p in $WGMMA; do args="$args --preset $p"; done
-timeout 200 python3 -m gemmgen bench $args --size "$SIZE" --json "$OUT/bench_mma.json" \
+timeout 100 python3 -m gemmgen bench $args --size "$SIZE" --json "$OUT/bench_mma.json" \
     2> "$OUT/bench.err" | tee "$OUT/bench.log"
 echo "bench exit $?"; tail -n 5 "$OUT/bench.err"
 echo "== bench the tuned variants (emitted files; verified like the presets)"
-timeout 60 python3 -m gemmgen bench "$OUT/mma_tuned_bk64.cu" "$OUT/mma_tuned_256x128.cu" \
+timeout 45 python3 -m gemmgen bench "$OUT/mma_tuned_bk64.cu" "$OUT/mma_tuned_256x128.cu" \
     --preset mma_tuned --size "$SIZE" --json "$OUT/bench_mma_variants.json" \
     2> "$OUT/bench_variants.err" | tee "$OUT/bench_variants.log"
 echo "variants exit $?"; tail -n 5 "$OUT/bench_variants.err"
+
+echo "== pytest -m gpu tests/test_gpu_mma.py"
+timeout 135 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu_mma.py \
+    > "$OUT/pytest_gpu_mma.log" 2>&1
+echo "pytest exit $?"; tail -n 15 "$OUT/pytest_gpu_mma.log"
 
 echo "== summary"
 grep -E "FAIL" "$OUT/compile.log" | head -n 5
