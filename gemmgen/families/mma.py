@@ -147,8 +147,9 @@ class MmaConfig(ConfigBase):
         flags = "".join(t for t, on in (("v", self.vector), ("a", self.cp_async),
                                         ("s", self.acc_smem), ("d", self.frag_db),
                                         ("l", self.ldmatrix), ("c", self.staged_c)) if on)
+        skew = str(self.skew).replace("-", "m")  # a C identifier: skew -8 is "skewm8"
         return (f"gemm_mma_{self.dtype}_{self.bm}x{self.bn}x{self.bk}_w{self.wm}x{self.wn}"
-                f"_acc{self.acc}_out{self.out}_st{self.stages}_skew{str(self.skew).replace('-', 'm')}"
+                f"_acc{self.acc}_out{self.out}_st{self.stages}_skew{skew}"
                 f"_sw{self.swizzle}_g{self.group_m}_{flags or 'plain'}_mb{self.min_blocks}"
                 f"{self.feature_suffix()}")
 
@@ -323,10 +324,12 @@ class MmaConfig(ConfigBase):
                 "shared": tile_intensity(self.wm, self.wn, self.elem_bytes)}
 
     def figures(self, arch: str = "sm_90") -> dict:
-        return {"threads": self.threads, "warps": self.warps, "mma_shape": self.ctypes()["mma_shape"],
+        return {"threads": self.threads, "warps": self.warps,
+                "mma_shape": self.ctypes()["mma_shape"],
                 "smem_bytes_dynamic": self.smem_bytes, "acc_regs": self.acc_regs,
                 "a_loads_per_thread": self.loads("A"), "b_loads_per_thread": self.loads("B"),
-                "a_swizzle_span_chunks": self.sw_span("A"), "b_swizzle_span_chunks": self.sw_span("B"),
+                "a_swizzle_span_chunks": self.sw_span("A"),
+                "b_swizzle_span_chunks": self.sw_span("B"),
                 "a_ldmatrix": self.ldsm("A"), "b_ldmatrix": self.ldsm("B"),
                 "flops_per_byte": {k: round(v, 3) for k, v in self.flops_per_byte.items()},
                 f"blocks_per_sm_{get_arch(arch).name}":
