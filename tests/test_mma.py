@@ -233,3 +233,112 @@ def test_every_layout_and_epilogue_compiles(static_evidence):
         res = report[(cfg.name, "sm_80")]
         assert res.spills == 0 and res.stack_bytes == 0, f"{cfg.name}: {res}"
         assert "HMMA" in sass[(cfg.name, "sm_80")], cfg.name
+
+
+def _args(line: str, call: str) -> list[str]:
+    """The two arguments of ``call(...)`` in ``line`` (a C expression each)."""
+    start = line.index(call + "(") + len(call) + 1
+    depth, parts, cur = 0, [], ""
+    for ch in line[start:]:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            if depth == 0:
+                break
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [p.strip() for p in parts + [cur]]
+
+
+def _c_eval(expr: str, **names) -> int:
+    """A C integer expression of non-negative values (/ truncates) evaluated in Python."""
+    return eval(expr.replace("/", "//"), {}, names)  # noqa: S307 (our own template's text)
+
+
+def _expected(dtype: str, operand: str, reg: int, half: int, g: int, t: int) -> tuple[int, int]:
+    """(row, col) of the element an mma fragment register holds: A (m, k), B (k, n), from the
+    PTX ISA's fragment layouts of m16n8k16 (16-bit, two halves per register) and m16n8k8."""
+    if dtype == "tf32":
+        return ((g + 8 * (reg % 2), t + 4 * (reg // 2)) if operand == "A" else (t + 4 * reg, g))
+    if operand == "A":
+        return g + 8 * (reg % 2), 2 * t + half + 8 * (reg // 2)
+    return 2 * t + half + 8 * reg, g
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "tf32"])
+@pytest.mark.parametrize("layout", ["rrr", "ccr", "rcr", "crr"])
+@pytest.mark.parametrize("ldmatrix", [True, False])
+def test_fragment_addresses_of_the_template_give_the_mma_layouts(dtype, layout, ldmatrix):
+    """Emulate the rendered kernel's fragment loads for one warp at kk = 16 (8 for tf32):
+    shared tiles filled with their element coordinates through the template's own swizzled
+    index, the lane addresses read from the rendered source, ldmatrix's documented delivery
+    (row i / 4, 16-bit pair i % 4 of matrix j in register j; .trans: the transpose); every
+    register must hold the element the PTX ISA's fragment layout asks for."""
+    base = dict(out="fp32") if dtype == "tf32" else dict(out="fp16")
+    cfg = MmaConfig(64, 64, 32, 32, 32, dtype=dtype, stages=2, ldmatrix=ldmatrix,
+                    layout=layout, **base)
+    src = render(cfg)
+    k = cfg.template_constants()
+    kk = 16 if dtype == "fp16" else 8
+    tiles = {}
+    for op in "AB":
+        rows, row = cfg._rows(op)
+        idx, flat = _indexer(cfg, op), {}
+        col = layout["AB".index(op)] == "c"
+        for r in range(rows):
+            for c in range(row):
+                # A element (m, k) or B element (k, n), whatever the stored orientation
+                flat[idx(r, c)] = (c, r) if col else (r, c)
+        tiles[op] = (flat, idx)
+    words = 2 if dtype == "fp16" else 1  # elements per 32-bit register
+    for op, var, dst in (("A", "as", "a"), ("B", "bs", "r")):
+        flat, idx = tiles[op]
+        held = {}  # (lane, register) -> elements
+        line = next((ln for ln in src.splitlines() if f"({dst}, {var} + {op.lower()}_idx(" in ln
+                     and "ldsm_x4" in ln), None)
+        if k[f"{op}_LDSM"]:
+            assert line is not None, f"{op}: no ldmatrix in the source"
+            r_expr, c_expr = _args(line, f"{op.lower()}_idx")
+            trans = "ldsm_x4_trans" in line
+            addr = [idx(_c_eval(r_expr, lane=ln, kk=kk, mb=0, nb=0, CHUNK_ELEMS=cfg.chunk_elems),
+                        _c_eval(c_expr, lane=ln, kk=kk, mb=0, nb=0, CHUNK_ELEMS=cfg.chunk_elems))
+                    for ln in range(32)]
+            for lane in range(32):
+                for j in range(4):
+                    rows = addr[8 * j:8 * j + 8]
+                    if trans:  # the transpose: stored rows 2(i%4), 2(i%4)+1, column i/4
+                        got = [flat[rows[2 * (lane % 4) + e] + lane // 4] for e in range(2)]
+                    else:
+                        got = [flat[rows[lane // 4] + words * (lane % 4) + e]
+                               for e in range(words)]
+                    held[(lane, j)] = got
+        else:
+            assert line is None, f"{op}: ldmatrix where the config has none"
+            at = f"{op.lower()}_at"
+            lines = [ln for ln in src.splitlines() if f"{var}[{at}(" in ln and "=" in ln]
+            assert len(lines) == (4 if op == "A" else 2), lines
+            for reg, ln_ in enumerate(lines):
+                pieces = ln_.split(f"{var}[{at}(")[1:]
+                for lane in range(32):
+                    g, t = lane // 4, lane % 4
+                    names = dict(mb=0, kk=kk, g=g, t=t, n=g)
+                    got = []
+                    for piece in pieces:
+                        a, b = _args(f"{at}(" + piece, at)
+                        x, y = _c_eval(a, **names), _c_eval(b, **names)
+                        got.append(flat[idx(*((y, x) if layout["AB".index(op)] == "c"
+                                              else (x, y)))])
+                    held[(lane, reg)] = got
+        for (lane, j), got in held.items():
+            g, t = lane // 4, lane % 4
+            reg, tile = (j, 0) if op == "A" else (j % 2, j // 2)
+            want = [_expected(dtype, op, reg, h, g, t) for h in range(words)]
+            if op == "A":
+                want = [(m, kx + kk) for m, kx in want]
+            else:
+                want = [(kx + kk, n + 8 * tile) for kx, n in want]
+            assert got == want, (op, lane, j, got, want)
