@@ -16,11 +16,13 @@ echo "commit ${GEMMGEN_GIT_COMMIT:-unknown}" | tee "$OUT/commit.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader \
     | tee "$OUT/gpu.txt"
 
-echo "== compile every preset and two tuned variants (parallel, into the cubin cache)"
+echo "== emit three tuned variants; compile every preset (parallel, into the cubin cache)"
 python3 -m gemmgen emit --family mma --bm 128 --bn 256 --bk 64 --wm 64 --wn 64 --stages 3 \
     --out fp16 -o "$OUT/mma_tuned_bk64.cu" > /dev/null
 python3 -m gemmgen emit --family mma --bm 256 --bn 128 --bk 32 --wm 64 --wn 64 --stages 4 \
     --out fp16 -o "$OUT/mma_tuned_256x128.cu" > /dev/null
+python3 -m gemmgen emit --family mma --dtype tf32 --bm 128 --bn 256 --bk 16 --wm 64 --wn 64 \
+    --stages 4 --layout rcr -o "$OUT/mma_tuned_tf32_rcr.cu" > /dev/null  # K-major B: ldmatrix
 timeout 60 python3 - $LADDER $TUNED $WGMMA <<'EOF' 2>&1 | tee "$OUT/compile.log"
 import sys, time
 from gemmgen import PRESETS
@@ -49,6 +51,7 @@ timeout 100 python3 -m gemmgen bench $args --size "$SIZE" --json "$OUT/bench_mma
 echo "bench exit $?"; tail -n 5 "$OUT/bench.err"
 echo "== bench the tuned variants (emitted files; verified like the presets)"
 timeout 45 python3 -m gemmgen bench "$OUT/mma_tuned_bk64.cu" "$OUT/mma_tuned_256x128.cu" \
+    "$OUT/mma_tuned_tf32_rcr.cu" \
     --preset mma_tuned --size "$SIZE" --json "$OUT/bench_mma_variants.json" \
     2> "$OUT/bench_variants.err" | tee "$OUT/bench_variants.log"
 echo "variants exit $?"; tail -n 5 "$OUT/bench_variants.err"
