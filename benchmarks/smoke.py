@@ -21,7 +21,12 @@ CASES = ((520, 776, 328, 1.0, 0.0), (1032, 2056, 1040, 1.5, -0.5), (4096, 4096, 
 
 
 def candidates(family: str) -> dict:
-    """explore.py's candidate configs of ``family``, by label."""
+    """explore.py's candidate configs of ``family``, by label; for "<family>-presets" (e.g.
+    mma-presets) that family's presets, by name."""
+    if family.endswith("-presets"):
+        from gemmgen import PRESETS
+        fam = family[:-len("-presets")]
+        return {n: p.config for n, p in PRESETS.items() if p.config.family == fam}
     import runpy
     pool = runpy.run_path(__file__.replace("smoke.py", "explore.py"), run_name="explore")
     return {"simt": pool["CANDIDATES"], "wmma": pool["WMMA_CANDIDATES"],

@@ -2,7 +2,7 @@
 
 The choice, per (GPU, dtype, shape, layout, epilogue): the tuning database's winner for the
 shape, else for the nearest tuned shape, else the default preset of the fastest family that
-runs on this GPU and can take the layout (wgmma on sm_90 for fp16/bf16/tf32, WMMA on older
+runs on this GPU and can take the layout (wgmma on sm_90 for fp16/bf16/tf32, mma on older
 GPUs or where wgmma cannot read the layout, SIMT for fp32).
 
 For the wgmma family the default preset is then shaped to the problem (``decide``): a small M

@@ -1,11 +1,12 @@
 """For every rule of every family: a config that breaks that rule and no other (a preset plus
 overrides)."""
+from gemmgen.families.mma import MmaConfig
 from gemmgen.families.simt import SimtConfig
 from gemmgen.families.wgmma import WgmmaConfig
 from gemmgen.families.wmma import WmmaConfig
 from gemmgen.presets import PRESETS
 
-FAMILIES = {"simt": SimtConfig, "wmma": WmmaConfig, "wgmma": WgmmaConfig}
+FAMILIES = {"simt": SimtConfig, "wmma": WmmaConfig, "wgmma": WgmmaConfig, "mma": MmaConfig}
 ALL_RULES = [(family, rule) for family, cls in FAMILIES.items() for rule in cls.rules]
 
 SIMT_BREAKERS = {
@@ -134,7 +135,40 @@ WGMMA_BREAKERS = {
     "3xtf32-dtype": ("wgmma_bf16", {"math": "3xtf32", "store": "direct", "bn": 128}),
     "flush-range": ("wgmma_3xtf32", {"flush": 3}),
 }
-BREAKERS = {"simt": SIMT_BREAKERS, "wmma": WMMA_BREAKERS, "wgmma": WGMMA_BREAKERS}
+MMA_BREAKERS = {
+    "bm-positive": ("mma_fp16", {"bm": 0}),
+    "bn-positive": ("mma_fp16", {"bn": 0}),
+    "bk-positive": ("mma_fp16", {"bk": 0}),
+    "wm-positive": ("mma_fp16", {"wm": 0}),
+    "wn-positive": ("mma_fp16", {"wn": 0}),
+    "bm-wm": ("mma_reg", {"bm": 96}),
+    "bn-wn": ("mma_reg", {"wn": 48}),
+    "wm-mma": ("mma_base", {"wm": 24, "bm": 96}),
+    "wn-mma-pairs": ("mma_base", {"wn": 8, "bn": 32}),
+    "bk-mma": ("mma_base", {"bk": 24}),
+    "max-threads": ("mma_base", {"acc_smem": False, "bm": 256, "wm": 32, "wn": 16}),
+    "a-tile-loads": ("mma_fp16", {"bm": 16, "wm": 16, "bn": 32, "wn": 16, "bk": 16}),
+    "b-tile-loads": ("mma_fp16", {"bn": 16, "wn": 16, "bm": 32, "wm": 16, "bk": 16}),
+    "skew-nonnegative": ("mma_reg", {"skew": -8}),
+    "skew-align": ("mma_reg", {"skew": 4}),
+    "stages-range": ("mma_fp16", {"stages": 0}),
+    "pipeline-cp-async": ("mma_vec", {"stages": 2}),
+    "cp-async-vector": ("mma_ldgsts", {"vector": False}),
+    "swizzle-width": ("mma_fp16", {"swizzle": 16}),
+    "swizzle-no-skew": ("mma_fp16", {"skew": 8}),
+    "a-swizzle-row": ("mma_fp16", {"bk": 48, "stages": 3}),
+    "b-swizzle-row": ("mma_fp16", {"bk": 48, "stages": 3, "layout": "ccr"}),
+    "acc-registers": ("mma_fp16", {"wm": 128, "bm": 256, "stages": 2}),
+    "dynamic-smem": ("mma_tuned", {"bk": 64, "stages": 6}),
+    "min-blocks-positive": ("mma_fp16", {"min_blocks": 0}),
+    "min-blocks-threads": ("mma_fp16", {"min_blocks": 17}),
+    "fp16-output": ("mma_bf16", {"out": "fp16"}),
+    "bf16-output": ("mma_fp16", {"out": "bf16"}),
+    "staged-c-registers": ("mma_reg", {"acc_smem": True, "staged_c": True}),
+    "group-m-positive": ("mma_fp16", {"group_m": 0}),
+}
+BREAKERS = {"simt": SIMT_BREAKERS, "wmma": WMMA_BREAKERS, "wgmma": WGMMA_BREAKERS,
+            "mma": MMA_BREAKERS}
 
 
 def pairwise_variants(cfg) -> list:

@@ -13,7 +13,9 @@ from gemmgen.nvcc import BuildError, compile_many, compile_source, parse_ptxas
 ARCHS = ("sm_80", "sm_90")
 
 
-@pytest.mark.parametrize("name", [n for n, p in PRESETS.items() if p.config.family != "wgmma"])
+# wgmma and mma presets: tests/test_wgmma.py and tests/test_mma.py (all four archs at once).
+@pytest.mark.parametrize("name", [n for n, p in PRESETS.items()
+                                  if p.config.family not in ("wgmma", "mma")])
 def test_preset_compiles_without_spills_and_with_the_model_smem(nvcc, name, tmp_path):
     cfg = PRESETS[name].config
     report = compile_source(render(cfg), ARCHS, name=cfg.name, keep_dir=tmp_path)
@@ -25,7 +27,9 @@ def test_preset_compiles_without_spills_and_with_the_model_smem(nvcc, name, tmp_
         assert 0 < res.registers <= 255
 
 
-@pytest.mark.parametrize("family, rule", ALL_RULES, ids=lambda x: getattr(x, "id", x))
+# mma rules: tests/test_mma.py fires every breaker in one nvcc call.
+@pytest.mark.parametrize("family, rule", [(f, r) for f, r in ALL_RULES if f != "mma"],
+                         ids=lambda x: getattr(x, "id", x))
 def test_each_rule_fires_alone_as_a_static_assert(nvcc, family, rule):
     cfg = breaker(family, rule.name)
     arch = FAMILIES[family].arch_for(90)  # sm_90a for wgmma

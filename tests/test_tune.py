@@ -49,9 +49,9 @@ def test_selection_keeps_seeds_and_spreads_over_tile_shapes():
 def test_request_names_c_dtype_and_its_family_per_layout():
     assert Request(64, 64, 64, dtype="bf16").out == "bf16"
     assert Request(64, 64, 64, dtype="tf32").out == "fp32"
-    assert Request(64, 64, 64, dtype="tf32").family_on("sm_90") == "wmma"  # row-major B
+    assert Request(64, 64, 64, dtype="tf32").family_on("sm_90") == "mma"  # row-major B
     assert Request(64, 64, 64, dtype="tf32", layout="rcr").family_on("sm_90") == "wgmma"
-    assert Request(64, 64, 64, dtype="fp16").family_on("sm_80") == "wmma"
+    assert Request(64, 64, 64, dtype="fp16").family_on("sm_80") == "mma"
 
 
 def test_plan_counts_each_step():
@@ -119,7 +119,7 @@ def test_dispatch_choice(tmp_path):
     assert choose(db, "G", "fp32", 600, 500, 512)[1] == "nearest"
     assert choose(db, "other", "fp32", 512, 512, 512) == (PRESETS["warptile_tuned"].config,
                                                          "default")
-    assert choose(None, "G", "bf16", 1, 1, 1, cc=80)[0] == PRESETS["wmma_bf16"].config
+    assert choose(None, "G", "bf16", 1, 1, 1, cc=80)[0] == PRESETS["mma_bf16"].config
     assert choose(None, "G", "bf16", 1, 1, 1, cc=90)[0] == PRESETS["wgmma_bf16"].config
 
 

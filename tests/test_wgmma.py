@@ -105,8 +105,8 @@ def test_param_packer_places_each_field():
 def test_dispatch_prefers_wgmma_on_hopper_only():
     cfg, how = choose(None, "H", "fp16", 512, 512, 512, cc=90)
     assert cfg.family == "wgmma" and how == "default"
-    assert choose(None, "A", "fp16", 512, 512, 512, cc=80)[0].family == "wmma"
-    assert choose(None, "H", "tf32", 64, 64, 64, cc=90, layout="rrr")[0].family == "wmma"
+    assert choose(None, "A", "fp16", 512, 512, 512, cc=80)[0].family == "mma"
+    assert choose(None, "H", "tf32", 64, 64, 64, cc=90, layout="rrr")[0].family == "mma"
     assert choose(None, "H", "tf32", 64, 64, 64, cc=90, layout="rcr")[0].family == "wgmma"
     assert choose(None, "H", "fp32", 64, 64, 64, cc=90)[0].family == "simt"
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 from dataclasses import MISSING, fields
 
 from ..model import Family
-from . import simt, wgmma, wmma
+from . import mma, simt, wgmma, wmma
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (simt.FAMILY, wmma.FAMILY, wgmma.FAMILY)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (simt.FAMILY, wmma.FAMILY, mma.FAMILY,
+                                             wgmma.FAMILY)}
 """Every family, in ladder order (the order ``gemmgen list`` shows them)."""
 
 
