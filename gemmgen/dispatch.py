@@ -132,7 +132,7 @@ def _shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> Choice
         reasons.append(f"M = {m} is small, but the bias runs along N: operands not swapped")
     bn_small = max(8, -(-n // 8) * 8)
     if bn_small < cfg.bn:
-        tiles = [(cfg.bm, bn_small)]
+        tiles = [(cfg.bm, bn_small), (64, bn_small)]  # 64 rows: twice the CTAs to stream A
         reasons.append(f"N = {n}: one {bn_small}-column tile (wgmma N in steps of 8)")
     elif m <= 64:
         tiles = [(64, cfg.bn)]
@@ -143,11 +143,13 @@ def _shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> Choice
     eff = {t: cost.wave_efficiency(cost.tiles_of(m, n, *t, batch)) for t in tiles}
     if best != (cfg.bm, cfg.bn):
         changes.update(bm=best[0], bn=best[1])
-        if len(tiles) > 1:
+        if len(tiles) > 1 and eff[best] > eff[tiles[0]]:
             reasons.append(
                 f"tile {best[0]}x{best[1]}: its last wave leaves {100 * (1 - eff[best]):.0f}% "
                 f"of the SMs idle against {100 * (1 - eff[tiles[0]]):.0f}% for "
-                f"{cfg.bm}x{cfg.bn}")
+                f"{tiles[0][0]}x{tiles[0][1]}")
+    if best[0] == 64 and cfg.consumers == 2:  # one 64-row wgmma tile: one consumer
+        changes.update(consumers=1, regs_producer=0, regs_consumer=0)
     tiles_n = cost.tiles_of(m, n, *best, batch)
     split = cost.split_k_for(m, n, k, batch, best[0], best[1], cfg.bk)
     if split > 1:
@@ -171,8 +173,6 @@ def _shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> Choice
             changes["stages"] = deepest
             reasons.append(f"{deepest} stages: under one wave the SMs stream operands, so the "
                            f"ring is as deep as shared memory allows")
-    if best[0] == 64 and cfg.consumers == 2:  # one 64-row wgmma tile: one consumer
-        changes.update(consumers=1, regs_producer=0, regs_consumer=0)
     shaped = cfg.replace(check=False, **changes)
     if shaped.violations() and "bn" in changes:  # e.g. a row-major B loads whole 128-byte blocks
         sw = shaped.sw_elems
@@ -187,7 +187,8 @@ def _shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> Choice
 
 MAX_STAGES = 8
 """The deepest ring the shape rules ask for (decode shapes measured 6 against 3 stages: 363
-against 220 TFLOP/s at 128 x 8192 x 8192 swapped, paths_NVIDIA_H200.json)."""
+against 220 TFLOP/s at 128 x 8192 x 8192 swapped; a 64-row tile with 8 stages, 128 CTAs,
+409 TFLOP/s; paths_NVIDIA_H200.json)."""
 SWAP_M = 128
 """Swap operands when M is at most this (and N is larger): measured at M = 1..128 x 8192 x
 8192 (decode rows of paths_NVIDIA_H200.json)."""

@@ -121,7 +121,7 @@ def test_explain_command():
     run = CliRunner().invoke(main, ["explain", "1", "8192", "8192", "--dtype", "bf16"])
     assert run.exit_code == 0, run.output
     assert "swap" not in run.output or "C^T" in run.output
-    assert "gemm_wgmma_bf16_128x8x64" in run.output
+    assert "gemm_wgmma_bf16_64x8x64" in run.output and "8 stages" in run.output
     sm80 = CliRunner().invoke(main, ["explain", "512", "512", "512", "--cc", "80"])
     assert sm80.exit_code == 0 and "- mma family" in sm80.output  # mma.sync below sm_90
 
