@@ -7,10 +7,12 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 from breakers import MMA_BREAKERS, breaker, pairwise_variants
 
 from gemmgen import FAMILIES, PRESETS, ConfigError, render
+from gemmgen.dtypes import ELEM_BYTES
 from gemmgen.dispatch import choose
 from gemmgen.families import default_family, families_for
 from gemmgen.families.mma import MMA_RULES, MmaConfig, fallback_of
@@ -342,3 +344,139 @@ def test_fragment_addresses_of_the_template_give_the_mma_layouts(dtype, layout, 
             else:
                 want = [(kx + kk, n + 8 * tile) for kx, n in want]
             assert got == want, (op, lane, j, got, want)
+
+
+STAGED = [n for n, c in MMA.items() if c.staged_c]
+
+
+def _np_expr(expr: str) -> str:
+    """A C expression of the staged epilogue as a NumPy one: / and % of non-negative ints,
+    max/min, one top-level ``cond ? a : b``, ``(size_t)`` casts."""
+    expr = expr.replace("(size_t)", "").replace("/", "//")
+    expr = re.sub(r"\bmax\(", "np.maximum(", re.sub(r"\bmin\(", "np.minimum(", expr))
+    if m := re.fullmatch(r"(\w+) \? (\w+) : (.*)", expr):
+        expr = f"np.where({m[1]}, {m[2]}, {m[3]})"
+    return expr
+
+
+def _staged_epilogue(src: str) -> dict:
+    """The staged epilogue's statements, read from the rendered source: staging stores (shared
+    index, accumulator element), the write-out's idx/rr/cc, global coordinates, the row guard,
+    n_in, the global and shared offsets and the 16-byte-store condition."""
+    body = src[src.index("float* cst = "):]
+    out = {"stores": []}
+    out["rc"] = re.search(r"const int r = (.*?), c = (.*?);", body).groups()
+    for idx, e in re.findall(r"cst\[(.*?)\] = alpha \* acc_ref\(i, j, (.*?)\);", body):
+        out["stores"].append((idx, e))
+    if m := re.search(r"float2\*>\(cst \+ (.*?)\) =\s*make_float2\(alpha \* acc_ref\(i, j, "
+                      r"(.*?)\), alpha \* acc_ref\(i, j, (.*?)\)\);", body, re.S):
+        out["stores"] += [(m[1], m[2]), (f"{m[1]} + 1", m[3])]
+    out["idx"] = re.search(r"const int idx = (.*?);", body)[1]
+    out["rr"], out["cc"] = re.search(r"const int rr = (.*?), cc = (.*?);", body).groups()
+    g = re.search(r"const int (g[mn]) = (.*?), (g[mn]) = (.*?);", body).groups()
+    out["g"] = {g[0]: g[1], g[2]: g[3]}
+    full, gx, ext = re.search(r"if \(!\((\w+) \|\| (g[mn]) < (\w+)\)\) continue;", body).groups()
+    out["guard"] = (full, gx, ext)
+    out["n_in"] = re.search(r"const int n_in = (.*?);", body)[1]
+    out["dst"] = re.search(r"out_t\* dst = C \+ (.*?);", body)[1]
+    out["src"] = re.search(r"const float\* src = cst \+ (.*?);", body)[1]
+    out["vec"] = re.search(r"const bool c_vec = ldc % EPI_VEC == 0 && reinterpret_cast<size_t>"
+                           r"\(C\) % 16 == 0;", body) is not None
+    assert len(out["stores"]) == 2, out["stores"]
+    return out
+
+
+def _emulate_staged_epilogue(cfg, m: int, n: int, ldc: int):
+    """Every CTA of an M x N launch through the rendered staged epilogue: which accumulator
+    element each shared float holds, and which element of C (as an offset from C, ldc apart)
+    each write-out store covers with which shared float. Returns the failures found."""
+    src, k = render(cfg), cfg.template_constants()
+    ep = _staged_epilogue(src)
+    c_col = cfg.layout[2] == "c"
+    k.update(M=m, N=n, ldc=ldc, M_FULL=int(bool(cfg.m) and m % cfg.bm == 0),
+             N_FULL=int(bool(cfg.n) and n % cfg.bn == 0))
+    tid = np.arange(k["THREADS"])
+    warp, lane = tid // 32, tid % 32
+    g, t = lane // 4, lane % 4
+    wm0, wn0 = (warp // k["WARPS_N"]) * k["WM"], (warp % k["WARPS_N"]) * k["WN"]
+    names = dict(k, np=np, g=g, t=t, wm0=wm0, wn0=wn0, tid=tid)
+    ev = lambda expr, **more: eval(_np_expr(expr), {}, {**names, **more})  # noqa: E731,S307
+    # staging: shared float -> accumulator element (tile row, tile column), the PTX ISA's
+    # m16n8 C fragment: element e of tile (i, j) is row g + 8 (e / 2), column 2 t + e % 2
+    held, limit = {}, cfg.smem_bytes // 4
+    errors = []
+    for i in range(k["FRAGS_M"]):
+        for j in range(k["FRAGS_N"]):
+            for h in range(2):
+                for idx_expr, e_expr in ep["stores"]:
+                    more = dict(i=i, j=j, h=h, r=ev(ep["rc"][0], i=i, j=j, h=h),
+                                c=ev(ep["rc"][1], i=i, j=j, h=h))
+                    slot, e = ev(idx_expr, **more), ev(e_expr, **more)
+                    row = wm0 + i * k["MMA_M"] + g + 8 * (e // 2)
+                    col = wn0 + j * k["MMA_N"] + 2 * t + e % 2
+                    for s, rc in zip(np.broadcast_to(slot, tid.shape).tolist(),
+                                     zip(row.tolist(), col.tolist())):
+                        if s in held or not 0 <= s < limit:
+                            errors.append(f"staging slot {s} twice or past {limit}")
+                        held[s] = rc
+    assert len(held) == cfg.bm * cfg.bn
+    held_r, held_c = np.full(limit, -1), np.full(limit, -1)
+    for s_, (r_, c_) in held.items():
+        held_r[s_], held_c[s_] = r_, c_
+    written = np.zeros(m * n, dtype=np.int64)  # stores per element of C
+    for tile_m in range(-(-m // cfg.bm)):
+        for tile_n in range(-(-n // cfg.bn)):
+            m0, n0 = tile_m * cfg.bm, tile_n * cfg.bn
+            for it in range(k["EPI_ITERS"]):
+                v = dict(m0=m0, n0=n0, it=it)
+                idx = ev(ep["idx"], **v)
+                v.update(idx=idx, rr=ev(ep["rr"], idx=idx), cc=ev(ep["cc"], idx=idx))
+                v.update({name: ev(expr, **v) for name, expr in ep["g"].items()})
+                full, gx, ext = ep["guard"]
+                live = np.logical_or(k[full], v[gx] < k[ext])
+                n_in = np.where(live, ev(ep["n_in"], **v), 0)
+                dst, sh = ev(ep["dst"], **v), ev(ep["src"], **v)
+                c_vec = ep["vec"] and ldc % k["EPI_VEC"] == 0  # C's base itself 16-byte aligned
+                vec = live & (n_in == k["EPI_VEC"]) & c_vec
+                if np.any((dst[vec] * ELEM_BYTES[cfg.out]) % 16):
+                    errors.append(f"tile ({tile_m},{tile_n}): misaligned 16-byte store")
+                e = np.arange(k["EPI_VEC"])[:, None]
+                on = e < n_in  # the elements each thread stores
+                gm = np.broadcast_to(v["gm"] + (e if c_col else 0), on.shape)[on]
+                gn = np.broadcast_to(v["gn"] + (0 if c_col else e), on.shape)[on]
+                off = (dst + e)[on]
+                slot = (sh + e)[on]
+                inside = (gm < m) & (gn < n) & (gm >= m0) & (gm < m0 + cfg.bm) & \
+                    (gn >= n0) & (gn < n0 + cfg.bn)
+                if not inside.all():
+                    errors.append(f"tile ({tile_m},{tile_n}) stores outside its tile or "
+                                  f"{m}x{n}: C{list(zip(gm[~inside], gn[~inside]))[:3]}")
+                    continue
+                if np.any(off != (gn * ldc + gm if c_col else gm * ldc + gn)):
+                    errors.append(f"tile ({tile_m},{tile_n}): store offset is not its element")
+                if np.any(held_r[slot] != gm - m0) or np.any(held_c[slot] != gn - n0):
+                    errors.append(f"tile ({tile_m},{tile_n}): a store reads another "
+                                  f"element's shared float")
+                np.add.at(written, gm * n + gn, 1)
+    if np.any(written != 1):
+        errors.append(f"{int(np.sum(written == 0))} elements never written, "
+                      f"{int(np.sum(written > 1))} written twice")
+    return errors
+
+
+@pytest.mark.parametrize("name", STAGED)
+def test_staged_epilogue_writes_each_element_once_from_its_own_tile(name):
+    """The staged C write-out (gty111 step 9) emulated from the rendered source, every CTA of
+    ragged launches (the H200 report: 520x776 and 136x136 wrong in columns 0..7 only): every
+    element of C exactly once, from the shared float holding its own accumulator, inside
+    M x N and the CTA's tile, 16-byte stores 16-byte aligned; row- and column-major C (the
+    latter stages the tile transposed), A and B either way (they size the pipeline the tile
+    reuses), the preset's dtype (tf32: 4 floats a store), ldc padded or not a multiple of
+    the 16-byte run (element stores). Checks index math and bounds, not timing."""
+    base = MMA[name]
+    for layout in ("rrr", "rrc", "ccr", "ccc"):  # the write-out depends on C's layout only
+        cfg = base.replace(layout=layout)
+        for m, n, pad in ((136, 136, 0), (520, 776, 0), (131, 262, 8), (129, 200, 3)):
+            ldc = (m if layout[2] == "c" else n) + pad
+            errors = _emulate_staged_epilogue(cfg, m, n, ldc)
+            assert not errors, (name, layout, m, n, ldc, errors[:5])
