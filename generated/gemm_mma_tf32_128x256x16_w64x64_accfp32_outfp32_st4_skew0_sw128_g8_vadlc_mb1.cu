@@ -437,8 +437,8 @@ gemm_mma_tf32_128x256x16_w64x64_accfp32_outfp32_st4_skew0_sw128_g8_vadlc_mb1(int
         const int idx = (tid + it * THREADS) * EPI_VEC;
         const int rr = idx / C_ROW, cc = idx % C_ROW;  // rr across, cc along C's contiguous dim
         const int gm = m0 + rr, gn = n0 + cc;
-        if (!(M_FULL || gm < M)) continue;
-        const int n_in = N_FULL ? EPI_VEC : max(0, min(EPI_VEC, N - gn));
+        if (!(M_FULL || gm < M) || !(N_FULL || gn < N)) continue;  // the chunk lies outside C
+        const int n_in = N_FULL ? EPI_VEC : min(EPI_VEC, N - gn);
         out_t* dst = C + (size_t)gm * ldc + gn;
         const float* src = cst + rr * C_STAGE_LD + cc;
         if (c_vec && n_in == EPI_VEC) {

@@ -375,8 +375,9 @@ def _staged_epilogue(src: str) -> dict:
     out["rr"], out["cc"] = re.search(r"const int rr = (.*?), cc = (.*?);", body).groups()
     g = re.search(r"const int (g[mn]) = (.*?), (g[mn]) = (.*?);", body).groups()
     out["g"] = {g[0]: g[1], g[2]: g[3]}
-    full, gx, ext = re.search(r"if \(!\((\w+) \|\| (g[mn]) < (\w+)\)\) continue;", body).groups()
-    out["guard"] = (full, gx, ext)
+    line = re.search(r"if \((.*?)\) continue;", body)[1]
+    out["guards"] = re.findall(r"!\((\w+) \|\| (g[mn]) < (\w+)\)", line)
+    assert out["guards"], line
     out["n_in"] = re.search(r"const int n_in = (.*?);", body)[1]
     out["dst"] = re.search(r"out_t\* dst = C \+ (.*?);", body)[1]
     out["src"] = re.search(r"const float\* src = cst \+ (.*?);", body)[1]
@@ -432,8 +433,9 @@ def _emulate_staged_epilogue(cfg, m: int, n: int, ldc: int):
                 idx = ev(ep["idx"], **v)
                 v.update(idx=idx, rr=ev(ep["rr"], idx=idx), cc=ev(ep["cc"], idx=idx))
                 v.update({name: ev(expr, **v) for name, expr in ep["g"].items()})
-                full, gx, ext = ep["guard"]
-                live = np.logical_or(k[full], v[gx] < k[ext])
+                live = np.ones(tid.shape, bool)
+                for full, gx, ext in ep["guards"]:
+                    live &= np.logical_or(k[full], v[gx] < k[ext])
                 n_in = np.where(live, ev(ep["n_in"], **v), 0)
                 dst, sh = ev(ep["dst"], **v), ev(ep["src"], **v)
                 c_vec = ep["vec"] and ldc % k["EPI_VEC"] == 0  # C's base itself 16-byte aligned
