@@ -280,6 +280,24 @@ def time_chosen(rng, l2, rows, shapes=CHOSEN_SHAPES):
                                                  ratio=round(r["tflops"] / cub["tflops"], 3))]
 
 
+def time_before(rng, l2, rows, shapes=CHOSEN_SHAPES):
+    """What gemm ran before the shape rules: the dtype's default preset as it is (the WMMA
+    fallback where TMA cannot read an operand), beside the kernel gemm chooses now."""
+    from gemmgen.bench import Problem
+    from gemmgen.build import build, device_cc
+    from gemmgen.dispatch import decide
+    print("== the default preset (before) against the kernel gemm chooses (now)", flush=True)
+    for dtype, m, n, k in shapes:
+        p = Problem(m, n, k, rng, l2, dtype, dtype, "rrr")
+        base = build(_presets()["wgmma_tma_store" if dtype == "fp16" else "wgmma_bf16"])
+        choice = decide(None, "", dtype, m, n, k, device_cc(), "rrr", "none", n * 2 % 16 == 0)
+        now = build(choice.config)
+        b = _row(f"before {dtype} {m}x{n}x{k}", p, base)
+        r = _row(f"now {dtype} {m}x{n}x{k}", p, now, _swapped(now, p) if choice.swap else None)
+        rows += [dict(b, part="before"), dict(r, part="before", before_tflops=b["tflops"],
+                                              ratio=round(r["tflops"] / b["tflops"], 3))]
+
+
 def _ulps(c, ref):
     """Median, 99th percentile and largest |C - ref| in units of the float32 spacing at ref."""
     import cupy
@@ -375,7 +393,8 @@ def main() -> int:
     parts = a.part.split(",")
     try:
         for part, fn in (("odd", time_odd), ("skinny", time_skinny), ("decode", time_decode),
-                         ("fp32", time_fp32), ("chosen", time_chosen)):
+                         ("fp32", time_fp32), ("chosen", time_chosen),
+                         ("before", time_before)):
             if part in parts:
                 fn(rng, info["l2_bytes"], rows)
     finally:

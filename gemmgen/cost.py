@@ -89,18 +89,24 @@ SPLIT_BELOW = SMS // 4
 half a wave) one slice measured 363 TFLOP/s against 313-349 with two."""
 
 
+MIN_SLICE_TILES = 16
+"""K tiles a split-K slice needs at least: at 1024^3 (16 K tiles) two slices of 8 measured 106.5
+against 127.6 TFLOP/s unsplit; at 256 x 256 x 65536, 16 slices of 64 measured 176.1 against
+14.6 (paths_before_NVIDIA_H200.json)."""
+
+
 def split_k_for(m: int, n: int, k: int, batch: int, bm: int, bn: int, bk: int,
                 sms: int = SMS, max_split: int = 16) -> int:
     """Slices of K for a problem whose tiles fill less than a quarter of the SMs: the most
-    slices that keep at most one wave and at least 8 K tiles per slice (each slice must
-    amortize its prologue and its partial store); 1 otherwise."""
+    slices that keep at most one wave and at least ``MIN_SLICE_TILES`` K tiles per slice (each
+    slice must amortize its prologue, its partial store and the reduction); 1 otherwise."""
     tiles = tiles_of(m, n, bm, bn, batch)
     k_tiles = math.ceil(k / bk)
     if tiles >= SPLIT_BELOW:
         return 1
     best = 1
     for s in range(2, max_split + 1):
-        if k_tiles / s < 8 or tiles * s > sms:
+        if k_tiles / s < MIN_SLICE_TILES or tiles * s > sms:
             break
         best = s
     return best
