@@ -1,5 +1,8 @@
 """nvcc agrees with the Python model: presets compile cleanly, and a config compiles if and
 only if validate() finds nothing, with the same rules firing as static_asserts."""
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -13,12 +16,45 @@ from gemmgen.nvcc import BuildError, compile_many, compile_source, parse_ptxas
 ARCHS = ("sm_80", "sm_90")
 
 
+def _parallel(fn, items) -> dict:
+    """fn(item) for every item in as many nvcc processes as there are cores (the exception
+    when it raises), so the per-item tests below only read their result."""
+    def one(item):
+        try:
+            return fn(item)
+        except BuildError as exc:
+            return exc
+    with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
+        return dict(zip(items, pool.map(one, items)))
+
+
+NON_TMA_PRESETS = [n for n, p in PRESETS.items() if p.config.family not in ("wgmma", "mma")]
+RULE_CASES = [(f, r) for f, r in ALL_RULES if f != "mma"]
+
+
+@pytest.fixture(scope="module")
+def preset_reports(nvcc):
+    return _parallel(lambda n: compile_source(render(PRESETS[n].config), ARCHS,
+                                              name=PRESETS[n].config.name), NON_TMA_PRESETS)
+
+
+@pytest.fixture(scope="module")
+def breaker_errors(nvcc):
+    def build(case):
+        family, rule = case
+        cfg = breaker(family, rule.name)
+        arch = FAMILIES[family].arch_for(90)  # sm_90a for wgmma
+        compile_source(render(cfg, arch), (arch,), name=cfg.name)
+        return None
+    return _parallel(build, RULE_CASES)
+
+
 # wgmma and mma presets: tests/test_wgmma.py and tests/test_mma.py (all four archs at once).
-@pytest.mark.parametrize("name", [n for n, p in PRESETS.items()
-                                  if p.config.family not in ("wgmma", "mma")])
-def test_preset_compiles_without_spills_and_with_the_model_smem(nvcc, name, tmp_path):
+@pytest.mark.parametrize("name", NON_TMA_PRESETS)
+def test_preset_compiles_without_spills_and_with_the_model_smem(preset_reports, name):
     cfg = PRESETS[name].config
-    report = compile_source(render(cfg), ARCHS, name=cfg.name, keep_dir=tmp_path)
+    report = preset_reports[name]
+    assert not isinstance(report, BuildError), report
     for arch in ARCHS:
         res = report[arch]
         assert res.spills == 0, f"{arch}: {res}"
@@ -28,15 +64,12 @@ def test_preset_compiles_without_spills_and_with_the_model_smem(nvcc, name, tmp_
 
 
 # mma rules: tests/test_mma.py fires every breaker in one nvcc call.
-@pytest.mark.parametrize("family, rule", [(f, r) for f, r in ALL_RULES if f != "mma"],
-                         ids=lambda x: getattr(x, "id", x))
-def test_each_rule_fires_alone_as_a_static_assert(nvcc, family, rule):
-    cfg = breaker(family, rule.name)
-    arch = FAMILIES[family].arch_for(90)  # sm_90a for wgmma
-    with pytest.raises(BuildError) as info:
-        compile_source(render(cfg, arch), (arch,), name=cfg.name)
-    assert info.value.static_assert_ids() == {rule.id}
-    assert cfg.name in info.value.path
+@pytest.mark.parametrize("family, rule", RULE_CASES, ids=lambda x: getattr(x, "id", x))
+def test_each_rule_fires_alone_as_a_static_assert(breaker_errors, family, rule):
+    err = breaker_errors[(family, rule)]
+    assert isinstance(err, BuildError), "nvcc accepted a config that breaks " + rule.id
+    assert err.static_assert_ids() == {rule.id}
+    assert breaker(family, rule.name).name in err.path
 
 
 def test_build_error_names_the_file_and_shows_nvcc(nvcc, tmp_path):
@@ -108,7 +141,7 @@ def assert_nvcc_agrees(cfg) -> None:
         assert report["sm_90"].smem_bytes == cfg.static_smem_bytes
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=24, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cfg=near_presets(SimtConfig, FIELD_VALUES))
 def test_python_verdict_equals_nvcc_verdict(nvcc, cfg):
     assert_nvcc_agrees(cfg)
@@ -123,7 +156,7 @@ WMMA_VALUES = {
 }
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cfg=near_presets(WmmaConfig, WMMA_VALUES))
 def test_python_verdict_equals_nvcc_verdict_wmma(nvcc, cfg):
     assert_nvcc_agrees(cfg)
