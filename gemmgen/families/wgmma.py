@@ -629,12 +629,14 @@ PRESETS: tuple[Preset, ...] = (
 SPACE = {
     "bm": (128, 256), "bn": (128, 192, 256), "stages": (3, 4, 5), "cluster": ((1, 1), (2, 1)),
     "group": (8, 16), "store": ("tma", "direct"), "kind": ("cooperative", "pingpong"),
+    "split_k": (1, 2, 4),
 }
 
 
 def space(dtype: str = "fp16") -> list[WgmmaConfig]:
     """Every configuration of the wgmma search space for ``dtype`` that passes the rules:
-    warp-specialized, persistent, setmaxnreg 40/232, 128-byte swizzle, TMA or direct stores;
+    warp-specialized, persistent, setmaxnreg 40/232, 128-byte swizzle, TMA or direct stores,
+    split-K 1, 2 or 4 (direct stores);
     C in the input dtype (float32 for tf32), K-major B for tf32 (layout rcr; ``tune`` lays the
     space out in the layout it tunes)."""
     s = SPACE
@@ -642,13 +644,14 @@ def space(dtype: str = "fp16") -> list[WgmmaConfig]:
     bk = 128 // ELEM_BYTES[dtype]
     layout = "rcr" if dtype == "tf32" else "rrr"
     out = []
-    for bm, bn, st, (cm, cn), group, store, kind in itertools.product(
-            s["bm"], s["bn"], s["stages"], s["cluster"], s["group"], s["store"], s["kind"]):
+    for bm, bn, st, (cm, cn), group, store, kind, split in itertools.product(
+            s["bm"], s["bn"], s["stages"], s["cluster"], s["group"], s["store"], s["kind"],
+            s["split_k"]):
         cfg = WgmmaConfig.unchecked(
             bm=bm, bn=bn, bk=bk, dtype=dtype, out=out_dtype, consumers=2,
             pingpong=kind == "pingpong", producer=True, stages=st, swizzle=128, cluster_m=cm,
             cluster_n=cn, persistent=True, raster="grouped", group=group, regs_producer=40,
-            regs_consumer=232, store=store, layout=layout)
+            regs_consumer=232, store=store, split_k=split, layout=layout)
         if not cfg.violations():
             out.append(cfg)
     return out
