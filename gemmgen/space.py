@@ -149,15 +149,17 @@ def rank(configs: list[ConfigBase], m: int, n: int, k: int, dev: DeviceLimits) -
 
 
 def select(ranked: list[tuple], count: int, seeds: tuple = ()) -> list[tuple]:
-    """Up to ``count`` of ``ranked`` for measurement: ``seeds`` (config names, e.g. the presets)
-    first, then breadth over tile shapes. Round r takes the r-th best variant of every
+    """Up to ``count`` of ``ranked`` for measurement: ``seeds`` (config names, e.g. the presets;
+    in their order, cut at ``count``) first, then breadth over tile shapes. Round r takes the r-th best variant of every
     ``cfg.tile_shape()`` group (BM, BN, BK and how the block is split among warps or
     warpgroups), groups in order of their best score."""
     groups: dict[tuple, list[tuple]] = {}
     for item in ranked:
         c = item[0]
         groups.setdefault(c.tile_shape(), []).append(item)
-    chosen = [item for item in ranked if item[0].name in seeds]
+    order = {name: i for i, name in enumerate(seeds)}
+    chosen = sorted((item for item in ranked if item[0].name in order),
+                    key=lambda item: order[item[0].name])[:count]  # never over count
     names = {item[0].name for item in chosen}
     depth = max((len(g) for g in groups.values()), default=0)
     for r in range(depth):

@@ -172,8 +172,10 @@ def plan(req: Request, dev: DeviceLimits) -> tuple[list[tuple], dict]:
     in_space = {c.name for c in configs}
     # Measured first: the dtype's default preset and the presets the search space contains
     # (not the slow early steps of a ladder).
-    seeds = tuple(p.config.name for p in family.presets if p.config.dtype == req.dtype
-                  and (p.config.name in in_space or p.name == family.defaults.get(req.dtype)))
+    default = family.defaults.get(req.dtype)
+    seeds = tuple(p.config.name for p in sorted(family.presets, key=lambda p: p.name != default)
+                  if p.config.dtype == req.dtype
+                  and (p.config.name in in_space or p.name == default))  # the default first
     spilling = [c for c in configs if c.name not in seeds and spill_risk(c)]
     keep = [c for c in configs if c.name in seeds or not spill_risk(c)]  # presets always
     ranked = rank(keep, req.m, req.n, req.k, dev)

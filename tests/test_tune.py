@@ -44,6 +44,11 @@ def test_selection_keeps_seeds_and_spreads_over_tile_shapes():
     assert len(chosen) == 20 and chosen[0][0].name == seed
     shapes = {(c.bm, c.bn, c.bk, c.wm, c.wn) for c, _ in chosen}
     assert len(shapes) >= 19  # one variant per tile shape before any second variant
+    in_space = {c.name for c, _ in ranked}
+    many = tuple(n for n in (p.config.name for p in PRESETS.values()) if n in in_space)
+    assert len(many) > 3
+    few = select(ranked, 3, seeds=many[::-1])
+    assert [c.name for c, _ in few] == list(many[::-1][:3])  # seeds in order, never over count
 
 
 def test_request_names_c_dtype_and_its_family_per_layout():
