@@ -129,6 +129,15 @@ def _row(label, p, kernel, launch=None, extra=None):
     return row
 
 
+def _helpers_alone(kernel, m: int) -> float:
+    """Median seconds of the helper kernels a TMA kernel launched before its GEMM (the repack
+    or the 3xTF32 split) for its prepared launch with M = ``m``, timed without the GEMM."""
+    from gemmgen.bench import time_launches
+    before = next(ready for key, ready in kernel._launches.items() if key[0] == m)[3]
+    return time_launches(lambda i: [kernel._helper_launch(s, None, False) for s in before],
+                         1).median
+
+
 def _cublas(p, label="cuBLAS"):
     from gemmgen.bench import bench_cublas, tflops
     timing, err = bench_cublas(p)
@@ -175,13 +184,10 @@ def time_odd(rng, l2, rows):
         rows += [dict(cub, part="odd"), dict(r, part="odd", cublas_tflops=cub["tflops"]),
                  dict(f, part="odd", cublas_tflops=cub["tflops"])]
         # the pack steps alone
-        key = next(iter(kern._launches))
-        before = kern._launches[key][3]
-        from gemmgen.bench import time_launches
-        t = time_launches(lambda i: [kern._helper_launch(s, None, False) for s in before], 1)
+        t = _helpers_alone(kern, m)
         rows.append({"part": "odd", "kernel": "repack: pack kernels only", "dtype": dtype,
-                     "M": m, "N": n, "K": k, "time_us": round(t.median * 1e6, 2)})
-        print(f"  pack kernels alone {t.median * 1e6:.1f} us", flush=True)
+                     "M": m, "N": n, "K": k, "time_us": round(t * 1e6, 2)})
+        print(f"  pack kernels alone {t * 1e6:.1f} us", flush=True)
 
 
 def time_skinny(rng, l2, rows, shapes=((128, 8192, 8192),), dtypes=("fp16", "bf16")):
@@ -231,7 +237,6 @@ def time_decode(rng, l2, rows):
             cub["read_bw_pct_copy"] = round(100 * b_bytes / (cub["time_us"] * 1e-6) / bw, 1)
             rows.append(dict(cub, part="decode"))
             bn = max(8, -(-m // 8) * 8)
-            best = None
             for bm, sk, st in ((128, 2, 6), (64, 1, 8), (64, 2, 8), (128, 1, 6), (128, 1, 8)):
                 one = dict(consumers=1, regs_producer=0, regs_consumer=0) if bm == 64 else {}
                 try:
@@ -328,13 +333,10 @@ def time_fp32(rng, l2, rows, sizes=(4096, 8192)):
             rows.append(dict(_row(f"3xtf32 bn{alt.config.bn} flush {alt.config.flush}", p, alt),
                              part="fp32",
                              cublas_tflops=cub["tflops"]))
-        key = next(k for k in k3._launches if k[0] == s)
-        before = k3._launches[key][3]
-        from gemmgen.bench import time_launches
-        t = time_launches(lambda i: [k3._helper_launch(st, None, False) for st in before], 1)
-        print(f"  split3 pack kernels alone {t.median * 1e6:.1f} us", flush=True)
+        t = _helpers_alone(k3, s)
+        print(f"  split3 pack kernels alone {t * 1e6:.1f} us", flush=True)
         rows += [dict(cub, part="fp32"), dict(r, part="fp32", cublas_tflops=cub["tflops"],
-                                               split3_us=round(t.median * 1e6, 2)),
+                                               split3_us=round(t * 1e6, 2)),
                  dict(w, part="fp32", cublas_tflops=cub["tflops"])]
     # accuracy: standard normal and wide range (exponents over 2^-20..2^20, mixed signs)
     s = 2048
@@ -363,10 +365,10 @@ def time_fp32(rng, l2, rows, sizes=(4096, 8192)):
         p.A, p.B = A, B
         p._refs.clear()
         bench_cublas(p)  # leaves cuBLAS's C of set 0 in p.c[0] (last launch was set 0)
-        from gemmgen.bench import time_launches  # noqa: F401
         c = _cupy_float32(p.c[0], "fp32", False)
-        out["cublas_sgemm"] = {"rel_error": float(cupy.linalg.norm(c - ref) / cupy.linalg.norm(ref)),
-                               "ulps_p50_p99_max": _ulps(c, ref)}
+        out["cublas_sgemm"] = {
+            "rel_error": float(cupy.linalg.norm(c - ref) / cupy.linalg.norm(ref)),
+            "ulps_p50_p99_max": _ulps(c, ref)}
         print(f"  accuracy {data}: " + json.dumps(out), flush=True)
         rows.append({"part": "fp32-accuracy", "data": data, "M": s, "N": s, "K": s, **out})
 

@@ -7,7 +7,7 @@ from typing import Callable
 
 import numpy as np
 
-from .dtypes import CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R, numpy_dtype
+from .dtypes import CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R, numpy_dtype, stored_as
 from .launch import to_device
 from .verify import compare, random_operands, reference
 
@@ -133,8 +133,7 @@ def _cupy_float32(array, dtype: str, col: bool):
     its bits, as CuPy has no bfloat16), matrices transposed back when stored column-major."""
     import cupy
     mem = cupy.cuda.UnownedMemory(int(array.gpudata), array.nbytes, array)
-    raw = {"fp32": cupy.float32, "fp16": cupy.float16, "bf16": cupy.uint16}[
-        "fp32" if dtype == "tf32" else dtype]
+    raw = {"fp32": cupy.float32, "fp16": cupy.float16, "bf16": cupy.uint16}[stored_as(dtype)]
     x = cupy.ndarray(array.shape, raw, cupy.cuda.MemoryPointer(mem, 0))
     if dtype == "bf16":
         x = (x.astype(cupy.uint32) << 16).view(cupy.float32)

@@ -24,12 +24,17 @@ from .nvcc import CUBIN_FLAGS, BuildError, Resources, compile_cubin, nvcc_versio
 from .render import config_from_source, render
 
 
-def raw_stream(stream) -> int:
-    """The raw ``CUstream`` handle of an int or a PyTorch/CuPy stream object."""
+def raw_stream(stream) -> int | None:
+    """The raw ``CUstream`` handle a launch on ``stream`` goes to through the driver API
+    (``gemmgen.cudrv``): an int as it is, a PyTorch or CuPy stream's handle; None for None or
+    a PyCUDA ``Stream``, which PyCUDA launches on. Raises ``TypeError`` for anything else."""
+    if stream is None or type(stream).__module__.startswith("pycuda"):
+        return None
     if type(stream) is int:
         return stream
     from .cudrv import stream_handle
     return stream_handle(stream)
+
 
 _CACHE: dict[tuple[str, str, str], "Kernel"] = {}
 SIGNATURE = "iiifPiPifPiqqqP"  # M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, strides, bias
@@ -176,11 +181,12 @@ class Kernel:
         ``stream``: None (the legacy default stream), a PyCUDA ``Stream``, or a raw ``CUstream``
         handle (an int, or a PyTorch/CuPy stream), launched through ``gemmgen.cudrv``."""
         grid_x, grid_y, _ = self.config.grid(m, n)
-        if stream is not None and not type(stream).__module__.startswith("pycuda"):
+        raw = raw_stream(stream)
+        if raw is not None:
             self.raw_function().launch(
                 (grid_x, grid_y, batch), (self.config.threads, 1, 1),
                 _PARAMS.pack(m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a,
-                             stride_b, stride_c, bias_ptr), raw_stream(stream))
+                             stride_b, stride_c, bias_ptr), raw)
             return
         self.function.prepared_async_call(
             (grid_x, grid_y, batch), (self.config.threads, 1, 1), stream, m, n, k, alpha,

@@ -171,8 +171,8 @@ def explain(m, n, k, dtype, math_, layout, epilogue, lda, ldb, ldc, batch, cc, g
     waves, split-K, swapped operands, stores, and the path of operands TMA cannot read
     (repack or fallback, with the cost model's estimates). Needs no GPU."""
     from .dispatch import explain as explain_text
-    tight = ((k if layout[0] == "r" else m), (n if layout[1] == "r" else k),
-             (n if layout[2] == "r" else m))
+    from .dispatch import tight_lds
+    tight = tight_lds(layout, m, n, k)
     lds = tuple(given or t for given, t in zip((lda, ldb, ldc), tight))
     for name, given, need in zip(("--lda", "--ldb", "--ldc"), lds, tight):
         if given < need:

@@ -52,6 +52,13 @@ def pack_bytes(rows: int, cols: int, batch: int, elem: int, expand: int = 1) -> 
     return rows * cols * max(batch, 1) * elem * (1 + expand)
 
 
+def stored_shape(name: str, layout: str, m: int, n: int, k: int) -> tuple[int, int]:
+    """(rows, cols) of operand ``name`` ("A": M x K, "B": K x N) as stored in ``layout``:
+    cols is the contiguous extent."""
+    rows, cols = (m, k) if name == "A" else (k, n)
+    return (cols, rows) if layout[0 if name == "A" else 1] == "c" else (rows, cols)
+
+
 def unaligned(m: int, n: int, k: int, batch: int, dtype: str, packs: dict[str, tuple]) -> list:
     """Estimates for operands TMA cannot describe, fastest first: "repack" (pack each operand
     in ``packs``, name -> (rows, cols, batch), then the wgmma kernel) and "fallback" (the

@@ -18,11 +18,10 @@ calls with the same signature only read the pointers and launch.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from . import cost
-from .dtypes import ELEM_BYTES, dtype_name_of
+from .dtypes import ELEM_BYTES, dtype_name_of, stored_as
 from .families import config_from_dict, families_for
 from .model import EPILOGUES
 from .operands import OperandError, check_gemm, check_scalars
@@ -83,6 +82,25 @@ class Choice:
     reasons: list = field(default_factory=list)
 
 
+def math_dtype(dtype: str, math_: str) -> str:
+    """The dtype a ``math_`` choice runs on float32 data of ``dtype``: tf32 for "3xtf32",
+    ``dtype`` itself for "native". Raises ``ValueError`` for an unknown ``math_`` or 3xTF32 on
+    data that is not float32."""
+    if math_ not in MATHS:
+        raise ValueError(f"unknown math {math_!r}; known: {', '.join(MATHS)}")
+    if math_ == "native":
+        return dtype
+    if dtype not in ("tf32", "fp32"):
+        raise ValueError(f"math='3xtf32' takes float32 data; got dtype {dtype!r}")
+    return "tf32"
+
+
+def tight_lds(layout: str, m: int, n: int, k: int) -> tuple[int, int, int]:
+    """lda, ldb, ldc of contiguous M x K, K x N and M x N matrices laid out as ``layout``."""
+    return ((k if layout[0] == "r" else m), (n if layout[1] == "r" else k),
+            (n if layout[2] == "r" else m))
+
+
 def decide(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
            cc: int | None = None, layout: str = "rrr", epilogue: str = "none",
            c_aligned: bool = True, math_: str = "native", batch: int = 1) -> Choice:
@@ -92,11 +110,8 @@ def decide(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
     store cannot take it). ``math_="3xtf32"`` (dtype tf32) takes preset wgmma_3xtf32 where
     wgmma runs, else the SIMT fp32 kernel (IEEE float32 is at least as accurate). Raises
     ``ValueError`` as ``choose`` does, or for an unknown ``math_``."""
-    if math_ not in MATHS:
-        raise ValueError(f"unknown math {math_!r}; known: {', '.join(MATHS)}")
+    math_dtype(dtype, math_)  # the checks
     if math_ == "3xtf32":
-        if dtype not in ("tf32", "fp32"):
-            raise ValueError(f"math='3xtf32' takes float32 data; got dtype {dtype!r}")
         if "wgmma" in {f.name for f in families_for("tf32", cc)}:
             cfg = PRESETS["wgmma_3xtf32"].config.replace(layout=layout, epilogue=epilogue)
             why = ["3xTF32: float32 operands split into tf32 big + small parts, three tensor-"
@@ -139,8 +154,8 @@ def _shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> Choice
         reasons.append(f"M = {m}: one 64-row tile computed by one consumer warpgroup")
     else:
         tiles = [(cfg.bm, cfg.bn)] + [t for t in ALT_TILES if t != (cfg.bm, cfg.bn)]
-    best = max(tiles, key=lambda t: cost.wave_efficiency(cost.tiles_of(m, n, *t, batch)))
     eff = {t: cost.wave_efficiency(cost.tiles_of(m, n, *t, batch)) for t in tiles}
+    best = max(tiles, key=eff.get)
     if best != (cfg.bm, cfg.bn):
         changes.update(bm=best[0], bn=best[1])
         if len(tiles) > 1 and eff[best] > eff[tiles[0]]:
@@ -174,10 +189,12 @@ def _shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> Choice
             reasons.append(f"{deepest} stages: under one wave the SMs stream operands, so the "
                            f"ring is as deep as shared memory allows")
     shaped = cfg.replace(check=False, **changes)
-    if shaped.violations() and "bn" in changes:  # e.g. a row-major B loads whole 128-byte blocks
+    broken = shaped.violations()
+    if broken and "bn" in changes:  # e.g. a row-major B loads whole 128-byte blocks
         sw = shaped.sw_elems
         shaped = shaped.replace(check=False, bn=min(cfg.bn, -(-shaped.bn // sw) * sw))
-        reasons.append(f"tile N rounded up to {shaped.bn}: {', '.join(v.rule.name for v in cfg.replace(check=False, **changes).violations())}")
+        reasons.append(f"tile N rounded up to {shaped.bn}: "
+                       f"{', '.join(v.rule.name for v in broken)}")
     if shaped.violations():
         broken = ", ".join(f"{v.rule.id} {v.rule.name}" for v in shaped.violations())
         reasons.append(f"shaping the preset broke {broken}: the preset runs as it is")
@@ -202,14 +219,9 @@ def explain(dtype: str, m: int, n: int, k: int, layout: str = "rrr", epilogue: s
     """Text: the kernel ``gemm`` would run for this problem on a GPU of compute capability
     ``cc`` and why: family, tile, waves, split, swap, store, and the path of operands TMA
     cannot read (``lds``: lda, ldb, ldc; default tight, i.e. K, N and N for rrr)."""
-    item = ELEM_BYTES.get(dtype, 4)
-    out_item = 4 if dtype in ("fp32", "tf32") else item
-    lay = layout
-    if lds is None:
-        lds = ((k if lay[0] == "r" else m), (n if lay[1] == "r" else k),
-               (n if lay[2] == "r" else m))
-    lda, ldb, ldc = lds
-    c_ok = ldc * out_item % 16 == 0
+    item = ELEM_BYTES[dtype]
+    lda, ldb, ldc = lds or tight_lds(layout, m, n, k)
+    c_ok = ldc * ELEM_BYTES[stored_as(dtype)] % 16 == 0
     tdb = TuneDB(db) if db else None
     ch = decide(tdb, gpu, dtype, m, n, k, cc, layout, epilogue, c_ok, math_, batch)
     cfg = ch.config
@@ -222,12 +234,7 @@ def explain(dtype: str, m: int, n: int, k: int, layout: str = "rrr", epilogue: s
         km, kn = (n, m) if ch.swap else (m, n)
         bad = [name for name, ld in (("A", lda), ("B", ldb)) if ld * item % 16]
         if bad:
-            packs = {}
-            for name in bad:
-                rows, cols = (m, k) if name == "A" else (k, n)
-                if layout[0 if name == "A" else 1] == "c":
-                    rows, cols = cols, rows
-                packs[name] = (rows, cols, 1)
+            packs = {name: (*cost.stored_shape(name, layout, m, n, k), 1) for name in bad}
             est = cost.unaligned(km, kn, k, batch, dtype, packs)
             lines.append(f"  - {' and '.join(bad)}: rows not a multiple of 16 bytes, which TMA "
                          f"needs; predicted: " + "; ".join(str(e) for e in est)
@@ -253,8 +260,7 @@ def layout_of(A, B, C=None, dtype: str = "fp32") -> str:
     lay = "".join("r" if "r" in op.lds else "c" for op in ops)
     if C is None:
         return lay + "r"
-    out = "fp32" if dtype in ("fp32", "tf32") else dtype
-    return lay + ("r" if "r" in describe(C, "C", out).lds else "c")
+    return lay + ("r" if "r" in describe(C, "C", stored_as(dtype)).lds else "c")
 
 
 def _device() -> tuple[str, int]:
@@ -283,6 +289,15 @@ def _kernel_for(dt: str, m: int, n: int, k: int, db, lay: str, epi: str, c_align
     return _KERNELS[key]
 
 
+def _problem(A, B, dtype: str | None, math_: str) -> tuple:
+    """(dtype the kernel runs, M, N, K, batch) of ``gemm``'s operands: the dtype is
+    ``dtype`` or A's, through ``math_dtype``; the batch is the larger leading extent of 3-D
+    operands (1 for matrices)."""
+    dt = math_dtype(dtype or dtype_name_of(A), math_)
+    batch = max(x.shape[0] if getattr(x, "ndim", 2) == 3 else 1 for x in (A, B))
+    return dt, A.shape[-2], B.shape[-1], A.shape[-1], batch
+
+
 def _t(x):
     """The transpose of a matrix or of each matrix of a batch, as a view (None stays None)."""
     if x is None:
@@ -295,12 +310,12 @@ def _t(x):
 def _c_aligned(C, dt: str, m: int, n: int) -> bool:
     """Whether a TMA store can take C: its address and leading dimension are multiples of 16
     bytes (for C=None, the C ``gemm`` allocates: contiguous, N per row)."""
-    item = 4 if dt in ("fp32", "tf32") else ELEM_BYTES[dt]
+    item = ELEM_BYTES[stored_as(dt)]
     if C is None:
         return n * item % 16 == 0
     from .operands import describe
     try:
-        op = describe(C, "C", "fp32" if dt in ("fp32", "tf32") else dt)
+        op = describe(C, "C", stored_as(dt))
     except Exception:  # noqa: BLE001 - the launch's own checks report a bad C
         return True
     return op.ptr % 16 == 0 and all(ld * item % 16 == 0 for ld in op.lds.values())
@@ -421,8 +436,9 @@ def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
     (the legacy default stream), a PyCUDA ``Stream``, a PyTorch or CuPy stream, or a raw
     ``CUstream`` handle (int), e.g. ``torch.cuda.current_stream().cuda_stream`` (then the
     launch goes through ``gemmgen.cudrv`` and may be captured into a CUDA graph). With
-    alpha == 0, A and B are not read (BLAS). PyTorch and CuPy operands whose signature (kind, shape, strides, dtype,
-    device; not the pointer) was seen before are launched without repeating the checks.
+    alpha == 0, A and B are not read (BLAS). PyTorch and CuPy operands whose signature (kind,
+    shape, strides, dtype, device; not the pointer) was seen before are launched without
+    repeating the checks.
 
     Raises ``OperandError`` for bad arguments, ``ValueError`` for an unknown epilogue or an
     unsupported dtype, ``BuildError`` when a kernel does not compile, ``ImportError`` without
@@ -444,18 +460,9 @@ def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
         if getattr(x, "ndim", 2) not in (2, 3):
             raise OperandError(f"{name} must be a 2-D matrix or a 3-D batch; got shape "
                                f"{tuple(getattr(x, 'shape', ()))}")
-    if math not in MATHS:
-        raise ValueError(f"unknown math {math!r}; known: {', '.join(MATHS)}")
-    dt = dtype or dtype_name_of(A)
-    if math == "3xtf32":
-        if dt not in ("fp32", "tf32"):
-            raise ValueError(f"math='3xtf32' takes float32 operands; got {dt}")
-        dt = "tf32"
-    m, k, n = A.shape[-2], A.shape[-1], B.shape[-1]
+    dt, m, n, k, batch = _problem(A, B, dtype, math)
     lay = layout_of(A, B, C, dt)
     epi = epilogue or ("bias" if bias is not None else "none")
-    batch = max(getattr(x, "shape", (1, 1, 1))[0] if getattr(x, "ndim", 2) == 3 else 1
-                for x in (A, B))
     kernel, choice = _kernel_for(dt, m, n, k, db, lay, epi, _c_aligned(C, dt, m, n), math,
                                  batch)
     if choice.swap:
@@ -484,11 +491,7 @@ def chosen(A, B, dtype: str | None = None, db: str | None = None, epilogue: str 
 def chosen_choice(A, B, dtype: str | None = None, db: str | None = None,
                   epilogue: str = "none", math: str = "native"):
     """(Kernel, Choice) that ``gemm`` used for these operands (with C=None), or None."""
-    dt = dtype or dtype_name_of(A)
-    if math == "3xtf32":
-        dt = "tf32"
-    m, k, n = A.shape[-2], A.shape[-1], B.shape[-1]
-    batch = max(x.shape[0] if getattr(x, "ndim", 2) == 3 else 1 for x in (A, B))
+    dt, m, n, k, batch = _problem(A, B, dtype, math)
     key = (dt, m, n, k, db, layout_of(A, B, None, dt), epilogue, _c_aligned(None, dt, m, n),
            math, batch)
     return _KERNELS.get(key)

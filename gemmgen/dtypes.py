@@ -17,6 +17,12 @@ CUDA_R = {"fp32": 0, "tf32": 0, "fp16": 2, "bf16": 14}
 CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32 = 68, 77
 
 
+def stored_as(name: str) -> str:
+    """The gemmgen dtype whose memory holds ``name``: fp32 for tf32 (float32 storage), else
+    ``name``. It is also C's default dtype for A and B of ``name``."""
+    return "fp32" if name == "tf32" else name
+
+
 def numpy_dtype(name: str) -> np.dtype:
     """NumPy dtype that stores ``name`` (fp32 and tf32: float32; fp16: float16; bf16:
     ml_dtypes.bfloat16). Raises ``ImportError`` naming ml_dtypes when bf16 needs it."""

@@ -8,7 +8,7 @@ import struct
 from dataclasses import dataclass, field
 
 from .build import Kernel, raw_stream
-from .cost import unaligned
+from .cost import stored_shape, unaligned
 from .dtypes import ELEM_BYTES
 from .tma import MapSpec, ParamPacker, TmaError, encode, operand_map, param_layout
 
@@ -161,9 +161,10 @@ class TmaKernel(Kernel):
         if grid is None:  # TMA cannot describe an operand: the fallback kernel runs instead
             self.fallback.launch_raw(*key, stream)
             return
-        raw = stream is not None and not type(stream).__module__.startswith("pycuda")
-        if raw:  # a PyTorch/CuPy stream or a CUstream handle: the driver API launches
-            stream = raw_stream(stream)
+        handle = raw_stream(stream)
+        raw = handle is not None  # a PyTorch/CuPy stream or a CUstream: the driver API launches
+        if raw:
+            stream = handle
         for step in before:
             self._helper_launch(step, stream, raw)
         if raw:
@@ -241,11 +242,7 @@ class TmaKernel(Kernel):
 
     def _pack_shape(self, name: str, m: int, n: int, k: int, batch: int, stride: int) -> tuple:
         """(rows, cols, batch) of operand ``name`` as stored: cols is the contiguous one."""
-        lay = self.config.layout
-        rows, cols = (m, k) if name == "A" else (k, n)
-        if lay[0 if name == "A" else 1] == "c":
-            rows, cols = cols, rows
-        return rows, cols, batch if stride else 1
+        return (*stored_shape(name, self.config.layout, m, n, k), batch if stride else 1)
 
     def _repack(self, before: list, name: str, ptr: int, ld: int, stride: int, rows: int,
                 cols: int, nb: int) -> tuple[int, int, int]:

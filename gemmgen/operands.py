@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dtypes import numpy_dtype, torch_dtype_name
+from .dtypes import numpy_dtype, stored_as, torch_dtype_name
 
 LAYOUT_NAMES = {"r": "row-major", "c": "column-major"}
 
@@ -75,7 +75,7 @@ def _raw(x, name: str, dtype: str):
         if not x.is_cuda:
             raise OperandError(f"{name} is a CPU torch tensor: move it to the GPU or pass "
                                f"{name}.numpy()")
-        if torch_dtype_name(x.dtype) != ("fp32" if dtype == "tf32" else dtype):
+        if torch_dtype_name(x.dtype) != stored_as(dtype):
             raise OperandError(f"{name} has dtype {x.dtype}; this kernel takes {dtype}")
         item = x.element_size()
         return ("torch", tuple(x.shape), want, tuple(s * item for s in x.stride()),

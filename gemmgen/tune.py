@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from . import tunedb
 from .nvcc import BuildError, compile_cubin
 from .arch import cc_of
+from .dtypes import stored_as
 from .families import default_family, families_for, get_family
 from .render import render
 from .space import DeviceLimits, enumerate_configs, rank, select, spill_risk, unfit_reason
@@ -49,7 +50,7 @@ class Request:
     @property
     def out(self) -> str:
         """C's dtype: the input dtype, float32 for fp32 and tf32."""
-        return "fp32" if self.dtype in ("fp32", "tf32") else self.dtype
+        return stored_as(self.dtype)
 
 
 def laid_out(configs, layout: str) -> list:

@@ -6,7 +6,7 @@ import itertools
 from dataclasses import dataclass
 
 from ..arch import get_arch
-from ..dtypes import CTYPES, ELEM_BYTES
+from ..dtypes import CTYPES, ELEM_BYTES, stored_as
 from ..model import (EPILOGUES, LAYOUTS, MAX_THREADS_PER_SM, WARP_SIZE, ConfigBase, Family,
                      Preset, div, tile_intensity)
 from ..rules import Rule, at_least, at_most, equal, multiple_of, one_of
@@ -412,7 +412,7 @@ SPACE = {
 def space(dtype: str = "fp16") -> list[MmaConfig]:
     """Every configuration of the mma search space for ``dtype`` (fp16, bf16, tf32) that
     passes the rules: the full ladder on, C in the input dtype (float32 for tf32)."""
-    out_dtype = "fp32" if dtype == "tf32" else dtype
+    out_dtype = stored_as(dtype)
     out = []
     for bm, bn, bk, (wm, wn), st, g in itertools.product(
             SPACE["bm"], SPACE["bn"], SPACE["bk"], SPACE["warp"], SPACE["stages"],
@@ -430,7 +430,7 @@ def _adjust(values: dict, given: set) -> dict:
     if "dtype" in given:
         d = values["dtype"]
         if "out" not in given:
-            values = {**values, "out": "fp32" if d == "tf32" else d}
+            values = {**values, "out": stored_as(d)}
         if d == "tf32" and "bk" not in given:
             values = {**values, "bk": 16}
     return values

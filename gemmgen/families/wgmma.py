@@ -14,7 +14,7 @@ import itertools
 from dataclasses import dataclass
 
 from ..arch import get_arch
-from ..dtypes import CTYPES, ELEM_BYTES
+from ..dtypes import CTYPES, ELEM_BYTES, stored_as
 from ..model import (EPILOGUES, LAYOUTS, WARP_SIZE, ConfigBase, Family, Preset, div,
                      tile_intensity)
 from ..rules import Rule, at_least, at_most, equal, multiple_of, one_of
@@ -640,7 +640,7 @@ def space(dtype: str = "fp16") -> list[WgmmaConfig]:
     C in the input dtype (float32 for tf32), K-major B for tf32 (layout rcr; ``tune`` lays the
     space out in the layout it tunes)."""
     s = SPACE
-    out_dtype = "fp32" if dtype == "tf32" else dtype
+    out_dtype = stored_as(dtype)
     bk = 128 // ELEM_BYTES[dtype]
     layout = "rcr" if dtype == "tf32" else "rrr"
     out = []
@@ -681,7 +681,7 @@ def _adjust(values: dict, given: set) -> dict:
     if "dtype" in given:
         d = values["dtype"]
         if "out" not in given:
-            values = {**values, "out": "fp32" if d == "tf32" else d}
+            values = {**values, "out": stored_as(d)}
         if "bk" not in given:
             values = {**values, "bk": values.get("swizzle", 128) // ELEM_BYTES[d]}
         if d == "tf32" and "layout" not in given:

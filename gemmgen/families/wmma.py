@@ -6,7 +6,7 @@ import itertools
 from dataclasses import dataclass
 
 from ..arch import get_arch
-from ..dtypes import CTYPES, ELEM_BYTES
+from ..dtypes import CTYPES, ELEM_BYTES, stored_as
 from ..model import (EPILOGUES, LAYOUTS, MAX_THREADS_PER_SM, WARP_SIZE, ConfigBase, Family,
                      Preset, div, tile_intensity)
 from ..rules import Rule, at_least, at_most, equal, multiple_of, one_of
@@ -341,7 +341,7 @@ def space(dtype: str = "fp16") -> list[WmmaConfig]:
     """Every configuration of the WMMA search space for ``dtype`` (fp16, bf16, tf32) that
     passes the rules; C has the input dtype (float32 for tf32)."""
     s = SPACE
-    out_dtype = "fp32" if dtype == "tf32" else dtype
+    out_dtype = stored_as(dtype)
     skew = 4 if dtype == "tf32" else 8
     out = []
     for bm, bn, bk, (wm, wn), shape, st, mb in itertools.product(
