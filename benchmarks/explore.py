@@ -8,11 +8,11 @@ import json
 import sys
 
 from gemmgen import SimtConfig
-from gemmgen.build import build_many
-from gemmgen.families.wgmma import WgmmaConfig
-from gemmgen.families.wmma import WmmaConfig
-from gemmgen.bench import run_bench
-from gemmgen.results import finish, table
+from gemmgen.runtime.build import build_many
+from gemmgen.model.families.wgmma import WgmmaConfig
+from gemmgen.model.families.wmma import WmmaConfig
+from gemmgen.tune.bench import run_bench
+from gemmgen.tune.results import finish, table
 
 W = dict(vec=4, skew=4, stages=2)
 CANDIDATES = {
@@ -146,7 +146,7 @@ def main() -> int:
     args = ap.parse_args()
     sizes = [tuple(int(x) for x in (s.split("x") * 3)[:3]) if "x" not in s else
              tuple(int(x) for x in s.split("x")) for s in (args.size or ["4096"])]
-    from gemmgen.verify import CASES, sweep_kernel
+    from gemmgen.tune.verify import CASES, sweep_kernel
     targets = []
     pool = {"simt": CANDIDATES, "wmma": WMMA_CANDIDATES, "wgmma": WGMMA_CANDIDATES}[args.family]
     chosen = {lbl: c for lbl, c in pool.items()

@@ -26,7 +26,7 @@ python3 -m gemmgen emit --family mma --dtype tf32 --bm 128 --bn 256 --bk 16 --wm
 timeout 60 python3 - $LADDER $TUNED $WGMMA <<'EOF' 2>&1 | tee "$OUT/compile.log"
 import sys, time
 from gemmgen import PRESETS
-from gemmgen.build import compile_many
+from gemmgen.compile.cache import compile_many
 t = time.time()
 names = sys.argv[1:]
 for name, res in zip(names, compile_many([PRESETS[n].config for n in names])):

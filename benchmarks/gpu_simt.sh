@@ -25,7 +25,7 @@ echo "== compile the ladder and the alternatives (parallel, into the cubin cache
 timeout 240 python3 - "$OUT" $LADDER <<'EOF' 2>&1 | tee "$OUT/resources.txt"
 import runpy, sys, time
 from gemmgen import PRESETS, emit
-from gemmgen.build import build_many
+from gemmgen.runtime.build import build_many
 out, names = sys.argv[1], sys.argv[2:]
 pool = runpy.run_path("benchmarks/explore.py", run_name="explore")
 alts = pool["X12_ALTERNATIVES"]

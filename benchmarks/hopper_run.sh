@@ -17,7 +17,7 @@ echo "== compile (parallel, into the cubin cache)"
 python3 - $PRESETS <<'EOF' 2>&1 | tee "$OUT/compile.log"
 import sys, time
 from gemmgen import PRESETS
-from gemmgen.build import compile_many
+from gemmgen.compile.cache import compile_many
 t = time.time()
 names = sys.argv[1:]
 for name, res in zip(names, compile_many([PRESETS[n].config for n in names])):

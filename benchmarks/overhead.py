@@ -38,7 +38,7 @@ def main() -> int:
     import torch
 
     import gemmgen
-    from gemmgen.dispatch import chosen
+    from gemmgen.runtime.api import chosen
     dt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
     n = args.size
     a = torch.randn(n, n, device="cuda", dtype=dt)

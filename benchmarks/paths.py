@@ -22,7 +22,7 @@ import time
 
 
 def _presets():
-    from gemmgen.presets import PRESETS
+    from gemmgen.model.presets import PRESETS
     return {name: p.config for name, p in PRESETS.items()}
 
 
@@ -55,8 +55,8 @@ def checks() -> dict:
 
 
 def check_one(label: str) -> int:
-    from gemmgen.build import build
-    from gemmgen.verify import sweep_kernel
+    from gemmgen.runtime.build import build
+    from gemmgen.tune.verify import sweep_kernel
     kernel = build(checks()[label])
     res = sweep_kernel(label, kernel, seed=1)
     bad = [r for r in res if not r.passed]
@@ -112,7 +112,7 @@ def _copy_bandwidth(nbytes: int) -> float:
 
 
 def _row(label, p, kernel, launch=None, extra=None):
-    from gemmgen.bench import bench_kernel, time_launches, tflops
+    from gemmgen.tune.bench import bench_kernel, tflops, time_launches
     if launch is None:
         timing, err = bench_kernel(kernel, p)
     else:
@@ -132,14 +132,14 @@ def _row(label, p, kernel, launch=None, extra=None):
 def _helpers_alone(kernel, m: int) -> float:
     """Median seconds of the helper kernels a TMA kernel launched before its GEMM (the repack
     or the 3xTF32 split) for its prepared launch with M = ``m``, timed without the GEMM."""
-    from gemmgen.bench import time_launches
+    from gemmgen.tune.bench import time_launches
     before = next(ready for key, ready in kernel._launches.items() if key[0] == m)[3]
     return time_launches(lambda i: [kernel._helper_launch(s, None, False) for s in before],
                          1).median
 
 
 def _cublas(p, label="cuBLAS"):
-    from gemmgen.bench import bench_cublas, tflops
+    from gemmgen.tune.bench import bench_cublas, tflops
     timing, err = bench_cublas(p)
     row = {"kernel": label, "M": p.m, "N": p.n, "K": p.k, "dtype": p.dtype, "layout": p.layout,
            "tflops": round(tflops(p.m, p.n, p.k, timing.median), 3),
@@ -159,9 +159,9 @@ def _swapped(kernel, p):
 
 
 def time_odd(rng, l2, rows):
-    from gemmgen.bench import Problem
-    from gemmgen.build import build
-    from gemmgen.cost import unaligned
+    from gemmgen.tune.bench import Problem
+    from gemmgen.runtime.build import build
+    from gemmgen.heuristics.cost import unaligned
     p_ = _presets()
     for dtype, base in (("fp16", p_["wgmma_tma_store"]), ("bf16", p_["wgmma_bf16"])):
         m, n, k = 4095, 4097, 4093
@@ -191,8 +191,8 @@ def time_odd(rng, l2, rows):
 
 
 def time_skinny(rng, l2, rows, shapes=((128, 8192, 8192),), dtypes=("fp16", "bf16")):
-    from gemmgen.bench import Problem
-    from gemmgen.build import build
+    from gemmgen.tune.bench import Problem
+    from gemmgen.runtime.build import build
     p_ = _presets()
     for dtype in dtypes:
         base = p_["wgmma_tma_store"] if dtype == "fp16" else p_["wgmma_bf16"]
@@ -221,8 +221,8 @@ def time_skinny(rng, l2, rows, shapes=((128, 8192, 8192),), dtypes=("fp16", "bf1
 
 
 def time_decode(rng, l2, rows):
-    from gemmgen.bench import Problem
-    from gemmgen.build import build
+    from gemmgen.tune.bench import Problem
+    from gemmgen.runtime.build import build
     p_ = _presets()
     n = k = 8192
     bw = _copy_bandwidth(n * k * 2)
@@ -262,14 +262,15 @@ CHOSEN_SHAPES = (
     ("bf16", 8, 8192, 8192), ("bf16", 16, 8192, 8192), ("bf16", 64, 8192, 8192),
     ("fp16", 1024, 1024, 1024), ("fp16", 2048, 2048, 2048), ("fp16", 256, 256, 65536),
 )
-"""Shapes whose chosen kernel (``gemmgen.dispatch.decide``, as gemm picks it) is timed."""
+"""Shapes whose chosen kernel (``gemmgen.heuristics.select.decide``, as gemm picks it) is timed."""
 
 
 def time_chosen(rng, l2, rows, shapes=CHOSEN_SHAPES):
     """The kernel gemm would run for each shape (no tuning database), beside cuBLAS."""
-    from gemmgen.bench import Problem
-    from gemmgen.build import build, device_cc
-    from gemmgen.dispatch import decide
+    from gemmgen.tune.bench import Problem
+    from gemmgen.runtime.build import build
+    from gemmgen.runtime.device import device_cc
+    from gemmgen.heuristics.select import decide
     print("== the kernels gemm chooses", flush=True)
     for dtype, m, n, k in shapes:
         p = Problem(m, n, k, rng, l2, dtype, dtype, "rrr")
@@ -288,9 +289,10 @@ def time_chosen(rng, l2, rows, shapes=CHOSEN_SHAPES):
 def time_before(rng, l2, rows, shapes=CHOSEN_SHAPES):
     """What gemm ran before the shape rules: the dtype's default preset as it is (the WMMA
     fallback where TMA cannot read an operand), beside the kernel gemm chooses now."""
-    from gemmgen.bench import Problem
-    from gemmgen.build import build, device_cc
-    from gemmgen.dispatch import decide
+    from gemmgen.tune.bench import Problem
+    from gemmgen.runtime.build import build
+    from gemmgen.runtime.device import device_cc
+    from gemmgen.heuristics.select import decide
     print("== the default preset (before) against the kernel gemm chooses (now)", flush=True)
     for dtype, m, n, k in shapes:
         p = Problem(m, n, k, rng, l2, dtype, dtype, "rrr")
@@ -316,8 +318,8 @@ def _ulps(c, ref):
 def time_fp32(rng, l2, rows, sizes=(4096, 8192)):
     import cupy
     import numpy as np
-    from gemmgen.bench import Problem, _cupy_float32
-    from gemmgen.build import build
+    from gemmgen.tune.bench import Problem, _cupy_float32
+    from gemmgen.runtime.build import build
     p_ = _presets()
     k3 = build(p_["wgmma_3xtf32"])
     simt = build(p_["warptile_tuned"])
@@ -341,7 +343,7 @@ def time_fp32(rng, l2, rows, sizes=(4096, 8192)):
     # accuracy: standard normal and wide range (exponents over 2^-20..2^20, mixed signs)
     s = 2048
     p = Problem(s, s, s, rng, l2, "fp32", "fp32", "rrr")
-    from gemmgen.bench import bench_cublas
+    from gemmgen.tune.bench import bench_cublas
     for data in ("normal", "wide", "cancel"):
         A = rng.standard_normal((s, s)).astype(np.float32)
         B = rng.standard_normal((s, s)).astype(np.float32)
@@ -388,7 +390,7 @@ def main() -> int:
     if a.cmd == "checks":
         return run_checks(a.limit, a.only, a.jobs)
     import numpy as np
-    from gemmgen.bench import device_info
+    from gemmgen.tune.bench import device_info
     info = device_info()
     rng = np.random.default_rng(0)
     rows: list = []

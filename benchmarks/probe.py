@@ -15,8 +15,8 @@ import sys
 import numpy as np
 
 from gemmgen import PRESETS, build
-from gemmgen.dtypes import numpy_dtype
-from gemmgen.verify import compare, reference, tolerance
+from gemmgen.model.dtypes import numpy_dtype
+from gemmgen.tune.verify import compare, reference, tolerance
 
 
 def _match(rows: np.ndarray, candidates: np.ndarray) -> list:

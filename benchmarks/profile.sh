@@ -6,7 +6,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/gemmgen-out}; mkdir -p "$OUT"
 preset=${1:-wmma_pipeline}
 arch=$(python3 -c "from gemmgen import PRESETS, FAMILIES; print(FAMILIES[PRESETS['$preset'].config.family].arch_for(90))")
-python3 -c "import sys; from gemmgen import PRESETS, render; from gemmgen.build import compile_cached; c = PRESETS[sys.argv[1]].config; open(sys.argv[3], 'wb').write(compile_cached(render(c, sys.argv[2]), sys.argv[2], c.name)[0])" "$preset" "$arch" "$OUT/$preset.cubin" && cuobjdump -sass "$OUT/$preset.cubin" > "$OUT/$preset.sass"
+python3 -c "import sys; from gemmgen import PRESETS, render; from gemmgen.compile.cache import compile_cached; c = PRESETS[sys.argv[1]].config; open(sys.argv[3], 'wb').write(compile_cached(render(c, sys.argv[2]), sys.argv[2], c.name)[0])" "$preset" "$arch" "$OUT/$preset.cubin" && cuobjdump -sass "$OUT/$preset.cubin" > "$OUT/$preset.sass"
 echo "SASS instruction mix of $preset ($arch):"
 for op in HGMMA HMMA LDSM LDS STS STSM LDGSTS LDG STG UTMALDG UTMASTG BAR FFMA; do
   printf '  %-7s %5d\n' "$op" "$(grep -cE "^\s+/\*[0-9a-f]+\*/\s+(@!?U?P[0-9T] )?$op[ .;]" "$OUT/$preset.sass")"

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 
 from gemmgen import PRESETS, build
-from gemmgen.bench import Problem, bench_cublas, device_info
+from gemmgen.tune.bench import Problem, bench_cublas, device_info
 
 
 def main() -> int:

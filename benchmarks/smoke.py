@@ -35,8 +35,8 @@ def candidates(family: str) -> dict:
 
 def one(family: str, label: str) -> int:
     import numpy as np
-    from gemmgen.build import build
-    from gemmgen.verify import check, device_runner
+    from gemmgen.runtime.build import build
+    from gemmgen.tune.verify import check, device_runner
     cfg = candidates(family)[label]
     kernel = build(cfg)
     rng = np.random.default_rng(0)
@@ -67,7 +67,7 @@ def main() -> int:
         return one(args.family, args.one)
     cfgs = candidates(args.family)
     labels = [lbl for lbl in cfgs if not args.only or any(o in lbl for o in args.only)]
-    from gemmgen.build import compile_many  # compile everything first, in parallel
+    from gemmgen.compile.cache import compile_many  # compile everything first, in parallel
     compile_many([cfgs[lbl] for lbl in labels])
 
     def run(label):

@@ -41,17 +41,17 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import gemmgen.dispatch  # noqa: E402
+import gemmgen.runtime.api  # noqa: E402
 import gemmgen.torch as gt  # noqa: E402
 
-BUILD = importlib.import_module("gemmgen.build")  # the module (gemmgen.build is the function)
+BUILD = importlib.import_module("gemmgen.compile.cache")  # where nvcc runs on a cache miss
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 COMPILES = {"count": 0, "seconds": 0.0}
 
 
 def count_compiles() -> None:
-    """Count nvcc runs (cache misses) of this process: wrap gemmgen.build's compile_cubin."""
+    """Count nvcc runs (cache misses) of this process: wrap gemmgen.compile.cache's compile_cubin."""
     inner = BUILD.compile_cubin
 
     def counted(*args, **kwargs):
@@ -251,7 +251,7 @@ def graphed_forward(model, ids, dtype, eager_logits) -> dict:
 
 def chosen_kernels() -> list:
     out = []
-    for key, (kernel, choice) in gemmgen.dispatch._KERNELS.items():
+    for key, (kernel, choice) in gemmgen.runtime.api._KERNELS.items():
         dt, m, n, k, _db, lay, epi = key[:7]
         out.append({"dtype": dt, "mnk": [m, n, k], "layout": lay, "epilogue": epi,
                     "kernel": kernel.name, "family": kernel.config.family, "how": choice.how,

@@ -1,16 +1,23 @@
-"""gemmgen: generate specialized CUDA GEMM kernels from a validated tile configuration."""
-__version__ = "0.1.0"
+"""gemmgen: generate specialized CUDA GEMM kernels from a validated tile configuration.
 
-from .model import ConfigError  # noqa: E402
-from .families import FAMILIES, config_from_dict  # noqa: E402
-from .families.simt import SIMT_RULES, SimtConfig  # noqa: E402
-from .families.wmma import WMMA_RULES, WmmaConfig  # noqa: E402
-from .presets import PRESETS, get_preset  # noqa: E402
-from .render import config_from_source, emit, render  # noqa: E402
-from .build import Kernel, build, load  # noqa: E402
-from .nvcc import BuildError  # noqa: E402
-from .operands import OperandError  # noqa: E402
-from .dispatch import gemm  # noqa: E402
+The package is built in stages, each importing only the stages below it:
+``model`` (configurations, rules, families, presets, search space) -> ``heuristics`` (which
+kernel for a problem) and ``codegen`` (Jinja rendering) -> ``compile`` (nvcc, cubin cache) ->
+``runtime`` (loading, launching, ``gemm``) -> ``tune`` (verify, bench, tune) -> ``cli``;
+``gemmgen.torch`` sits beside the command line, over the runtime.
+"""
+from ._version import __version__
+from .codegen.render import config_from_source, emit, render
+from .compile.nvcc import BuildError
+from .model.config import ConfigError
+from .model.families import FAMILIES, config_from_dict
+from .model.families.simt import SIMT_RULES, SimtConfig
+from .model.families.wmma import WMMA_RULES, WmmaConfig
+from .model.presets import PRESETS, get_preset
+from .runtime.api import gemm
+from .runtime.build import build, load
+from .runtime.kernel import Kernel
+from .runtime.operands import OperandError
 
 __all__ = ["gemm", "BuildError", "Kernel", "OperandError", "build", "load", "ConfigError",
            "FAMILIES", "SimtConfig", "SIMT_RULES", "WmmaConfig", "WMMA_RULES", "PRESETS",

@@ -41,8 +41,15 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from .model import EPILOGUES
-from .operands import OperandError
+from .compile.cache import compile_many
+from .compile.nvcc import BuildError
+from .heuristics.select import choose
+from .heuristics.tunedb import TuneDB
+from .model.config import EPILOGUES
+from .model.families import fallback_config, get_family
+from .runtime.api import gemm as dispatch_gemm
+from .runtime.device import current_device, pycuda_modules
+from .runtime.operands import OperandError
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 """The dtypes gemmgen's kernels take (fp16, bf16, fp32 on SIMT); others go to PyTorch."""
@@ -140,8 +147,6 @@ def _driver():
     context made current on first use. gemmgen's device is PyCUDA's primary context's, found
     among PyTorch's devices by PCI address (device 0 where PyTorch does not report one)."""
     if not _DRIVER:
-        from .build import pycuda_modules
-        from .dispatch import gemm as dispatch_gemm
         drv, _ = pycuda_modules()
         dev, attr = drv.Context.get_device(), drv.device_attribute
         want = tuple(dev.get_attribute(a) for a in (attr.PCI_DOMAIN_ID, attr.PCI_BUS_ID,
@@ -349,12 +354,7 @@ def precompile(problems, db=None, jobs: int | None = None, fallbacks: bool = Tru
     "errors": [messages]}. Needs a GPU (the choice depends on it) and nvcc."""
     import time
 
-    from .build import BuildError, compile_many
-    from .dispatch import _device, choose
-    from .families import get_family
-    from .launch_tma import fallback_config
-    from .tunedb import TuneDB
-    gpu, cc = _device()
+    gpu, cc = current_device()
     tunedb = TuneDB(db)
     configs = {}
     for dt, m, n, k, lay, epi in problems:

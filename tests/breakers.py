@@ -1,10 +1,10 @@
 """For every rule of every family: a config that breaks that rule and no other (a preset plus
 overrides)."""
-from gemmgen.families.mma import MmaConfig
-from gemmgen.families.simt import SimtConfig
-from gemmgen.families.wgmma import WgmmaConfig
-from gemmgen.families.wmma import WmmaConfig
-from gemmgen.presets import PRESETS
+from gemmgen.model.families.mma import MmaConfig
+from gemmgen.model.families.simt import SimtConfig
+from gemmgen.model.families.wgmma import WgmmaConfig
+from gemmgen.model.families.wmma import WmmaConfig
+from gemmgen.model.presets import PRESETS
 
 FAMILIES = {"simt": SimtConfig, "wmma": WmmaConfig, "wgmma": WgmmaConfig, "mma": MmaConfig}
 ALL_RULES = [(family, rule) for family, cls in FAMILIES.items() for rule in cls.rules]
@@ -175,7 +175,7 @@ def pairwise_variants(cfg) -> list:
     """Every layout once and every epilogue once (8 variants, layout i with epilogue i mod 6)
     that the family's rules accept: the layout and epilogue code paths of the templates are
     independent, so this covers each path without compiling all 48 pairs."""
-    from gemmgen.model import EPILOGUES, LAYOUTS
+    from gemmgen.model.config import EPILOGUES, LAYOUTS
     out = [cfg.replace(layout=lay, epilogue=EPILOGUES[i % len(EPILOGUES)], check=False)
            for i, lay in enumerate(LAYOUTS)]
     return [c for c in out if not c.violations()]

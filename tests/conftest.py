@@ -40,7 +40,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def nvcc():
-    from gemmgen.nvcc import nvcc_path
+    from gemmgen.compile.nvcc import nvcc_path
     path = nvcc_path()
     if path is None:
         pytest.skip("nvcc is not installed")

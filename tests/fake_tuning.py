@@ -2,8 +2,8 @@
 import dataclasses
 import zlib
 
-from gemmgen.nvcc import BuildError
-from gemmgen.space import DeviceLimits
+from gemmgen.compile.nvcc import BuildError
+from gemmgen.model.space import DeviceLimits
 
 DEVICE = DeviceLimits.from_arch("sm_90", 132, "FakeGPU")
 

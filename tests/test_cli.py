@@ -5,7 +5,7 @@ import pytest
 from click.testing import CliRunner
 
 from gemmgen import PRESETS, SimtConfig, config_from_source
-from gemmgen.cli import main
+from gemmgen.cli.main import main
 
 
 @pytest.fixture
@@ -69,7 +69,7 @@ def test_list_shows_every_preset_with_source(run):
 
 def test_rules_lists_the_tables(run):
     from gemmgen import FAMILIES
-    from gemmgen.families.simt import SIMT_RULES
+    from gemmgen.model.families.simt import SIMT_RULES
     out = run("rules").output.splitlines()
     assert len(out) == sum(len(f.config.rules) + 1 for f in FAMILIES.values())
     assert out[22].split()[:2] == ["R22", "a-tile-loads"]
@@ -108,8 +108,8 @@ def test_emit_warns_when_the_register_estimate_exceeds_the_cap(run):
 
 
 def test_suggestions_never_spill_by_the_estimate(run):
-    from gemmgen.space import spill_risk
-    from gemmgen.suggest import nearest
+    from gemmgen.model.registers import spill_risk
+    from gemmgen.model.suggest import nearest
     bad = SimtConfig.unchecked(bm=256, bn=256, bk=8, tm=8, tn=8, skew=4)
     found = nearest(bad)
     assert found and not any(spill_risk(c) for c in found)

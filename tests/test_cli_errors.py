@@ -305,7 +305,7 @@ def test_missing_pycuda_is_one_line_with_the_install_hint(workdir):
 
 
 def test_check_without_nvcc_writes_nothing(workdir, monkeypatch):
-    monkeypatch.setattr("gemmgen.nvcc.nvcc_path", lambda: None)
+    monkeypatch.setattr("gemmgen.compile.nvcc.nvcc_path", lambda: None)
     before = snapshot(workdir)
     lines = assert_clean(invoke(["emit", "--preset", "smem", "--check"]), 1,
                          "--check needs nvcc: nvcc not found")
@@ -313,9 +313,9 @@ def test_check_without_nvcc_writes_nothing(workdir, monkeypatch):
 
 
 def test_runtime_failures_become_one_line():
-    from gemmgen.cli import runtime_message
-    from gemmgen.nvcc import BuildError
-    from gemmgen.tune import WorkerError
+    from gemmgen.cli.main import runtime_message
+    from gemmgen.compile.nvcc import BuildError
+    from gemmgen.tune.search import WorkerError
     err = BuildError("/tmp/k.cu", "k.cu(3): error: identifier \"x\" is undefined\n1 error\n")
     assert runtime_message(err) == 'nvcc failed on /tmp/k.cu: k.cu(3): error: identifier "x" is undefined'
     assert runtime_message(PermissionError(13, "Permission denied", "/x")) == "/x: Permission denied"

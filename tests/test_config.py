@@ -4,9 +4,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from breakers import ALL_RULES, BREAKERS, FAMILIES, breaker
-from gemmgen import PRESETS, SIMT_RULES, ConfigError, SimtConfig
-from gemmgen.families.wmma import WmmaConfig
-from gemmgen.rules import violations
+from gemmgen import ConfigError, PRESETS, SIMT_RULES, SimtConfig
+from gemmgen.model.families.wmma import WmmaConfig
+from gemmgen.model.rules import violations
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -144,7 +144,7 @@ unchecked_values = st.sampled_from([-64, -1, 0, 1, 2, 3, 16, 128])
        mb=unchecked_values, family=st.sampled_from(["simt", "wmma"]))
 def test_render_works_on_any_unchecked_config(bm, bn, bk, wm, wn, skew, stages, mb, family):
     from gemmgen import render
-    from gemmgen.families.wmma import WmmaConfig
+    from gemmgen.model.families.wmma import WmmaConfig
     if family == "simt":
         cfg = SimtConfig.unchecked(bm=bm, bn=bn, bk=bk, tm=wm, tn=wn, wm=wm, wn=wn, vec=skew,
                                    skew=skew, stages=stages, min_blocks=mb)
@@ -155,8 +155,8 @@ def test_render_works_on_any_unchecked_config(bm, bn, bk, wm, wn, skew, stages, 
 
 
 def test_arch_fit_names_the_arch_and_its_limit():
-    from gemmgen.arch import fit_problem
-    from gemmgen.families.wmma import WmmaConfig
+    from gemmgen.model.arch import fit_problem
+    from gemmgen.model.families.wmma import WmmaConfig
     big = WmmaConfig(256, 128, 64, 64, 64, stages=3)
     assert fit_problem(big, "sm_90") is None and big.blocks_per_sm("sm_86") == 0
     assert fit_problem(big, "sm_86") == ("needs 194560 bytes of shared memory per block; "

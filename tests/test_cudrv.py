@@ -1,14 +1,15 @@
-"""Raw-stream launches without a GPU: the parameter block gemmgen.build packs for cuLaunchKernel
+"""Raw-stream launches without a GPU: the parameter block gemmgen.runtime.kernel packs for cuLaunchKernel
 sits at the offsets the compiled kernel declares, and stream objects become raw handles."""
 import struct
 
 import pytest
 
 from gemmgen import PRESETS
-from gemmgen.build import _PARAMS, SIGNATURE, compile_cached
-from gemmgen.cudrv import stream_handle
-from gemmgen.render import render
-from gemmgen.tma import param_layout
+from gemmgen.compile.cache import compile_cached
+from gemmgen.runtime.kernel import SIGNATURE, _PARAMS
+from gemmgen.runtime.driver import stream_handle
+from gemmgen.codegen.render import render
+from gemmgen.runtime.tma import param_layout
 
 
 def _native_offsets(fmt: str) -> list[int]:

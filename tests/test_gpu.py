@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from gemmgen import PRESETS, BuildError, OperandError, build, emit, load
-from gemmgen.verify import CASES, compare, reference, sweep_kernel, tolerance
+from gemmgen import BuildError, OperandError, PRESETS, build, emit, load
+from gemmgen.tune.verify import CASES, compare, reference, sweep_kernel, tolerance
 
 pytestmark = pytest.mark.gpu
 
@@ -151,8 +151,9 @@ def test_tf32_takes_float32_device_arrays(kernels):
 
 def test_tune_end_to_end_and_dispatch(tmp_path, monkeypatch):
     import gemmgen
-    from gemmgen import dispatch, tunedb
-    from gemmgen.tune import Request, WorkerPool, tune
+    from gemmgen.runtime import api
+    from gemmgen.heuristics import tunedb
+    from gemmgen.tune.search import Request, WorkerPool, tune
     req = Request(384, 320, 200, max_configs=4, budget_s=300)
     pool = WorkerPool(req, None)
     try:
@@ -166,20 +167,20 @@ def test_tune_end_to_end_and_dispatch(tmp_path, monkeypatch):
     A, B, _ = operands(rng, 384, 320, 200)
     out = gemmgen.gemm(A, B, db=str(tmp_path / "db.json"))
     assert_close(out, A, B, None, 1.0, 0.0)
-    kernel, how = dispatch.chosen(A, B, db=str(tmp_path / "db.json"))
+    kernel, how = api.chosen(A, B, db=str(tmp_path / "db.json"))
     assert how == "exact" and kernel.name == entry["winner"]
 
     def no_build(*args, **kwargs):
         raise AssertionError("a repeated gemm call compiled again")
     import sys
-    monkeypatch.setattr(sys.modules["gemmgen.build"], "build", no_build)
+    monkeypatch.setattr(sys.modules["gemmgen.runtime.api"], "build", no_build)
     again = gemmgen.gemm(A, B, db=str(tmp_path / "db.json"))
     assert_close(again, A, B, None, 1.0, 0.0)
 
 
 @pytest.mark.parametrize("preset", ["warptile_tuned", "wmma_pipeline"])
 def test_layout_and_epilogue_variants(preset):
-    from gemmgen.build import build_many
+    from gemmgen.runtime.build import build_many
     configs = [PRESETS[preset].config.replace(layout=lay, epilogue=epi)
                for lay, epi in (("ccc", "bias_gelu"), ("crc", "relu"), ("rcr", "bias"),
                                 ("rrc", "gelu"))]
@@ -193,7 +194,7 @@ def test_simt_last_steps_over_layouts_and_epilogues(preset):
     """The issue-12 steps in every layout their rules accept (the smem output stage needs a
     row-major C), each with an epilogue, over odd shapes with alpha/beta."""
     from breakers import pairwise_variants
-    from gemmgen.build import build_many
+    from gemmgen.runtime.build import build_many
     configs = pairwise_variants(PRESETS[preset].config)
     assert len(configs) >= 4
     for cfg, kernel in zip(configs, build_many(configs)):
@@ -245,7 +246,7 @@ def test_specialized_kernel_checks_the_shape():
                                   "wmma_tf32"])
 def test_alpha_zero_reads_neither_a_nor_b(kernels, name):
     """BLAS semantics: alpha == 0 gives beta * C even when A and B hold NaN."""
-    from gemmgen.dtypes import numpy_dtype
+    from gemmgen.model.dtypes import numpy_dtype
     k = kernels[name]
     cfg = k.config
     rng = np.random.default_rng(0)

@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 
 from gemmgen import PRESETS, build
-from gemmgen.verify import (ALIGNED_CASES, BATCH_CASES, CASES, check, compare, device_runner,
-                            reference, sweep_kernel, tolerance)
+from gemmgen.tune.verify import (ALIGNED_CASES, BATCH_CASES, CASES, check, compare, device_runner, reference, sweep_kernel, tolerance)
 
 pytestmark = pytest.mark.gpu
 MMA = [name for name, p in PRESETS.items() if p.config.family == "mma"]
@@ -14,7 +13,7 @@ MMA = [name for name, p in PRESETS.items() if p.config.family == "mma"]
 
 @pytest.fixture(scope="module")
 def ampere_or_newer():
-    from gemmgen.build import device_cc
+    from gemmgen.runtime.device import device_cc
     if device_cc() < 80:
         pytest.skip("the mma family needs sm_80 or newer")
 
@@ -22,8 +21,8 @@ def ampere_or_newer():
 def _fits(cfg) -> bool:
     """Whether the device lets one block have the preset's shared memory (the tuned presets
     need 135 KiB: not on sm_86/sm_89)."""
-    from gemmgen.arch import get_arch
-    from gemmgen.build import device_arch
+    from gemmgen.model.arch import get_arch
+    from gemmgen.runtime.device import device_arch
     try:
         return cfg.smem_bytes <= get_arch(device_arch()).smem_per_block_optin
     except ValueError:
@@ -44,7 +43,7 @@ def test_preset_is_correct_over_the_sweep(ampere_or_newer, name):
 @pytest.mark.parametrize("name", ["mma_base", "mma_prefetch", "mma_fp16", "mma_tf32"])
 def test_layouts_and_epilogues(ampere_or_newer, name):
     from breakers import pairwise_variants
-    from gemmgen.build import build_many
+    from gemmgen.runtime.build import build_many
     configs = [c for c in pairwise_variants(PRESETS[name].config) if _fits(c)]
     if not configs:
         pytest.skip(f"{name} does not fit this device's shared memory")
@@ -98,8 +97,8 @@ def test_gemm_takes_mma_where_wgmma_cannot(ampere_or_newer):
     below sm_90 every 16-bit problem does."""
     torch = pytest.importorskip("torch")
     import gemmgen
-    from gemmgen.build import device_cc
-    from gemmgen.dispatch import chosen
+    from gemmgen.runtime.device import device_cc
+    from gemmgen.runtime.api import chosen
     a = torch.randn(264, 200, device="cuda")
     b = torch.randn(200, 136, device="cuda")
     out = gemmgen.gemm(a, b, dtype="tf32")

@@ -5,7 +5,7 @@ import pytest
 
 import gemmgen
 from gemmgen import PRESETS, build
-from gemmgen.verify import BATCH_CASES, CASES, compare, reference, sweep_kernel, tolerance
+from gemmgen.tune.verify import BATCH_CASES, CASES, compare, reference, sweep_kernel, tolerance
 
 pytestmark = pytest.mark.gpu
 
@@ -25,7 +25,7 @@ PATHS = {
 
 @pytest.fixture(scope="module")
 def hopper():
-    from gemmgen.build import device_cc
+    from gemmgen.runtime.device import device_cc
     if device_cc() != 90:
         pytest.skip("the wgmma family runs on sm_90 (Hopper) only")
 
@@ -53,7 +53,7 @@ def _cupy():
 @pytest.mark.parametrize("m", [1, 8, 64])
 def test_gemm_swaps_operands_for_a_small_m(hopper, m):
     cp = _cupy()
-    from gemmgen.dispatch import chosen_choice
+    from gemmgen.runtime.api import chosen_choice
     rng = cp.random.default_rng()
     a = rng.standard_normal((m, 1024), dtype=cp.float32).astype(cp.float16)
     b = rng.standard_normal((1024, 2048), dtype=cp.float32).astype(cp.float16)
@@ -100,7 +100,7 @@ def test_split_and_helpers_launch_on_a_torch_stream(hopper):
     s.synchronize()
     ref = torch.relu(a.double() @ b.double() + bias.double())
     assert float((out.double() - ref).norm() / ref.norm()) < 2e-3
-    from gemmgen.dispatch import chosen_choice
+    from gemmgen.runtime.api import chosen_choice
     kernel, choice = chosen_choice(a, b, epilogue="bias_relu")
     assert kernel.config.split_k > 1 and "split-K" in kernel.last_path
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from gemmgen.verify import tolerance
+from gemmgen.tune.verify import tolerance
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")

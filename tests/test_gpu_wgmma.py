@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from gemmgen import PRESETS, BuildError, build
-from gemmgen.verify import ALIGNED_CASES, BATCH_CASES, CASES, compare, reference, sweep_kernel, tolerance
+from gemmgen import BuildError, PRESETS, build
+from gemmgen.tune.verify import (ALIGNED_CASES, BATCH_CASES, CASES, compare, reference, sweep_kernel, tolerance)
 
 pytestmark = pytest.mark.gpu
 WGMMA = [name for name, p in PRESETS.items() if p.config.family == "wgmma"]
@@ -11,7 +11,7 @@ WGMMA = [name for name, p in PRESETS.items() if p.config.family == "wgmma"]
 
 @pytest.fixture(scope="module")
 def hopper():
-    from gemmgen.build import device_cc
+    from gemmgen.runtime.device import device_cc
     if device_cc() != 90:
         pytest.skip("the wgmma family runs on sm_90 (Hopper) only")
 
@@ -47,7 +47,7 @@ def test_offset_base_pointer_and_odd_leading_dimension_fall_back(hopper):
 @pytest.mark.parametrize("name", ["wgmma_tma_store", "wgmma_ws", "wgmma_tf32", "wgmma_cluster"])
 def test_layouts_and_epilogues(hopper, name):
     from breakers import pairwise_variants
-    from gemmgen.build import build_many
+    from gemmgen.runtime.build import build_many
     configs = pairwise_variants(PRESETS[name].config)
     assert len(configs) >= 2
     for cfg, kernel in zip(configs, build_many(configs)):
@@ -72,7 +72,7 @@ def test_alpha_zero_does_not_read_a(hopper):
 def test_gemm_prefers_wgmma_and_falls_back_by_layout(hopper):
     torch = pytest.importorskip("torch")
     import gemmgen
-    from gemmgen.dispatch import chosen
+    from gemmgen.runtime.api import chosen
     a = torch.randn(264, 200, device="cuda", dtype=torch.float16)
     b = torch.randn(200, 136, device="cuda", dtype=torch.float16)
     out = gemmgen.gemm(a, b)
@@ -94,9 +94,9 @@ def test_gemm_prefers_wgmma_and_falls_back_by_layout(hopper):
 
 
 def test_parameter_offsets_match_the_driver(hopper):
-    from gemmgen.build import compile_cached, target_arch
-    from gemmgen.render import render
-    from gemmgen.tma import driver_param_layout, param_layout
+    from gemmgen.compile.cache import compile_cached, target_arch
+    from gemmgen.codegen.render import render
+    from gemmgen.runtime.tma import driver_param_layout, param_layout
     cfg = PRESETS["wgmma_cluster"].config
     arch = target_arch(cfg)
     cubin, _ = compile_cached(render(cfg, arch), arch, cfg.name)

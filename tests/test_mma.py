@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from breakers import MMA_BREAKERS, breaker, pairwise_variants
 
-from gemmgen import FAMILIES, PRESETS, ConfigError, render
-from gemmgen.dtypes import ELEM_BYTES
-from gemmgen.dispatch import choose
-from gemmgen.families import default_family, families_for
-from gemmgen.families.mma import MMA_RULES, MmaConfig, fallback_of
-from gemmgen.model import LAYOUTS
-from gemmgen.nvcc import BuildError, _run_nvcc, parse_ptxas_kernels, tool_path
+from gemmgen import ConfigError, FAMILIES, PRESETS, render
+from gemmgen.model.dtypes import ELEM_BYTES
+from gemmgen.heuristics.select import choose
+from gemmgen.model.families import default_family, families_for
+from gemmgen.model.families.mma import MMA_RULES, MmaConfig, fallback_of
+from gemmgen.model.config import LAYOUTS
+from gemmgen.compile.nvcc import BuildError, _run_nvcc, parse_ptxas_kernels, tool_path
 
 MMA = {n: p.config for n, p in PRESETS.items() if p.config.family == "mma"}
 ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90")
@@ -50,7 +50,7 @@ def test_figures_of_the_tuned_preset():
 
 
 def test_defaults_fit_every_arch_and_tuned_presets_fit_sm80_and_sm90():
-    from gemmgen.arch import get_arch
+    from gemmgen.model.arch import get_arch
     for dtype, name in FAMILIES["mma"].defaults.items():
         assert MMA[name].smem_bytes <= get_arch("sm_86").smem_per_block_optin, name
     for name in ("mma_tuned", "mma_tuned_bf16", "mma_tuned_tf32"):

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from breakers import ALL_RULES, breaker, pairwise_variants
 from gemmgen import FAMILIES, PRESETS, SimtConfig, render
-from gemmgen.families.wmma import SHAPES, WmmaConfig
-from gemmgen.model import LAYOUTS
-from gemmgen.nvcc import BuildError, compile_many, compile_source, parse_ptxas
+from gemmgen.model.families.wmma import SHAPES, WmmaConfig
+from gemmgen.model.config import LAYOUTS
+from gemmgen.compile.nvcc import BuildError, compile_many, compile_source, parse_ptxas
 
 ARCHS = ("sm_80", "sm_90")
 
@@ -213,7 +213,7 @@ SPILL_SAMPLE = [
 def test_register_estimate_agrees_with_ptxas_on_a_sample(nvcc):
     from concurrent.futures import ThreadPoolExecutor
 
-    from gemmgen.space import register_cap, registers_needed, spill_risk
+    from gemmgen.model.registers import register_cap, registers_needed, spill_risk
     groups = [[c for _, c in SPILL_SAMPLE if c.family == f] for f in ("simt", "wmma")]
     with ThreadPoolExecutor(2) as pool:
         reports = list(pool.map(lambda cs: compile_many([render(c) for c in cs], "sm_90"), groups))

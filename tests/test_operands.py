@@ -4,7 +4,7 @@ import sys
 import numpy as np
 import pytest
 
-from gemmgen.operands import OperandError, check_gemm, describe
+from gemmgen.runtime.operands import OperandError, check_gemm, describe
 
 
 class FakeDeviceArray:
@@ -136,14 +136,14 @@ def test_half_precision_operands():
     (1.0, -1e300, "beta", "does not fit the kernel's float32"),
 ])
 def test_alpha_and_beta_must_be_real_float32_numbers(alpha, beta, name, match):
-    from gemmgen.operands import check_scalars
+    from gemmgen.runtime.operands import check_scalars
     with pytest.raises(OperandError, match=match) as info:
         check_scalars(alpha, beta)
     assert str(info.value).startswith(name)
 
 
 def test_scalars_accept_python_and_numpy_reals():
-    from gemmgen.operands import check_scalars
+    from gemmgen.runtime.operands import check_scalars
     assert check_scalars(2, np.float32(0.5)) == (2.0, 0.5)
     assert check_scalars(np.int64(3), np.float64(-1.25)) == (3.0, -1.25)
     a, b = check_scalars(float("nan"), float("inf"))
@@ -161,6 +161,6 @@ def test_check_gemm_names_beta_and_one_dimensional_operands():
 
 
 def test_dtype_name_of_a_non_array_is_a_value_error():
-    from gemmgen.dtypes import dtype_name_of
+    from gemmgen.model.dtypes import dtype_name_of
     with pytest.raises(ValueError, match="expected an array .*got list"):
         dtype_name_of([[1.0]])

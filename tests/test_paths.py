@@ -5,11 +5,12 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gemmgen import cost
+from gemmgen.heuristics import cost
 from gemmgen.__main__ import main
-from gemmgen.dispatch import Choice, decide, explain
-from gemmgen.model import EPILOGUES, LAYOUTS, ConfigError
-from gemmgen.presets import PRESETS
+from gemmgen.heuristics.explain import explain
+from gemmgen.heuristics.select import Choice, decide
+from gemmgen.model.config import ConfigError, EPILOGUES, LAYOUTS
+from gemmgen.model.presets import PRESETS
 
 H = "NVIDIA H200"
 

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from hypothesis import strategies as st
 
 from gemmgen import PRESETS, SimtConfig, config_from_source, emit, render
-from gemmgen.cli import main
-from gemmgen.render import _env
+from gemmgen.cli.main import main
+from gemmgen.codegen.render import _env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -142,7 +142,7 @@ def test_readme_quick_start_then_the_golden_check(monkeypatch):
     line = next(ln for ln in readme.splitlines() if ln.startswith("make install && gemmgen emit"))
     args = shlex.split(line.split("&& gemmgen", 1)[1])
     assert args[0] == "emit" and "--check" in args
-    from gemmgen.nvcc import nvcc_path
+    from gemmgen.compile.nvcc import nvcc_path
     if nvcc_path() is None:
         args.remove("--check")
     name = SimtConfig(128, 128, 16, 8, 8, skew=4).name

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from gemmgen import PRESETS, render
-from gemmgen.families.simt import LANES_M, LANES_N, WARP_SIZE
+from gemmgen.model.families.simt import LANES_M, LANES_N, WARP_SIZE
 
 NEW_STEPS = ["simt_cs", "simt_swizzle", "simt_fragdb", "simt_256x128", "simt_peel", "simt_best"]
 BANKS = 32
@@ -116,7 +116,7 @@ def _ops(text: str) -> Counter:
 @pytest.fixture(scope="module")
 def ladder_sass(nvcc):
     """SASS (sm_90) of three steps, compiled as one translation unit, per kernel name."""
-    from gemmgen.nvcc import compile_cubin, sass, tool_path
+    from gemmgen.compile.nvcc import compile_cubin, sass, tool_path
     if tool_path("cuobjdump") is None:
         pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
     names = ["simt_cs", "simt_256x128", "simt_peel"]
@@ -151,7 +151,7 @@ def test_peeled_kernel_has_unchecked_vector_load_sites(ladder_sass):
 def test_cublas_tile_fits_the_register_budget(nvcc):
     """(f) 256x128x8 with 128 accumulators per thread: under 255 registers, as ptxas reports
     in the preset test; here the model's estimate agrees that it does not spill."""
-    from gemmgen.space import register_cap, registers_needed
+    from gemmgen.model.registers import register_cap, registers_needed
     for name in ("simt_256x128", "simt_peel", "simt_best"):
         cfg = PRESETS[name].config
         assert cfg.acc_regs == 128 and cfg.bm * cfg.bn == 256 * 128

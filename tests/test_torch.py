@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (make install adds it)")
 
 import gemmgen.torch as gt  # noqa: E402
-from gemmgen.operands import OperandError  # noqa: E402
+from gemmgen.runtime.operands import OperandError  # noqa: E402
 from torch.library import opcheck  # noqa: E402
 
 EPILOGUE_CASES = [("none", False), ("bias", True), ("relu", False), ("gelu", False),
@@ -18,7 +18,7 @@ EPILOGUE_CASES = [("none", False), ("bias", True), ("relu", False), ("gelu", Fal
 
 
 def test_importing_gemmgen_does_not_import_torch():
-    code = ("import sys, gemmgen, gemmgen.dispatch, gemmgen.launch, gemmgen.cli; "
+    code = ("import sys, gemmgen, gemmgen.runtime.api, gemmgen.runtime.launch, gemmgen.cli; "
             "assert 'torch' not in sys.modules, 'gemmgen imported torch'; print('clean')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "clean" in out.stdout, out.stderr

@@ -3,12 +3,12 @@ import numpy as np
 import pytest
 
 from fake_tuning import DEVICE, FakeRunner, fake_compile, fake_speed
-from gemmgen import PRESETS, tunedb
-from gemmgen.dispatch import choose
-from gemmgen.dtypes import dtype_name_of
-from gemmgen.space import (DeviceLimits, blocks_per_sm, enumerate_configs, predict, rank,
-                           select, unfit_reason)
-from gemmgen.tune import Request, plan, tune
+from gemmgen import PRESETS
+from gemmgen.heuristics import tunedb
+from gemmgen.heuristics.select import choose
+from gemmgen.model.dtypes import dtype_name_of
+from gemmgen.model.space import (DeviceLimits, blocks_per_sm, enumerate_configs, predict, rank, select, unfit_reason)
+from gemmgen.tune.search import Request, plan, tune
 
 
 @pytest.mark.parametrize("family, dtype", [("simt", "fp32"), ("wmma", "fp16"), ("wmma", "tf32")])
@@ -144,7 +144,7 @@ def test_each_family_keeps_its_winner_and_lookup_takes_the_fastest(tmp_path):
 
 def test_no_python_process_is_spawned_to_compile(monkeypatch, nvcc):
     import multiprocessing
-    from gemmgen.build import compile_many
+    from gemmgen.compile.cache import compile_many
 
     def refuse(*args, **kwargs):
         raise AssertionError("a Python process was started")
@@ -167,7 +167,7 @@ def test_fake_speeds_are_distinct():
 
 
 def test_gemm_layout_follows_the_operands():
-    from gemmgen.dispatch import layout_of
+    from gemmgen.runtime.api import layout_of
     a, b = np.ones((4, 6), np.float32), np.ones((6, 5), np.float32)
     assert layout_of(a, b) == "rrr"
     assert layout_of(np.asfortranarray(a), b.T.copy().T) == "ccr"
@@ -220,7 +220,7 @@ def test_a_candidate_that_spills_becomes_a_spill_row_and_is_never_timed(tmp_path
 
 
 def test_the_plan_leaves_out_what_the_estimate_says_would_spill():
-    from gemmgen.space import spill_risk
+    from gemmgen.model.registers import spill_risk
     chosen, stats = plan(Request(4096, 4096, 4096, max_configs=500), DEVICE)
     assert stats["spill_risk"] > 0
     assert stats["valid"] >= stats["ranked"] + stats["spill_risk"] - len(PRESETS)
@@ -245,7 +245,8 @@ class _DeviceArray:
 def test_gemm_checks_a_signature_once_then_only_launches(monkeypatch):
     """The call-overhead fast path: the first call with a signature checks the operands and
     builds a plan; later calls with new pointers but the same signature launch directly."""
-    from gemmgen import dispatch
+    from gemmgen.heuristics.select import Choice
+    from gemmgen.runtime import api, plans
     launches, checks = [], []
 
     class FakeKernel:
@@ -255,30 +256,30 @@ def test_gemm_checks_a_signature_once_then_only_launches(monkeypatch):
             launches.append(args)
 
         def __call__(self, A, B, C=None, **kw):  # the full path, as Kernel.__call__
-            from gemmgen.launch import launch
+            from gemmgen.runtime.launch import launch
             return launch(self, A, B, C, **kw)
-    monkeypatch.setattr(dispatch, "_kernel_for",
-                        lambda *a: (FakeKernel(), dispatch.Choice(FakeKernel.config, "default")))
-    real_check = dispatch.check_gemm
-    monkeypatch.setattr(dispatch, "check_gemm", lambda *a, **k: checks.append(1) or real_check(*a, **k))
-    monkeypatch.setattr(dispatch, "_PLANS", {})
+    monkeypatch.setattr(api, "_kernel_for",
+                        lambda *a: (FakeKernel(), Choice(FakeKernel.config, "default")))
+    real_check = plans.check_gemm
+    monkeypatch.setattr(plans, "check_gemm", lambda *a, **k: checks.append(1) or real_check(*a, **k))
+    monkeypatch.setattr(api, "_PLANS", {})
     for base in (1 << 20, 2 << 20, 3 << 20):
         A, B, C = (_DeviceArray(264, 200, base), _DeviceArray(200, 136, base + 4096),
                    _DeviceArray(264, 136, base + 8192))
-        assert dispatch.gemm(A, B, C, alpha=0.5, beta=2) is C
+        assert api.gemm(A, B, C, alpha=0.5, beta=2) is C
     assert len(checks) == 1 and len(launches) == 3
     m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc = launches[-1][:11]
     assert (m, n, k, lda, ldb, ldc) == (264, 136, 200, 200, 136, 136)
     assert (a_ptr, b_ptr, c_ptr, alpha, beta) == (3 << 20, (3 << 20) + 4096, (3 << 20) + 8192, 0.5, 2.0)
-    with pytest.raises(dispatch.OperandError, match="C is required when beta != 0"):
-        dispatch.gemm(_DeviceArray(264, 200, 0), _DeviceArray(200, 136, 0), None, beta=1.0)
-    with pytest.raises(dispatch.OperandError, match="alpha must be a real number"):
-        dispatch.gemm(A, B, C, alpha="2")
+    with pytest.raises(api.OperandError, match="C is required when beta != 0"):
+        api.gemm(_DeviceArray(264, 200, 0), _DeviceArray(200, 136, 0), None, beta=1.0)
+    with pytest.raises(api.OperandError, match="alpha must be a real number"):
+        api.gemm(A, B, C, alpha="2")
     assert len(checks) == 2  # the C-less signature was new: checked (and refused) in full
-    with pytest.raises(dispatch.OperandError, match="bias"):  # checked in full, never dropped
-        dispatch.gemm(A, B, C, bias=np.zeros(136, np.float16), epilogue="bias")
+    with pytest.raises(api.OperandError, match="bias"):  # checked in full, never dropped
+        api.gemm(A, B, C, bias=np.zeros(136, np.float16), epilogue="bias")
     with pytest.raises(ValueError, match="unknown epilogue 'Relu'"):
-        dispatch.gemm(A, B, C, epilogue="Relu")
+        api.gemm(A, B, C, epilogue="Relu")
     checks.clear()
-    dispatch.gemm(_DeviceArray(8, 200, 0), B, _DeviceArray(8, 136, 0))  # a new shape: checked
+    api.gemm(_DeviceArray(8, 200, 0), B, _DeviceArray(8, 136, 0))  # a new shape: checked
     assert len(checks) == 1

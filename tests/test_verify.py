@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from gemmgen import results
-from gemmgen.verify import BATCH_CASES, CASES, check, compare, reference, sweep, tolerance
+from gemmgen.tune import results
+from gemmgen.tune.verify import BATCH_CASES, CASES, check, compare, reference, sweep, tolerance
 
 
 def right(A, B, C, alpha, beta, bias=None):

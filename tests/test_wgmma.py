@@ -8,13 +8,14 @@ from breakers import pairwise_variants
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from gemmgen import PRESETS, BuildError, ConfigError, FAMILIES, build, render
-from gemmgen.dispatch import choose
-from gemmgen.families.wgmma import WgmmaConfig
-from gemmgen.model import LAYOUTS
-from gemmgen.nvcc import compile_source, sass, tool_path
-from gemmgen.tma import MapSpec, ParamPacker, TmaError, encode, operand_map, param_layout
-from gemmgen.launch_tma import PARAM_KINDS, fallback_config
+from gemmgen import BuildError, ConfigError, FAMILIES, PRESETS, build, render
+from gemmgen.heuristics.select import choose
+from gemmgen.model.families.wgmma import WgmmaConfig
+from gemmgen.model.config import LAYOUTS
+from gemmgen.compile.nvcc import compile_source, sass, tool_path
+from gemmgen.runtime.tma import MapSpec, ParamPacker, TmaError, encode, operand_map, param_layout
+from gemmgen.model.families import fallback_config
+from gemmgen.runtime.tma_kernel import PARAM_KINDS
 
 WGMMA = {n: p.config for n, p in PRESETS.items() if p.config.family == "wgmma"}
 ARCH = "sm_90a"
@@ -92,7 +93,7 @@ def test_unaligned_operands_are_named():
 
 
 def test_param_packer_places_each_field():
-    from gemmgen.tma import ParamLayout
+    from gemmgen.runtime.tma import ParamLayout
     layout = ParamLayout((112, 240, 368, 496, 500), (128, 128, 128, 4, 4), 504)
     packed = ParamPacker(layout, ("128s", "128s", "128s", "i", "f")).pack(
         b"a" * 128, b"b" * 128, b"c" * 128, 7, 1.5)
@@ -134,7 +135,7 @@ def _variants() -> list:
 def compiled(nvcc):
     """name -> (cubin, ptxas resources) for the presets and the variants, compiled in parallel
     nvcc processes (BuildError, and so a failed test, for any ptxas slow-path warning)."""
-    from gemmgen.build import compile_many
+    from gemmgen.compile.cache import compile_many
     configs = list(WGMMA.values()) + _variants()
     out = {}
     for cfg, done in zip(configs, compile_many(configs, arch=ARCH)):
@@ -221,7 +222,7 @@ def test_python_verdict_equals_nvcc_verdict(nvcc, data):
 
 
 def test_a_slow_path_warning_is_a_build_error():
-    from gemmgen.nvcc import slow_path_warnings
+    from gemmgen.compile.nvcc import slow_path_warnings
     log = ("ptxas warning : (C7511) Potential Performance Loss: wgmma.mma_async instructions "
            "are serialized due to insufficient register resources for the wgmma pipeline")
     assert slow_path_warnings(log)[0].startswith("C7511")

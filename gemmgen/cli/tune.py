@@ -1,0 +1,187 @@
+"""Command line for tuning: gemmgen tune (registered on the main click group).
+
+Every argument (shape, counts, devices, dtype against family, the database file) is checked
+before any GPU worker starts.
+"""
+from __future__ import annotations
+
+import math
+import sys
+
+import click
+
+from ..heuristics import tunedb
+from ..heuristics.explain import explain as explain_text
+from ..heuristics.select import tight_lds
+from ..heuristics.tunedb import parse_key
+from ..model.config import EPILOGUES, INT32_MAX, LAYOUTS
+from ..model.families import FAMILIES
+from ..runtime.device import device_count
+from ..tune import report
+from ..tune.search import Request, WorkerPool, laid_out, tune as run_tune
+from .main import OutputPath, main, require_matplotlib
+
+EXTENT = click.IntRange(1, INT32_MAX)
+
+
+class DevicesType(click.ParamType):
+    """Comma-separated CUDA device ids, each a non-negative int, no repeats -> list[int]."""
+
+    name = "ids"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, list):
+            return value
+        parts = [p.strip() for p in str(value).split(",")]
+        if not all(p.isdigit() for p in parts):
+            self.fail(f"{value!r} is not a list of device ids like 0 or 0,1", param, ctx)
+        ids = [int(p) for p in parts]
+        if len(set(ids)) != len(ids):
+            self.fail(f"{value!r} names a device twice", param, ctx)
+        return ids
+
+
+def _budget(ctx, param, value):
+    if value is not None and (math.isnan(value) or value <= 0):
+        raise click.BadParameter(f"{value} is not a number of seconds above 0", ctx, param)
+    return value
+
+
+@main.command()
+@click.option("--m", "m", type=EXTENT, required=True, help="rows of A and C")
+@click.option("--n", "n", type=EXTENT, required=True, help="columns of B and C")
+@click.option("--k", "k", type=EXTENT, required=True, help="columns of A, rows of B")
+@click.option("--dtype", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]), default="fp32",
+              show_default=True)
+@click.option("--family", type=click.Choice(list(FAMILIES)), default=None,
+              help="[default: the fastest family for --dtype and --layout on this GPU]")
+@click.option("--layout", type=click.Choice(list(LAYOUTS)), default="rrr", show_default=True,
+              help="A, B, C each row- (r) or column-major (c)")
+@click.option("--budget", type=float, default=600, show_default=True, callback=_budget,
+              help="seconds of wall clock before no new candidate starts")
+@click.option("--max-configs", type=click.IntRange(min=1), default=48, show_default=True,
+              help="candidates measured, best by the cheap model (presets always included)")
+@click.option("--db", "db_path", type=OutputPath(), default=None,
+              help="tuning database [default: $GEMMGEN_TUNE_DB, else tune.json in the user cache "
+                   "directory, ~/.cache/gemmgen on Linux]")
+@click.option("--devices", type=DevicesType(), default=None,
+              help="GPUs to time on, e.g. 0,1 (one process each)")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="parallel nvcc processes [default: CPUs]")
+@click.option("--show", is_flag=True, help="print the stored entry for this shape; no tuning")
+@click.option("--explain", is_flag=True, help="say why the winner beat the runner-up")
+@click.option("--plot", "plot_path", type=OutputPath(), help="draw the search")
+def tune(m, n, k, dtype, family, layout, budget, max_configs, db_path, devices, jobs, show,
+         explain, plot_path) -> None:
+    """Search the validated configuration space on the GPU for one shape and keep the result.
+
+    Every candidate is verified against a float64 reference before it is timed; failures are
+    stored with their reasons. Re-running resumes: measured candidates are not measured again.
+    """
+    if family and dtype not in FAMILIES[family].dtypes:
+        raise click.BadParameter(f"the {family} family takes {', '.join(FAMILIES[family].dtypes)}"
+                                 f", not {dtype}", param_hint="--dtype")
+    if family:
+        if not laid_out(FAMILIES[family].space(dtype), layout):
+            raise click.BadParameter(f"the {family} family has no {dtype} configuration in "
+                                     f"layout {layout}", param_hint="--layout")
+    if show and (devices or jobs):
+        raise click.UsageError("--show prints what is stored; it runs nothing (drop --devices "
+                               "and --jobs)")
+    if plot_path:
+        require_matplotlib("--plot")
+    try:
+        db = tunedb.TuneDB(db_path)
+    except tunedb.TuneDBError as exc:
+        if db_path is not None:
+            raise click.BadParameter(str(exc), param_hint="--db") from None
+        raise click.ClickException(f"{exc} (the default database; set $GEMMGEN_TUNE_DB or "
+                                   f"--db to use another)") from None
+    req = Request(m, n, k, dtype, family, budget, max_configs, layout=layout)
+    if show:
+        entry = _stored(db, req)
+        click.echo(report.show(entry))
+        if explain:
+            click.echo(report.explain(entry))
+        if plot_path:
+            click.echo(f"wrote {report.plot(entry, plot_path)}")
+        return
+    count = device_count()  # exit 1, one line, without PyCUDA, a driver or a device
+    missing = [d for d in devices or [] if d >= count]
+    if missing:
+        raise click.BadParameter(f"no device {missing[0]}: this machine has {count} "
+                                 f"(ids 0 to {count - 1})", param_hint="--devices")
+    pool = WorkerPool(req, devices)
+    try:
+        with click.progressbar(length=max_configs, label="tuning", file=sys.stderr) as bar:
+            key, entry, stats = run_tune(req, db, pool, jobs=jobs, progress=bar.update)
+    finally:
+        pool.close()
+    click.echo(f"space: {stats['valid']} valid configs, {stats['unfit']} do not fit "
+               f"{entry['gpu']}, {stats.get('spill_risk', 0)} would spill by the register "
+               f"estimate, {stats['chosen']} chosen by the model; "
+               f"{stats['already_measured']} measured before, {stats['measured_now']} now"
+               + ("; stopped by --budget (run again to resume)" if stats["budget_hit"] else ""))
+    click.echo(report.show(entry, limit=10))
+    if explain:
+        click.echo(report.explain(entry))
+    if plot_path:
+        click.echo(f"wrote {report.plot(entry, plot_path)}")
+    click.echo(f"database: {db.path}")
+    if not entry.get("winner"):
+        sys.exit(1)
+
+
+def _stored(db, req) -> dict:
+    """The stored entry for the request's dtype, layout and shape: of ``--family`` if given,
+    else the one with the fastest winner."""
+    found = []
+    for key_, entry in db.entries.items():
+        _, dtype, layout, shape, fam = parse_key(key_)
+        fam = fam or entry.get("family")
+        if ((dtype, layout, shape) == (req.dtype, req.layout, (req.m, req.n, req.k))
+                and (req.family is None or fam == req.family)):
+            winner = entry["candidates"].get(entry.get("winner") or "", {})
+            found.append((winner.get("tflops") or 0.0, entry))
+    if found:
+        return max(found, key=lambda item: item[0])[1]
+    raise click.ClickException(f"nothing tuned for {req.dtype} {req.m}x{req.n}x{req.k} in {db.path}")
+
+
+@main.command()
+@click.argument("m", type=EXTENT)
+@click.argument("n", type=EXTENT)
+@click.argument("k", type=EXTENT)
+@click.option("--dtype", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]), default="fp16",
+              show_default=True, help="A and B dtype")
+@click.option("--math", "math_", type=click.Choice(["native", "3xtf32"]), default="native",
+              show_default=True, help="3xtf32: FP32-accurate products on tf32 tensor cores")
+@click.option("--layout", type=click.Choice(LAYOUTS), default="rrr", show_default=True,
+              help="A, B, C: r (row-major) or c (column-major)")
+@click.option("--epilogue", type=click.Choice(EPILOGUES), default="none", show_default=True)
+@click.option("--lda", type=EXTENT, help="A's leading dimension (default: tight)")
+@click.option("--ldb", type=EXTENT, help="B's leading dimension (default: tight)")
+@click.option("--ldc", type=EXTENT, help="C's leading dimension (default: tight)")
+@click.option("--batch", type=click.IntRange(1, 65535), default=1, show_default=True)
+@click.option("--cc", type=click.IntRange(50, 200), default=90, show_default=True,
+              help="compute capability of the GPU to explain for (90: H100/H200)")
+@click.option("--gpu", default="NVIDIA H200", show_default=True,
+              help="GPU name the tuning database is keyed by")
+@click.option("--db", type=click.Path(dir_okay=False), help="tuning database (default: none)")
+def explain(m, n, k, dtype, math_, layout, epilogue, lda, ldb, ldc, batch, cc, gpu, db) -> None:
+    """Say which kernel gemmgen.gemm runs for an M x N x K problem, and why: family, tile,
+    waves, split-K, swapped operands, stores, and the path of operands TMA cannot read
+    (repack or fallback, with the cost model's estimates). Needs no GPU."""
+    tight = tight_lds(layout, m, n, k)
+    lds = tuple(given or t for given, t in zip((lda, ldb, ldc), tight))
+    for name, given, need in zip(("--lda", "--ldb", "--ldc"), lds, tight):
+        if given < need:
+            raise click.BadParameter(f"{given} is below the {need} elements of a "
+                                     f"{'row' if 'r' in layout else 'column'}", param_hint=name)
+    if math_ == "3xtf32" and dtype not in ("fp32", "tf32"):
+        raise click.BadParameter("3xtf32 takes float32 data: --dtype fp32 or tf32",
+                                 param_hint="--math")
+    try:
+        click.echo(explain_text(dtype, m, n, k, layout, epilogue, lds, math_, cc, gpu, db, batch))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None

@@ -1,0 +1,146 @@
+"""Rendering: Jinja templates -> CUDA source; emit() writes generated/<name>.cu atomically."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from .._version import __version__
+from ..model.arch import cc_of
+from ..model.config import ConfigBase
+from ..model.families import FAMILIES, config_from_dict
+
+CONFIG_MARK = "// gemmgen-config: "
+
+
+def template_dir() -> Path:
+    """``gemmgen/templates`` when installed; the repository's ``templates/`` in a checkout."""
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (package / "templates", package.parent / "templates"):
+        if (candidate / "_common.cu.j2").is_file():
+            return candidate
+    raise FileNotFoundError(f"gemmgen templates not found beside {package}")
+
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(template_dir())),
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+        keep_trailing_newline=True, autoescape=False)
+
+
+def _header(cfg: ConfigBase, arch: str) -> dict:
+    fields = [(k, v) for k, v in cfg.as_dict().items()]
+    figures = []
+    for key, value in cfg.figures(arch).items():
+        if isinstance(value, dict):
+            figures += [(f"{key}.{k}", v) for k, v in value.items()]
+        else:
+            figures.append((key, value))
+    if cfg.dynamic_smem_bytes:
+        smem = f"dynamic shared memory {cfg.dynamic_smem_bytes} bytes (passed at launch)"
+    else:
+        smem = f"static shared memory {cfg.static_smem_bytes} bytes"
+    return {"version": __version__, "template": cfg.template,
+            "dtype": f"A and B {cfg.dtype}, {cfg.acc} accumulation, C {cfg.out}",
+            "fields": fields, "figures": figures, "arch": arch, "launch": cfg.launch_summary(),
+            "smem": smem, "json": cfg.to_json()}
+
+
+def render(cfg: ConfigBase, arch: str = "sm_90") -> str:
+    """CUDA source of ``cfg``'s kernel: an ``extern "C"`` function named ``cfg.name``.
+
+    Deterministic: the same config renders the same bytes. ``arch`` only affects the
+    occupancy figure in the header comment, spelled as the family targets it (sm_90 is
+    sm_90a for wgmma). Works for unchecked (invalid) configs too: their static_asserts then
+    fail at compile time.
+    """
+    arch = _family_arch(cfg, arch)
+    template = _env().get_template(cfg.template)
+    return template.render(
+        cfg=cfg, name=cfg.name, ns=f"{cfg.name}_cfg", h=_header(cfg, arch),
+        constants=list(cfg.template_constants().items()), types=cfg.ctypes(),
+        asserts=[rule.static_assert() for rule in cfg.rules])
+
+
+def _family_arch(cfg: ConfigBase, arch: str) -> str:
+    """``arch`` in the spelling ``cfg``'s family compiles for (sm_90 -> sm_90a for wgmma);
+    unchanged when the family cannot run there or the arch is unknown."""
+    fam = FAMILIES.get(cfg.family)
+    try:
+        return fam.arch_for(cc_of(arch)) if fam else arch
+    except ValueError:
+        return arch
+
+
+def emit(cfg: ConfigBase, path: str | os.PathLike | None = None, arch: str = "sm_90") -> Path:
+    """Write ``render(cfg, arch)`` to ``path`` (default ``generated/<name>.cu``, creating
+    ``generated/``) and return the path given.
+
+    Atomic: a temporary file in the target's directory is renamed into place, so a reader
+    never sees a partial file and a failure leaves nothing behind. The file gets the mode a
+    plain write would give: an existing file's mode, else 0666 less the umask. A symlink is
+    written through (its target is replaced, the link stays). Raises ``OSError`` when the
+    directory of an explicit ``path`` is missing, the path is a directory, or the place is
+    not writable.
+    """
+    target = Path(path) if path is not None else Path("generated") / f"{cfg.name}.cu"
+    source = render(cfg, arch)
+    if path is None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(target, source)
+    return target
+
+
+def write_atomic(target: Path, text: str) -> None:
+    """Replace ``target`` (through a symlink) with ``text`` atomically, with a plain write's
+    mode. Raises ``OSError`` (IsADirectoryError, FileNotFoundError for a missing directory,
+    PermissionError) and leaves nothing behind on failure."""
+    real = Path(os.path.realpath(target))
+    if real.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a directory", str(target))
+    try:
+        mode = stat.S_IMODE(real.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
+    except OSError as exc:  # name the file asked for, not the temporary one
+        raise OSError(exc.errno, exc.strerror, str(target)) from None
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, real)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def config_from_source(source: str) -> ConfigBase:
+    """Rebuild the config from an emitted file's ``// gemmgen-config: {...}`` header line.
+
+    Raises ``ValueError`` when the line is missing or malformed, ``ConfigError`` when the
+    values it holds are invalid.
+    """
+    for line in source.splitlines():
+        if line.startswith(CONFIG_MARK):
+            try:
+                return config_from_dict(json.loads(line[len(CONFIG_MARK):]))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"malformed gemmgen-config line: {exc}") from exc
+    raise ValueError("no '// gemmgen-config:' line: not a file emitted by gemmgen")

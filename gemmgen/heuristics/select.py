@@ -1,0 +1,113 @@
+"""Which kernel runs a problem: the tuning database's winner for the shape, else for the nearest
+tuned shape, else the default preset of the fastest family that runs on the GPU and can take
+the layout (wgmma on sm_90 for fp16/bf16/tf32, mma on older GPUs or where wgmma cannot read
+the layout, SIMT for fp32). A default wgmma preset is then fitted to the shape
+(``gemmgen.heuristics.shapes``).
+
+Nothing here needs a GPU: ``decide`` takes the GPU's name and compute capability as arguments.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..model.families import config_from_dict, families_for
+from ..model.presets import PRESETS
+from .shapes import shaped
+from .tunedb import TuneDB
+
+MATHS = ("native", "3xtf32")
+"""``gemm(math=...)``: the dtype's own products, or 3xTF32 on float32 data."""
+
+
+@dataclass
+class Choice:
+    """What ``gemm`` runs for one problem: the kernel ``config``, ``how`` it was found
+    ("exact", "nearest", "default" or "default, shaped"), ``swap`` (the kernel computes
+    C^T = B^T A^T: its M is the caller's N) and the ``reasons``, one line each."""
+
+    config: object
+    how: str
+    swap: bool = False
+    reasons: list = field(default_factory=list)
+
+
+def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
+           cc: int | None = None, layout: str = "rrr", epilogue: str = "none"):
+    """(config, how) for one problem: how is "exact" or "nearest" (a tuned winner) or
+    "default" (a family's preset), the config already in ``layout`` with ``epilogue``.
+    Families are tried fastest first among those that run on compute capability ``cc``; one
+    whose rules reject the layout (tf32 wgmma reads no row-major B) is passed over.
+    Raises ``ValueError`` for a dtype no family takes there."""
+    fams = families_for(dtype, cc)
+    names = None if cc is None else [f.name for f in fams]
+    row, how = db.lookup(gpu, dtype, m, n, k, layout, names) if db is not None else (None, None)
+    if row is None and db is not None and layout != "rrr":
+        row, how = db.lookup(gpu, dtype, m, n, k, "rrr", names)  # re-laid out below
+    candidates = []
+    if row is not None:
+        candidates.append((config_from_dict(row["config"]), how))
+    if not fams:
+        raise ValueError(f"no kernel family takes dtype {dtype!r}"
+                         + (f" on sm_{cc}" if cc is not None else ""))
+    candidates += [(PRESETS[f.defaults[dtype]].config, "default") for f in fams]
+    for cfg, how_ in candidates:
+        if cc is not None and cfg.family not in {f.name for f in fams}:
+            continue  # tuned on another kind of GPU
+        trial = cfg.replace(layout=layout, epilogue=epilogue, check=False)
+        problems = trial._type_problems()  # e.g. an unknown epilogue name
+        if problems:
+            raise ValueError("; ".join(problems))
+        if not trial.violations():
+            return trial, how_
+    raise ValueError(f"no {dtype} kernel takes layout {layout!r} with epilogue {epilogue!r}")
+
+
+def math_dtype(dtype: str, math_: str) -> str:
+    """The dtype a ``math_`` choice runs on float32 data of ``dtype``: tf32 for "3xtf32",
+    ``dtype`` itself for "native". Raises ``ValueError`` for an unknown ``math_`` or 3xTF32 on
+    data that is not float32."""
+    if math_ not in MATHS:
+        raise ValueError(f"unknown math {math_!r}; known: {', '.join(MATHS)}")
+    if math_ == "native":
+        return dtype
+    if dtype not in ("tf32", "fp32"):
+        raise ValueError(f"math='3xtf32' takes float32 data; got dtype {dtype!r}")
+    return "tf32"
+
+
+def tight_lds(layout: str, m: int, n: int, k: int) -> tuple[int, int, int]:
+    """lda, ldb, ldc of contiguous M x K, K x N and M x N matrices laid out as ``layout``."""
+    return ((k if layout[0] == "r" else m), (n if layout[1] == "r" else k),
+            (n if layout[2] == "r" else m))
+
+
+def decide(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
+           cc: int | None = None, layout: str = "rrr", epilogue: str = "none",
+           c_aligned: bool = True, math_: str = "native", batch: int = 1) -> Choice:
+    """The ``Choice`` for one problem: ``choose``'s kernel (a tuned winner is taken as it
+    is), then, for a default wgmma preset, the shape rules of
+    ``gemmgen.heuristics.shapes``.
+    ``c_aligned``: C's address and leading dimension are multiples of 16 bytes (else a TMA
+    store cannot take it). ``math_="3xtf32"`` (dtype tf32) takes preset wgmma_3xtf32 where
+    wgmma runs, else the SIMT fp32 kernel (IEEE float32 is at least as accurate). Raises
+    ``ValueError`` as ``choose`` does, or for an unknown ``math_``."""
+    math_dtype(dtype, math_)  # the checks
+    if math_ == "3xtf32":
+        if "wgmma" in {f.name for f in families_for("tf32", cc)}:
+            cfg = PRESETS["wgmma_3xtf32"].config.replace(layout=layout, epilogue=epilogue)
+            why = ["3xTF32: float32 operands split into tf32 big + small parts, three tensor-"
+                   "core products per element, FP32-level accuracy (preset wgmma_3xtf32)"]
+            if not c_aligned:
+                why.append("C is not 16-byte aligned: direct stores (the preset's own)")
+            return Choice(cfg, "default", False, why)
+        dtype = "fp32"
+    cfg, how = choose(db, gpu, dtype, m, n, k, cc, layout, epilogue)
+    reasons = [f"{cfg.family} family, " + {"exact": "tuned for this shape",
+                                           "nearest": "tuned for the nearest shape",
+                                           "default": "its default preset"}[how]]
+    if cfg.family != "wgmma" or how != "default":
+        if cfg.family == "wgmma" and not c_aligned and cfg.store == "tma":
+            cfg = cfg.replace(store="direct")
+            reasons.append("C is not 16-byte aligned: direct stores instead of the TMA store")
+        return Choice(cfg, how, False, reasons)
+    return Choice(*shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons))

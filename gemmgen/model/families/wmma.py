@@ -1,0 +1,386 @@
+"""The tensor-core family through the WMMA API (mma.sync) for FP16, BF16 and TF32 inputs: its
+configuration model, rule table, search space and ladder (Lei Mao v07, gty111's steps)."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from ..arch import get_arch
+from ..config import (
+    EPILOGUES,
+    LAYOUTS,
+    MAX_THREADS_PER_SM,
+    WARP_SIZE,
+    ConfigBase,
+    Family,
+    Preset,
+    div,
+    tile_intensity,
+)
+from ..dtypes import CTYPES, ELEM_BYTES, stored_as
+from ..rules import Rule, at_least, at_most, equal, multiple_of, one_of
+
+LOAD_BYTES = 16          # every global -> shared copy is one 16-byte cp.async
+MAX_DYNAMIC_SMEM = 227 * 1024  # the largest opt-in on any supported arch (sm_90)
+MAX_ACC_REGS = 128
+SHAPES = {"m16n16k16": (16, 16, 16), "m32n8k16": (32, 8, 16), "m8n32k16": (8, 32, 16),
+          "m16n16k8": (16, 16, 8)}
+FRAG_CTYPES = {"fp16": "half", "bf16": "__nv_bfloat16", "tf32": "wmma::precision::tf32"}
+
+_TF32 = equal("DTYPE_TF32", 1)
+
+WMMA_RULES: tuple[Rule, ...] = (
+    Rule("W01", "bm-positive", at_least("BM", 1), "the block tile needs rows"),
+    Rule("W02", "bn-positive", at_least("BN", 1), "the block tile needs columns"),
+    Rule("W03", "bk-positive", at_least("BK", 1), "each K step covers at least one k"),
+    Rule("W04", "wm-positive", at_least("WM", 1), "each warp owns at least one row"),
+    Rule("W05", "wn-positive", at_least("WN", 1), "each warp owns at least one column"),
+    Rule("W06", "skew-nonnegative", at_least("SKEW", 0), "skew pads shared-memory rows"),
+    Rule("W07", "stages-range", one_of("STAGES", (1, 2, 3, 4, 5, 6)),
+         "1 = single buffer, 2 = double buffer, 3+ = cp.async pipeline"),
+    Rule("W08", "tf32-shape", equal("WMMA_K", 8), "TF32 WMMA exists only as m16n16k8",
+         when=_TF32),
+    Rule("W09", "half-shape", equal("WMMA_K", 16),
+         "FP16 and BF16 WMMA shapes are m16n16k16, m32n8k16 and m8n32k16",
+         when=equal("DTYPE_TF32", 0)),
+    Rule("W10", "fp16-accumulator", equal("DTYPE_FP16", 1),
+         "only FP16 inputs can accumulate in FP16", when=equal("ACC_FP16", 1)),
+    Rule("W11", "fp16-output", equal("DTYPE_FP16", 1), "an FP16 C needs FP16 inputs",
+         when=equal("OUT_FP16", 1)),
+    Rule("W12", "bf16-output", equal("DTYPE_BF16", 1), "a BF16 C needs BF16 inputs",
+         when=equal("OUT_BF16", 1)),
+    Rule("W13", "bm-wm", multiple_of("BM", "WM"), "warp tiles must cover the block rows"),
+    Rule("W14", "bn-wn", multiple_of("BN", "WN"), "warp tiles must cover the block columns"),
+    Rule("W15", "wm-fragment", multiple_of("WM", "WMMA_M"), "WMMA tiles must cover the warp rows"),
+    Rule("W16", "wn-fragment", multiple_of("WN", "WMMA_N"),
+         "WMMA tiles must cover the warp columns"),
+    Rule("W17", "bk-fragment", multiple_of("BK", "WMMA_K"), "WMMA steps must cover the K tile"),
+    Rule("W18", "max-threads", at_most("THREADS", 1024), "CUDA allows 1024 threads per block"),
+    Rule("W19", "a-tile-loads", multiple_of(("BM", "BK"), ("THREADS", "VEC")),
+         "every thread copies the same number of 16-byte A chunks"),
+    Rule("W20", "b-tile-loads", multiple_of(("BK", "BN"), ("THREADS", "VEC")),
+         "every thread copies the same number of 16-byte B chunks"),
+    Rule("W21", "skew-align", multiple_of("SKEW", "VEC"),
+         "padded rows stay 16-byte aligned for cp.async and WMMA's ldm"),
+    Rule("W22", "acc-registers", at_most("ACC_REGS", MAX_ACC_REGS),
+         "more accumulator registers than half the 255-register budget spill"),
+    Rule("W23", "dynamic-smem", at_most("SMEM_BYTES", MAX_DYNAMIC_SMEM),
+         "no GPU lets one block opt in to more than 227 KiB of shared memory; emit and tune "
+         "also check the target arch's own limit"),
+    Rule("W24", "min-blocks-positive", at_least("MIN_BLOCKS", 1),
+         "__launch_bounds__ asks for at least one resident block"),
+    Rule("W25", "min-blocks-threads", at_most(("MIN_BLOCKS", "THREADS"), MAX_THREADS_PER_SM),
+         "no SM holds more than 2048 threads"),
+    Rule("W26", "col-a-fragment-align", multiple_of(("WMMA_M", "ELEM_BYTES"), 32),
+         "a column-major A tile is read in WMMA_M-row steps that must stay 32-byte aligned",
+         when=equal("LAYOUT_A_COL", 1)),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WmmaConfig(ConfigBase):
+    """A tensor-core GEMM through the WMMA API (Lei Mao's v07; gty111's steps): C[M,N] =
+    alpha * A[M,K] @ B[K,N] + beta * C, row-major.
+
+    Fields: ``bm, bn, bk`` block tile, ``wm, wn`` warp tile (elements); ``shape`` the WMMA tile
+    (m16n16k16, m32n8k16, m8n32k16 for fp16/bf16; m16n16k8 for tf32); ``dtype`` of A and B
+    (fp16, bf16, or tf32: float32 storage rounded to TF32 in the fragments); ``acc`` fp32 (or
+    fp16 for fp16 inputs); ``out`` the dtype of C (fp32, or the input dtype for fp16/bf16);
+    ``skew`` padding elements per shared-memory row (a multiple of 16 bytes); ``stages`` shared
+    buffers (1, 2, or 3+ for a deeper cp.async pipeline); ``min_blocks`` as in SimtConfig.
+    Global -> shared copies are 16-byte ``cp.async`` (sm_80+). B is kept in WMMA_N-wide panels
+    so every fragment pointer is 32-byte aligned, m32n8k16 included.
+
+    Raises ``ConfigError`` listing every broken rule of ``WMMA_RULES`` with its numbers.
+    """
+
+    bm: int
+    bn: int
+    bk: int
+    wm: int
+    wn: int
+    shape: str = "m16n16k16"
+    dtype: str = "fp16"
+    acc: str = "fp32"
+    out: str = "fp32"
+    skew: int = 8
+    stages: int = 3
+    min_blocks: int = 1
+    layout: str = "rrr"
+    epilogue: str = "none"
+    m: int | None = None
+    n: int | None = None
+    k: int | None = None
+
+    family = "wmma"
+    template = "wmma.cu.j2"
+    rules = WMMA_RULES
+    field_types = {"shape": str, "dtype": str, "acc": str, "out": str, "layout": str,
+                   "epilogue": str}
+    choices = {"shape": tuple(SHAPES), "dtype": ("fp16", "bf16", "tf32"),
+               "acc": ("fp32", "fp16"), "out": ("fp32", "fp16", "bf16"), "layout": LAYOUTS,
+               "epilogue": EPILOGUES}
+    optional = frozenset({"m", "n", "k"})
+    fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype")
+    search_domain = {
+        "bm": (32, 64, 128, 256), "bn": (32, 64, 128, 256), "bk": (8, 16, 32, 64),
+        "wm": (16, 32, 64, 128), "wn": (16, 32, 64, 128), "shape": tuple(SHAPES),
+        "acc": ("fp32", "fp16"), "out": ("fp32", "fp16", "bf16"), "skew": (0, 4, 8, 16),
+        "stages": (1, 2, 3, 4), "min_blocks": (1, 2),
+    }
+
+    @property
+    def name(self) -> str:
+        """Every field in a fixed order; the kernel symbol, file name and cache key."""
+        return (f"gemm_wmma_{self.dtype}_{self.bm}x{self.bn}x{self.bk}_w{self.wm}x{self.wn}"
+                f"_{self.shape}_acc{self.acc}_out{self.out}_skew{self.skew}_st{self.stages}"
+                f"_mb{self.min_blocks}{self.feature_suffix()}")
+
+    # ---- derived figures ------------------------------------------------------------------
+    @property
+    def elem_bytes(self) -> int:
+        return ELEM_BYTES.get(self.dtype, 4)
+
+    @property
+    def vec(self) -> int:
+        """Elements per 16-byte copy."""
+        return LOAD_BYTES // self.elem_bytes
+
+    @property
+    def mnk(self) -> tuple[int, int, int]:
+        return SHAPES.get(self.shape, (16, 16, 16))
+
+    @property
+    def threads(self) -> int:
+        return WARP_SIZE * div(self.bm, self.wm) * div(self.bn, self.wn)
+
+    @property
+    def warps(self) -> int:
+        return div(self.threads, WARP_SIZE)
+
+    @property
+    def frags(self) -> tuple[int, int]:
+        """Accumulator fragments per warp along M and N."""
+        m, n, _ = self.mnk
+        return div(self.wm, m), div(self.wn, n)
+
+    @property
+    def acc_regs(self) -> int:
+        """32-bit registers per thread holding accumulators."""
+        m, n, _ = self.mnk
+        fm, fn = self.frags
+        return fm * fn * m * n // WARP_SIZE * ELEM_BYTES[self.acc] // 4
+
+    @property
+    def as_ld(self) -> int:
+        """Leading dimension of the A stage: BK+SKEW (row-major A) or BM+SKEW (column-major)."""
+        return (self.bk if self.layout[0] == "r" else self.bm) + self.skew
+
+    @property
+    def bs_ld(self) -> int:
+        """Leading dimension of B: WMMA_N+SKEW (row-major panels) or BK+SKEW (column-major)."""
+        return (self.mnk[1] if self.layout[1] == "r" else self.bk) + self.skew
+
+    @property
+    def cs_ld(self) -> int:
+        """Leading dimension of a warp's C staging tile: its row (row-major C) or column
+        (column-major C) plus 16 bytes."""
+        m, n, _ = self.mnk
+        return (n if self.layout[2] == "r" else m) + LOAD_BYTES // ELEM_BYTES[self.acc]
+
+    @property
+    def a_stage_elems(self) -> int:
+        """One A stage: [BM][BK+SKEW] if A is row-major, [BK][BM+SKEW] if column-major."""
+        return self.bm * self.as_ld if self.layout[0] == "r" else self.bk * self.as_ld
+
+    @property
+    def b_stage_elems(self) -> int:
+        """One B stage: BN/WMMA_N panels [BK][WMMA_N+SKEW] (row-major B) or [BN][BK+SKEW]."""
+        if self.layout[1] == "r":
+            return div(self.bn, self.mnk[1]) * self.bk * self.bs_ld
+        return self.bn * self.bs_ld
+
+    @property
+    def pipeline_bytes(self) -> int:
+        return self.stages * (self.a_stage_elems + self.b_stage_elems) * self.elem_bytes
+
+    @property
+    def c_tile_elems(self) -> int:
+        m, n, _ = self.mnk
+        return (m if self.layout[2] == "r" else n) * self.cs_ld
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory per block: the stages plus one C staging tile per warp."""
+        return self.pipeline_bytes + self.warps * self.c_tile_elems * ELEM_BYTES[self.acc]
+
+    @property
+    def static_smem_bytes(self) -> int:
+        return 0
+
+    @property
+    def dynamic_smem_bytes(self) -> int:
+        return self.smem_bytes
+
+    @property
+    def a_loads(self) -> int:
+        return div(self.bm * self.bk, self.threads * self.vec)
+
+    @property
+    def b_loads(self) -> int:
+        return div(self.bk * self.bn, self.threads * self.vec)
+
+    def env(self) -> dict[str, int]:
+        m, n, k = self.mnk
+        return {
+            "BM": self.bm, "BN": self.bn, "BK": self.bk, "WM": self.wm, "WN": self.wn,
+            "WMMA_M": m, "WMMA_N": n, "WMMA_K": k, "SKEW": self.skew, "STAGES": self.stages,
+            "MIN_BLOCKS": self.min_blocks, "VEC": self.vec, "ELEM_BYTES": self.elem_bytes,
+            "DTYPE_FP16": int(self.dtype == "fp16"), "DTYPE_BF16": int(self.dtype == "bf16"),
+            "DTYPE_TF32": int(self.dtype == "tf32"), "ACC_FP16": int(self.acc == "fp16"),
+            "OUT_FP16": int(self.out == "fp16"), "OUT_BF16": int(self.out == "bf16"),
+            "WARP_SIZE": WARP_SIZE, "THREADS": self.threads, "ACC_REGS": self.acc_regs,
+            "SMEM_BYTES": self.smem_bytes, **self.feature_env(),
+        }
+
+    def template_constants(self) -> dict[str, int]:
+        m, n, _ = self.mnk
+        fm, fn = self.frags
+        return {**self.env(), "WARPS_N": div(self.bn, self.wn), "FRAGS_M": fm, "FRAGS_N": fn,
+                "A_LOADS": self.a_loads, "B_LOADS": self.b_loads,
+                "A_VECS_PER_ROW": div(self.bk if self.layout[0] == "r" else self.bm, self.vec),
+                "B_VECS_PER_ROW": div(self.bn if self.layout[1] == "r" else self.bk, self.vec),
+                "AS_LD": self.as_ld, "BS_LD": self.bs_ld, "CS_LD": self.cs_ld,
+                "A_STAGE_ELEMS": self.a_stage_elems, "B_STAGE_ELEMS": self.b_stage_elems,
+                "PIPELINE_BYTES": self.pipeline_bytes, "C_TILE_ELEMS": self.c_tile_elems,
+                "LANE_ELEMS": div(m * n, WARP_SIZE), "LOAD_BYTES": LOAD_BYTES}
+
+    def ctypes(self) -> dict[str, str]:
+        """C++ types the template declares: inputs, fragments, accumulator, output."""
+        return {"in_t": CTYPES.get(self.dtype, "float"), "frag_t": FRAG_CTYPES.get(self.dtype, "half"),
+                "acc_t": CTYPES[self.acc] if self.acc in CTYPES else "float",
+                "out_t": CTYPES.get(self.out, "float")}
+
+    @property
+    def flops_per_byte(self) -> dict[str, float | None]:
+        """FLOP per byte at the block tile (global) and warp tile (shared) levels."""
+        def tile(a: int, b: int) -> float:
+            return tile_intensity(a, b, self.elem_bytes)
+        return {"global": tile(self.bm, self.bn), "shared": tile(self.wm, self.wn)}
+
+    def figures(self, arch: str = "sm_90") -> dict:
+        return {"threads": self.threads, "warps": self.warps, "vec_elems": self.vec,
+                "smem_bytes_dynamic": self.smem_bytes, "acc_regs": self.acc_regs,
+                "a_copies_per_thread": self.a_loads, "b_copies_per_thread": self.b_loads,
+                "flops_per_byte": {k: round(v, 3) for k, v in self.flops_per_byte.items()},
+                f"blocks_per_sm_{get_arch(arch).name}": self._blocks_per_sm(arch)}
+
+    def _blocks_per_sm(self, arch: str) -> int:
+        """``blocks_per_sm``, or 0 for an unchecked config whose shared memory comes out
+        negative (render() must work on any config; the static_asserts reject it)."""
+        return self.blocks_per_sm(arch) if self.smem_bytes >= 0 else 0
+
+    def brief(self) -> str:
+        return (f"block {self.bm}x{self.bn}x{self.bk}  warp {self.wm}x{self.wn}  {self.shape}  "
+                f"acc {self.acc}  out {self.out}  skew {self.skew}  stages {self.stages}")
+
+    @property
+    def frag_regs(self) -> int:
+        """32-bit registers per thread holding one K step's A and B fragments of the warp."""
+        m, n, k = self.mnk
+        fm, fn = self.frags
+        return (fm * m * k + fn * n * k) * self.elem_bytes // 4 // WARP_SIZE
+
+    def registers_needed(self) -> int:
+        """Registers per thread the kernel needs to run without spilling, estimated before
+        compiling: 1.4 per accumulator register (fragment layout and the staged epilogue),
+        the A and B fragments of a K step (1/8 more per further step of the unrolled K
+        tile, up to 4; TF32 fragments twice and BF16 1.75 times as costly, for their
+        conversions), and one per 16-byte copy. Calibrated against ptxas (CUDA 13, sm_90)
+        on 201 configurations of the search space and around the presets, in random layouts
+        and epilogues: it calls 182 right (6 spills missed, 13 false alarms, most of them
+        kernels that ptxas fits at exactly the cap)."""
+        steps = min(div(self.bk, self.mnk[2]), 4)
+        scale = 8 + max(steps - 1, 0) + 8 * (self.dtype == "tf32") + 6 * (self.dtype == "bf16")
+        return (14 * self.acc_regs // 10 + self.frag_regs * scale // 8
+                + self.a_loads + self.b_loads)
+
+
+PRESETS: tuple[Preset, ...] = (
+    # Every kernel of this family copies global -> shared with 16-byte cp.async, keeps
+    # accumulators in registers and stores C through a per-warp staging tile.
+    Preset("wmma_v07", WmmaConfig(128, 128, 16, 64, 32, dtype="fp16", acc="fp16", out="fp16",
+                                  skew=16, stages=1),
+           "WMMA m16n16k16 fragments from shared memory padded by 16 halves; FP16 accumulate",
+           "Lei Mao v07"),
+    Preset("wmma_noskew", WmmaConfig(128, 128, 32, 64, 64, out="fp16", skew=0, stages=3),
+           "64x64 warp tiles, FP32 accumulators, 3-stage cp.async, but no skew: fragment loads "
+           "conflict in shared-memory banks", "gty111 step 2 (the conflicts it removes)"),
+    Preset("wmma_regacc", WmmaConfig(128, 128, 32, 64, 64, out="fp16", skew=8, stages=1),
+           "FP32 accumulators in registers, 64x64 warp tiles, skew 8, coalesced staged stores; "
+           "one shared buffer", "gty111 steps 1, 2 and 4"),
+    Preset("wmma_db", WmmaConfig(128, 128, 32, 64, 64, out="fp16", skew=8, stages=2),
+           "cp.async double buffering: the next K tile streams in while this one is computed",
+           "gty111 steps 3 and 5"),
+    Preset("wmma_pipeline", WmmaConfig(128, 128, 32, 64, 64, out="fp16", skew=8, stages=4),
+           "4-stage cp.async pipeline, one barrier per K tile", "gty111 step 5, deeper"),
+    Preset("wmma_m32n8", WmmaConfig(128, 128, 32, 64, 64, shape="m32n8k16", out="fp16", skew=8,
+                                    stages=3),
+           "m32n8k16 fragments; B kept in 8-column panels so fragment pointers stay 32-byte "
+           "aligned", "CUDA C Programming Guide, WMMA shapes"),
+    Preset("wmma_bf16", WmmaConfig(128, 128, 32, 64, 64, shape="m8n32k16", dtype="bf16",
+                                   out="bf16", skew=8, stages=3),
+           "BF16 inputs and output, m8n32k16 fragments, FP32 accumulators, 3-stage pipeline",
+           "the sweep in benchmarks/explore.py"),
+    Preset("wmma_tf32", WmmaConfig(128, 256, 16, 64, 64, shape="m16n16k8", dtype="tf32",
+                                   skew=4, stages=3),
+           "TF32: float32 data rounded to TF32 in the fragments, m16n16k8, 128x256 block",
+           "the sweep in benchmarks/explore.py"),
+)
+
+SPACE = {
+    "bm": (64, 128, 256), "bn": (64, 128, 256), "bk": (16, 32, 64),
+    "warp": ((32, 32), (32, 64), (64, 32), (64, 64)), "stages": (2, 3, 4), "min_blocks": (1, 2),
+}
+SPACE_SHAPES = {"fp16": ("m16n16k16", "m32n8k16", "m8n32k16"),
+                "bf16": ("m16n16k16", "m32n8k16", "m8n32k16"), "tf32": ("m16n16k8",)}
+
+
+def space(dtype: str = "fp16") -> list[WmmaConfig]:
+    """Every configuration of the WMMA search space for ``dtype`` (fp16, bf16, tf32) that
+    passes the rules; C has the input dtype (float32 for tf32)."""
+    s = SPACE
+    out_dtype = stored_as(dtype)
+    skew = 4 if dtype == "tf32" else 8
+    out = []
+    for bm, bn, bk, (wm, wn), shape, st, mb in itertools.product(
+            s["bm"], s["bn"], s["bk"], s["warp"], SPACE_SHAPES[dtype], s["stages"],
+            s["min_blocks"]):
+        cfg = WmmaConfig.unchecked(bm=bm, bn=bn, bk=bk, wm=wm, wn=wn, shape=shape, dtype=dtype,
+                                   out=out_dtype, skew=skew, stages=st, min_blocks=mb)
+        if not cfg.violations():
+            out.append(cfg)
+    return out
+
+
+def _adjust(values: dict, given: set) -> dict:
+    """TF32 has one WMMA shape: take it unless the command line named another."""
+    if values.get("dtype") == "tf32" and "shape" not in given:
+        values = {**values, "shape": "m16n16k8"}
+    return values
+
+
+FAMILY = Family(
+    name="wmma", config=WmmaConfig,
+    summary="tensor cores through the WMMA API (mma.sync); sm_80 and newer",
+    dtypes=("fp16", "bf16", "tf32"), presets=PRESETS,
+    defaults={"fp16": "wmma_pipeline", "bf16": "wmma_bf16", "tf32": "wmma_tf32"},
+    flag_defaults={"bm": 128, "bn": 128, "bk": 32, "wm": 64, "wn": 64},
+    field_help={
+        "bm": "block tile rows (M)", "bn": "block tile columns (N)", "bk": "block tile depth (K)",
+        "wm": "warp tile rows", "wn": "warp tile columns", "shape": "WMMA fragment shape",
+        "dtype": "A and B dtype", "acc": "accumulator dtype", "out": "C dtype",
+        "skew": "padding elements per shared-memory row", "stages": "shared buffers, 1 to 6",
+        "min_blocks": "resident blocks per SM asked of ptxas (__launch_bounds__)",
+    },
+    space=space, min_cc=80, adjust=_adjust)

@@ -1,0 +1,149 @@
+"""``gemmgen.gemm``: pick a kernel for the operands (``gemmgen.heuristics``), build it once per
+process, and launch it.
+
+Device operands take a fast path (``gemmgen.runtime.plans``): the first call with a given
+operand signature (kind, shape, strides, dtype, device; not the pointer) runs every check and
+builds a launch plan; later calls with the same signature only read the pointers and launch.
+Operands TMA cannot read are repacked or sent to the fallback kernel at launch
+(``gemmgen.runtime.tma_kernel``).
+"""
+from __future__ import annotations
+
+from ..heuristics.select import decide, math_dtype
+from ..heuristics.tunedb import TuneDB
+from ..model.config import EPILOGUES
+from ..model.dtypes import ELEM_BYTES, dtype_name_of, stored_as
+from .build import build
+from .device import current_device
+from .operands import OperandError, check_scalars, describe
+from .plans import make_plan, signature, transposed
+
+_KERNELS: dict[tuple, tuple] = {}
+_PLANS: dict[tuple, object] = {}
+_DBS: dict[str, TuneDB] = {}
+
+
+def layout_of(A, B, C=None, dtype: str = "fp32") -> str:
+    """The layout string of the operands: each row-major (r) if its strides allow, else c."""
+    ops = [describe(A, "A", dtype), describe(B, "B", dtype)]
+    lay = "".join("r" if "r" in op.lds else "c" for op in ops)
+    if C is None:
+        return lay + "r"
+    return lay + ("r" if "r" in describe(C, "C", stored_as(dtype)).lds else "c")
+
+
+def _kernel_for(dt: str, m: int, n: int, k: int, db, lay: str, epi: str, c_aligned: bool = True,
+                math_: str = "native", batch: int = 1):
+    """(Kernel, Choice) for one problem, built once per process."""
+    key = (dt, m, n, k, db, lay, epi, c_aligned, math_, batch)
+    if key not in _KERNELS:
+        gpu, cc = current_device()
+        path = str(db) if db else ""
+        if path not in _DBS:
+            _DBS[path] = TuneDB(db)
+        choice = decide(_DBS[path], gpu, dt, m, n, k, cc, lay, epi, c_aligned, math_, batch)
+        _KERNELS[key] = (build(choice.config), choice)
+    return _KERNELS[key]
+
+
+def _problem(A, B, dtype: str | None, math_: str) -> tuple:
+    """(dtype the kernel runs, M, N, K, batch) of ``gemm``'s operands: the dtype is
+    ``dtype`` or A's, through ``math_dtype``; the batch is the larger leading extent of 3-D
+    operands (1 for matrices)."""
+    dt = math_dtype(dtype or dtype_name_of(A), math_)
+    batch = max(x.shape[0] if getattr(x, "ndim", 2) == 3 else 1 for x in (A, B))
+    return dt, A.shape[-2], B.shape[-1], A.shape[-1], batch
+
+
+def _c_aligned(C, dt: str, m: int, n: int) -> bool:
+    """Whether a TMA store can take C: its address and leading dimension are multiples of 16
+    bytes (for C=None, the C ``gemm`` allocates: contiguous, N per row)."""
+    item = ELEM_BYTES[stored_as(dt)]
+    if C is None:
+        return n * item % 16 == 0
+    try:
+        op = describe(C, "C", stored_as(dt))
+    except Exception:  # noqa: BLE001 - the launch's own checks report a bad C
+        return True
+    return op.ptr % 16 == 0 and all(ld * item % 16 == 0 for ld in op.lds.values())
+
+
+def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
+         epilogue: str | None = None, dtype: str | None = None, db: str | None = None,
+         math: str = "native", stream=None):
+    """C = act(alpha * A @ B + beta * C + bias) with the best known gemmgen kernel for this
+    GPU and shape.
+
+    A (M x K) and B (K x N), or 3-D batches, as the kernels take them (NumPy, GPUArray, CuPy,
+    PyTorch; see ``Kernel.__call__``), each row- or column-major: the kernel's layout follows
+    the operands. ``epilogue`` (one of ``gemmgen.model.config.EPILOGUES``; default "bias" when
+    ``bias`` is given, else "none") is fused. ``dtype`` defaults to A's (float32 -> fp32,
+    float16 -> fp16, bfloat16 -> bf16); pass "tf32" to run float32 data on tensor cores. The
+    kernel is the tuning database's winner (``db``, default ``gemmgen.heuristics.tunedb.default_path()``)
+    for this exact shape, else for the nearest tuned shape, else the default preset of the
+    fastest family for the dtype on this GPU, fitted to the shape (swapped operands for a
+    small M, split-K, tile by wave; see ``gemmgen.heuristics.select.decide`` and ``gemmgen explain``). ``math="3xtf32"``
+    on float32 operands runs FP32-accurate 3xTF32 on tensor cores (Hopper; elsewhere the
+    IEEE fp32 kernel); the default keeps IEEE float32 for float32 data. ``stream``: None
+    (the legacy default stream), a PyCUDA ``Stream``, a PyTorch or CuPy stream, or a raw
+    ``CUstream`` handle (int), e.g. ``torch.cuda.current_stream().cuda_stream`` (then the
+    launch goes through ``gemmgen.runtime.driver`` and may be captured into a CUDA graph). With
+    alpha == 0, A and B are not read (BLAS). PyTorch and CuPy operands whose signature (kind,
+    shape, strides, dtype, device; not the pointer) was seen before are launched without
+    repeating the checks.
+
+    Raises ``OperandError`` for bad arguments, ``ValueError`` for an unknown epilogue or an
+    unsupported dtype, ``BuildError`` when a kernel does not compile, ``ImportError`` without
+    PyCUDA and ``RuntimeError`` without a CUDA driver or device.
+    """
+    alpha, beta = check_scalars(alpha, beta)
+    if epilogue is not None and epilogue not in EPILOGUES:
+        raise ValueError(f"unknown epilogue {epilogue!r}; known: {', '.join(EPILOGUES)}")
+    sigs = (signature(A), signature(B), signature(C), signature(bias))
+    fast = None not in sigs
+    if fast:
+        key = (*sigs, epilogue, dtype, db, math)
+        plan = _PLANS.get(key)
+        if plan is not None:
+            if C is None and beta != 0:
+                raise OperandError("C is required when beta != 0 (beta scales the existing C)")
+            return plan.run(A, B, C, alpha, beta, bias, stream)
+    for name, x in (("A", A), ("B", B)):
+        if getattr(x, "ndim", 2) not in (2, 3):
+            raise OperandError(f"{name} must be a 2-D matrix or a 3-D batch; got shape "
+                               f"{tuple(getattr(x, 'shape', ()))}")
+    dt, m, n, k, batch = _problem(A, B, dtype, math)
+    lay = layout_of(A, B, C, dt)
+    epi = epilogue or ("bias" if bias is not None else "none")
+    kernel, choice = _kernel_for(dt, m, n, k, db, lay, epi, _c_aligned(C, dt, m, n), math,
+                                 batch)
+    if choice.swap:
+        if fast:
+            plan = make_plan(kernel, choice.how, transposed(B), transposed(A), transposed(C), bias, beta)
+            plan.swap = True
+            _PLANS[key] = plan
+            return plan.run(A, B, C, alpha, beta, bias, stream)
+        out = kernel(transposed(B), transposed(A), transposed(C), alpha=alpha, beta=beta, bias=bias, stream=stream)
+        return C if C is not None else transposed(out)
+    if fast:
+        plan = make_plan(kernel, choice.how, A, B, C, bias, beta)
+        _PLANS[key] = plan
+        return plan.run(A, B, C, alpha, beta, bias, stream)
+    return kernel(A, B, C, alpha=alpha, beta=beta, bias=bias, stream=stream)
+
+
+def chosen(A, B, dtype: str | None = None, db: str | None = None, epilogue: str = "none",
+           math: str = "native"):
+    """(Kernel, how) that ``gemm`` used for these operands (with C=None), or None if not
+    called yet; ``chosen_choice`` gives the whole ``Choice``."""
+    found = chosen_choice(A, B, dtype, db, epilogue, math)
+    return None if found is None else (found[0], found[1].how)
+
+
+def chosen_choice(A, B, dtype: str | None = None, db: str | None = None,
+                  epilogue: str = "none", math: str = "native"):
+    """(Kernel, Choice) that ``gemm`` used for these operands (with C=None), or None."""
+    dt, m, n, k, batch = _problem(A, B, dtype, math)
+    key = (dt, m, n, k, db, layout_of(A, B, None, dt), epilogue, _c_aligned(None, dt, m, n),
+           math, batch)
+    return _KERNELS.get(key)

@@ -1,0 +1,144 @@
+"""Launching: checked operands -> device pointers, leading dimensions, batch strides -> one launch."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..model.dtypes import numpy_dtype
+from .operands import GemmArgs, OperandError, check_gemm, check_scalars, describe
+
+GRID_LIMIT_YZ = 65535
+DEFAULT_STREAMS = (None, 0, 1, 2)  # CUDA array interface: none, legacy, per-thread default
+
+
+def launch(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
+           stream=None):
+    """C = act(alpha * A @ B + beta * C + bias) with ``kernel``, in the kernel's layout and dtypes.
+
+    A (M x K), B (K x N), C (M x N), or 3-D batches of them (a 2-D operand is broadcast over
+    the batch); bias (N values) when the kernel's epilogue has one. All NumPy arrays (copied
+    to the GPU in the kernel's layout and back; C, if given, is updated in place and returned,
+    else a new array is returned), or all device arrays: PyCUDA ``GPUArray``, PyTorch tensors
+    or objects with ``__cuda_array_interface__`` (CuPy), used without a copy; the result stays
+    on the GPU and the call returns without waiting for it. Leading dimensions and batch
+    strides come from the arrays' strides; ``beta == 0`` never reads C.
+
+    Raises ``OperandError`` naming a bad argument (alpha and beta must be real numbers), a
+    shape that differs from the kernel's specialization, or a grid beyond CUDA's limits.
+    """
+    cfg = kernel.config
+    alpha, beta = check_scalars(alpha, beta)
+    args = check_gemm(A, B, C, beta=beta, dtype=cfg.dtype, out=cfg.out, layout=cfg.layout,
+                      bias=bias, needs_bias=cfg.epilogue.startswith("bias"))
+    check_launch(kernel, args)
+    if args.a.kind == "numpy":
+        return _launch_host(kernel, args, alpha, beta, C, bias)
+    shape = (args.batch, args.m, args.n) if args.batch else (args.m, args.n)
+    out = C if C is not None else _empty_like(args.a.obj, shape, cfg.out, cfg.layout[2] == "c")
+    c = args.c or describe(out, "C", cfg.out)
+    _wait_for_producers(args)
+    if args.m and args.n:
+        kernel.launch_raw(args.m, args.n, args.k, alpha, args.a.ptr, args.ld(args.a, 0),
+                          args.b.ptr, args.ld(args.b, 1), beta, c.ptr, c.lds[cfg.layout[2]],
+                          batch_stride(args.a), batch_stride(args.b), batch_stride(c),
+                          args.bias.ptr if args.bias else 0, args.batch or 1, stream)
+    return out
+
+
+def check_launch(kernel, args: GemmArgs) -> None:
+    """What the operands must meet beyond their own checks: the kernel's specialized extents
+    and CUDA's grid limits (a persistent kernel loops over rows and batches itself). Raises
+    ``OperandError`` naming the mismatch."""
+    cfg = kernel.config
+    for size, fixed, what in ((args.m, cfg.m, "A has {} rows"), (args.n, cfg.n, "B has {} columns"),
+                              (args.k, cfg.k, "A has {} columns")):
+        if fixed is not None and size != fixed:
+            raise OperandError(f"{what.format(size)}; this kernel is specialized for "
+                               f"M, N, K = {cfg.m}, {cfg.n}, {cfg.k} (None: any)")
+    if getattr(cfg, "persistent", False):
+        return
+    if -(-args.m // cfg.bm) > GRID_LIMIT_YZ or (args.batch or 1) > GRID_LIMIT_YZ:
+        raise OperandError(f"{args.m} rows in blocks of {cfg.bm}, or a batch of {args.batch}, "
+                           f"exceeds the grid limit of {GRID_LIMIT_YZ}")
+
+
+def batch_stride(op) -> int:
+    return op.batch_stride if op.batch and op.batch > 1 else 0
+
+
+def to_device(x: np.ndarray, col: bool):
+    """(GPUArray, leading dimension, batch stride): each matrix of ``x`` laid out row- or
+    column-major and packed. A Fortran-ordered array or a transposed view uploads as is."""
+    from pycuda import gpuarray
+    packed = np.ascontiguousarray(np.swapaxes(x, -1, -2) if col else x)
+    rows, cols = x.shape[-2:]
+    stride = rows * cols if x.ndim == 3 and x.shape[0] > 1 else 0
+    return gpuarray.to_gpu(packed), max(rows if col else cols, 1), stride
+
+
+def _launch_host(kernel, args: GemmArgs, alpha: float, beta: float, C, bias):
+    from pycuda import gpuarray
+    cfg = kernel.config
+    a, lda, sa = to_device(args.a.obj, cfg.layout[0] == "c")
+    b, ldb, sb = to_device(args.b.obj, cfg.layout[1] == "c")
+    c_col = cfg.layout[2] == "c"
+    if C is not None:  # uploaded even when beta == 0, so a poisoned C reaches the kernel
+        c, ldc, sc = to_device(C, c_col)
+    else:
+        shape = (args.batch, args.m, args.n) if args.batch else (args.m, args.n)
+        c, ldc, sc = to_device(np.empty(shape, numpy_dtype(cfg.out)), c_col)
+    bias_dev = gpuarray.to_gpu(np.ascontiguousarray(bias)) if bias is not None else None
+    if args.m and args.n:
+        kernel.launch_raw(args.m, args.n, args.k, alpha, _ptr(a), lda, _ptr(b), ldb, beta,
+                          _ptr(c), ldc, sa, sb, sc, _ptr(bias_dev) if bias_dev is not None else 0,
+                          args.batch or 1)
+    result = c.get().view(numpy_dtype(cfg.out))
+    result = np.swapaxes(result, -1, -2) if c_col else result
+    if C is None:
+        return np.ascontiguousarray(result)
+    C[...] = result
+    return C
+
+
+def _ptr(array) -> int:
+    return int(array.gpudata) if array.size else 0
+
+
+def _empty_like(template, shape, dtype: str, col: bool):
+    """A new device array of gemmgen dtype ``dtype`` from the library of ``template``
+    (GPUArray, CuPy, torch); column-major matrices when ``col``."""
+    return allocator(template, shape, dtype, col)()
+
+
+def allocator(template, shape, dtype: str, col: bool):
+    """A function of no arguments making new device arrays like ``_empty_like`` does: the
+    library and device of ``template``, dtype ``dtype``, ``shape`` (column-major matrices as
+    transposed views when ``col``). Resolved once, so a launch plan allocates cheaply."""
+    swapped = (*shape[:-2], shape[-1], shape[-2]) if col else shape
+    module = type(template).__module__.split(".")[0]
+    if module == "cupy":
+        import cupy
+        np_dtype = numpy_dtype(dtype)
+        if col:
+            return lambda: cupy.swapaxes(cupy.empty(swapped, dtype=np_dtype), -1, -2)
+        return lambda: cupy.empty(shape, dtype=np_dtype)
+    if module == "torch":
+        import torch
+        torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(dtype, torch.float32)
+        device = template.device
+        if col:
+            return lambda: torch.empty(swapped, dtype=torch_dtype, device=device).transpose(-1, -2)
+        return lambda: torch.empty(shape, dtype=torch_dtype, device=device)
+    from pycuda import gpuarray
+    if col:
+        raise OperandError("pass C for a column-major-C kernel on GPUArrays (PyCUDA cannot "
+                           "allocate a transposed view); CuPy and PyTorch inputs get one")
+    return lambda: gpuarray.empty(shape, numpy_dtype(dtype))
+
+
+def _wait_for_producers(args: GemmArgs) -> None:
+    """Honour __cuda_array_interface__ v3: an array exported on a non-default stream may still
+    be being written there, so wait for the device before reading it."""
+    streams = {op.stream for op in (args.a, args.b, args.c, args.bias) if op is not None}
+    if streams - set(DEFAULT_STREAMS):
+        import pycuda.driver as drv
+        drv.Context.synchronize()

@@ -1,0 +1,258 @@
+"""Benchmarking: CUDA-event timing with rotated inputs, beside cuBLAS (through CuPy) in the same run."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..model.dtypes import (
+    CUBLAS_COMPUTE_32F,
+    CUBLAS_COMPUTE_32F_FAST_TF32,
+    CUDA_R,
+    numpy_dtype,
+    stored_as,
+)
+from ..runtime.device import pycuda_modules
+from ..runtime.launch import to_device
+from .verify import compare, random_operands, reference, tolerance
+
+DEFAULT_SIZES = ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
+                 (8192, 8192, 8192), (4095, 4097, 4093))
+L2_MULTIPLE = 3  # the rotated input sets together span this many L2 caches
+
+
+def tflops(m: int, n: int, k: int, seconds: float) -> float:
+    """2 M N K / seconds, in TFLOP/s."""
+    return 2.0 * m * n * k / seconds / 1e12
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per launch: median and 20th/80th percentiles over ``reps`` launches."""
+
+    median: float
+    p20: float
+    p80: float
+    reps: int
+
+
+def time_launches(launch: Callable[[int], None], sets: int, budget_s: float = 0.25) -> Timing:
+    """Time ``launch(i)`` (i picks an input set, rotating so L2 does not hold the inputs) with
+    one CUDA event pair per launch, after a warm-up. The number of launches is chosen so that
+    the timed part lasts about ``budget_s`` (5 to 200 launches)."""
+    import pycuda.driver as drv
+    start, end = drv.Event(), drv.Event()
+    start.record()
+    launch(0)
+    end.record()
+    end.synchronize()
+    first = max(end.time_since(start) / 1e3, 1e-6)
+    for i in range(min(max(int(0.05 / first), 2), 20)):  # warm-up: clocks, caches, cuBLAS
+        launch(i % sets)
+    reps = min(max(int(budget_s / first), 5), 200)
+    events = [(drv.Event(), drv.Event()) for _ in range(reps)]
+    for i, (s, e) in enumerate(events):
+        s.record()
+        launch(i % sets)
+        e.record()
+    events[-1][1].synchronize()
+    times = sorted(e.time_since(s) / 1e3 for s, e in events)
+    q = statistics.quantiles(times, n=5) if len(times) > 1 else times * 4
+    return Timing(statistics.median(times), q[0], q[-1], reps)
+
+
+class Problem:
+    """Device buffers for one M x N x K problem (optionally a batch) in one dtype pair and
+    layout: ``sets`` rotated copies of A, B and C (fresh standard-normal data, never zeros),
+    a bias vector, the set-0 host copies and their float64 references."""
+
+    def __init__(self, m: int, n: int, k: int, rng: np.random.Generator, l2_bytes: int,
+                 dtype: str = "fp32", out: str = "fp32", layout: str = "rrr",
+                 batch: int | None = None):
+        from pycuda import gpuarray
+        self.m, self.n, self.k, self.dtype, self.out = m, n, k, dtype, out
+        self.layout, self.batch = layout, batch
+        ab, c = numpy_dtype(dtype), numpy_dtype(out)
+        per = batch or 1
+        set_bytes = per * (ab.itemsize * (m * k + k * n) + c.itemsize * m * n)
+        self.sets = max(1, min(16, -(-L2_MULTIPLE * l2_bytes // set_bytes)))
+        self.A, self.B, _ = random_operands(rng, m, n, k, 1.0, dtype, out, batch)
+        self.bias_host = rng.standard_normal(n, dtype=np.float32).astype(c)
+        self.bias = gpuarray.to_gpu(self.bias_host)
+        self._refs: dict[str, np.ndarray] = {}
+        self.a, self.b, self.c = [], [], []
+        for i in range(self.sets):
+            A, B = (self.A, self.B) if i == 0 else random_operands(
+                rng, m, n, k, 1.0, dtype, out, batch)[:2]
+            a, self.lda, _ = to_device(A, layout[0] == "c")
+            b, self.ldb, _ = to_device(B, layout[1] == "c")
+            zeros = np.zeros((*A.shape[:-2], m, n), c)
+            c_dev, self.ldc, _ = to_device(zeros, layout[2] == "c")
+            self.a.append(a)
+            self.b.append(b)
+            self.c.append(c_dev)
+
+    @property
+    def strides(self) -> tuple[int, int, int]:
+        if not self.batch:
+            return 0, 0, 0
+        return self.m * self.k, self.k * self.n, self.m * self.n
+
+    def launch(self, kernel, i: int) -> None:
+        """One launch of ``kernel`` on set ``i`` (alpha 1, beta 0, bias when it takes one)."""
+        sa, sb, sc = self.strides
+        bias = int(self.bias.gpudata) if kernel.config.epilogue.startswith("bias") else 0
+        kernel.launch_raw(self.m, self.n, self.k, 1.0, int(self.a[i].gpudata), self.lda,
+                          int(self.b[i].gpudata), self.ldb, 0.0, int(self.c[i].gpudata),
+                          self.ldc, sa, sb, sc, bias, self.batch or 1)
+
+    def result(self) -> np.ndarray:
+        out = self.c[0].get().view(numpy_dtype(self.out))
+        return np.swapaxes(out, -1, -2) if self.layout[2] == "c" else out
+
+    def error_of(self, run_set0: Callable[[], None], epilogue: str = "none") -> float:
+        """Poison C of set 0 with NaN, run, and return ||C - ref|| / ||ref||: on the GPU in
+        float64 through CuPy when it is installed (a 8192^3 reference takes milliseconds
+        there and minutes on the host), else on the host."""
+        nan = np.full(self.c[0].shape, np.nan, np.float32).astype(numpy_dtype(self.out))
+        self.c[0].set(nan)
+        run_set0()
+        if cublas_available() is None:
+            return self._device_error(epilogue)
+        if epilogue not in self._refs:
+            self._refs[epilogue] = reference(self.A, self.B, None, 1.0, 0.0, self.bias_host,
+                                             epilogue)
+        return compare(self.result(), self._refs[epilogue])[0]
+
+    def _device_error(self, epilogue: str) -> float:
+        import cupy
+        if epilogue not in self._refs:
+            up = [cupy.asarray(x.astype(np.float32)) for x in (self.A, self.B, self.bias_host)]
+            self._refs[epilogue] = reference(*up[:2], None, 1.0, 0.0, up[2], epilogue)
+        return compare(_cupy_float32(self.c[0], self.out, self.layout[2] == "c"),
+                       self._refs[epilogue])[0]
+
+
+def _cupy_float32(array, dtype: str, col: bool):
+    """A PyCUDA GPUArray of gemmgen dtype ``dtype`` as a float32 CuPy array (bf16 widened by
+    its bits, as CuPy has no bfloat16), matrices transposed back when stored column-major."""
+    import cupy
+    mem = cupy.cuda.UnownedMemory(int(array.gpudata), array.nbytes, array)
+    raw = {"fp32": cupy.float32, "fp16": cupy.float16, "bf16": cupy.uint16}[stored_as(dtype)]
+    x = cupy.ndarray(array.shape, raw, cupy.cuda.MemoryPointer(mem, 0))
+    if dtype == "bf16":
+        x = (x.astype(cupy.uint32) << 16).view(cupy.float32)
+    x = x.astype(cupy.float32)
+    return cupy.swapaxes(x, -1, -2) if col else x
+
+
+def bench_kernel(kernel, p: Problem) -> tuple[Timing, float]:
+    """(timing, relative error) of a built gemmgen kernel on problem ``p`` (alpha 1, beta 0)."""
+    err = p.error_of(lambda: p.launch(kernel, 0), kernel.config.epilogue)
+    return time_launches(lambda i: p.launch(kernel, i), p.sets), err
+
+
+def cublas_available() -> str | None:
+    """None when CuPy (our way to cuBLAS) can be used, else the reason it cannot."""
+    try:
+        import cupy  # noqa: F401
+    except ImportError as exc:
+        return f"CuPy is not installed ({exc}); pip install 'gemmgen[cublas]'"
+    return None
+
+
+def bench_cublas(p: Problem) -> tuple[Timing, float]:
+    """(timing, relative error) of cuBLAS on the same buffers and layouts: ``cublasGemmEx``
+    (``cublasGemmStridedBatchedEx`` for a batch) through CuPy, A and B in ``p.dtype``, C in
+    ``p.out``, FP32 compute (CUBLAS_COMPUTE_32F: SGEMM for fp32; _FAST_TF32 for tf32).
+    cuBLAS is column-major: a row-major C is computed as C^T = B^T A^T, a column-major C as
+    C = A B, each operand transposed or not as its layout requires."""
+    from cupy.cuda import cublas, device
+    handle = device.get_cublas_handle()
+    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)  # host pointer mode
+    compute = CUBLAS_COMPUTE_32F_FAST_TF32 if p.dtype == "tf32" else CUBLAS_COMPUTE_32F
+    ab, c = CUDA_R[p.dtype], CUDA_R[p.out]
+    a_row, b_row = p.layout[0] == "r", p.layout[1] == "r"
+    sa, sb, sc = p.strides
+    if p.layout[2] == "r":  # C^T (N x M) = op(B) op(A)
+        dims, first, second = (p.n, p.m, p.k), (p.b, p.ldb, int(not b_row), sb), \
+            (p.a, p.lda, int(not a_row), sa)
+    else:  # C (M x N) = op(A) op(B)
+        dims, first, second = (p.m, p.n, p.k), (p.a, p.lda, int(a_row), sa), \
+            (p.b, p.ldb, int(b_row), sb)
+
+    def launch(i: int) -> None:
+        (x, ldx, tx, sx), (y, ldy, ty, sy) = first, second
+        head = (handle, tx, ty, *dims, one.ctypes.data, int(x[i].gpudata), ab, ldx)
+        if p.batch:
+            cublas.gemmStridedBatchedEx(*head, sx, int(y[i].gpudata), ab, ldy, sy,
+                                        zero.ctypes.data, int(p.c[i].gpudata), c, p.ldc, sc,
+                                        p.batch, compute, -1)
+        else:
+            cublas.gemmEx(*head, int(y[i].gpudata), ab, ldy, zero.ctypes.data,
+                          int(p.c[i].gpudata), c, p.ldc, compute, -1)
+    return time_launches(launch, p.sets), p.error_of(lambda: launch(0))
+
+
+def device_info() -> dict:
+    """GPU name, SM count, L2 bytes, CUDA driver and toolkit versions of the current device."""
+    drv, _ = pycuda_modules()  # makes the primary context current
+    dev = drv.Context.get_device()
+    attr = drv.device_attribute
+    return {"gpu": dev.name(), "sms": dev.get_attribute(attr.MULTIPROCESSOR_COUNT),
+            "l2_bytes": dev.get_attribute(attr.L2_CACHE_SIZE),
+            "cuda_driver": _version(drv.get_driver_version()),
+            "cuda_version": ".".join(map(str, drv.get_version()))}
+
+
+def _version(v: int) -> str:
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+def run_bench(targets, sizes=DEFAULT_SIZES, seed: int | None = None, progress=None,
+              batch: int | None = None) -> dict:
+    """Benchmark ``targets`` (``(label, Kernel)`` pairs) and cuBLAS at each ``(M, N, K)``.
+
+    Returns the results document: device fields plus one row per kernel and size with TFLOP/s,
+    cuBLAS TFLOP/s from the same buffers in the same run, % of cuBLAS and the relative error.
+    ``progress(n)`` is called after each measurement.
+    """
+    info = device_info()
+    reason = cublas_available()
+    rng = np.random.default_rng(seed)
+    rows = []
+    groups = list(dict.fromkeys((k.config.dtype, k.config.out, k.config.layout)
+                                for _, k in targets))
+    for (m, n, k), (dtype, out, layout) in ((s, g) for s in sizes for g in groups):
+        p = Problem(m, n, k, rng, info["l2_bytes"], dtype, out, layout, batch)
+        cub = bench_cublas(p) if reason is None else None
+        if progress:
+            progress(1)
+        for label, kernel in targets:
+            if (kernel.config.dtype, kernel.config.out, kernel.config.layout) != (dtype, out, layout):
+                continue
+            timing, err = bench_kernel(kernel, p)
+            flops = (batch or 1) * tflops(m, n, k, timing.median)
+            cub_flops = (batch or 1) * tflops(m, n, k, cub[0].median) if cub else None
+            rows.append({
+                "kernel": label, "name": kernel.name, "config": kernel.config.as_dict(),
+                "dtype": kernel.config.dtype, "M": m, "N": n, "K": k,
+                "tflops": round(flops, 3),
+                "cublas_tflops": round(cub_flops, 3) if cub_flops else None,
+                "pct_cublas": round(100 * flops / cub_flops, 1) if cub_flops else None,
+                "rel_error": err, "cublas_rel_error": cub[1] if cub else None,
+                "passed": bool(err <= tolerance(k, dtype, kernel.config.acc, out,
+                                                getattr(kernel.config, "math", "native"))),
+                "acc": kernel.config.acc, "out": out, "layout": layout, "batch": batch,
+                "epilogue": kernel.config.epilogue, "specialized": kernel.config.specialized,
+                "time_ms": round(timing.median * 1e3, 4), "p20_ms": round(timing.p20 * 1e3, 4),
+                "p80_ms": round(timing.p80 * 1e3, 4), "reps": timing.reps,
+                "registers": kernel.registers, "smem_bytes": kernel.smem_bytes})
+            if progress:
+                progress(1)
+        del p
+    cublas = ("cublasGemmEx via CuPy, FP32 compute (FAST_TF32 for tf32), same buffers"
+              if reason is None else reason)
+    return {**info, "cublas": cublas, "rows": rows}

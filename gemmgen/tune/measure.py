@@ -1,0 +1,92 @@
+"""Measuring for the tuner: verify, then time, one compiled candidate on one GPU (worker side)."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import traceback
+
+import numpy as np
+
+from ..model.families import config_from_dict
+from ..model.space import predict
+from ..runtime.build import from_cubin
+from ..runtime.device import device_limits
+from .bench import Problem, bench_cublas, cublas_available, device_info, tflops, time_launches
+from .verify import check, device_runner, tolerance
+
+VERIFY_CASE = (257, 131, 95, 1.5, -0.5)  # ragged in M, N and K, alpha and beta != 0, 1
+
+
+class Measurer:
+    """Owns the target problem's buffers and reference on the current GPU."""
+
+    def __init__(self, m: int, n: int, k: int, dtype: str, out: str, run_timeout: float,
+                 seed: int | None = None):
+        self.info = device_info()
+        self.rng = np.random.default_rng(seed)
+        self.problem = Problem(m, n, k, self.rng, self.info["l2_bytes"], dtype, out)
+        self.run_timeout = run_timeout
+        self.device = device_limits()
+
+    def cublas_tflops(self) -> float | None:
+        if cublas_available() is not None:
+            return None
+        p = self.problem
+        return round(tflops(p.m, p.n, p.k, bench_cublas(p)[0].median), 3)
+
+    def measure(self, cfg, cubin: bytes, ptxas: dict) -> dict:
+        """A database row: status ok (verified, then timed), wrong, timeout or launch_error."""
+        p = self.problem
+        row = {"config": cfg.as_dict(), "registers": ptxas["registers"],
+               "spill_bytes": ptxas["spill_stores"] + ptxas["spill_loads"]}
+        kernel = from_cubin(cfg, self.device.arch, cubin)
+        row["model"] = predict(cfg, p.m, p.n, p.k, self.device, kernel.registers)
+        math_ = getattr(cfg, "math", "native")
+        small = check(cfg.name, device_runner(kernel), *VERIFY_CASE, self.rng, cfg.dtype,
+                      cfg.acc, cfg.out, math_=math_)
+
+        def launch(i: int) -> None:
+            p.launch(kernel, i)
+        start = time.perf_counter()
+        err = p.error_of(lambda: launch(0))  # poisoned C, target shape, before any timing
+        first = time.perf_counter() - start
+        row["rel_error"] = err
+        if not small.passed or not err <= tolerance(p.k, cfg.dtype, cfg.acc, cfg.out, math_):
+            bad = small if not small.passed else None
+            return {**row, "status": "wrong", "reason": (
+                f"{bad.m}x{bad.n}x{bad.k}: rel error {bad.rel_error:.2e} at {bad.worst}"
+                if bad else f"target shape: rel error {err:.2e}")}
+        if first > self.run_timeout:
+            return {**row, "status": "timeout", "reason": f"one launch took {first:.2f} s"}
+        timing = time_launches(launch, p.sets)
+        return {**row, "status": "ok", "reason": "", "time_ms": round(timing.median * 1e3, 4),
+                "tflops": round(tflops(p.m, p.n, p.k, timing.median), 3)}
+
+
+def worker_main(device: int | None, request: dict, tasks, results) -> None:
+    """Process entry: pin to ``device``, build a Measurer, then measure tasks until None.
+
+    Messages to ``results``: ("ready", device, info), ("start", device, name),
+    ("row", device, name, row), ("fatal", device, text).
+    """
+    if device is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
+    try:
+        meas = Measurer(request["m"], request["n"], request["k"], request["dtype"],
+                        request["out"], request["run_timeout"], request.get("seed"))
+        results.put(("ready", device, {**meas.info, "arch": meas.device.arch,
+                                       "limits": dataclasses.asdict(meas.device),
+                                       "cublas_tflops": meas.cublas_tflops()}))
+    except Exception:  # noqa: BLE001 - reported to the parent, which stops the run
+        results.put(("fatal", device, traceback.format_exc()))
+        return
+    while (task := tasks.get()) is not None:
+        name, cfg_dict, cubin, ptxas = task
+        results.put(("start", device, name))
+        try:
+            row = meas.measure(config_from_dict(cfg_dict), cubin, ptxas)
+        except Exception as exc:  # noqa: BLE001 - a failed launch is a row, not a crash
+            row = {"config": cfg_dict, "status": "launch_error",
+                   "reason": f"{type(exc).__name__}: {exc}".strip()[:500]}
+        results.put(("row", device, name, {**row, "device": device}))
