@@ -8,13 +8,13 @@ Importing this module imports PyTorch (``import gemmgen`` alone does not). The o
 computes ``act(a @ b + bias)`` for a (M x K) and b (K x N), float16, bfloat16 or float32 CUDA
 tensors of one dtype, each row- or column-major (a transposed view is passed as it is: the
 kernel's layout follows the strides; any other strides are made contiguous first). ``bias``
-holds N values of the same dtype; ``epilogue`` is one of ``gemmgen.model.EPILOGUES`` ("none",
+holds N values of the same dtype; ``epilogue`` is one of ``gemmgen.model.config.EPILOGUES`` ("none",
 "bias", "relu", "gelu", "bias_relu", "bias_gelu"; gelu is the tanh approximation) and is fused
 into the kernel. The result is a new row-major M x N tensor of a's dtype.
 
 - The kernel is ``gemmgen.gemm``'s choice for the shape (tuned winner, nearest tuned shape, or
   the fastest family's default preset); compiled cubins come from gemmgen's disk cache.
-- It launches on ``torch.cuda.current_stream()`` through the driver API (``gemmgen.cudrv``):
+- It launches on ``torch.cuda.current_stream()`` through the driver API (``gemmgen.runtime.driver``):
   no allocation but the output's (by PyTorch's allocator), no synchronization, so a call is
   captured by ``torch.cuda.graph``. Warm up once before capture (as PyTorch asks for any
   graph): the first call for a shape may compile and loads the kernel.
@@ -143,7 +143,7 @@ _DRIVER: list = []
 
 
 def _driver():
-    """(pycuda.driver, gemmgen.dispatch.gemm, PyTorch's index of gemmgen's device), the primary
+    """(pycuda.driver, gemmgen.runtime.api.gemm, PyTorch's index of gemmgen's device), the primary
     context made current on first use. gemmgen's device is PyCUDA's primary context's, found
     among PyTorch's devices by PCI address (device 0 where PyTorch does not report one)."""
     if not _DRIVER:

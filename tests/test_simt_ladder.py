@@ -8,7 +8,8 @@ from collections import Counter
 import pytest
 
 from gemmgen import PRESETS, render
-from gemmgen.model.families.simt import LANES_M, LANES_N, WARP_SIZE
+from gemmgen.model.config import WARP_SIZE
+from gemmgen.model.families.simt.rules import LANES_M, LANES_N
 
 NEW_STEPS = ["simt_cs", "simt_swizzle", "simt_fragdb", "simt_256x128", "simt_peel", "simt_best"]
 BANKS = 32

@@ -78,33 +78,13 @@ def tune(m, n, k, dtype, family, layout, budget, max_configs, db_path, devices, 
     Every candidate is verified against a float64 reference before it is timed; failures are
     stored with their reasons. Re-running resumes: measured candidates are not measured again.
     """
-    if family and dtype not in FAMILIES[family].dtypes:
-        raise click.BadParameter(f"the {family} family takes {', '.join(FAMILIES[family].dtypes)}"
-                                 f", not {dtype}", param_hint="--dtype")
-    if family:
-        if not laid_out(FAMILIES[family].space(dtype), layout):
-            raise click.BadParameter(f"the {family} family has no {dtype} configuration in "
-                                     f"layout {layout}", param_hint="--layout")
-    if show and (devices or jobs):
-        raise click.UsageError("--show prints what is stored; it runs nothing (drop --devices "
-                               "and --jobs)")
+    _check_tune_args(family, dtype, layout, show, devices, jobs)
     if plot_path:
         require_matplotlib("--plot")
-    try:
-        db = tunedb.TuneDB(db_path)
-    except tunedb.TuneDBError as exc:
-        if db_path is not None:
-            raise click.BadParameter(str(exc), param_hint="--db") from None
-        raise click.ClickException(f"{exc} (the default database; set $GEMMGEN_TUNE_DB or "
-                                   f"--db to use another)") from None
+    db = _open_db(db_path)
     req = Request(m, n, k, dtype, family, budget, max_configs, layout=layout)
     if show:
-        entry = _stored(db, req)
-        click.echo(report.show(entry))
-        if explain:
-            click.echo(report.explain(entry))
-        if plot_path:
-            click.echo(f"wrote {report.plot(entry, plot_path)}")
+        _print_entry(_stored(db, req), explain, plot_path)
         return
     count = device_count()  # exit 1, one line, without PyCUDA, a driver or a device
     missing = [d for d in devices or [] if d >= count]
@@ -122,14 +102,45 @@ def tune(m, n, k, dtype, family, layout, budget, max_configs, db_path, devices, 
                f"estimate, {stats['chosen']} chosen by the model; "
                f"{stats['already_measured']} measured before, {stats['measured_now']} now"
                + ("; stopped by --budget (run again to resume)" if stats["budget_hit"] else ""))
-    click.echo(report.show(entry, limit=10))
+    _print_entry(entry, explain, plot_path, limit=10)
+    click.echo(f"database: {db.path}")
+    if not entry.get("winner"):
+        sys.exit(1)
+
+
+def _check_tune_args(family, dtype, layout, show, devices, jobs) -> None:
+    """Usage errors of ``tune`` that need no database or GPU (exit 2, naming the option)."""
+    if family and dtype not in FAMILIES[family].dtypes:
+        raise click.BadParameter(f"the {family} family takes {', '.join(FAMILIES[family].dtypes)}"
+                                 f", not {dtype}", param_hint="--dtype")
+    if family:
+        if not laid_out(FAMILIES[family].space(dtype), layout):
+            raise click.BadParameter(f"the {family} family has no {dtype} configuration in "
+                                     f"layout {layout}", param_hint="--layout")
+    if show and (devices or jobs):
+        raise click.UsageError("--show prints what is stored; it runs nothing (drop --devices "
+                               "and --jobs)")
+
+
+def _open_db(db_path) -> tunedb.TuneDB:
+    """The tuning database at ``db_path`` (default: the user's); a file gemmgen cannot read is
+    a usage error naming --db, or one line naming the default database."""
+    try:
+        return tunedb.TuneDB(db_path)
+    except tunedb.TuneDBError as exc:
+        if db_path is not None:
+            raise click.BadParameter(str(exc), param_hint="--db") from None
+        raise click.ClickException(f"{exc} (the default database; set $GEMMGEN_TUNE_DB or "
+                                   f"--db to use another)") from None
+
+
+def _print_entry(entry: dict, explain: bool, plot_path, limit: int = 20) -> None:
+    """A tuning entry's table, and with ``explain`` and ``plot_path`` its explanation and plot."""
+    click.echo(report.show(entry, limit=limit))
     if explain:
         click.echo(report.explain(entry))
     if plot_path:
         click.echo(f"wrote {report.plot(entry, plot_path)}")
-    click.echo(f"database: {db.path}")
-    if not entry.get("winner"):
-        sys.exit(1)
 
 
 def _stored(db, req) -> dict:

@@ -21,7 +21,7 @@ def _distance(field: str, old, new) -> float:
 def nearest(cfg, count: int = 3) -> list:
     """Up to ``count`` valid configs of ``type(cfg)`` that differ from ``cfg`` in the fewest
     fields (at most MAX_CHANGES), closest first, ties broken by name. A config that the
-    register estimate says would spill (``gemmgen.space.spill_risk``) is never suggested."""
+    register estimate says would spill (``gemmgen.model.registers.spill_risk``) is never suggested."""
     base = cfg.as_dict()
     base.pop("family")
     cls = type(cfg)

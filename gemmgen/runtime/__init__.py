@@ -1,1 +1,5 @@
-"""runtime"""
+"""Running kernels: the device (``device``), the driver API for raw streams (``driver``), loading
+cubins into ``Kernel`` objects (``build``, ``kernel``), TMA maps and the wgmma launch path
+(``tma``, ``tma_kernel``), operand checks (``operands``), launches (``launch``), launch plans
+(``plans``) and ``gemm`` (``api``). PyCUDA is imported only when a kernel is loaded.
+"""

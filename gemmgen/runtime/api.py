@@ -50,6 +50,10 @@ def _problem(A, B, dtype: str | None, math_: str) -> tuple:
     """(dtype the kernel runs, M, N, K, batch) of ``gemm``'s operands: the dtype is
     ``dtype`` or A's, through ``math_dtype``; the batch is the larger leading extent of 3-D
     operands (1 for matrices)."""
+    for name, x in (("A", A), ("B", B)):
+        if getattr(x, "ndim", 2) not in (2, 3):
+            raise OperandError(f"{name} must be a 2-D matrix or a 3-D batch; got shape "
+                               f"{tuple(getattr(x, 'shape', ()))}")
     dt = math_dtype(dtype or dtype_name_of(A), math_)
     batch = max(x.shape[0] if getattr(x, "ndim", 2) == 3 else 1 for x in (A, B))
     return dt, A.shape[-2], B.shape[-1], A.shape[-1], batch
@@ -108,28 +112,21 @@ def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
             if C is None and beta != 0:
                 raise OperandError("C is required when beta != 0 (beta scales the existing C)")
             return plan.run(A, B, C, alpha, beta, bias, stream)
-    for name, x in (("A", A), ("B", B)):
-        if getattr(x, "ndim", 2) not in (2, 3):
-            raise OperandError(f"{name} must be a 2-D matrix or a 3-D batch; got shape "
-                               f"{tuple(getattr(x, 'shape', ()))}")
     dt, m, n, k, batch = _problem(A, B, dtype, math)
     lay = layout_of(A, B, C, dt)
     epi = epilogue or ("bias" if bias is not None else "none")
     kernel, choice = _kernel_for(dt, m, n, k, db, lay, epi, _c_aligned(C, dt, m, n), math,
                                  batch)
-    if choice.swap:
-        if fast:
-            plan = make_plan(kernel, choice.how, transposed(B), transposed(A), transposed(C), bias, beta)
-            plan.swap = True
-            _PLANS[key] = plan
-            return plan.run(A, B, C, alpha, beta, bias, stream)
-        out = kernel(transposed(B), transposed(A), transposed(C), alpha=alpha, beta=beta, bias=bias, stream=stream)
-        return C if C is not None else transposed(out)
+    ops = (transposed(B), transposed(A), transposed(C)) if choice.swap else (A, B, C)
     if fast:
-        plan = make_plan(kernel, choice.how, A, B, C, bias, beta)
+        plan = make_plan(kernel, choice.how, *ops, bias, beta)
+        plan.swap = choice.swap
         _PLANS[key] = plan
         return plan.run(A, B, C, alpha, beta, bias, stream)
-    return kernel(A, B, C, alpha=alpha, beta=beta, bias=bias, stream=stream)
+    out = kernel(*ops, alpha=alpha, beta=beta, bias=bias, stream=stream)
+    if choice.swap:
+        return C if C is not None else transposed(out)
+    return out
 
 
 def chosen(A, B, dtype: str | None = None, db: str | None = None, epilogue: str = "none",

@@ -72,7 +72,7 @@ class Kernel:
         """Enqueue one launch on device pointers (no checks; asynchronous). Strides are the
         elements between consecutive matrices of a batch (0 broadcasts one matrix).
         ``stream``: None (the legacy default stream), a PyCUDA ``Stream``, or a raw ``CUstream``
-        handle (an int, or a PyTorch/CuPy stream), launched through ``gemmgen.cudrv``."""
+        handle (an int, or a PyTorch/CuPy stream), launched through ``gemmgen.runtime.driver``."""
         grid_x, grid_y, _ = self.config.grid(m, n)
         raw = raw_stream(stream)
         if raw is not None:
@@ -87,7 +87,7 @@ class Kernel:
             shared_size=self.config.dynamic_smem_bytes)
 
     def raw_function(self):
-        """This kernel loaded through the driver API (``gemmgen.cudrv.RawFunction``) for launches
+        """This kernel loaded through the driver API (``gemmgen.runtime.driver.RawFunction``) for launches
         on raw stream handles; loaded on first use. Raises ``RuntimeError`` when the Kernel was
         made without its cubin."""
         raw = self.__dict__.get("_raw")

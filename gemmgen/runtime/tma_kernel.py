@@ -32,7 +32,7 @@ class TmaKernel(Kernel):
       any caller layout or alignment) into a workspace; the GEMM runs over 3x K.
     - operands TMA cannot describe (a base address, row or batch stride that is not a
       multiple of 16 bytes): ``<name>_pack`` copies A and/or B into 16-byte-padded rows when
-      ``gemmgen.cost.unaligned`` predicts that beats the ``fallback`` kernel (WMMA, same
+      ``gemmgen.heuristics.cost.unaligned`` predicts that beats the ``fallback`` kernel (WMMA, same
       dtypes, layout and epilogue), else the fallback runs. A C that TMA cannot store to (a
       ``store="tma"`` kernel) always takes the fallback.
     - ``split_k > 1``: the GEMM stores fp32 partial sums per slice into a workspace and

@@ -198,21 +198,21 @@ def tune(req: Request, db: tunedb.TuneDB, runner, *, compile_fn=compile_candidat
     # Resolve the family once (it enumerates the spaces when not given).
     req = dataclasses.replace(req, family=req.family_on(dev.arch))
     chosen, stats = plan(req, dev)
-    key = tunedb.key(info["gpu"], req.dtype, req.m, req.n, req.k, req.layout,
-                     req.family_on(dev.arch))
-    entry = db.entry(key, gpu=info["gpu"], dtype=req.dtype, layout=req.layout, M=req.m,
-                     N=req.n, K=req.k, family=req.family_on(dev.arch))
-    if entry.get("cublas_tflops") is None:
-        entry["cublas_tflops"] = info.get("cublas_tflops")
-        db.save()
+    key = _open_entry(db, req, info)
     done = db.measured(key)
     todo = {c.name: (c, pred) for c, pred in chosen if c.name not in done}
     stats.update(already_measured=len(chosen) - len(todo), measured_now=0, budget_hit=False)
+
+    def finish(name: str, row: dict) -> None:
+        db.record(key, name, row)
+        stats["measured_now"] += 1
+        if progress:
+            progress(1)
     deadline = time.monotonic() + req.budget_s
     # nvcc is a subprocess already: threads drive the parallel compiles, so no Python process
     # is spawned (a user script without a __main__ guard would run again in each one).
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:
-        arch = get_family(req.family_on(dev.arch)).arch_for(cc_of(dev.arch))
+        arch = get_family(req.family).arch_for(cc_of(dev.arch))
         futures = {pool.submit(compile_fn, render(c, arch), arch, c.name,
                                req.compile_timeout): name for name, (c, _) in todo.items()}
         pending, measuring = set(futures), 0
@@ -225,32 +225,45 @@ def tune(req: Request, db: tunedb.TuneDB, runner, *, compile_fn=compile_candidat
                                  if pending else (set(), set()))
             for f in finished:
                 cfg, pred = todo[futures[f]]
-                try:
-                    cubin, ptxas = f.result()
-                except (BuildError, OSError) as exc:
-                    reason = getattr(exc, "log", str(exc)).strip().splitlines()
-                    db.record(key, cfg.name, {"config": cfg.as_dict(), "status": "compile_error",
-                                              "reason": " | ".join(reason[-3:])[:500],
-                                              "model": pred})
-                    stats["measured_now"] += 1
-                    progress and progress(1)
+                row = _unmeasurable(cfg, pred, f)
+                if row is not None:
+                    finish(cfg.name, row)
                     continue
-                reason = spill_reason(ptxas)
-                if reason:  # compiled, but local memory: a row with the reason, never timed
-                    db.record(key, cfg.name, {"config": cfg.as_dict(), "status": "spill",
-                                              "reason": reason, "registers": ptxas.get("registers"),
-                                              "spill_bytes": ptxas.get("spill_stores", 0)
-                                              + ptxas.get("spill_loads", 0), "model": pred})
-                    stats["measured_now"] += 1
-                    progress and progress(1)
-                    continue
-                runner.submit(cfg.name, cfg, cubin, ptxas)
+                runner.submit(cfg.name, cfg, *f.result())
                 measuring += 1
             for name, row in runner.poll(0.0 if pending else 0.5):
                 row.setdefault("config", todo[name][0].as_dict())
                 row.setdefault("model", todo[name][1])
-                db.record(key, name, row)
+                finish(name, row)
                 measuring -= 1
-                stats["measured_now"] += 1
-                progress and progress(1)
     return key, db.entries[key], stats
+
+
+def _open_entry(db: tunedb.TuneDB, req: Request, info: dict) -> str:
+    """The database key of ``req`` on the runner's GPU, its entry made (with cuBLAS's TFLOP/s
+    from the runner) if new."""
+    key = tunedb.key(info["gpu"], req.dtype, req.m, req.n, req.k, req.layout, req.family)
+    entry = db.entry(key, gpu=info["gpu"], dtype=req.dtype, layout=req.layout, M=req.m,
+                     N=req.n, K=req.k, family=req.family)
+    if entry.get("cublas_tflops") is None:
+        entry["cublas_tflops"] = info.get("cublas_tflops")
+        db.save()
+    return key
+
+
+def _unmeasurable(cfg, pred: dict, future) -> dict | None:
+    """The row of a candidate that cannot be timed: nvcc failed (compile_error) or ptxas
+    spilled to local memory (spill); None when its cubin is ready to measure."""
+    try:
+        _, ptxas = future.result()
+    except (BuildError, OSError) as exc:
+        reason = getattr(exc, "log", str(exc)).strip().splitlines()
+        return {"config": cfg.as_dict(), "status": "compile_error",
+                "reason": " | ".join(reason[-3:])[:500], "model": pred}
+    reason = spill_reason(ptxas)
+    if reason:  # compiled, but local memory: a row with the reason, never timed
+        return {"config": cfg.as_dict(), "status": "spill", "reason": reason,
+                "registers": ptxas.get("registers"),
+                "spill_bytes": ptxas.get("spill_stores", 0) + ptxas.get("spill_loads", 0),
+                "model": pred}
+    return None

@@ -1,80 +1,12 @@
-"""The tensor-core family through the WMMA API (mma.sync) for FP16, BF16 and TF32 inputs: its
-configuration model, rule table, search space and ladder (Lei Mao v07, gty111's steps)."""
+"""The wmma family's configuration: fields, identity and derived figures."""
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
-from ..arch import get_arch
-from ..config import (
-    EPILOGUES,
-    LAYOUTS,
-    MAX_THREADS_PER_SM,
-    WARP_SIZE,
-    ConfigBase,
-    Family,
-    Preset,
-    div,
-    tile_intensity,
-)
-from ..dtypes import CTYPES, ELEM_BYTES, stored_as
-from ..rules import Rule, at_least, at_most, equal, multiple_of, one_of
-
-LOAD_BYTES = 16          # every global -> shared copy is one 16-byte cp.async
-MAX_DYNAMIC_SMEM = 227 * 1024  # the largest opt-in on any supported arch (sm_90)
-MAX_ACC_REGS = 128
-SHAPES = {"m16n16k16": (16, 16, 16), "m32n8k16": (32, 8, 16), "m8n32k16": (8, 32, 16),
-          "m16n16k8": (16, 16, 8)}
-FRAG_CTYPES = {"fp16": "half", "bf16": "__nv_bfloat16", "tf32": "wmma::precision::tf32"}
-
-_TF32 = equal("DTYPE_TF32", 1)
-
-WMMA_RULES: tuple[Rule, ...] = (
-    Rule("W01", "bm-positive", at_least("BM", 1), "the block tile needs rows"),
-    Rule("W02", "bn-positive", at_least("BN", 1), "the block tile needs columns"),
-    Rule("W03", "bk-positive", at_least("BK", 1), "each K step covers at least one k"),
-    Rule("W04", "wm-positive", at_least("WM", 1), "each warp owns at least one row"),
-    Rule("W05", "wn-positive", at_least("WN", 1), "each warp owns at least one column"),
-    Rule("W06", "skew-nonnegative", at_least("SKEW", 0), "skew pads shared-memory rows"),
-    Rule("W07", "stages-range", one_of("STAGES", (1, 2, 3, 4, 5, 6)),
-         "1 = single buffer, 2 = double buffer, 3+ = cp.async pipeline"),
-    Rule("W08", "tf32-shape", equal("WMMA_K", 8), "TF32 WMMA exists only as m16n16k8",
-         when=_TF32),
-    Rule("W09", "half-shape", equal("WMMA_K", 16),
-         "FP16 and BF16 WMMA shapes are m16n16k16, m32n8k16 and m8n32k16",
-         when=equal("DTYPE_TF32", 0)),
-    Rule("W10", "fp16-accumulator", equal("DTYPE_FP16", 1),
-         "only FP16 inputs can accumulate in FP16", when=equal("ACC_FP16", 1)),
-    Rule("W11", "fp16-output", equal("DTYPE_FP16", 1), "an FP16 C needs FP16 inputs",
-         when=equal("OUT_FP16", 1)),
-    Rule("W12", "bf16-output", equal("DTYPE_BF16", 1), "a BF16 C needs BF16 inputs",
-         when=equal("OUT_BF16", 1)),
-    Rule("W13", "bm-wm", multiple_of("BM", "WM"), "warp tiles must cover the block rows"),
-    Rule("W14", "bn-wn", multiple_of("BN", "WN"), "warp tiles must cover the block columns"),
-    Rule("W15", "wm-fragment", multiple_of("WM", "WMMA_M"), "WMMA tiles must cover the warp rows"),
-    Rule("W16", "wn-fragment", multiple_of("WN", "WMMA_N"),
-         "WMMA tiles must cover the warp columns"),
-    Rule("W17", "bk-fragment", multiple_of("BK", "WMMA_K"), "WMMA steps must cover the K tile"),
-    Rule("W18", "max-threads", at_most("THREADS", 1024), "CUDA allows 1024 threads per block"),
-    Rule("W19", "a-tile-loads", multiple_of(("BM", "BK"), ("THREADS", "VEC")),
-         "every thread copies the same number of 16-byte A chunks"),
-    Rule("W20", "b-tile-loads", multiple_of(("BK", "BN"), ("THREADS", "VEC")),
-         "every thread copies the same number of 16-byte B chunks"),
-    Rule("W21", "skew-align", multiple_of("SKEW", "VEC"),
-         "padded rows stay 16-byte aligned for cp.async and WMMA's ldm"),
-    Rule("W22", "acc-registers", at_most("ACC_REGS", MAX_ACC_REGS),
-         "more accumulator registers than half the 255-register budget spill"),
-    Rule("W23", "dynamic-smem", at_most("SMEM_BYTES", MAX_DYNAMIC_SMEM),
-         "no GPU lets one block opt in to more than 227 KiB of shared memory; emit and tune "
-         "also check the target arch's own limit"),
-    Rule("W24", "min-blocks-positive", at_least("MIN_BLOCKS", 1),
-         "__launch_bounds__ asks for at least one resident block"),
-    Rule("W25", "min-blocks-threads", at_most(("MIN_BLOCKS", "THREADS"), MAX_THREADS_PER_SM),
-         "no SM holds more than 2048 threads"),
-    Rule("W26", "col-a-fragment-align", multiple_of(("WMMA_M", "ELEM_BYTES"), 32),
-         "a column-major A tile is read in WMMA_M-row steps that must stay 32-byte aligned",
-         when=equal("LAYOUT_A_COL", 1)),
-)
+from ...arch import get_arch
+from ...config import EPILOGUES, LAYOUTS, WARP_SIZE, ConfigBase, div, tile_intensity
+from ...dtypes import CTYPES, ELEM_BYTES
+from .rules import FRAG_CTYPES, LOAD_BYTES, SHAPES, WMMA_RULES
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,83 +236,3 @@ class WmmaConfig(ConfigBase):
         scale = 8 + max(steps - 1, 0) + 8 * (self.dtype == "tf32") + 6 * (self.dtype == "bf16")
         return (14 * self.acc_regs // 10 + self.frag_regs * scale // 8
                 + self.a_loads + self.b_loads)
-
-
-PRESETS: tuple[Preset, ...] = (
-    # Every kernel of this family copies global -> shared with 16-byte cp.async, keeps
-    # accumulators in registers and stores C through a per-warp staging tile.
-    Preset("wmma_v07", WmmaConfig(128, 128, 16, 64, 32, dtype="fp16", acc="fp16", out="fp16",
-                                  skew=16, stages=1),
-           "WMMA m16n16k16 fragments from shared memory padded by 16 halves; FP16 accumulate",
-           "Lei Mao v07"),
-    Preset("wmma_noskew", WmmaConfig(128, 128, 32, 64, 64, out="fp16", skew=0, stages=3),
-           "64x64 warp tiles, FP32 accumulators, 3-stage cp.async, but no skew: fragment loads "
-           "conflict in shared-memory banks", "gty111 step 2 (the conflicts it removes)"),
-    Preset("wmma_regacc", WmmaConfig(128, 128, 32, 64, 64, out="fp16", skew=8, stages=1),
-           "FP32 accumulators in registers, 64x64 warp tiles, skew 8, coalesced staged stores; "
-           "one shared buffer", "gty111 steps 1, 2 and 4"),
-    Preset("wmma_db", WmmaConfig(128, 128, 32, 64, 64, out="fp16", skew=8, stages=2),
-           "cp.async double buffering: the next K tile streams in while this one is computed",
-           "gty111 steps 3 and 5"),
-    Preset("wmma_pipeline", WmmaConfig(128, 128, 32, 64, 64, out="fp16", skew=8, stages=4),
-           "4-stage cp.async pipeline, one barrier per K tile", "gty111 step 5, deeper"),
-    Preset("wmma_m32n8", WmmaConfig(128, 128, 32, 64, 64, shape="m32n8k16", out="fp16", skew=8,
-                                    stages=3),
-           "m32n8k16 fragments; B kept in 8-column panels so fragment pointers stay 32-byte "
-           "aligned", "CUDA C Programming Guide, WMMA shapes"),
-    Preset("wmma_bf16", WmmaConfig(128, 128, 32, 64, 64, shape="m8n32k16", dtype="bf16",
-                                   out="bf16", skew=8, stages=3),
-           "BF16 inputs and output, m8n32k16 fragments, FP32 accumulators, 3-stage pipeline",
-           "the sweep in benchmarks/explore.py"),
-    Preset("wmma_tf32", WmmaConfig(128, 256, 16, 64, 64, shape="m16n16k8", dtype="tf32",
-                                   skew=4, stages=3),
-           "TF32: float32 data rounded to TF32 in the fragments, m16n16k8, 128x256 block",
-           "the sweep in benchmarks/explore.py"),
-)
-
-SPACE = {
-    "bm": (64, 128, 256), "bn": (64, 128, 256), "bk": (16, 32, 64),
-    "warp": ((32, 32), (32, 64), (64, 32), (64, 64)), "stages": (2, 3, 4), "min_blocks": (1, 2),
-}
-SPACE_SHAPES = {"fp16": ("m16n16k16", "m32n8k16", "m8n32k16"),
-                "bf16": ("m16n16k16", "m32n8k16", "m8n32k16"), "tf32": ("m16n16k8",)}
-
-
-def space(dtype: str = "fp16") -> list[WmmaConfig]:
-    """Every configuration of the WMMA search space for ``dtype`` (fp16, bf16, tf32) that
-    passes the rules; C has the input dtype (float32 for tf32)."""
-    s = SPACE
-    out_dtype = stored_as(dtype)
-    skew = 4 if dtype == "tf32" else 8
-    out = []
-    for bm, bn, bk, (wm, wn), shape, st, mb in itertools.product(
-            s["bm"], s["bn"], s["bk"], s["warp"], SPACE_SHAPES[dtype], s["stages"],
-            s["min_blocks"]):
-        cfg = WmmaConfig.unchecked(bm=bm, bn=bn, bk=bk, wm=wm, wn=wn, shape=shape, dtype=dtype,
-                                   out=out_dtype, skew=skew, stages=st, min_blocks=mb)
-        if not cfg.violations():
-            out.append(cfg)
-    return out
-
-
-def _adjust(values: dict, given: set) -> dict:
-    """TF32 has one WMMA shape: take it unless the command line named another."""
-    if values.get("dtype") == "tf32" and "shape" not in given:
-        values = {**values, "shape": "m16n16k8"}
-    return values
-
-
-FAMILY = Family(
-    name="wmma", config=WmmaConfig,
-    summary="tensor cores through the WMMA API (mma.sync); sm_80 and newer",
-    dtypes=("fp16", "bf16", "tf32"), presets=PRESETS,
-    defaults={"fp16": "wmma_pipeline", "bf16": "wmma_bf16", "tf32": "wmma_tf32"},
-    flag_defaults={"bm": 128, "bn": 128, "bk": 32, "wm": 64, "wn": 64},
-    field_help={
-        "bm": "block tile rows (M)", "bn": "block tile columns (N)", "bk": "block tile depth (K)",
-        "wm": "warp tile rows", "wn": "warp tile columns", "shape": "WMMA fragment shape",
-        "dtype": "A and B dtype", "acc": "accumulator dtype", "out": "C dtype",
-        "skew": "padding elements per shared-memory row", "stages": "shared buffers, 1 to 6",
-        "min_blocks": "resident blocks per SM asked of ptxas (__launch_bounds__)",
-    },
-    space=space, min_cc=80, adjust=_adjust)

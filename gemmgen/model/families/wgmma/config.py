@@ -1,0 +1,326 @@
+"""The wgmma family's configuration: fields, identity and derived figures."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...config import EPILOGUES, LAYOUTS, WARP_SIZE, ConfigBase, div
+from ...dtypes import ELEM_BYTES
+from .env import WgmmaEnv
+from .rules import (
+    ALIGN_SLACK,
+    BARRIER_BYTES,
+    C_SWIZZLE,
+    MATHS,
+    REG_RESERVE,
+    REGISTER_FILE,
+    WARPGROUP,
+    WGMMA_K_BYTES,
+    WGMMA_M,
+    WGMMA_RULES,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WgmmaConfig(WgmmaEnv, ConfigBase):
+    """A Hopper GEMM kernel: C[M,N] = act(alpha * A[M,K] @ B[K,N] + beta * C + bias), with
+    ``wgmma.mma_async`` reading A and B from 128/64/32-byte-swizzled shared memory that TMA
+    fills. fp32 accumulators. sm_90a only.
+
+    Fields:
+    - ``bm, bn, bk``: block tile (elements). One wgmma is m64 x n``bn`` x k(32 bytes); BK x
+      element size is the swizzle width (64 for fp16/bf16 with 128-byte swizzle, 32 for tf32).
+    - ``dtype``: A and B (fp16, bf16, or tf32 on float32 storage); ``out``: C (fp16 or fp32
+      for fp16 inputs, bf16 or fp32 for bf16, fp32 for tf32).
+    - ``consumers``: consumer warpgroups (1 or 2). ``pingpong``: with 2, each takes whole
+      tiles in turn (CUTLASS ping-pong) instead of splitting one tile's rows (cooperative).
+    - ``producer``: a producer warpgroup issues the TMA loads (warp specialization, fast.cu
+      kernel 4); without it the one consumer warpgroup issues them itself.
+    - ``stages``: depth of the shared-memory ring (full/empty mbarrier pairs).
+    - ``swizzle``: bytes per swizzled shared-memory row (128, 64, 32).
+    - ``cluster_m, cluster_n``: CTAs per cluster along M and N; the CTAs of a cluster along M
+      share one B tile through TMA multicast (along N: one A tile).
+    - ``persistent``: one CTA per SM loops over tiles (fast.cu kernel 6); ``raster`` orders
+      the tiles: "grouped" (``group`` tile rows of M walked column by column, as in Triton's
+      grouped ordering) or "snake" (the same, alternating direction from group to group).
+    - ``regs_producer, regs_consumer``: ``setmaxnreg`` counts (0, 0: none).
+    - ``store``: "tma" (accumulators -> swizzled shared memory (stmatrix for 16-bit row-major
+      C) -> ``cp.async.bulk.tensor`` store) or "direct" (guarded stores from registers).
+    - ``split_k``: slices of K (1: none). Each slice stores fp32 partial sums in a workspace
+      (SPLIT_K x batch x M x N, in C's layout) and the module's ``<name>_reduce`` kernel sums
+      them in slice order (deterministic) and applies alpha, beta, bias and the activation
+      once. For skinny problems whose tiles cannot fill the SMs (CUTLASS's split-K serial
+      reduction, with a separate pass as in its "parallel" split-K).
+    - ``math``: "native", or "3xtf32" (dtype tf32): the module's ``<name>_split3`` kernel
+      writes each float32 operand as tf32 big = rna(x) and small = rna(x - big) parts,
+      K-major, per BK chunk of K (A: small, big, big; B: big, small, big), and the kernel
+      runs over 3x K, so each chunk sums small*big + big*small before big*big in fp32: the
+      order of CUTLASS's 3xTF32 (examples 27/28; Ootomo & Yokota 2022). FP32-level accuracy
+      on tf32 tensor cores; any caller layout (the pack transposes).
+    - ``flush``: with 3xTF32, chunks of K whose products the tensor core sums before they are
+      added to the accumulators in FP32 (round to nearest; the tensor core truncates).
+    - ``layout``, ``epilogue``, ``m, n, k``: as in the other families.
+
+    Raises ``ConfigError`` listing every broken rule of ``WGMMA_RULES`` with its numbers.
+    """
+
+    bm: int = 128
+    bn: int = 256
+    bk: int = 64
+    dtype: str = "fp16"
+    out: str = "fp16"
+    consumers: int = 2
+    pingpong: bool = False
+    producer: bool = True
+    stages: int = 3
+    swizzle: int = 128
+    cluster_m: int = 1
+    cluster_n: int = 1
+    persistent: bool = True
+    raster: str = "grouped"
+    group: int = 8
+    regs_producer: int = 40
+    regs_consumer: int = 232
+    store: str = "tma"
+    split_k: int = 1
+    math: str = "native"
+    flush: int = 1
+    layout: str = "rrr"
+    epilogue: str = "none"
+    m: int | None = None
+    n: int | None = None
+    k: int | None = None
+
+    family = "wgmma"
+    template = "wgmma.cu.j2"
+    rules = WGMMA_RULES
+    acc = "fp32"
+    min_blocks = 1
+    field_types = {"dtype": str, "out": str, "pingpong": bool, "producer": bool,
+                   "persistent": bool, "raster": str, "store": str, "math": str, "layout": str,
+                   "epilogue": str}
+    choices = {"dtype": ("fp16", "bf16", "tf32"), "out": ("fp16", "bf16", "fp32"),
+               "raster": ("grouped", "snake"), "store": ("tma", "direct"), "math": MATHS,
+               "layout": LAYOUTS, "epilogue": EPILOGUES}
+    optional = frozenset({"m", "n", "k"})
+    fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype", "out", "math")
+    search_domain = {
+        "bm": (64, 128, 192, 256), "bn": (64, 96, 128, 160, 192, 224, 256), "bk": (16, 32, 64),
+        "consumers": (1, 2), "pingpong": (False, True), "producer": (False, True),
+        "stages": (1, 2, 3, 4, 5, 6), "swizzle": (32, 64, 128), "cluster_m": (1, 2),
+        "cluster_n": (1, 2), "persistent": (False, True), "group": (1, 8, 16),
+        "regs_producer": (0, 24, 40), "regs_consumer": (0, 232, 240), "store": ("tma", "direct"),
+        "split_k": (1, 2, 3, 4, 6, 8),
+    }
+
+    # ---- identity -------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """Every field in a fixed order; the kernel symbol, file name and cache key."""
+        kind = "pp" if self.pingpong else "co"
+        ws = "ws" if self.producer else "nows"
+        sched = f"p{self.raster[0]}{self.group}" if self.persistent else f"np{self.raster[0]}{self.group}"
+        return (f"gemm_wgmma_{self.dtype}_{self.bm}x{self.bn}x{self.bk}_c{self.consumers}{kind}"
+                f"_{ws}_st{self.stages}_sw{self.swizzle}_cl{self.cluster_m}x{self.cluster_n}"
+                f"_{sched}_r{self.regs_producer}x{self.regs_consumer}_{self.store}"
+                f"_out{self.out}{f'_sk{self.split_k}' if self.split_k > 1 else ''}"
+                f"{'_3xtf32' if self.math == '3xtf32' else ''}"
+                f"{f'_f{self.flush}' if self.flush != 1 else ''}{self.feature_suffix()}")
+
+    def tile_shape(self) -> tuple:
+        return (self.bm, self.bn, self.bk, self.consumers, self.pingpong, self.cluster_m,
+                self.cluster_n)
+
+    def brief(self) -> str:
+        kind = "ping-pong" if self.pingpong else "cooperative"
+        return (f"block {self.bm}x{self.bn}x{self.bk}  {self.consumers} consumer WG ({kind})"
+                f"{' + producer' if self.producer else ''}  stages {self.stages}  swizzle "
+                f"{self.swizzle}  cluster {self.cluster_m}x{self.cluster_n}  "
+                f"{'persistent ' + self.raster if self.persistent else 'one tile per CTA'}  "
+                f"store {self.store}  out {self.out}"
+                f"{f'  split-K {self.split_k}' if self.split_k > 1 else ''}"
+                f"{'  3xTF32' if self.math == '3xtf32' else ''}")
+
+    # ---- derived figures ------------------------------------------------------------------
+    @property
+    def elem_bytes(self) -> int:
+        return ELEM_BYTES.get(self.dtype, 2)
+
+    @property
+    def out_bytes(self) -> int:
+        return ELEM_BYTES.get(self.out, 4)
+
+    @property
+    def wgmma_k(self) -> int:
+        """K of one wgmma: 16 for fp16/bf16, 8 for tf32."""
+        return WGMMA_K_BYTES // self.elem_bytes
+
+    @property
+    def threads(self) -> int:
+        """Threads per block: 128 per consumer warpgroup, plus 128 for the producer."""
+        return WARPGROUP * (self.consumers + int(self.producer))
+
+    @property
+    def warps(self) -> int:
+        return self.threads // WARP_SIZE
+
+    @property
+    def consumer_rows(self) -> int:
+        """Rows of C one consumer warpgroup computes per tile: BM/consumers (cooperative) or
+        BM (ping-pong)."""
+        return self.bm if self.pingpong else div(self.bm, self.consumers)
+
+    @property
+    def m_iters(self) -> int:
+        """64-row wgmma tiles per consumer warpgroup."""
+        return div(self.consumer_rows, WGMMA_M)
+
+    @property
+    def acc_regs(self) -> int:
+        """fp32 accumulator registers per consumer thread: m_iters x BN/2, twice that with
+        3xTF32 (a chunk's products gather in a second set before the FP32 add)."""
+        return self.m_iters * self.bn // 2 * (2 if self.math == "3xtf32" else 1)
+
+    @property
+    def sw_elems(self) -> int:
+        """Elements in one swizzle row."""
+        return div(self.swizzle, self.elem_bytes)
+
+    @property
+    def a_mn_major(self) -> bool:
+        """A column-major: M is contiguous (wgmma's 'transposed' A). Never with 3xTF32: its
+        pack kernel writes A K-major whatever the caller's layout."""
+        return self.layout[0] == "c" and self.math != "3xtf32"
+
+    @property
+    def b_mn_major(self) -> bool:
+        """B row-major: N is contiguous (wgmma's 'transposed' B). Never with 3xTF32."""
+        return self.layout[1] == "r" and self.math != "3xtf32"
+
+    def packed_k(self, k: int) -> int:
+        """K the kernel runs over for a caller's K: K itself, or with 3xTF32 three parts per
+        BK chunk of K rounded up to BK (small, big, big of A against big, small, big of B)."""
+        if self.math != "3xtf32":
+            return k
+        return 3 * -(-k // self.bk) * self.bk
+
+    def split_slices(self, k: int) -> list[tuple[int, int]]:
+        """(first K tile, K tiles) of each split-K slice for a K of ``k``: ceil(K tiles /
+        SPLIT_K) tiles each, the last slices shorter or empty (an empty slice stores zeros)."""
+        tiles = -(-self.packed_k(k) // self.bk)
+        per = -(-tiles // self.split_k)
+        return [(min(tiles, s * per), max(0, min(tiles, (s + 1) * per) - s * per))
+                for s in range(self.split_k)]
+
+    def _box(self, rows: int, mn_major: bool, split: int) -> dict:
+        """TMA boxes of one operand's stage: K-major: BK x rows/split (one box per CTA
+        share); MN-major: sw_elems x BK column blocks."""
+        if mn_major:
+            return {"box": (self.sw_elems, self.bk), "count": div(rows, self.sw_elems),
+                    "split_units": div(rows, self.sw_elems)}
+        return {"box": (self.bk, div(rows, split)), "count": 1, "split_units": div(rows, 8)}
+
+    @property
+    def a_box(self) -> dict:
+        """A's TMA box (inner, outer) in elements, the boxes per stage and the units a
+        multicast can split it into."""
+        return self._box(self.bm, self.a_mn_major, self.cluster_n)
+
+    @property
+    def b_box(self) -> dict:
+        return self._box(self.bn, self.b_mn_major, self.cluster_m)
+
+    @property
+    def a_stage_bytes(self) -> int:
+        return self.bm * self.bk * self.elem_bytes
+
+    @property
+    def b_stage_bytes(self) -> int:
+        return self.bn * self.bk * self.elem_bytes
+
+    @property
+    def stage_bytes(self) -> int:
+        """Bytes TMA lands in one stage of this CTA (the mbarrier's expected transaction)."""
+        return self.a_stage_bytes + self.b_stage_bytes
+
+    @property
+    def c_chunk(self) -> int:
+        """Elements of C in one 128-byte staging row."""
+        return C_SWIZZLE // self.out_bytes
+
+    @property
+    def c_smem_bytes(self) -> int:
+        """C staging for the TMA store: each consumer's rows x BN in C's dtype (0 for direct)."""
+        if self.store != "tma":
+            return 0
+        return self.consumers * self.consumer_rows * self.bn * self.out_bytes
+
+    @property
+    def c_chunks(self) -> int:
+        """TMA-store boxes per consumer tile: 128-byte chunks along C's contiguous dimension."""
+        extent = self.consumer_rows if self.layout[2] == "c" else self.bn
+        return div(extent, self.c_chunk)
+
+    @property
+    def barrier_bytes(self) -> int:
+        return 2 * self.stages * BARRIER_BYTES
+
+    @property
+    def c_smem_offset(self) -> int:
+        """Where the C staging tiles start: after the stages, rounded up to a 1024-byte atom
+        (the TMA store's 128-byte swizzle is a function of the address bits)."""
+        return -(-self.stages * self.stage_bytes // ALIGN_SLACK) * ALIGN_SLACK
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory per block: stages, C staging (1024-byte aligned), barriers and
+        the slack for rounding the base up to a 1024-byte atom."""
+        return self.c_smem_offset + self.c_smem_bytes + self.barrier_bytes + ALIGN_SLACK
+
+    @property
+    def static_smem_bytes(self) -> int:
+        return 0
+
+    @property
+    def dynamic_smem_bytes(self) -> int:
+        return self.smem_bytes
+
+    @property
+    def cluster(self) -> int:
+        return self.cluster_m * self.cluster_n
+
+    @property
+    def setmaxnreg(self) -> bool:
+        return bool(self.regs_producer or self.regs_consumer)
+
+    @property
+    def entry_regs(self) -> int:
+        """Registers per thread at entry under __launch_bounds__(threads, 1): the register
+        file over the threads, in steps of 8, at most 255."""
+        return min(255, div(REGISTER_FILE, self.threads) // 8 * 8)
+
+    @property
+    def consumer_regs(self) -> int:
+        """Registers a consumer thread has for its work: REGS_CONSUMER or the entry cap."""
+        return self.regs_consumer if self.setmaxnreg else self.entry_regs
+
+    def registers_needed(self) -> int:
+        """Registers a consumer thread needs: accumulators plus REG_RESERVE."""
+        return self.acc_regs + REG_RESERVE
+
+    def launch_registers(self) -> int:
+        """Registers per thread the block launches with: the __launch_bounds__(threads, 1)
+        cap (setmaxnreg then moves them between warpgroups)."""
+        return self.entry_regs
+
+    def register_cap(self) -> int:
+        """Registers a consumer thread may use: REGS_CONSUMER after setmaxnreg, else the
+        __launch_bounds__(threads, 1) cap (gemmgen.model.registers reads this instead of its own)."""
+        return self.consumer_regs
+
+    def grid(self, m: int, n: int) -> tuple[int, int, int]:
+        """CTAs for every tile of an M x N output, in whole clusters:
+        (ceil(M/(BM*CLUSTER_M)) * ceil(N/(BN*CLUSTER_N)) * CLUSTER, 1, 1). A non-persistent
+        launch uses it as is (z = batch); a persistent one (``TmaKernel.grid``) caps x at the
+        SMs, rounded down to whole clusters. Block = (threads, 1, 1)."""
+        tiles = (-(-m // (self.bm * self.cluster_m))) * (-(-n // (self.bn * self.cluster_n)))
+        return (tiles * self.cluster, 1, 1)

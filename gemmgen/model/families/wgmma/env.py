@@ -1,0 +1,144 @@
+"""What the wgmma family's template and emitted header read from a config: the named
+quantities (``env``, which the rules check too), the kernel's compile-time constants, its C++
+and PTX types, the wgmma inline-asm operand numbers and the derived figures of the header."""
+from __future__ import annotations
+
+from ...arch import get_arch
+from ...config import div, tile_intensity
+from ...dtypes import CTYPES
+from .rules import (
+    ALIGN_SLACK,
+    C_SWIZZLE,
+    PACK_ROWS,
+    PACK_TILE,
+    PTX_TYPES,
+    REG_RESERVE,
+    SMEM_OPTIN,
+    WARPGROUP,
+    WGMMA_K_BYTES,
+    WGMMA_M,
+)
+
+
+class WgmmaEnv:
+    """Mixed into ``WgmmaConfig``: everything here derives from its fields and geometry."""
+
+    __slots__ = ()
+
+    def env(self) -> dict[str, int]:
+        """The named quantities the rules and the template's constants use."""
+        a, b = self.a_box, self.b_box
+        return {
+            "BM": self.bm, "BN": self.bn, "BK": self.bk, "ELEM_BYTES": self.elem_bytes,
+            "OUT_BYTES": self.out_bytes, "CONSUMERS": self.consumers,
+            "PINGPONG": int(self.pingpong), "PRODUCER": int(self.producer),
+            "M_SPLIT": 1 if self.pingpong else self.consumers, "STAGES": self.stages,
+            "EMPTY_ARRIVALS": (1 if self.pingpong else self.consumers) * self.cluster,
+            "SWIZZLE": self.swizzle, "SW_ELEMS": self.sw_elems, "CLUSTER_M": self.cluster_m,
+            "CLUSTER_N": self.cluster_n, "CLUSTER": self.cluster,
+            "PERSISTENT": int(self.persistent), "GROUP": self.group,
+            "RASTER_SNAKE": int(self.raster == "snake"),
+            "SETMAXNREG": int(self.setmaxnreg), "REGS_PRODUCER": self.regs_producer,
+            "REGS_CONSUMER": self.regs_consumer,
+            "REG_POOL": (self.regs_producer + self.consumers * self.regs_consumer) * WARPGROUP,
+            "ENTRY_REGS": self.entry_regs, "ACC_BUDGET": self.consumer_regs - REG_RESERVE,
+            "STORE_TMA": int(self.store == "tma"),
+            "ROW_MAJOR_TMA_STORE": int(self.store == "tma" and self.layout[2] == "r"),
+            "DTYPE_FP16": int(self.dtype == "fp16"), "DTYPE_BF16": int(self.dtype == "bf16"),
+            "DTYPE_TF32": int(self.dtype == "tf32"), "OUT_FP16": int(self.out == "fp16"),
+            "OUT_BF16": int(self.out == "bf16"), "OUT_16BIT": int(self.out_bytes == 2),
+            "A_MN_MAJOR": int(self.a_mn_major), "B_MN_MAJOR": int(self.b_mn_major),
+            "SPLIT_K": self.split_k, "MATH_3XTF32": int(self.math == "3xtf32"),
+            "FLUSH": self.flush, "FLUSH_TILES": 3 * self.flush,
+            "PACK_TILE": PACK_TILE, "PACK_ROWS": PACK_ROWS,
+            "WGMMA_M": WGMMA_M, "WGMMA_N": self.bn, "WGMMA_K": self.wgmma_k,
+            "K_STEPS": div(self.bk, self.wgmma_k), "CONSUMER_ROWS": self.consumer_rows,
+            "M_ITERS": self.m_iters, "ACC_REGS": self.acc_regs, "THREADS": self.threads,
+            "WARPGROUP": WARPGROUP,
+            "A_BOX_INNER": a["box"][0], "A_BOX_ROWS": a["box"][1], "A_BOXES": a["count"],
+            "B_BOX_INNER": b["box"][0], "B_BOX_ROWS": b["box"][1], "B_BOXES": b["count"],
+            "A_SPLIT_UNITS": a["split_units"], "B_SPLIT_UNITS": b["split_units"],
+            "A_STAGE_BYTES": self.a_stage_bytes, "B_STAGE_BYTES": self.b_stage_bytes,
+            "STAGE_BYTES": self.stage_bytes, "C_CHUNK": self.c_chunk,
+            "C_CHUNKS": self.c_chunks, "C_SMEM_BYTES": self.c_smem_bytes,
+            "C_BOX_ROWS": self.consumer_rows if self.layout[2] == "r" else self.bn,
+            "SMEM_BYTES": self.smem_bytes, "SMEM_OPTIN": SMEM_OPTIN,
+            **self.feature_env(),
+            **({"K_SPEC": self.packed_k(self.k)} if self.k and self.math == "3xtf32" else {}),
+        }
+
+    def template_constants(self) -> dict[str, int]:
+        """Every compile-time constant the kernel declares: the env plus shared-memory offsets
+        and wgmma descriptor strides (bytes)."""
+        e = self.env()
+        a_off = 0
+        b_off = self.stages * self.a_stage_bytes
+        c_off = self.c_smem_offset
+        bar_off = c_off + self.c_smem_bytes
+        # wgmma matrix descriptors: K-major tiles step 8 rows (SBO) of one swizzle row each and
+        # advance 32 bytes per wgmma K; MN-major tiles hold BK rows per swizzle-wide column
+        # block (LBO between blocks), 8 K rows per SBO, and advance 16 K rows per wgmma K.
+        sbo = 8 * self.swizzle
+        mn_lbo = self.bk * self.swizzle
+        k_step_kmajor = WGMMA_K_BYTES
+        k_step_mnmajor = 16 * self.swizzle
+        c_rows = self.consumer_rows
+        return {**e, "A_SMEM_OFFSET": a_off, "B_SMEM_OFFSET": b_off, "C_SMEM_OFFSET": c_off,
+                "BAR_OFFSET": bar_off, "ALIGN_SLACK": ALIGN_SLACK,
+                "A_BOX_BYTES": e["A_BOX_INNER"] * e["A_BOX_ROWS"] * self.elem_bytes,
+                "B_BOX_BYTES": e["B_BOX_INNER"] * e["B_BOX_ROWS"] * self.elem_bytes,
+                "DESC_SBO": sbo,
+                "A_DESC_LBO": mn_lbo if self.a_mn_major else 16,
+                "B_DESC_LBO": mn_lbo if self.b_mn_major else 16,
+                "A_K_STEP_BYTES": k_step_mnmajor if self.a_mn_major else k_step_kmajor,
+                "B_K_STEP_BYTES": k_step_mnmajor if self.b_mn_major else k_step_kmajor,
+                "A_M64_BYTES": WGMMA_M * self.bk * self.elem_bytes,
+                "SWIZZLE_MODE": {128: 1, 64: 2, 32: 3}.get(self.swizzle, 0),
+                "ACC_PER_WGMMA": self.bn // 2,
+                "C_CONSUMER_BYTES": c_rows * self.bn * self.out_bytes if self.store == "tma" else 0,
+                "C_CHUNK_BYTES": (c_rows if self.layout[2] == "r" else self.bn) * C_SWIZZLE,
+                "BAR_STORE_BASE": 1, "BAR_ORDER_BASE": 1 + self.consumers}
+
+    def ctypes(self) -> dict[str, str]:
+        """C++ types the template declares and the PTX type of the wgmma inputs."""
+        return {"in_t": CTYPES.get(self.dtype, "half"), "out_t": CTYPES.get(self.out, "float"),
+                "ptx_in": PTX_TYPES.get(self.dtype, "f16")}
+
+    @property
+    def flops_per_byte(self) -> dict[str, float | None]:
+        """FLOP per byte at the block tile (global) and at one consumer's wgmma tile
+        (shared: the A rows it reads against the whole B tile)."""
+        def tile(a: int, b: int) -> float:
+            return tile_intensity(a, b, self.elem_bytes)
+        return {"global": tile(self.bm * self.cluster_m, self.bn * self.cluster_n),
+                "shared": tile(self.consumer_rows, self.bn)}
+
+    def figures(self, arch: str = "sm_90") -> dict:
+        """The derived figures the emitted header and ``gemmgen list`` report."""
+        return {"threads": self.threads, "warpgroups": self.threads // WARPGROUP,
+                "smem_bytes_dynamic": self.smem_bytes, "stage_bytes": self.stage_bytes,
+                "c_staging_bytes": self.c_smem_bytes, "acc_regs_per_consumer": self.acc_regs,
+                "consumer_registers": self.consumer_regs, "entry_registers": self.entry_regs,
+                "wgmma": f"m64n{self.bn}k{self.wgmma_k} x {self.m_iters} per consumer",
+                "flops_per_byte": {k: round(v, 3) for k, v in self.flops_per_byte.items()},
+                f"blocks_per_sm_{get_arch(arch).name}": self.blocks_per_sm(arch)}
+
+    def launch_summary(self) -> str:
+        cl = f", cluster = ({self.cluster}, 1, 1)" if self.cluster > 1 else ""
+        if self.persistent:
+            grid = (f"grid = (min(tiles, SMs / {self.cluster} * {self.cluster}), 1, 1) over "
+                    f"tiles = ceil(M/{self.bm * self.cluster_m}) * ceil(N/{self.bn * self.cluster_n}) "
+                    f"* {self.cluster} * batch")
+        else:
+            grid = (f"grid = (ceil(M/{self.bm}) * ceil(N/{self.bn}), 1, batch)")
+        return (f"{grid}{cl}, block = ({self.threads}, 1, 1); tensor maps of A, B and C are "
+                f"the first three parameters")
+
+    @property
+    def wgmma_asm(self) -> dict:
+        """Operand numbers of the wgmma inline asm: accumulators %0..%(n-1), then descriptor
+        A, descriptor B and the scale-d flag."""
+        n = self.bn // 2
+        return {"acc": n, "desc_a": n, "desc_b": n + 1, "scale_d": n + 2,
+                "acc_operands": [f"%{i}" for i in range(n)],
+                "acc_constraints": [f'"+f"(d[{i}])' for i in range(n)]}

@@ -1,0 +1,112 @@
+"""The package's shape, pinned: the public API, the stages and which stages each may import,
+no import circle, and the size budgets (modules <= 400 lines, functions <= 60)."""
+import ast
+from pathlib import Path
+
+import gemmgen
+
+ROOT = Path(__file__).resolve().parents[1] / "gemmgen"
+
+PUBLIC = ["gemm", "BuildError", "Kernel", "OperandError", "build", "load", "ConfigError",
+          "FAMILIES", "SimtConfig", "SIMT_RULES", "WmmaConfig", "WMMA_RULES", "PRESETS",
+          "config_from_dict", "config_from_source", "emit", "get_preset", "render",
+          "__version__"]
+
+MAY_IMPORT = {
+    "_version": set(),
+    "model": {"model"},
+    "heuristics": {"model", "heuristics"},
+    "codegen": {"model", "codegen", "_version"},
+    "compile": {"model", "codegen", "compile", "_version"},
+    "runtime": {"model", "heuristics", "codegen", "compile", "runtime"},
+    "tune": {"model", "heuristics", "codegen", "compile", "runtime", "tune"},
+    "cli": {"model", "heuristics", "codegen", "compile", "runtime", "tune", "cli", "_version"},
+    "torch": {"model", "heuristics", "codegen", "compile", "runtime"},
+}
+"""Stage -> the stages its modules may import (gemmgen/__init__.py and __main__.py may import
+any). Each stage knows only the stages below it."""
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """gemmgen modules ``path`` imports, anywhere in the file (function-local ones too)."""
+    mod = _module(path)
+    package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("gemmgen"):
+                for alias in node.names:  # `from . import tunedb` names a module
+                    sub = f"{target}.{alias.name}"
+                    out.add(sub if (ROOT.parent / sub.replace(".", "/")).with_suffix(".py").exists()
+                            or (ROOT.parent / sub.replace(".", "/")).is_dir() else target)
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("gemmgen")}
+    return out - {mod}
+
+
+def _stage(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+FILES = sorted(ROOT.rglob("*.py"))
+GRAPH = {_module(p): _imports(p) for p in FILES}
+
+
+def test_public_api_is_pinned():
+    assert gemmgen.__all__ == PUBLIC
+    for name in PUBLIC:
+        assert getattr(gemmgen, name) is not None
+
+
+def test_every_stage_imports_only_the_stages_below_it():
+    bad = []
+    for mod, targets in GRAPH.items():
+        stage = _stage(mod)
+        if stage in ("", "__main__"):
+            continue
+        allowed = MAY_IMPORT[stage]
+        bad += [f"{mod} -> {t}" for t in targets if _stage(t) not in allowed]  # "" is the face
+    assert not bad, bad
+
+
+def test_no_import_circle():
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for t in GRAPH.get(m, ()):
+            if t not in GRAPH:
+                continue
+            if state.get(t) == 1:
+                raise AssertionError("import circle: " + " -> ".join(stack[stack.index(t):] + [t]))
+            if t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = 2
+    for m in GRAPH:
+        if m not in state:
+            visit(m)
+
+
+def test_size_budgets():
+    long_modules = [f"{p}: {n}" for p in FILES if (n := p.read_text().count("\n")) > 400]
+    long_functions = []
+    for p in FILES:
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if (n := node.end_lineno - node.lineno + 1) > 60:
+                    long_functions.append(f"{p}:{node.name}: {n}")
+    assert not long_modules and not long_functions, long_modules + long_functions
