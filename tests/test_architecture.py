@@ -21,7 +21,7 @@ MAY_IMPORT = {
     "runtime": {"model", "heuristics", "codegen", "compile", "runtime"},
     "tune": {"model", "heuristics", "codegen", "compile", "runtime", "tune"},
     "cli": {"model", "heuristics", "codegen", "compile", "runtime", "tune", "cli", "_version"},
-    "torch": {"model", "heuristics", "codegen", "compile", "runtime"},
+    "torch": {"model", "heuristics", "codegen", "compile", "runtime", "torch"},
 }
 """Stage -> the stages its modules may import (gemmgen/__init__.py and __main__.py may import
 any). Each stage knows only the stages below it."""

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from gemmgen import BuildError, OperandError, PRESETS, build, emit, load
+from gemmgen import PRESETS, BuildError, OperandError, build, emit, load
 from gemmgen.tune.verify import CASES, compare, reference, sweep_kernel, tolerance
 
 pytestmark = pytest.mark.gpu
@@ -151,8 +151,8 @@ def test_tf32_takes_float32_device_arrays(kernels):
 
 def test_tune_end_to_end_and_dispatch(tmp_path, monkeypatch):
     import gemmgen
-    from gemmgen.runtime import api
     from gemmgen.heuristics import tunedb
+    from gemmgen.runtime import api
     from gemmgen.tune.search import Request, WorkerPool, tune
     req = Request(384, 320, 200, max_configs=4, budget_s=300)
     pool = WorkerPool(req, None)
@@ -194,6 +194,7 @@ def test_simt_last_steps_over_layouts_and_epilogues(preset):
     """The issue-12 steps in every layout their rules accept (the smem output stage needs a
     row-major C), each with an epilogue, over odd shapes with alpha/beta."""
     from breakers import pairwise_variants
+
     from gemmgen.runtime.build import build_many
     configs = pairwise_variants(PRESETS[preset].config)
     assert len(configs) >= 4

@@ -4,14 +4,13 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
-
 from breakers import ALL_RULES, breaker, pairwise_variants
+from hypothesis import HealthCheck, event, given, settings, strategies as st
+
 from gemmgen import FAMILIES, PRESETS, SimtConfig, render
-from gemmgen.model.families.wmma import SHAPES, WmmaConfig
-from gemmgen.model.config import LAYOUTS
 from gemmgen.compile.nvcc import BuildError, compile_many, compile_source, parse_ptxas
+from gemmgen.model.config import LAYOUTS
+from gemmgen.model.families.wmma import SHAPES, WmmaConfig
 
 ARCHS = ("sm_80", "sm_90")
 

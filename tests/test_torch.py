@@ -9,9 +9,10 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (make install adds it)")
 
+from torch.library import opcheck  # noqa: E402
+
 import gemmgen.torch as gt  # noqa: E402
 from gemmgen.runtime.operands import OperandError  # noqa: E402
-from torch.library import opcheck  # noqa: E402
 
 EPILOGUE_CASES = [("none", False), ("bias", True), ("relu", False), ("gelu", False),
                   ("bias_relu", True), ("bias_gelu", True)]

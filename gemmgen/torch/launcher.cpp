@@ -1,0 +1,289 @@
+// gemmgen's compiled launcher for PyTorch: the CUDA kernel of the op gemmgen::gemm.
+//
+// A call looks its operand signature up (device, dtypes, sizes, strides, 16-byte alignment,
+// epilogue) in a table of recipes; a hit allocates the output, patches the operands' addresses
+// into the recipe's parameter blocks (raw pointers, and tensor maps through
+// cuTensorMapReplaceAddress) and launches with cuLaunchKernel on PyTorch's current stream: no
+// Python runs. A miss calls the Python op gemmgen::_plan (through the dispatcher), which checks
+// the operands, chooses and builds the kernel and returns the recipe as bytes
+// (gemmgen/runtime/recipe.py, Recipe.to_bytes). Operands the kernels do not take go to the
+// Python op gemmgen::_reference on every call.
+//
+// Built by gemmgen.torch on first use with the host C++ compiler, against PyTorch's headers
+// only (no CUDA headers: libcuda is opened with dlopen), into gemmgen's cache directory.
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
+
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace gemmgen_launcher {
+
+constexpr uint32_t kFormatVersion = 1;     // Recipe.to_bytes
+constexpr uint32_t kReference = 0xFFFFFFFFu;  // "launch count" of a recipe that calls _reference
+constexpr uint32_t kPatchPointer = 0, kPatchMap = 1;
+constexpr size_t kMapBytes = 128;
+
+// ---- the driver, through dlopen ------------------------------------------------------------
+using CUresult = int;
+using LaunchFn = CUresult (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              unsigned, void*, void**, void**);
+using ReplaceFn = CUresult (*)(void*, void*);
+using ErrorNameFn = CUresult (*)(CUresult, const char**);
+
+struct Driver {
+    LaunchFn launch = nullptr;
+    ReplaceFn replace_address = nullptr;
+    ErrorNameFn error_name = nullptr;
+};
+
+const Driver& driver() {
+    static const Driver d = [] {
+        Driver out;
+        void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+        TORCH_CHECK(lib != nullptr, "gemmgen launcher: cannot open libcuda.so.1: ", dlerror());
+        out.launch = reinterpret_cast<LaunchFn>(dlsym(lib, "cuLaunchKernel"));
+        out.replace_address = reinterpret_cast<ReplaceFn>(dlsym(lib, "cuTensorMapReplaceAddress"));
+        out.error_name = reinterpret_cast<ErrorNameFn>(dlsym(lib, "cuGetErrorName"));
+        TORCH_CHECK(out.launch && out.replace_address && out.error_name,
+                    "gemmgen launcher: libcuda.so.1 lacks cuLaunchKernel or "
+                    "cuTensorMapReplaceAddress (CUDA 12 or newer is needed)");
+        return out;
+    }();
+    return d;
+}
+
+void check(CUresult result, const char* call) {
+    if (result == 0) return;
+    const char* name = "?";
+    driver().error_name(result, &name);
+    TORCH_CHECK(false, "gemmgen launcher: ", call, " failed: ", name, " (", result, ")");
+}
+
+// ---- recipes -------------------------------------------------------------------------------
+struct Patch {
+    uint32_t offset, kind, index;
+    int64_t delta;
+};
+
+struct Launch {
+    void* function = nullptr;
+    uint32_t grid[3] = {1, 1, 1}, block[3] = {1, 1, 1}, smem = 0;
+    std::vector<uint8_t> params;
+    std::vector<Patch> patches;
+};
+
+struct Recipe {
+    bool reference = false;
+    std::vector<Launch> launches;
+};
+
+template <typename T>
+T take(const uint8_t*& p, const uint8_t* end) {
+    TORCH_CHECK(p + sizeof(T) <= end, "gemmgen launcher: truncated recipe");
+    T v;
+    std::memcpy(&v, p, sizeof(T));
+    p += sizeof(T);
+    return v;
+}
+
+std::shared_ptr<const Recipe> parse(const at::Tensor& bytes) {
+    TORCH_CHECK(bytes.device().is_cpu() && bytes.scalar_type() == at::kByte && bytes.is_contiguous(),
+                "gemmgen launcher: the planner must return a contiguous CPU uint8 tensor");
+    const uint8_t* p = bytes.data_ptr<uint8_t>();
+    const uint8_t* end = p + bytes.numel();
+    auto out = std::make_shared<Recipe>();
+    TORCH_CHECK(take<uint32_t>(p, end) == kFormatVersion, "gemmgen launcher: recipe format "
+                "version mismatch (rebuild the launcher)");
+    const uint32_t count = take<uint32_t>(p, end);
+    if (count == kReference) {
+        out->reference = true;
+        return out;
+    }
+    out->launches.resize(count);
+    for (auto& ln : out->launches) {
+        ln.function = reinterpret_cast<void*>(take<uint64_t>(p, end));
+        for (auto& g : ln.grid) g = take<uint32_t>(p, end);
+        for (auto& b : ln.block) b = take<uint32_t>(p, end);
+        ln.smem = take<uint32_t>(p, end);
+        const uint32_t n = take<uint32_t>(p, end);
+        TORCH_CHECK(p + n <= end, "gemmgen launcher: truncated recipe");
+        ln.params.assign(p, p + n);
+        p += n;
+        ln.patches.resize(take<uint32_t>(p, end));
+        for (auto& pt : ln.patches) {
+            pt.offset = take<uint32_t>(p, end);
+            pt.kind = take<uint32_t>(p, end);
+            pt.index = take<uint32_t>(p, end);
+            pt.delta = take<int64_t>(p, end);
+            const size_t width = pt.kind == kPatchMap ? kMapBytes : sizeof(uint64_t);
+            TORCH_CHECK(pt.offset + width <= n && pt.index < 4, "gemmgen launcher: bad patch");
+        }
+    }
+    return out;
+}
+
+// ---- operand signatures ----------------------------------------------------------------------
+void append(std::string& key, int64_t v) {
+    key.append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+void append(std::string& key, const at::Tensor& t) {
+    if (!t.defined()) {
+        append(key, -1);
+        return;
+    }
+    append(key, static_cast<int64_t>(t.scalar_type()));
+    append(key, static_cast<int64_t>(t.device().type()) * 1024 + t.device().index());
+    append(key, t.dim());
+    for (int64_t d = 0; d < t.dim(); ++d) {
+        append(key, t.size(d));
+        append(key, t.stride(d));
+    }
+    append(key, (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16) == 0);
+}
+
+// The operand as the kernels read it: itself when row- or column-major, else a contiguous copy
+// (as gemmgen.torch's Python path does).
+at::Tensor row_or_col(const at::Tensor& x) {
+    if (x.dim() != 2) return x;
+    const int64_t rows = x.size(0), cols = x.size(1), s0 = x.stride(0), s1 = x.stride(1);
+    const bool row = (cols <= 1 || s1 == 1) && (rows <= 1 || s0 >= std::max<int64_t>(cols, 1));
+    const bool col = (rows <= 1 || s0 == 1) && (cols <= 1 || s1 >= std::max<int64_t>(rows, 1));
+    return row || col ? x : x.contiguous();
+}
+
+class Table {
+public:
+    std::shared_ptr<const Recipe> find(const std::string& key) const {
+        std::shared_lock<std::shared_mutex> lock(mutex_);
+        auto it = recipes_.find(key);
+        return it == recipes_.end() ? nullptr : it->second;
+    }
+    void insert(const std::string& key, std::shared_ptr<const Recipe> recipe) {
+        std::unique_lock<std::shared_mutex> lock(mutex_);
+        if (recipes_.size() >= kLimit) recipes_.clear();
+        recipes_.emplace(key, std::move(recipe));
+    }
+    size_t size() const {
+        std::shared_lock<std::shared_mutex> lock(mutex_);
+        return recipes_.size();
+    }
+    void clear() {
+        std::unique_lock<std::shared_mutex> lock(mutex_);
+        recipes_.clear();
+    }
+
+private:
+    static constexpr size_t kLimit = 16384;
+    mutable std::shared_mutex mutex_;
+    std::unordered_map<std::string, std::shared_ptr<const Recipe>> recipes_;
+};
+
+Table& table() {
+    static Table t;
+    return t;
+}
+
+// ---- launching ------------------------------------------------------------------------------
+void run(const Recipe& recipe, const uint64_t (&ptrs)[4], void* stream) {
+    alignas(128) static thread_local uint8_t block[4096];
+    for (const auto& ln : recipe.launches) {
+        TORCH_CHECK(ln.params.size() <= sizeof(block), "gemmgen launcher: parameter block too large");
+        std::memcpy(block, ln.params.data(), ln.params.size());
+        for (const auto& pt : ln.patches) {
+            const uint64_t addr = ptrs[pt.index] + static_cast<uint64_t>(pt.delta);
+            if (pt.kind == kPatchPointer) {
+                std::memcpy(block + pt.offset, &addr, sizeof(addr));
+            } else {  // a tensor map: 64-byte aligned in a copy, its address replaced
+                alignas(64) uint8_t map[kMapBytes];
+                std::memcpy(map, block + pt.offset, kMapBytes);
+                check(driver().replace_address(map, reinterpret_cast<void*>(addr)),
+                      "cuTensorMapReplaceAddress");
+                std::memcpy(block + pt.offset, map, kMapBytes);
+            }
+        }
+        size_t size = ln.params.size();
+        void* extra[] = {reinterpret_cast<void*>(1), block, reinterpret_cast<void*>(2), &size,
+                         reinterpret_cast<void*>(0)};  // BUFFER_POINTER, BUFFER_SIZE, END
+        check(driver().launch(ln.function, ln.grid[0], ln.grid[1], ln.grid[2], ln.block[0],
+                              ln.block[1], ln.block[2], ln.smem, stream, nullptr, extra),
+              "cuLaunchKernel");
+    }
+}
+
+uint64_t address(const at::Tensor& t) {
+    return t.defined() ? reinterpret_cast<uint64_t>(t.data_ptr()) : 0;
+}
+
+at::Tensor gemm_cuda(const at::Tensor& a_in, const at::Tensor& b_in,
+                     const std::optional<at::Tensor>& bias_in, c10::string_view epilogue) {
+    const at::Tensor a = row_or_col(a_in), b = row_or_col(b_in);
+    const at::Tensor bias = bias_in.has_value() ? bias_in->contiguous() : at::Tensor();
+    c10::DeviceGuard guard(a.device());
+    std::string key;
+    key.reserve(256);
+    key.append(epilogue.data(), epilogue.size());
+    key.push_back('\0');
+    append(key, a);
+    append(key, b);
+    append(key, bias);
+    auto recipe = table().find(key);
+    const bool shaped = a.dim() == 2 && b.dim() == 2;
+    at::Tensor out = at::empty({shaped ? a.size(0) : 0, shaped ? b.size(1) : 0}, a.options());
+    if (!recipe) {  // checks, choice and build in Python, once per signature
+        static auto plan = c10::Dispatcher::singleton().findSchemaOrThrow("gemmgen::_plan", "")
+            .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                              c10::string_view, const at::Tensor&)>();
+        std::optional<at::Tensor> bias_arg;
+        if (bias.defined()) bias_arg = bias;
+        recipe = parse(plan.call(a, b, bias_arg, epilogue, out));
+        table().insert(key, recipe);
+    }
+    if (recipe->reference) {
+        static auto reference = c10::Dispatcher::singleton()
+            .findSchemaOrThrow("gemmgen::_reference", "")
+            .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
+                              const std::optional<at::Tensor>&, c10::string_view)>();
+        return reference.call(a_in, b_in, bias_in, epilogue);
+    }
+    if (recipe->launches.empty()) return out;
+    const auto impl = c10::impl::getDeviceGuardImpl(a.device().type());
+    void* stream = impl->getStream(a.device()).native_handle();
+    const uint64_t ptrs[4] = {address(a), address(b), address(out), address(bias)};
+    run(*recipe, ptrs, stream);
+    return out;
+}
+
+}  // namespace gemmgen_launcher
+
+TORCH_LIBRARY_IMPL(gemmgen, CUDA, m) {
+    m.impl("gemm", &gemmgen_launcher::gemm_cuda);
+}
+
+// For tests and tools: recipes held, and a way to drop them (torch.ops.gemmgen_launcher.*).
+int64_t recipes_held() {
+    return static_cast<int64_t>(gemmgen_launcher::table().size());
+}
+
+int64_t clear_recipes() {
+    gemmgen_launcher::table().clear();
+    return 0;
+}
+
+TORCH_LIBRARY(gemmgen_launcher, m) {
+    m.def("recipes_held() -> int", &recipes_held);
+    m.def("clear_recipes() -> int", &clear_recipes);
+}

@@ -1,0 +1,211 @@
+"""The op ``gemmgen::gemm``: schema, CPU and fake implementations, autograd, and its CUDA
+implementation (the compiled launcher, else Python).
+
+    torch.ops.gemmgen.gemm(a, b, bias=None, epilogue="none") -> Tensor
+
+``act(a @ b + bias)`` for a (M x K) and b (K x N), float16, bfloat16 or float32 tensors of one
+dtype, each row- or column-major (a transposed view is passed as it is; other strides are made
+contiguous first); ``bias`` holds N values of the same dtype; ``epilogue`` is one of
+``gemmgen.model.config.EPILOGUES``. The result is a new row-major M x N tensor of a's dtype.
+
+On CUDA tensors the compiled launcher (``gemmgen.torch.launcher``) runs the op without Python
+after the first call of an operand signature; that first call runs the Python planner
+``gemmgen::_plan``, which checks the operands, builds the kernel ``gemmgen.gemm`` would choose
+on this device and returns its launch recipe (``gemmgen.runtime.recipe``). Operands the kernels
+do not take are computed by ``gemmgen::_reference`` (PyTorch, same formula).
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from ..model.config import EPILOGUES
+from ..runtime.api import plan_for
+from ..runtime.operands import OperandError
+from ..runtime.recipe import FORMAT_VERSION
+from . import launcher
+
+KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+"""The dtypes gemmgen's kernels take (fp16, bf16, fp32 on SIMT); others go to PyTorch."""
+
+_LIB = torch.library.Library("gemmgen", "DEF")
+_LIB.define("gemm(Tensor a, Tensor b, Tensor? bias=None, str epilogue='none') -> Tensor")
+_LIB.define("_plan(Tensor a, Tensor b, Tensor? bias, str epilogue, Tensor out) -> Tensor")
+_LIB.define("_reference(Tensor a, Tensor b, Tensor? bias, str epilogue) -> Tensor")
+_LIVE: list = []  # plans whose kernels and workspaces the launcher's recipes use
+_REFERENCE = torch.tensor(list(FORMAT_VERSION.to_bytes(4, "little") + b"\xff" * 4),
+                          dtype=torch.uint8)
+
+
+def check_args(a: Tensor, b: Tensor, bias: Optional[Tensor], epilogue: str) -> None:
+    """The op's argument checks. Raises ``OperandError`` naming the argument."""
+    if epilogue not in EPILOGUES:
+        raise OperandError(f"epilogue: unknown {epilogue!r}; known: {', '.join(EPILOGUES)}")
+    for name, x in (("a", a), ("b", b)):
+        if x.dim() != 2:
+            raise OperandError(f"{name} must be a 2-D matrix; got shape {tuple(x.shape)}")
+    if a.shape[1] != b.shape[0]:
+        raise OperandError(f"a is {a.shape[0]}x{a.shape[1]} and b is {b.shape[0]}x{b.shape[1]}: "
+                           f"a's columns must equal b's rows")
+    if a.dtype != b.dtype:
+        raise OperandError(f"a has dtype {a.dtype} and b has {b.dtype}: they must match")
+    wants_bias = epilogue.startswith("bias")
+    if wants_bias and bias is None:
+        raise OperandError(f"bias is required by epilogue {epilogue!r}")
+    if not wants_bias and bias is not None:
+        raise OperandError(f"bias given, but epilogue {epilogue!r} has none (use 'bias', "
+                           f"'bias_relu' or 'bias_gelu')")
+    if bias is not None:
+        if bias.dim() != 1 or bias.shape[0] != b.shape[1]:
+            raise OperandError(f"bias must hold N = {b.shape[1]} values (1-D); got shape "
+                               f"{tuple(bias.shape)}")
+        if bias.dtype != a.dtype:
+            raise OperandError(f"bias has dtype {bias.dtype}; a and b have {a.dtype}")
+
+
+def activate(z: Tensor, epilogue: str) -> Tensor:
+    """The epilogue's activation of the pre-activation ``z`` (PyTorch ops): identity, ReLU, or
+    GELU's tanh approximation (the kernels' ``gelu_tanh``)."""
+    if epilogue.endswith("relu"):
+        return torch.relu(z)
+    if epilogue.endswith("gelu"):
+        return torch.nn.functional.gelu(z, approximate="tanh")
+    return z
+
+
+def reference(a: Tensor, b: Tensor, bias: Optional[Tensor] = None,
+              epilogue: str = "none") -> Tensor:
+    """``act(a @ b + bias)`` by PyTorch: the op's path for operands the kernels do not take,
+    and the tests' reference."""
+    z = a @ b if bias is None else torch.addmm(bias, a, b)
+    return activate(z, epilogue)
+
+
+def row_or_col(x: Tensor) -> Tensor:
+    """``x`` itself when its strides are row- or column-major (what the kernels read), else a
+    contiguous copy (e.g. an expanded gradient with stride 0)."""
+    rows, cols = x.shape
+    s0, s1 = x.stride()
+    row = (cols <= 1 or s1 == 1) and (rows <= 1 or s0 >= max(cols, 1))
+    col = (rows <= 1 or s0 == 1) and (cols <= 1 or s1 >= max(rows, 1))
+    return x if row or col else x.contiguous()
+
+
+def kernel_takes(a: Tensor, b: Tensor, bias: Optional[Tensor]) -> bool:
+    """Whether gemmgen's kernels take these operands (CUDA, a kernel dtype, one device)."""
+    return (a.is_cuda and b.is_cuda and a.dtype in KERNEL_DTYPES and a.device == b.device
+            and (bias is None or bias.device == a.device))
+
+
+@torch.library.impl(_LIB, "gemm", "CPU")
+def _gemm_cpu(a, b, bias=None, epilogue="none"):
+    check_args(a, b, bias, epilogue)
+    return reference(a, b, bias, epilogue).contiguous()
+
+
+@torch.library.impl(_LIB, "_reference", "CompositeExplicitAutograd")
+def _reference_impl(a, b, bias, epilogue):
+    check_args(a, b, bias, epilogue)
+    return reference(a, b, bias, epilogue).contiguous()
+
+
+@torch.library.impl(_LIB, "_plan", "CUDA")
+def _plan(a: Tensor, b: Tensor, bias: Optional[Tensor], epilogue: str, out: Tensor) -> Tensor:
+    """The launch recipe of one operand signature for the compiled launcher, as bytes (a CPU
+    uint8 tensor); "reference" (a recipe of no launches that names ``gemmgen::_reference``)
+    for operands the kernels do not take. Raises ``OperandError`` for bad arguments."""
+    check_args(a, b, bias, epilogue)
+    if not kernel_takes(a, b, bias):
+        return _REFERENCE
+    plan = plan_for(a, b, out, bias, 1.0, 0.0, epilogue)
+    _LIVE.append(plan)
+    order = (1, 0, 2, 3) if plan.swap else (0, 1, 2, 3)  # the kernel's A is B^T when swapped
+    data = plan.recipe.to_bytes(order)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+def gemm(a: Tensor, b: Tensor, bias: Optional[Tensor] = None,
+         epilogue: Optional[str] = None) -> Tensor:
+    """``torch.ops.gemmgen.gemm`` with autocast: under ``torch.autocast`` for a's device type the
+    operands are cast to the autocast dtype first (as PyTorch's own matmul's are). ``epilogue`` defaults to
+    "bias" when ``bias`` is given, else "none". Shapes, dtypes and errors: see ``gemmgen.torch.ops``."""
+    if epilogue is None:
+        epilogue = "bias" if bias is not None else "none"
+    device = a.device.type
+    if torch.is_autocast_enabled(device):
+        dt = torch.get_autocast_dtype(device)
+        a, b = a.to(dt), b.to(dt)
+        bias = None if bias is None else bias.to(dt)
+    return torch.ops.gemmgen.gemm(a, b, bias, epilogue)
+
+
+def _gemm_cuda_python(a, b, bias=None, epilogue="none"):
+    """The CUDA implementation where the compiled launcher is not loaded: the same plans,
+    launched from Python (``gemmgen.gemm``'s fast path) on PyTorch's current stream."""
+    check_args(a, b, bias, epilogue)
+    if not kernel_takes(a, b, bias):
+        return reference(a, b, bias, epilogue).contiguous()
+    _warn_once()
+    out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+    from ..runtime.api import gemm as runtime_gemm
+    runtime_gemm(row_or_col(a), row_or_col(b), out,
+                 bias=None if bias is None else bias.contiguous(), epilogue=epilogue,
+                 stream=torch.cuda.current_stream(a.device).cuda_stream)
+    return out
+
+
+_WARNED: list = []
+
+
+def _warn_once() -> None:
+    if not _WARNED:
+        _WARNED.append(True)
+        warnings.warn(f"gemmgen.torch: the compiled launcher is not loaded "
+                      f"({launcher.why_not() or 'not tried'}); gemmgen::gemm launches from "
+                      f"Python, at more host time per call", RuntimeWarning, stacklevel=3)
+
+
+@torch.library.register_fake("gemmgen::gemm")
+def _gemm_fake(a, b, bias=None, epilogue="none"):
+    check_args(a, b, bias, epilogue)
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    a, b, bias, epilogue = inputs
+    ctx.epilogue = epilogue
+    ctx.has_bias = bias is not None
+    gelu, relu = epilogue.endswith("gelu"), epilogue.endswith("relu")
+    ctx.save_for_backward(a, b, bias if gelu else None, output if relu else None)
+
+
+def _backward(ctx, grad: Tensor):
+    a, b, bias, out = ctx.saved_tensors
+    epi = ctx.epilogue
+    op = torch.ops.gemmgen.gemm
+    if epi.endswith("relu"):
+        grad = grad * (out > 0).to(grad.dtype)
+    elif epi.endswith("gelu"):  # recompute the pre-activation: one GEMM, nothing kept
+        z = op(a, b, bias, "bias" if bias is not None else "none")
+        grad = torch.ops.aten.gelu_backward(grad, z, approximate="tanh")
+    da = db = dbias = None
+    if ctx.needs_input_grad[0]:
+        da = op(row_or_col(grad), b.t())   # (M x N) @ (N x K): B^T is B's other layout
+    if ctx.needs_input_grad[1]:
+        db = op(a.t(), row_or_col(grad))   # (K x M) @ (M x N): A^T likewise
+    if ctx.has_bias and ctx.needs_input_grad[2]:
+        dbias = grad.sum(0)
+    return da, db, dbias, None
+
+
+torch.library.register_autograd("gemmgen::gemm", _backward, setup_context=_setup_context)
+
+
+LAUNCHER = torch.cuda.is_available() and launcher.load() is not None
+"""Whether CUDA calls of ``gemmgen::gemm`` go through the compiled launcher (built and loaded
+at import where PyTorch sees a GPU; ``gemmgen.torch.launcher.why_not()`` says why not)."""
+if not LAUNCHER:
+    _LIB.impl("gemm", _gemm_cuda_python, "CUDA")
