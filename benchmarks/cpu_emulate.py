@@ -136,8 +136,9 @@ def run(exe, m, n, k, alpha, beta, pad=0, batch=1):
 
 
 def main() -> int:
-    from gemmgen import PRESETS
     from breakers import pairwise_variants
+
+    from gemmgen import PRESETS
     pool = runpy.run_path(str(Path(__file__).parent / "explore.py"), run_name="explore")
     cases = [(1, 1, 1, 1.0, 0.0, 0, 1), (512, 256, 64, 1.0, 0.0, 0, 1), (512, 256, 64, 0.5, 2.0, 3, 1),
              (257, 129, 16, 1.0, 1.0, 0, 1), (130, 140, 0, 1.0, 2.0, 0, 1), (130, 140, 20, 0.0, 2.0, 0, 1),

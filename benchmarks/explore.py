@@ -8,9 +8,9 @@ import json
 import sys
 
 from gemmgen import SimtConfig
-from gemmgen.runtime.build import build_many
 from gemmgen.model.families.wgmma import WgmmaConfig
 from gemmgen.model.families.wmma import WmmaConfig
+from gemmgen.runtime.build import build_many
 from gemmgen.tune.bench import run_bench
 from gemmgen.tune.results import finish, table
 

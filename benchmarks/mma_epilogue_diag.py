@@ -65,6 +65,7 @@ def one(variant: str, reps: int) -> dict:
     import numpy as np
     import pycuda.driver as drv
     from pycuda import gpuarray
+
     from gemmgen.runtime.build import build
     cfg, src, smem = source(variant)
     kernel = build(cfg, source=src)

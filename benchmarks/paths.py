@@ -1,7 +1,7 @@
 """Odd, skinny and FP32-accurate paths of the wgmma family on the GPU: verification and timing.
 
 python3 benchmarks/paths.py checks [--limit 200] [--only SUBSTR]
-    verify every path configuration below (gemmgen.verify's sweep: odd shapes, K = 0,
+    verify every path configuration below (gemmgen.tune.verify's sweep: odd shapes, K = 0,
     alpha/beta, beta = 0 over NaN, batches), each in its own process under a time limit.
 python3 benchmarks/paths.py check LABEL          (what each process runs)
 python3 benchmarks/paths.py time --out FILE [--part odd,skinny,decode,fp32]
@@ -159,9 +159,9 @@ def _swapped(kernel, p):
 
 
 def time_odd(rng, l2, rows):
-    from gemmgen.tune.bench import Problem
-    from gemmgen.runtime.build import build
     from gemmgen.heuristics.cost import unaligned
+    from gemmgen.runtime.build import build
+    from gemmgen.tune.bench import Problem
     p_ = _presets()
     for dtype, base in (("fp16", p_["wgmma_tma_store"]), ("bf16", p_["wgmma_bf16"])):
         m, n, k = 4095, 4097, 4093
@@ -191,8 +191,8 @@ def time_odd(rng, l2, rows):
 
 
 def time_skinny(rng, l2, rows, shapes=((128, 8192, 8192),), dtypes=("fp16", "bf16")):
-    from gemmgen.tune.bench import Problem
     from gemmgen.runtime.build import build
+    from gemmgen.tune.bench import Problem
     p_ = _presets()
     for dtype in dtypes:
         base = p_["wgmma_tma_store"] if dtype == "fp16" else p_["wgmma_bf16"]
@@ -221,8 +221,8 @@ def time_skinny(rng, l2, rows, shapes=((128, 8192, 8192),), dtypes=("fp16", "bf1
 
 
 def time_decode(rng, l2, rows):
-    from gemmgen.tune.bench import Problem
     from gemmgen.runtime.build import build
+    from gemmgen.tune.bench import Problem
     p_ = _presets()
     n = k = 8192
     bw = _copy_bandwidth(n * k * 2)
@@ -267,10 +267,10 @@ CHOSEN_SHAPES = (
 
 def time_chosen(rng, l2, rows, shapes=CHOSEN_SHAPES):
     """The kernel gemm would run for each shape (no tuning database), beside cuBLAS."""
-    from gemmgen.tune.bench import Problem
+    from gemmgen.heuristics.select import decide
     from gemmgen.runtime.build import build
     from gemmgen.runtime.device import device_cc
-    from gemmgen.heuristics.select import decide
+    from gemmgen.tune.bench import Problem
     print("== the kernels gemm chooses", flush=True)
     for dtype, m, n, k in shapes:
         p = Problem(m, n, k, rng, l2, dtype, dtype, "rrr")
@@ -289,10 +289,10 @@ def time_chosen(rng, l2, rows, shapes=CHOSEN_SHAPES):
 def time_before(rng, l2, rows, shapes=CHOSEN_SHAPES):
     """What gemm ran before the shape rules: the dtype's default preset as it is (the WMMA
     fallback where TMA cannot read an operand), beside the kernel gemm chooses now."""
-    from gemmgen.tune.bench import Problem
+    from gemmgen.heuristics.select import decide
     from gemmgen.runtime.build import build
     from gemmgen.runtime.device import device_cc
-    from gemmgen.heuristics.select import decide
+    from gemmgen.tune.bench import Problem
     print("== the default preset (before) against the kernel gemm chooses (now)", flush=True)
     for dtype, m, n, k in shapes:
         p = Problem(m, n, k, rng, l2, dtype, dtype, "rrr")
@@ -318,8 +318,9 @@ def _ulps(c, ref):
 def time_fp32(rng, l2, rows, sizes=(4096, 8192)):
     import cupy
     import numpy as np
-    from gemmgen.tune.bench import Problem, _cupy_float32
+
     from gemmgen.runtime.build import build
+    from gemmgen.tune.bench import Problem, _cupy_float32
     p_ = _presets()
     k3 = build(p_["wgmma_3xtf32"])
     simt = build(p_["warptile_tuned"])
@@ -390,6 +391,7 @@ def main() -> int:
     if a.cmd == "checks":
         return run_checks(a.limit, a.only, a.jobs)
     import numpy as np
+
     from gemmgen.tune.bench import device_info
     info = device_info()
     rng = np.random.default_rng(0)

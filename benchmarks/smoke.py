@@ -35,6 +35,7 @@ def candidates(family: str) -> dict:
 
 def one(family: str, label: str) -> int:
     import numpy as np
+
     from gemmgen.runtime.build import build
     from gemmgen.tune.verify import check, device_runner
     cfg = candidates(family)[label]

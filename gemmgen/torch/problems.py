@@ -8,7 +8,7 @@ from ..compile.nvcc import BuildError
 from ..heuristics.select import choose
 from ..heuristics.tunedb import TuneDB
 from ..model.families import fallback_config, get_family
-from ..runtime.device import device_identity
+from ..runtime.device import device_arch, device_identity
 
 
 def linear_problems(m: int, k: int, n: int, dtype: str, weight: str = "nk",
