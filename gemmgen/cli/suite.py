@@ -155,6 +155,10 @@ def _plot(doc: dict, path: Path, asked: bool) -> None:
         except ImportError:
             click.echo("no plot: matplotlib is not installed (pip install 'gemmgen[plot]')")
             return
-    drawn = results.plot_suite(doc, path)
+    try:
+        drawn = results.plot_suite(doc, path)
+    except Exception as exc:  # noqa: BLE001 - the results are written; the plot is extra
+        click.echo(f"no plot: {type(exc).__name__}: {exc}", err=True)
+        return
     if drawn:
         click.echo(f"wrote {drawn}")
