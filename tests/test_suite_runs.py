@@ -89,7 +89,7 @@ def test_presets_run_as_they_are_beside_cublas(fake_gpu):
     assert all(r["passed"] and r["how"] == "preset" and r["cublas_tflops"] == 68.719
                and "baseline_error" not in r for r in rows)
     assert {(m[3], m[4]) for m in FakeProblem.made} == {("fp16", "rrr"), ("bf16", "rrr"),
-                                                       ("tf32", "rcr"), ("tf32", "rrr")}
+                                                       ("tf32", "rcr"), ("fp32", "rrr")}
 
 
 def test_past_the_deadline_no_problem_starts(fake_gpu):

@@ -44,7 +44,9 @@ def test_ladder_is_every_preset_in_its_dtype_and_layout():
     assert [c.preset for c in cases] == list(PRESETS)
     for c in cases:
         cfg = PRESETS[c.preset].config
-        assert (c.dtype, c.layout, c.m, c.n, c.k) == (cfg.dtype, cfg.layout, 4096, 4096, 4096)
+        dtype = "fp32" if c.math == "3xtf32" else cfg.dtype  # fp32 data, beside SGEMM
+        assert (c.dtype, c.layout, c.m, c.n, c.k) == (dtype, cfg.layout, 4096, 4096, 4096)
+    assert [c.preset for c in cases if c.math == "3xtf32"] == ["wgmma_3xtf32"]
 
 
 def test_odd_holds_the_skinny_decode_and_3xtf32_rows():

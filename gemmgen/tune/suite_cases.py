@@ -156,8 +156,9 @@ def _presets_cases(suite, where: str, table: dict, quick: bool) -> list[Case]:
     for (m, n, k), name in itertools.product(_axis(suite, where, table, "size", None, quick),
                                              chosen):
         cfg = PRESETS[name].config
-        out.append(Case(cfg.dtype, m, n, k, cfg.layout, cfg.epilogue,
-                        getattr(cfg, "math", "native"), preset=name))
+        math_ = getattr(cfg, "math", "native")  # 3xTF32 multiplies fp32 data: beside SGEMM
+        out.append(Case("fp32" if math_ == "3xtf32" else cfg.dtype, m, n, k, cfg.layout,
+                        cfg.epilogue, math_, preset=name))
     return out
 
 
