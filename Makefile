@@ -1,7 +1,7 @@
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 
-.PHONY: install test test-gpu generate clean
+.PHONY: install test test-gpu bench generate clean
 
 install:            ## install gemmgen (editable) with the test tools; PyTorch's CPU build if no torch
 	$(PIP) install -q -e '.[dev]'
@@ -12,6 +12,10 @@ test:               ## tests that need no GPU (nvcc compiles run where nvcc is i
 
 test-gpu:           ## tests that need a GPU and PyCUDA
 	$(PYTHON) -m pytest -q -m gpu
+
+bench:              ## run a benchmark suite on the GPU: make bench SUITE=ladder [ARGS="--quick"]
+	@test -n "$(SUITE)" || { echo "usage: make bench SUITE=name (one of: $$(ls benchmarks/suites | sed -n 's/\.toml$$//p' | tr '\n' ' '))"; exit 2; }
+	$(PYTHON) benchmarks/run.py $(SUITE) $(ARGS)
 
 generate:           ## refresh generated/ from the presets
 	rm -f generated/*.cu

@@ -26,6 +26,7 @@ from ..tune.bench import DEFAULT_SIZES, run_bench
 from ..tune.results import ResultsError
 from ..tune.verify import CASES, sweep_kernel
 from .main import ARCH, SIZE, OutputPath, main, require_matplotlib, write_text
+from .suite import bench_suite, check_options
 
 SEED = click.IntRange(0, 2 ** 63 - 1)
 
@@ -125,7 +126,7 @@ def verify(paths, presets, variants, arch, seed, json_path) -> None:
         path = f"  {r.path.split(':')[0]}" if paths else ""
         click.echo(f"{r.kernel:<36} {r.dtype:>5} {shape:>15} {r.alpha:>6g} {r.beta:>6g} "
                    f"{r.rel_error:>9.2e} "
-                   f"{r.tol:>8.1e} {str(r.worst):>12} {'pass' if r.passed else 'FAIL'}{path}")
+                   f"{r.tol:>8.1e} {r.worst!s:>12} {'pass' if r.passed else 'FAIL'}{path}")
     failed = [r for r in outcomes if not r.passed]
     tma = sum(1 for r in outcomes if r.path == "tma")
     click.echo(f"{len(outcomes) - len(failed)} passed, {len(failed) + len(failed_builds)} failed"
@@ -168,9 +169,29 @@ def _load_results(path, option: str) -> dict:
 @click.option("--specialize", is_flag=True,
               help="also bench each kernel specialized to each size (compile-time M, N, K)")
 @click.option("--plot", "plot_path", type=OutputPath(), help="draw TFLOP/s vs size")
-def bench(paths, presets, sizes, arch, seed, json_path, append, tuned_db, dtype, layouts,
-          epilogues, batch, specialize, plot_path) -> None:
-    """Time kernels beside cuBLAS for their dtypes and print TFLOP/s and % of cuBLAS."""
+@click.option("--suite", metavar="NAME|PATH", default=None,
+              help="run a benchmark suite: benchmarks/suites/NAME.toml or a .toml file; "
+                   "writes benchmarks/results/<suite>_<GPU>.json and .png")
+@click.option("--only", metavar="SUBSTR", default=None,
+              help="with --suite: only the cases whose label contains SUBSTR")
+@click.option("--quick", is_flag=True, help="with --suite: only the values its [quick] keeps")
+@click.option("--max-rows", type=click.IntRange(1), default=None,
+              help="with --suite: at most this many cases (the first, in suite order)")
+@click.option("--max-minutes", type=click.FloatRange(0, min_open=True), default=None,
+              help="with --suite: start no new problem after this many minutes")
+@click.option("--results-dir", type=click.Path(file_okay=False), default=None,
+              help="with --suite: the folder of <suite>_<GPU>.json and .png "
+                   "[default: benchmarks/results beside the suites folder]")
+@click.pass_context
+def bench(ctx, paths, presets, sizes, arch, seed, json_path, append, tuned_db, dtype, layouts,
+          epilogues, batch, specialize, plot_path, suite, only, quick, max_rows, max_minutes,
+          results_dir) -> None:
+    """Time kernels beside cuBLAS for their dtypes and print TFLOP/s and % of cuBLAS; with
+    --suite, run a benchmark suite (benchmarks/suites/README.md)."""
+    check_options(ctx)
+    if suite is not None:
+        return bench_suite(suite, only, quick, max_rows, max_minutes, results_dir, seed, arch,
+                           json_path, plot_path)
     if append and not json_path:
         raise click.UsageError("--append merges into the --json file: give --json FILE")
     variants = bool(layouts or epilogues or batch or specialize)

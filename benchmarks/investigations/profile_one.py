@@ -1,6 +1,6 @@
 """Launch one preset and cuBLAS (same dtype, same buffers) a few times at one size, for ncu.
 
-python3 benchmarks/profile_one.py PRESET [N]     (needs a GPU, PyCUDA and CuPy)
+python3 benchmarks/investigations/profile_one.py PRESET [N]     (needs a GPU, PyCUDA and CuPy)
 """
 import sys
 

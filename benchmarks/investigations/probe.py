@@ -1,6 +1,6 @@
 """Probe one kernel with structured inputs, to locate a wrong result (GPU).
 
-Usage (on the GPU machine): python3 benchmarks/probe.py PRESET [M N K]
+Usage (on the GPU machine): python3 benchmarks/investigations/probe.py PRESET [M N K]
 
 With A = I (A[i, k] = 1 where i == k) the product's row i is B's row i; with B = I, column j is
 A's column j. For each output row (column) the probe reports which row of B (column of A) it

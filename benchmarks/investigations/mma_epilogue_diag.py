@@ -1,11 +1,11 @@
 """GPU diagnosis of the staged-C epilogue failure (mma_epilogue: C columns 0..7 wrong, at
 random, on ragged shapes; mma_swizzle, identical but for staged_c, right). Needs a GPU.
 
-python3 benchmarks/mma_epilogue_diag.py [--reps 10] [--json OUT.json]
+python3 benchmarks/investigations/mma_epilogue_diag.py [--reps 10] [--json OUT.json]
     runs each variant in its own process under a time limit (a hung kernel costs its limit),
     then prints one line per (variant, shape): bad elements in each repetition, and for the
     first bad ones: (row, col), tile, row/column in the tile, got, want.
-python3 benchmarks/mma_epilogue_diag.py --one VARIANT --reps N   (what each process runs)
+python3 benchmarks/investigations/mma_epilogue_diag.py --one VARIANT --reps N   (what each process runs)
 
 Variants (sources patched from the rendered preset; each tests one hypothesis):
   swizzle      mma_swizzle, the control (direct stores)

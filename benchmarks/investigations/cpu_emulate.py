@@ -1,6 +1,6 @@
 """CPU emulation of SIMT kernels, for checking them where there is no GPU (g++ 12+, C++20).
 
-python3 benchmarks/cpu_emulate.py [LABEL ...]   (default: the issue-12 steps, alternatives and
+python3 benchmarks/investigations/cpu_emulate.py [LABEL ...]   (default: the issue-12 steps, alternatives and
                                                  their layout/epilogue variants)
 
 Each rendered kernel is compiled as host C++ with a small shim: one std::thread per CUDA
@@ -19,9 +19,11 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from gemmgen import render
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # this checkout's gemmgen
+sys.path.insert(0, str(ROOT / "tests"))  # breakers.pairwise_variants
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))  # breakers.pairwise_variants
+from gemmgen import render
 
 PRELUDE = r'''
 #include <cmath>

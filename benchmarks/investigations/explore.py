@@ -1,6 +1,6 @@
 """Bench candidate configs beside cuBLAS at a few sizes: the search behind the presets.
 
-python3 benchmarks/explore.py [--family simt|wmma|wgmma] [--size 4096] [--only SUBSTR]
+python3 benchmarks/investigations/explore.py [--family simt|wmma|wgmma] [--size 4096] [--only SUBSTR]
                               [--verify] [--json PATH]   (needs a GPU, PyCUDA and CuPy)
 """
 import argparse

@@ -1,6 +1,6 @@
 """CPU emulation of a whole mma-family kernel, for checking it where there is no GPU (g++ 12+).
 
-python3 benchmarks/mma_cpu_emulate.py PRESET MxNxK [MxNxK ...]
+python3 benchmarks/investigations/mma_cpu_emulate.py PRESET MxNxK [MxNxK ...]
     e.g. mma_epilogue 136x136x64 520x776x328   (about 3 s and 20 s on 2 cores)
 
 The rendered kernel is compiled as host C++ (AddressSanitizer on): one std::thread per CUDA
@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's gemmgen
 from gemmgen import PRESETS, render
 
 PRELUDE = r'''

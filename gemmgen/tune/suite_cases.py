@@ -1,0 +1,237 @@
+"""Benchmark suites, their cases: a suite's ``[[problems]]`` tables expanded into ``Case``s
+(cross-products of each table's lists; a model's linear layers times token counts), checked
+value by value, and the cases a run asks for (``select``). Nothing here needs a GPU."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from ..heuristics.select import MATHS
+from ..model.config import EPILOGUES, INT32_MAX, LAYOUTS
+from ..model.dtypes import ELEM_BYTES
+from ..model.families import FAMILIES
+from ..model.presets import PRESETS
+
+DTYPES = tuple(ELEM_BYTES)
+TORCH_MODES = ("eager", "graph", "host")
+KINDS = {"presets": ("cublas",), "dispatch": ("cublas", "none"), "torch": ("torch",)}
+"""Each kind (which runner) and the baselines it can compare against, its default first."""
+PLOTS = {"presets": "bars", "dispatch": "lines", "torch": "heatmap"}
+"""The plot each kind draws unless the suite says otherwise (``plot = ...``)."""
+AXES = {"presets": ("preset", "family", "size"),
+        "dispatch": ("dtype", "size", "model", "layer", "m", "layout", "epilogue", "math"),
+        "torch": ("dtype", "size", "model", "layer", "m", "mode")}
+"""The keys a ``[[problems]]`` table of each kind may hold."""
+TOP_KEYS = ("description", "kind", "baseline", "plot", "budget_s", "problems", "models", "quick")
+LINEAR = {"rcr": "forward: y = x W^T, (T, N, K)", "rrr": "dgrad: dx = dy W, (T, K, N)",
+          "crr": "wgrad: dW^T = x^T dy, (K, N, T)"}
+"""A linear layer of T tokens, N outputs and K inputs: the GEMM each layout names, as
+``gemmgen.torch``'s forward and backward run it (``gemmgen.torch.linear_problems``)."""
+
+
+class SuiteError(ValueError):
+    """A suite that cannot be read or is not valid; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One problem of a suite: C (M x N, ``layout``) = A (M x K) B (K x N) in ``dtype``, with
+    ``epilogue`` and ``math``; ``preset`` for the presets kind; ``mode`` for the torch kind
+    (``kernel`` elsewhere); ``model``, ``layer`` and ``tokens`` (the layer's M) for a model's
+    linear layer, ``aliases`` the other model.layer names with the very same problem."""
+
+    dtype: str
+    m: int
+    n: int
+    k: int
+    layout: str = "rrr"
+    epilogue: str = "none"
+    math: str = "native"
+    preset: str = ""
+    mode: str = "kernel"
+    model: str = ""
+    layer: str = ""
+    tokens: int | None = None
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def shape(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+    @property
+    def label(self) -> str:
+        """What ``--only`` matches: e.g. ``llama3_8b.q_proj fp16 rcr T=16 16x4096x4096``."""
+        parts = [self.preset] if self.preset else []
+        parts += [f"{self.model}.{self.layer}"] if self.model else []
+        parts += [self.dtype, self.layout] + ([f"T={self.tokens}"] if self.model else [])
+        parts += [self.shape] + [x for x in (self.epilogue, self.math) if x not in
+                                 ("none", "native")]
+        return " ".join(parts + ([self.mode] if self.mode != "kernel" else []))
+
+    def key(self) -> tuple:
+        """The problem itself, without the names it goes by."""
+        return (self.preset, self.dtype, self.m, self.n, self.k, self.layout, self.epilogue,
+                self.math, self.mode)
+
+
+def is_extent(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= INT32_MAX
+
+
+def _size(x):
+    """N, "MxNxK" or [M, N, K] -> (M, N, K), or None when it is none of these."""
+    if isinstance(x, str):
+        parts = x.lower().split("x")
+        x = [int(p) for p in parts] if len(parts) == 3 and all(p.isdigit() for p in parts) \
+            else None
+    if is_extent(x):
+        return (x, x, x)
+    if isinstance(x, list) and len(x) == 3 and all(is_extent(v) for v in x):
+        return tuple(x)
+    return None
+
+
+_CHECKS = {
+    "preset": (lambda v: v == "*" or v in PRESETS, "a preset name or \"*\""),
+    "family": (lambda v: v in FAMILIES, f"one of {', '.join(FAMILIES)}"),
+    "dtype": (lambda v: v in DTYPES, f"one of {', '.join(DTYPES)}"),
+    "layout": (lambda v: v in LAYOUTS, f"one of {', '.join(LAYOUTS)}"),
+    "epilogue": (lambda v: v in EPILOGUES, f"one of {', '.join(EPILOGUES)}"),
+    "math": (lambda v: v in MATHS, f"one of {', '.join(MATHS)}"),
+    "mode": (lambda v: v in TORCH_MODES, f"one of {', '.join(TORCH_MODES)}"),
+    "m": (is_extent, "an extent from 1 to 2^31 - 1"),
+    "size": (lambda v: _size(v) is not None, "N, \"MxNxK\" or [M, N, K]"),
+    "model": (lambda v: isinstance(v, str), "a model of [models]"),
+    "layer": (lambda v: isinstance(v, str), "a layer name"),
+}
+
+
+def _axis(suite, where: str, table: dict, axis: str, default, quick: bool) -> list:
+    """The values of one axis of a problems table (a scalar is one value; ``default`` when
+    absent), checked, and restricted to ``[quick]``'s values when ``quick``."""
+    raw = table.get(axis, default)
+    values = raw if isinstance(raw, list) else [raw]
+    if not values:
+        raise SuiteError(f"{suite.path}: {where}{axis}: empty list")
+    ok, what = _CHECKS[axis]
+    for v in values:
+        if v is not None and not ok(v):
+            raise SuiteError(f"{suite.path}: {where}{axis}: {v!r} is not {what}")
+    if axis == "size":
+        values = [_size(v) for v in values]
+    if quick and axis in suite.quick:
+        allowed = suite.quick[axis] if isinstance(suite.quick[axis], list) else [suite.quick[axis]]
+        allowed = [_size(v) for v in allowed] if axis == "size" else allowed
+        values = [v for v in values if v in allowed]
+    return values
+
+
+def expand(suite, quick: bool = False) -> list[Case]:
+    """Every case of the suite, in the order of its tables and their axes (a cross-product of
+    each table's lists), duplicates merged (the later names go to ``aliases``); ``quick``
+    keeps only the values ``[quick]`` lists. Raises ``SuiteError`` naming the file and key of
+    a bad value."""
+    cases: dict[tuple, Case] = {}
+    for i, table in enumerate(suite.problems):
+        where = f"problems[{i}]."
+        make = _presets_cases if suite.kind == "presets" else _gemm_cases
+        for case in make(suite, where, table, quick):
+            old = cases.get(case.key())
+            if old is None:
+                cases[case.key()] = case
+            elif case.model and f"{case.model}.{case.layer}" not in old.aliases:
+                name = f"{case.model}.{case.layer}"
+                cases[case.key()] = Case(**{**old.__dict__, "aliases": (*old.aliases, name)})
+    return list(cases.values())
+
+
+def _presets_cases(suite, where: str, table: dict, quick: bool) -> list[Case]:
+    names = _axis(suite, where, table, "preset", None if "family" in table else "*", quick)
+    fams = _axis(suite, where, table, "family", None, quick)
+    chosen = list(PRESETS) if "*" in names else [n for n in names if n]
+    chosen += [n for n, p in PRESETS.items() if p.config.family in fams and n not in chosen]
+    if "size" not in table:
+        raise SuiteError(f"{suite.path}: {where}size: required")
+    out = []
+    for (m, n, k), name in itertools.product(_axis(suite, where, table, "size", None, quick),
+                                             chosen):
+        cfg = PRESETS[name].config
+        math_ = getattr(cfg, "math", "native")  # 3xTF32 multiplies fp32 data: beside SGEMM
+        out.append(Case("fp32" if math_ == "3xtf32" else cfg.dtype, m, n, k, cfg.layout,
+                        cfg.epilogue, math_, preset=name))
+    return out
+
+
+def _gemm_cases(suite, where: str, table: dict, quick: bool) -> list[Case]:
+    """Cases of a dispatch or torch table: sizes, or a model's layers times token counts."""
+    ax = {a: _axis(suite, where, table, a, d, quick) if a in AXES[suite.kind] else [d]
+          for a, d in (("dtype", None), ("epilogue", "none"), ("math", "native"))}
+    ax["mode"] = (_axis(suite, where, table, "mode", list(TORCH_MODES), quick)
+                  if suite.kind == "torch" else ["kernel"])
+    if ax["dtype"] == [None]:
+        raise SuiteError(f"{suite.path}: {where}dtype: required")
+    if "3xtf32" in ax["math"] and set(ax["dtype"]) != {"fp32"}:
+        raise SuiteError(f"{suite.path}: {where}math: 3xtf32 runs on fp32 data; give "
+                         f"dtype = \"fp32\" in its own table")
+    if ("size" in table) == ("model" in table):
+        raise SuiteError(f"{suite.path}: {where}size: give either size or model (with m)")
+    base = "rcr" if "model" in table or suite.kind == "torch" else "rrr"
+    layouts = _axis(suite, where, table, "layout", base, quick) if suite.kind != "torch" \
+        else ["rcr"]
+    shapes = _shapes(suite, where, table, layouts, quick)
+    out = []
+    for (m, n, k, lay, names), dt, epi, mth, mode in itertools.product(
+            shapes, ax["dtype"], ax["epilogue"], ax["math"], ax["mode"]):
+        model, layer, tokens = names
+        out.append(Case(dt, m, n, k, lay, epi, mth, mode=mode, model=model, layer=layer,
+                        tokens=tokens))
+    return out
+
+
+def _shapes(suite, where: str, table: dict, layouts: list, quick: bool) -> list:
+    """(M, N, K, layout, (model, layer, tokens)) of a table's sizes or model layers."""
+    if "size" in table:
+        return [(*s, lay, ("", "", None)) for s in _axis(suite, where, table, "size", None, quick)
+                for lay in layouts]
+    models = _axis(suite, where, table, "model", None, quick)
+    for name in models:
+        if name not in suite.models:
+            raise SuiteError(f"{suite.path}: {where}model: {name!r} is not in [models] "
+                             f"({', '.join(suite.models) or 'none defined'})")
+    if "m" not in table:
+        raise SuiteError(f"{suite.path}: {where}m: required with model (the token counts)")
+    bad = [lay for lay in layouts if lay not in LINEAR]
+    if bad:
+        raise SuiteError(f"{suite.path}: {where}layout: {bad[0]!r} is not a linear layer's "
+                         f"GEMM; use " + "; ".join(f"{k} ({v})" for k, v in LINEAR.items()))
+    wanted = _axis(suite, where, table, "layer", None, quick)
+    known = {lay for name in models for lay in suite.models[name]["layers"]}
+    missing = [w for w in wanted if w is not None and w not in known]
+    if missing:
+        raise SuiteError(f"{suite.path}: {where}layer: {missing[0]!r} is not a layer of "
+                         f"{', '.join(models)}")
+    out = []
+    for name in models:
+        for layer, (n, k) in suite.models[name]["layers"].items():
+            if wanted != [None] and layer not in wanted:
+                continue
+            for tokens, lay in itertools.product(_axis(suite, where, table, "m", None, quick),
+                                                 layouts):
+                out.append((*linear_gemm(tokens, n, k, lay), lay, (name, layer, tokens)))
+    return out
+
+
+def linear_gemm(tokens: int, n: int, k: int, layout: str) -> tuple[int, int, int]:
+    """(M, N, K) of the GEMM ``layout`` names (see ``LINEAR``) for a linear layer of
+    ``tokens`` rows, N outputs and K inputs."""
+    return {"rcr": (tokens, n, k), "rrr": (tokens, k, n), "crr": (k, n, tokens)}[layout]
+
+
+def select(cases: list[Case], only: str | None = None, max_rows: int | None = None) -> list:
+    """The cases whose label or aliases contain ``only`` (case-insensitive), at most
+    ``max_rows`` of them (the first, in suite order)."""
+    if only:
+        low = only.lower()
+        cases = [c for c in cases if low in c.label.lower()
+                 or any(low in a.lower() for a in c.aliases)]
+    return cases[:max_rows] if max_rows else cases
