@@ -467,7 +467,7 @@ _LAST_STEPS = (
     ("simt_best", _STEPS_BEST,
      "aligned vector bodies per row: a row whose tile segment is 16-byte aligned loads float4, "
      "the others scalars, so odd lda keeps the vector loads it can",
-     "issue 12, SIMT: the last 15%"),
+     "per-row 16-byte alignment checks, after CUTLASS's predicated iterators"),
 )
 _TUNED = SimtConfig(128, 128, 16, 4, 4, wm=32, wn=64, vec=4, skew=4, stages=2, min_blocks=2)
 
