@@ -15,8 +15,7 @@ from pathlib import Path
 
 from ..model.presets import PRESETS
 
-REGION = re.compile(r"(<!-- gemmgen-table (.*?) -->\n)(.*?)(<!-- /gemmgen-table -->)", re.DOTALL)
-HEADINGS = {"rel_error": "rel. error", "read_bw_pct_copy": "% of copy bandwidth", "swap": "swapped"}
+REGION = re.compile(r"(<!-- gemmgen-table ([^\n]*?) -->\n)(.*?)(<!-- /gemmgen-table -->)", re.DOTALL)
 
 
 def _num(v) -> str:
@@ -95,7 +94,7 @@ def compare(doc, o) -> tuple[list[str], list]:
                      f"{r['tflops'] / cub:.2f}x"] + [_num(tile if e == "tile" else r.get(e))
                                                      for e in extra])
     head = ["shape", "dtype", "kernel", "TFLOP/s", f"{base} TFLOP/s", f"x {base}"]
-    return _table(head + [HEADINGS.get(e, e) for e in extra], body), rows
+    return _table(head + [f"`{e}`" for e in extra], body), rows
 
 
 def accuracy(doc, o) -> tuple[list[str], list]:
@@ -127,9 +126,8 @@ def fields(doc, o) -> tuple[list[str], list]:
     column per ``cols=`` field of it (default: every field of the first), ``digits=`` digits."""
     objs = {k: reduce(lambda d, part: d[part], k.split("."), doc) for k in o["keys"].split(",")}
     cols = o["cols"].split(",") if o.get("cols") else list(next(iter(objs.values())))
-    fmt = f".{o.get('digits', 4)}g"
-    body = [[f"`{k}`"] + [format(v[c], fmt) if isinstance(v.get(c), float) else _num(v.get(c))
-                          for c in cols] for k, v in objs.items()]
+    body = [[f"`{k}`"] + [format(v[c], f".{o.get('digits', 4)}g") if isinstance(v.get(c), float)
+                          else _num(v.get(c)) for c in cols] for k, v in objs.items()]
     return _table(["field", *[f"`{c}`" for c in cols]], body), []
 
 
@@ -141,8 +139,8 @@ def ncu(text: str, o) -> tuple[list[str], list]:
             kernels.append(line.split()[0])
         elif kernels and re.match(r" {4}[a-z0-9_]+__\S+\s", line):
             name, *rest = line.split()
-            unit = rest[-2] if len(rest) > 1 and rest[-2] in ("%", "us", "ms") else ""
-            metrics.setdefault(name, {})[kernels[-1]] = rest[-1] + unit.replace("us", " us")
+            unit = {"%": "%", "us": " us", "ms": " ms"}.get(rest[0] if len(rest) > 1 else "", "")
+            metrics.setdefault(name, {})[kernels[-1]] = rest[-1] + unit
     body = [[f"`{m}`"] + [v.get(k, "-") for k in kernels] for m, v in metrics.items()
             if any(w in m for w in o["metrics"].split(","))]
     return _table(["metric", *[f"`{k}`" for k in kernels]], body), []
@@ -189,7 +187,10 @@ def main(argv=None) -> int:
     ap.add_argument("files", nargs="*", help="default: README.md and docs/**/*.md")
     args = ap.parse_args(argv)
     files = args.files or ["README.md", *map(str, sorted(Path("docs").rglob("*.md")))]
-    stale = sync(files, check=args.check)
+    try:
+        stale = sync(files, check=args.check)
+    except (OSError, ValueError, KeyError) as exc:
+        sys.exit(f"error: a table region cannot be rendered: {exc!r}")
     for s in stale:
         print(("stale: " if args.check else "updated: ") + s, file=sys.stderr)
     return 1 if stale and args.check else 0
