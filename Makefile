@@ -1,7 +1,7 @@
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 
-.PHONY: install test test-gpu bench generate clean
+.PHONY: install test test-gpu bench generate docs docs-tables clean
 
 install:            ## install gemmgen (editable) with the test tools; PyTorch's CPU build if no torch
 	$(PIP) install -q -e '.[dev]'
@@ -22,5 +22,12 @@ generate:           ## refresh generated/ from the presets
 	for p in $$($(PYTHON) -m gemmgen list --names); do $(PYTHON) -m gemmgen emit --preset $$p >/dev/null || exit 1; done
 	ls generated
 
+docs:               ## build the docs site (docs/ -> site/) with warnings as errors
+	$(PIP) install -q -e '.[docs]'
+	$(PYTHON) -m mkdocs build --strict
+
+docs-tables:        ## regenerate the tables in README.md and docs/ from benchmarks/results
+	$(PYTHON) -m gemmgen.tune.tables
+
 clean:
-	rm -rf build dist *.egg-info .pytest_cache .hypothesis
+	rm -rf build dist *.egg-info .pytest_cache .hypothesis site
