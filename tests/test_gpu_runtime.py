@@ -135,7 +135,8 @@ def test_python_fallback_where_the_launcher_is_off():
             "ref = a.double() @ b.double()\n"
             "assert float((out.double() - ref).norm() / ref.norm()) < 5e-3\n"
             "print('fallback ok')\n")
-    env = {**os.environ, "GEMMGEN_LAUNCHER": "0", "PYTHONPATH": str(ROOT)}
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    env = {**os.environ, "GEMMGEN_LAUNCHER": "0", "PYTHONPATH": path}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=300)
     assert done.returncode == 0 and "fallback ok" in done.stdout, done.stderr[-2000:]

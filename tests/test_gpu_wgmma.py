@@ -105,9 +105,10 @@ def test_gemm_prefers_wgmma_and_falls_back_by_layout(hopper):
 def test_parameter_offsets_match_the_driver(hopper):
     from gemmgen.codegen.render import render
     from gemmgen.compile.cache import compile_cached, target_arch
+    from gemmgen.runtime.device import device_arch
     from gemmgen.runtime.tma import driver_param_layout, param_layout
     cfg = PRESETS["wgmma_cluster"].config
-    arch = target_arch(cfg)
+    arch = target_arch(cfg, device_arch())
     cubin, _ = compile_cached(render(cfg, arch), arch, cfg.name)
     ours = param_layout(cubin, cfg.name)
     assert tuple(zip(ours.offsets, ours.sizes)) == driver_param_layout(cubin, cfg.name)

@@ -261,7 +261,7 @@ def test_gemm_checks_a_signature_once_then_only_launches(monkeypatch):
     launches, checks = [], []
 
     class FakeRecipe:
-        device = 0
+        device, path = 0, "tma"
 
         def __init__(self, args):
             self.args = args

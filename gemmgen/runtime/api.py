@@ -17,7 +17,7 @@ from ..model.config import EPILOGUES
 from ..model.dtypes import ELEM_BYTES, dtype_name_of, stored_as
 from . import driver
 from .build import build
-from .device import device_identity, pycuda_modules
+from .device import device_identity, require_gpu
 from .operands import OperandError, check_scalars, describe
 from .plans import make_plan, signature, transposed
 
@@ -57,7 +57,7 @@ def operand_device(*operands) -> int:
     the device owning a pointer); 0 for host (NumPy) operands, which go through PyCUDA's
     context on device 0 (``ImportError`` with the install hint without PyCUDA)."""
     if any(isinstance(x, np.ndarray) for x in operands):
-        pycuda_modules()
+        require_gpu()
         return 0
     for x in operands:
         if x is None:

@@ -18,7 +18,7 @@ from ..compile.nvcc import BuildError, Resources
 from ..model.config import ConfigBase
 from ..model.families import fallback_config, get_family
 from . import driver
-from .device import device_arch
+from .device import device_arch, gpu_problem, pycuda_modules
 from .kernel import Kernel
 from .tma_kernel import TmaKernel
 
@@ -39,6 +39,7 @@ def build(config: ConfigBase, arch: str | None = None, *, source: str | None = N
     """
     # first: a family the arch cannot run fails here
     arch = target_arch(config, arch or device_arch())
+    adopt_pycuda()
     source = source if source is not None else render(config, arch)
     key = (config.name, arch, hashlib.sha256(source.encode()).hexdigest())
     with _LOCK:
@@ -59,6 +60,14 @@ def build(config: ConfigBase, arch: str | None = None, *, source: str | None = N
     with _LOCK:
         kernel = _CACHE.setdefault(key, kernel)
     return kernel
+
+
+def adopt_pycuda() -> None:
+    """On the main thread, where PyCUDA is installed, make its context (device 0's primary
+    context, through ``pycuda.autoprimaryctx``) current, as building always has: scripts that
+    build a kernel and then make GPUArrays rely on it. Elsewhere, nothing."""
+    if threading.current_thread() is threading.main_thread() and gpu_problem() is None:
+        pycuda_modules()
 
 
 def from_cubin(config: ConfigBase, arch: str, cubin: bytes, resources: Resources | None = None,

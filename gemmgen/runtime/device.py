@@ -76,18 +76,24 @@ def pycuda_modules():
     return drv, None
 
 
+_RETAINED: list = []
+
+
 @contextmanager
 def pycuda_context():
-    """PyCUDA's context (device 0's primary context, as ``autoprimaryctx`` made it) current on
-    this thread for the block: pushed where the thread has none of PyCUDA's (a thread other
-    than the one that imported PyCUDA), and popped after, since a context left on a thread's
-    stack makes PyCUDA abort when the thread exits. Raises as ``pycuda_modules``."""
-    drv, _ = pycuda_modules()
+    """A PyCUDA context current on this thread for the block: the one already current, else
+    device 0's primary context (retained once, the context PyTorch and CuPy use), pushed for
+    the block and popped after, so that no thread ends with a context on PyCUDA's stack (PyCUDA
+    aborts then). Raises as ``require_gpu``."""
+    require_gpu()
+    import pycuda.driver as drv
+    drv.init()
     if drv.Context.get_current() is not None:
         yield
         return
-    import pycuda.autoprimaryctx as primary
-    primary.context.push()
+    if not _RETAINED:
+        _RETAINED.append(drv.Device(0).retain_primary_context())
+    _RETAINED[0].push()
     try:
         yield
     finally:

@@ -30,7 +30,8 @@ class Kernel:
     ``config``: its configuration; ``arch``: the target it was compiled for (``sm_90a``);
     ``cubin``: the compiled module; ``resources``: ptxas's report (registers, spills, stack)
     when gemmgen compiled it. ``registers``, ``smem_bytes`` (static) and ``local_bytes`` (per
-    thread) come from the loaded function on the current device (``cuFuncGetAttribute``).
+    thread) come from the loaded function on the current device (``cuFuncGetAttribute``);
+    ``last_path`` says what the last call ran (a recipe's ``path``).
     """
 
     config: ConfigBase
@@ -38,6 +39,7 @@ class Kernel:
     cubin: bytes = field(repr=False)
     resources: Resources | None = None
     source_path: str | None = None
+    last_path: str = ""
 
     def __post_init__(self):
         self._modules: dict[int, driver.Module] = {}
@@ -102,8 +104,10 @@ class Kernel:
         """Enqueue one call on device pointers of the current context's device (no checks;
         asynchronous). ``stream``: None (the legacy default stream), a PyCUDA ``Stream``, a
         PyTorch or CuPy stream, or a raw ``CUstream`` handle (int)."""
-        self.launches(m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a,
-                      stride_b, stride_c, bias_ptr, batch).run((), driver.stream_handle(stream))
+        recipe = self.launches(m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc,
+                               stride_a, stride_b, stride_c, bias_ptr, batch)
+        self.last_path = recipe.path
+        recipe.run((), driver.stream_handle(stream))
 
     def __call__(self, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
                  stream=None):

@@ -54,11 +54,13 @@ def _reader(x):
 
 @dataclass
 class Plan:
-    """A checked call for one operand signature: its ``recipe`` (launches with the places the
-    operands' addresses go: 0 A, 1 B, 2 C, 3 bias; with ``swap`` B^T is the kernel's A),
+    """A checked call for one operand signature: the ``kernel`` (whose ``last_path`` each run
+    sets), its ``recipe`` (launches with the places the operands' addresses go: 0 A, 1 B, 2 C,
+    3 bias; with ``swap`` B^T is the kernel's A),
     how to read each address, and how to make C. ``cupy``: some operand is a CuPy array,
     whose ``__cuda_array_interface__`` stream is honoured on every call."""
 
+    kernel: object
     how: str
     recipe: Recipe
     new_c: object
@@ -75,6 +77,7 @@ class Plan:
         with driver.on_device(self.recipe.device):
             self.recipe.run((pa(first), pb(second), pc(out), pbias(bias)),
                             driver.stream_handle(stream))
+        self.kernel.last_path = self.recipe.path
         return out if C is not None or not self.swap else transposed(out)
 
 
@@ -110,5 +113,5 @@ def make_plan(kernel, how, A, B, C, bias, alpha: float, beta: float, device: int
                                  c.lds[cfg.layout[2]], batch_stride(args.a),
                                  batch_stride(args.b), batch_stride(c),
                                  refs[3] if args.bias else 0, args.batch or 1, device=device)
-    return Plan(how, recipe, make_c, "cupy" in kinds,
+    return Plan(kernel, how, recipe, make_c, "cupy" in kinds,
                 (_reader(A), _reader(B), _reader(C if C is not None else A), _reader(bias)))

@@ -47,7 +47,6 @@ class TmaKernel(Kernel):
     ``build_fallback`` makes the fallback kernel (``gemmgen.runtime.build`` sets it).
     """
 
-    last_path: str = ""
     build_fallback: Callable[[], Kernel] | None = field(default=None, repr=False)
 
     def __post_init__(self):
