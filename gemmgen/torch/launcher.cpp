@@ -1,7 +1,7 @@
 // gemmgen's compiled launcher for PyTorch: the CUDA kernel of the op gemmgen::gemm.
 //
-// A call looks its operand signature up (device, dtypes, sizes, strides, 16-byte alignment,
-// epilogue) in a table of recipes; a hit allocates the output, patches the operands' addresses
+// A call looks its operand signature up (op, device, dtypes, sizes, strides, 16-byte alignment,
+// attributes) in a table of recipes; a hit allocates the output, patches the operands' addresses
 // into the recipe's parameter blocks (raw pointers, and tensor maps through
 // cuTensorMapReplaceAddress) and launches with cuLaunchKernel on PyTorch's current stream: no
 // Python runs. A miss calls the Python op gemmgen::_plan (through the dispatcher), which checks
@@ -35,6 +35,7 @@ constexpr uint32_t kFormatVersion = 1;     // Recipe.to_bytes
 constexpr uint32_t kReference = 0xFFFFFFFFu;  // "launch count" of a recipe that calls _reference
 constexpr uint32_t kPatchPointer = 0, kPatchMap = 1;
 constexpr size_t kMapBytes = 128;
+constexpr uint32_t kMaxOperands = 8;  // addresses one recipe may patch in
 
 // ---- the driver, through dlopen ------------------------------------------------------------
 using CUresult = int;
@@ -129,7 +130,8 @@ std::shared_ptr<const Recipe> parse(const at::Tensor& bytes) {
             pt.index = take<uint32_t>(p, end);
             pt.delta = take<int64_t>(p, end);
             const size_t width = pt.kind == kPatchMap ? kMapBytes : sizeof(uint64_t);
-            TORCH_CHECK(pt.offset + width <= n && pt.index < 4, "gemmgen launcher: bad patch");
+            TORCH_CHECK(pt.offset + width <= n && pt.index < kMaxOperands,
+                        "gemmgen launcher: bad patch");
         }
     }
     return out;
@@ -198,7 +200,9 @@ Table& table() {
 }
 
 // ---- launching ------------------------------------------------------------------------------
-void run(const Recipe& recipe, const uint64_t (&ptrs)[4], void* stream) {
+// Patch the operands' addresses ``ptrs`` into each launch's parameter block and launch it on
+// ``stream`` (the current context must be the recipe's device's: the caller's DeviceGuard).
+void run(const Recipe& recipe, const uint64_t* ptrs, void* stream) {
     alignas(128) static thread_local uint8_t block[4096];
     for (const auto& ln : recipe.launches) {
         TORCH_CHECK(ln.params.size() <= sizeof(block), "gemmgen launcher: parameter block too large");
@@ -228,30 +232,45 @@ uint64_t address(const at::Tensor& t) {
     return t.defined() ? reinterpret_cast<uint64_t>(t.data_ptr()) : 0;
 }
 
+// The recipe of ``key`` from the table, or from ``plan`` (a call of the op's Python planner,
+// which checks the operands and raises for bad ones) on a miss, kept for the next call.
+template <typename Plan>
+std::shared_ptr<const Recipe> recipe_for(const std::string& key, Plan&& plan) {
+    auto recipe = table().find(key);
+    if (!recipe) {
+        recipe = parse(plan());
+        table().insert(key, recipe);
+    }
+    return recipe;
+}
+
+void* current_stream(const c10::Device& device) {
+    return c10::impl::getDeviceGuardImpl(device.type())->getStream(device).native_handle();
+}
+
+// gemmgen::gemm(a, b, bias, epilogue): operands 0 a, 1 b, 2 the output, 3 bias.
 at::Tensor gemm_cuda(const at::Tensor& a_in, const at::Tensor& b_in,
                      const std::optional<at::Tensor>& bias_in, c10::string_view epilogue) {
     const at::Tensor a = row_or_col(a_in), b = row_or_col(b_in);
     const at::Tensor bias = bias_in.has_value() ? bias_in->contiguous() : at::Tensor();
     c10::DeviceGuard guard(a.device());
-    std::string key;
-    key.reserve(256);
+    std::string key = "gemm";
+    key.push_back('\0');
     key.append(epilogue.data(), epilogue.size());
     key.push_back('\0');
     append(key, a);
     append(key, b);
     append(key, bias);
-    auto recipe = table().find(key);
     const bool shaped = a.dim() == 2 && b.dim() == 2;
     at::Tensor out = at::empty({shaped ? a.size(0) : 0, shaped ? b.size(1) : 0}, a.options());
-    if (!recipe) {  // checks, choice and build in Python, once per signature
+    auto recipe = recipe_for(key, [&] {
         static auto plan = c10::Dispatcher::singleton().findSchemaOrThrow("gemmgen::_plan", "")
             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                               c10::string_view, const at::Tensor&)>();
         std::optional<at::Tensor> bias_arg;
         if (bias.defined()) bias_arg = bias;
-        recipe = parse(plan.call(a, b, bias_arg, epilogue, out));
-        table().insert(key, recipe);
-    }
+        return plan.call(a, b, bias_arg, epilogue, out);
+    });
     if (recipe->reference) {
         static auto reference = c10::Dispatcher::singleton()
             .findSchemaOrThrow("gemmgen::_reference", "")
@@ -260,10 +279,8 @@ at::Tensor gemm_cuda(const at::Tensor& a_in, const at::Tensor& b_in,
         return reference.call(a_in, b_in, bias_in, epilogue);
     }
     if (recipe->launches.empty()) return out;
-    const auto impl = c10::impl::getDeviceGuardImpl(a.device().type());
-    void* stream = impl->getStream(a.device()).native_handle();
-    const uint64_t ptrs[4] = {address(a), address(b), address(out), address(bias)};
-    run(*recipe, ptrs, stream);
+    const uint64_t ptrs[kMaxOperands] = {address(a), address(b), address(out), address(bias)};
+    run(*recipe, ptrs, current_stream(a.device()));
     return out;
 }
 
