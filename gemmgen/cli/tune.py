@@ -16,6 +16,7 @@ from ..heuristics.select import tight_lds
 from ..heuristics.tunedb import parse_key
 from ..model.config import EPILOGUES, INT32_MAX, LAYOUTS
 from ..model.families import FAMILIES
+from ..model.problem import ShapesError, load_problems
 from ..runtime.device import device_count
 from ..tune import report
 from ..tune.search import Request, WorkerPool, laid_out, tune as run_tune
@@ -48,9 +49,12 @@ def _budget(ctx, param, value):
 
 
 @main.command()
-@click.option("--m", "m", type=EXTENT, required=True, help="rows of A and C")
-@click.option("--n", "n", type=EXTENT, required=True, help="columns of B and C")
-@click.option("--k", "k", type=EXTENT, required=True, help="columns of A, rows of B")
+@click.option("--m", "m", type=EXTENT, default=None, help="rows of A and C")
+@click.option("--n", "n", type=EXTENT, default=None, help="columns of B and C")
+@click.option("--k", "k", type=EXTENT, default=None, help="columns of A, rows of B")
+@click.option("--shapes", "shapes_path", type=click.Path(exists=True, dir_okay=False),
+              default=None, help="tune every problem of this shapes file (a JSON list, as "
+                                 "gemmgen.torch.record writes), resuming what is tuned")
 @click.option("--dtype", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]), default="fp32",
               show_default=True)
 @click.option("--family", type=click.Choice(list(FAMILIES)), default=None,
@@ -71,29 +75,67 @@ def _budget(ctx, param, value):
 @click.option("--show", is_flag=True, help="print the stored entry for this shape; no tuning")
 @click.option("--explain", is_flag=True, help="say why the winner beat the runner-up")
 @click.option("--plot", "plot_path", type=OutputPath(), help="draw the search")
-def tune(m, n, k, dtype, family, layout, budget, max_configs, db_path, devices, jobs, show,
-         explain, plot_path) -> None:
-    """Search the validated configuration space on the GPU for one shape and keep the result.
+def tune(m, n, k, shapes_path, dtype, family, layout, budget, max_configs, db_path, devices,
+         jobs, show, explain, plot_path) -> None:
+    """Search the validated configuration space on the GPU for one shape (--m --n --k), or for
+    every problem of a shapes file (--shapes), and keep the results.
 
-    Every candidate is verified against a float64 reference before it is timed; failures are
-    stored with their reasons. Re-running resumes: measured candidates are not measured again.
+    Every candidate is verified against a float64 reference before it is timed, and cuBLAS is
+    timed in the same layout; failures are stored with their reasons. Re-running resumes:
+    measured candidates are not measured again, and with --shapes a problem whose winner
+    stands on --max-configs measured candidates is skipped.
     """
-    _check_tune_args(family, dtype, layout, show, devices, jobs)
+    given = [name for name, v in (("--m", m), ("--n", n), ("--k", k)) if v is not None]
+    if shapes_path and given:
+        raise click.UsageError(f"give --shapes or {', '.join(given)}, not both")
+    if not shapes_path and len(given) < 3:
+        lack = next(f for f in ("--m", "--n", "--k") if f not in given)
+        raise click.UsageError(f"Missing option '{lack}' (give --m, --n and --k for one shape, "
+                               f"or --shapes FILE)")
+    requests = ([Request(m, n, k, dtype, family, budget, max_configs, layout=layout)]
+                if not shapes_path else _shape_requests(shapes_path, family, budget, max_configs))
+    for req in requests:
+        _check_tune_args(family, req.dtype, req.layout, show, devices, jobs)
     if plot_path:
         require_matplotlib("--plot")
     db = _open_db(db_path)
-    req = Request(m, n, k, dtype, family, budget, max_configs, layout=layout)
     if show:
-        _print_entry(_stored(db, req), explain, plot_path)
+        for req in requests:
+            _print_entry(_stored(db, req), explain, plot_path)
         return
     count = device_count()  # exit 1, one line, without PyCUDA, a driver or a device
     missing = [d for d in devices or [] if d >= count]
     if missing:
         raise click.BadParameter(f"no device {missing[0]}: this machine has {count} "
                                  f"(ids 0 to {count - 1})", param_hint="--devices")
+    entries = [_tune_one(req, db, devices, jobs, explain, plot_path, len(requests) > 1)
+               for req in requests]
+    click.echo(f"database: {db.path}")
+    if not all(e.get("winner") for e in entries):
+        sys.exit(1)
+
+
+def _shape_requests(path, family, budget, max_configs) -> list:
+    """One tuning Request per problem of the shapes file (batched problems are left out)."""
+    try:
+        problems = load_problems(path)
+    except ShapesError as exc:
+        raise click.BadParameter(str(exc), param_hint="--shapes") from None
+    return [Request(p.m, p.n, p.k, p.dtype, family, budget, max_configs, layout=p.layout)
+            for p in problems if p.batch == 1]
+
+
+def _tune_one(req, db, devices, jobs, explain, plot_path, quiet: bool) -> dict:
+    """Tune one shape (or skip it when a file run finds it tuned) and print its summary."""
+    label = f"{req.m}x{req.n}x{req.k} {req.dtype} {req.layout}"
+    done = [e for k_, e in db.entries.items() if _same_problem(k_, req)]
+    if quiet and done and done[0].get("winner") and len(done[0]["candidates"]) >= req.max_configs:
+        click.echo(f"{label}: tuned before, skipped")
+        return done[0]
     pool = WorkerPool(req, devices)
     try:
-        with click.progressbar(length=max_configs, label="tuning", file=sys.stderr) as bar:
+        with click.progressbar(length=req.max_configs, label=f"tuning {label}",
+                               file=sys.stderr) as bar:
             key, entry, stats = run_tune(req, db, pool, jobs=jobs, progress=bar.update)
     finally:
         pool.close()
@@ -102,10 +144,20 @@ def tune(m, n, k, dtype, family, layout, budget, max_configs, db_path, devices, 
                f"estimate, {stats['chosen']} chosen by the model; "
                f"{stats['already_measured']} measured before, {stats['measured_now']} now"
                + ("; stopped by --budget (run again to resume)" if stats["budget_hit"] else ""))
-    _print_entry(entry, explain, plot_path, limit=10)
-    click.echo(f"database: {db.path}")
-    if not entry.get("winner"):
-        sys.exit(1)
+    if quiet:
+        best = entry["candidates"].get(entry.get("winner") or "", {}).get("tflops")
+        cub = entry.get("cublas_tflops")
+        ratio = f" = {best / cub:.2f}x cuBLAS ({cub} in {req.layout})" if best and cub else ""
+        click.echo(f"{label}: {best or 'no winner'} TFLOP/s{ratio}")
+    else:
+        _print_entry(entry, explain, plot_path, limit=10)
+    return entry
+
+
+def _same_problem(key: str, req) -> bool:
+    _, dtype, layout, shape, fam = parse_key(key)
+    return ((dtype, layout, shape) == (req.dtype, req.layout, (req.m, req.n, req.k))
+            and (req.family is None or fam in (None, req.family)))
 
 
 def _check_tune_args(family, dtype, layout, show, devices, jobs) -> None:

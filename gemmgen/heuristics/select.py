@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from ..model.families import config_from_dict, families_for
 from ..model.presets import PRESETS
 from .shapes import shaped
+from .shipped import MAX_DISTANCE, shipped
 from .tunedb import TuneDB
 
 MATHS = ("native", "3xtf32")
@@ -33,8 +34,10 @@ class Choice:
 
 def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
            cc: int | None = None, layout: str = "rrr", epilogue: str = "none"):
-    """(config, how) for one problem: how is "exact" or "nearest" (a tuned winner) or
-    "default" (a family's preset), the config already in ``layout`` with ``epilogue``.
+    """(config, how) for one problem: how is "exact" or "nearest" (a winner of the tuning
+    database ``db``), "table" (a winner of the table shipped for ``gpu``, within
+    ``shipped.MAX_DISTANCE`` of the shape) or "default" (a family's preset), the config
+    already in ``layout`` with ``epilogue``.
     Families are tried fastest first among those that run on compute capability ``cc``; one
     whose rules reject the layout (tf32 wgmma reads no row-major B) is passed over.
     Raises ``ValueError`` for a dtype no family takes there."""
@@ -43,6 +46,10 @@ def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
     row, how = db.lookup(gpu, dtype, m, n, k, layout, names) if db is not None else (None, None)
     if row is None and db is not None and layout != "rrr":
         row, how = db.lookup(gpu, dtype, m, n, k, "rrr", names)  # re-laid out below
+    table = shipped(gpu) if row is None else None
+    if table is not None:
+        row, how = table.lookup(gpu, dtype, m, n, k, layout, names, MAX_DISTANCE)
+        how = "table" if row is not None else None
     candidates = []
     if row is not None:
         candidates.append((config_from_dict(row["config"]), how))
@@ -104,6 +111,7 @@ def decide(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
     cfg, how = choose(db, gpu, dtype, m, n, k, cc, layout, epilogue)
     reasons = [f"{cfg.family} family, " + {"exact": "tuned for this shape",
                                            "nearest": "tuned for the nearest shape",
+                                           "table": "the table shipped for this GPU",
                                            "default": "its default preset"}[how]]
     if cfg.family != "wgmma" or how != "default":
         if cfg.family == "wgmma" and not c_aligned and cfg.store == "tma":
