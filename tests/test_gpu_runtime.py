@@ -140,3 +140,22 @@ def test_python_fallback_where_the_launcher_is_off():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=300)
     assert done.returncode == 0 and "fallback ok" in done.stdout, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("layout", ["rcr", "rrr", "crr"])
+def test_tune_in_each_layout_of_a_training_step(tmp_path, layout):
+    """The tuner builds, verifies and times its candidates in the requested layout (forward
+    rcr, dgrad rrr, wgrad crr), beside cuBLAS in that layout."""
+    from gemmgen.heuristics.tunedb import TuneDB
+    from gemmgen.tune.search import Request, WorkerPool, tune
+    req = Request(256, 512, 768, "fp16", None, 120, 3, layout=layout)
+    db = TuneDB(tmp_path / "db.json")
+    pool = WorkerPool(req, None)
+    try:
+        _, entry, stats = tune(req, db, pool)
+    finally:
+        pool.close()
+    rows = entry["candidates"].values()
+    assert entry["winner"], [(r.get("status"), r.get("reason")) for r in rows]
+    assert entry["layout"] == layout and entry["cublas_tflops"]
+    assert all(r["config"]["layout"] == layout for r in rows)
