@@ -52,6 +52,28 @@ def test_opcheck_schema_fake_autograd_registration(epilogue, has_bias):
     assert all(v == "SUCCESS" for v in result.values()), result
 
 
+@pytest.mark.parametrize("activation,has_bias", [("none", False), ("none", True),
+                                                 ("relu", True), ("gelu", False)])
+def test_linear_op_opcheck_and_matches_f_linear(activation, has_bias):
+    """gemmgen::linear: F.linear's contract (x (..., K), weight (N, K)) with the activation
+    fused; opcheck, values and gradients against PyTorch's, on CPU tensors."""
+    x = torch.randn(2, 5, 12, requires_grad=True)
+    w = torch.randn(7, 12, requires_grad=True)
+    bias = torch.randn(7, requires_grad=True) if has_bias else None
+    result = opcheck(torch.ops.gemmgen.linear.default, (x, w, bias, activation))
+    assert all(v == "SUCCESS" for v in result.values()), result
+    z = torch.nn.functional.linear(x, w, bias)
+    ref = {"none": z, "relu": torch.relu(z),
+           "gelu": torch.nn.functional.gelu(z, approximate="tanh")}[activation]
+    out = gt.linear(x, w, bias, None if activation == "none" else activation)
+    assert out.shape == (2, 5, 7) and torch.allclose(out, ref, atol=1e-5)
+    grads = torch.autograd.grad(out.sum(), [t for t in (x, w, bias) if t is not None])
+    want = torch.autograd.grad(ref.sum(), [t for t in (x, w, bias) if t is not None])
+    assert all(torch.allclose(g, h, atol=1e-4) for g, h in zip(grads, want))
+    with pytest.raises(OperandError, match="activation: unknown 'tanh'"):
+        torch.ops.gemmgen.linear(x, w, bias, "tanh")
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("lay", ["rr", "rc", "cr", "cc"])
 def test_fake_impl_shape_dtype_strides(dtype, lay):

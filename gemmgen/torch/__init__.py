@@ -40,10 +40,10 @@ the bias.
 """
 from . import launcher
 from .modules import Linear, PatchSummary, patch, unpatch
-from .ops import KERNEL_DTYPES, LAUNCHER, activate, gemm, reference
+from .ops import KERNEL_DTYPES, LAUNCHER, activate, gemm, linear, reference
 from .problems import linear_problems, precompile
 from .record import record, save_problems
 
 __all__ = ["KERNEL_DTYPES", "LAUNCHER", "Linear", "PatchSummary", "activate", "gemm", "launcher",
-           "linear_problems", "patch", "precompile", "record", "reference", "save_problems",
+           "linear", "linear_problems", "patch", "precompile", "record", "reference", "save_problems",
            "unpatch"]

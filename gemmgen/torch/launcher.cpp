@@ -250,6 +250,28 @@ void* current_stream(const c10::Device& device) {
 
 // gemmgen::gemm(a, b, bias, epilogue): operands 0 a, 1 b, 2 the output, 3 bias.
 at::Tensor gemm_cuda(const at::Tensor& a_in, const at::Tensor& b_in,
+                     const std::optional<at::Tensor>& bias_in, c10::string_view epilogue);
+
+// gemmgen::linear(x, weight, bias, activation): F.linear's contract, x (..., K), weight
+// (N, K), through gemm on the flattened x and the weight's transposed view.
+at::Tensor linear_cuda(const at::Tensor& x, const at::Tensor& weight,
+                       const std::optional<at::Tensor>& bias, c10::string_view activation) {
+    TORCH_CHECK(activation == "none" || activation == "relu" || activation == "gelu",
+                "activation: unknown '", std::string(activation), "'; known: none, relu, gelu");
+    TORCH_CHECK(x.dim() >= 1 && weight.dim() == 2, "x must have at least 1 dimension and "
+                "weight 2; got ", x.dim(), " and ", weight.dim());
+    std::string epilogue = bias.has_value() ? "bias" : "";
+    if (activation != "none") epilogue += (epilogue.empty() ? "" : "_") + std::string(activation);
+    if (epilogue.empty()) epilogue = "none";
+    const at::Tensor a = x.dim() == 2 ? x : x.reshape({-1, x.size(-1)});
+    at::Tensor y = gemm_cuda(a, weight.t(), bias, epilogue);
+    if (x.dim() == 2) return y;
+    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+    shape.back() = weight.size(0);
+    return y.view(shape);
+}
+
+at::Tensor gemm_cuda(const at::Tensor& a_in, const at::Tensor& b_in,
                      const std::optional<at::Tensor>& bias_in, c10::string_view epilogue) {
     const at::Tensor a = row_or_col(a_in), b = row_or_col(b_in);
     const at::Tensor bias = bias_in.has_value() ? bias_in->contiguous() : at::Tensor();
@@ -288,6 +310,7 @@ at::Tensor gemm_cuda(const at::Tensor& a_in, const at::Tensor& b_in,
 
 TORCH_LIBRARY_IMPL(gemmgen, CUDA, m) {
     m.impl("gemm", &gemmgen_launcher::gemm_cuda);
+    m.impl("linear", &gemmgen_launcher::linear_cuda);
 }
 
 // For tests and tools: recipes held, and a way to drop them (torch.ops.gemmgen_launcher.*).

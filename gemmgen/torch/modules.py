@@ -9,7 +9,7 @@ from typing import Optional
 
 from torch import Tensor, nn
 
-from .ops import gemm
+from .ops import linear
 
 
 class Linear(nn.Linear):
@@ -28,19 +28,11 @@ class Linear(nn.Linear):
         self.activation = activation
 
     def forward(self, x: Tensor) -> Tensor:
-        return _linear(x, self.weight.t(), self.bias, self.activation)
+        return linear(x, self.weight, self.bias, self.activation)
 
     def extra_repr(self) -> str:
         act = f", activation={self.activation}" if self.activation else ""
         return super().extra_repr() + act + ", gemmgen"
-
-
-def _linear(x: Tensor, w_kn: Tensor, bias: Optional[Tensor], act: Optional[str]) -> Tensor:
-    """act(x @ w_kn + bias) over x's last dimension (w_kn: K x N, any layout)."""
-    epi = ("bias" if bias is not None else "none") if act is None else (
-        f"bias_{act}" if bias is not None else act)
-    y = gemm(x.reshape(-1, x.shape[-1]), w_kn, bias, epi)
-    return y.reshape(*x.shape[:-1], w_kn.shape[1])
 
 
 _CONV1D: dict = {}
@@ -51,7 +43,7 @@ def _conv1d_class(base):
     gemmgen, W read as a row-major B; made once per base class."""
     if base not in _CONV1D:
         def forward(self, x):
-            return _linear(x, self.weight, self.bias, None)
+            return linear(x, self.weight.t(), self.bias)
         _CONV1D[base] = type("Conv1D", (base,), {"forward": forward,
                                                   "__module__": __name__,
                                                   "__doc__": _conv1d_class.__doc__})

@@ -33,8 +33,10 @@ KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 _LIB = torch.library.Library("gemmgen", "DEF")
 _LIB.define("gemm(Tensor a, Tensor b, Tensor? bias=None, str epilogue='none') -> Tensor")
+_LIB.define("linear(Tensor x, Tensor weight, Tensor? bias=None, str activation='none') -> Tensor")
 _LIB.define("_plan(Tensor a, Tensor b, Tensor? bias, str epilogue, Tensor out) -> Tensor")
 _LIB.define("_reference(Tensor a, Tensor b, Tensor? bias, str epilogue) -> Tensor")
+_GEMM = torch.ops.gemmgen.gemm.default
 _LIVE: list = []  # plans whose kernels and workspaces the launcher's recipes use
 _REFERENCE = torch.tensor(list(FORMAT_VERSION.to_bytes(4, "little") + b"\xff" * 4),
                           dtype=torch.uint8)
@@ -139,7 +141,86 @@ def gemm(a: Tensor, b: Tensor, bias: Optional[Tensor] = None,
         dt = torch.get_autocast_dtype(device)
         a, b = a.to(dt), b.to(dt)
         bias = None if bias is None else bias.to(dt)
-    return torch.ops.gemmgen.gemm(a, b, bias, epilogue)
+    return _GEMM(a, b, bias, epilogue)
+
+
+ACTIVATIONS = ("none", "relu", "gelu")
+"""``linear``'s activations (fused into the kernel's epilogue)."""
+
+
+def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
+           activation: Optional[str] = None) -> Tensor:
+    """``act(x @ weight^T + bias)`` as ``torch.nn.functional.linear`` computes it (x (..., K),
+    weight (N, K), bias N values), with ``activation`` ("relu", "gelu" or None) fused, through
+    ``torch.ops.gemmgen.linear`` (one C++ call where the launcher is loaded); autocast as
+    ``gemm``. Raises ``OperandError`` naming the argument."""
+    device = x.device.type
+    if torch.is_autocast_enabled(device):
+        dt = torch.get_autocast_dtype(device)
+        x, weight = x.to(dt), weight.to(dt)
+        bias = None if bias is None else bias.to(dt)
+    return _LINEAR(x, weight, bias, activation or "none")
+
+
+def _linear_epilogue(bias, activation: str) -> str:
+    if activation not in ACTIVATIONS:
+        raise OperandError(f"activation: unknown {activation!r}; known: None, 'relu', 'gelu'")
+    if activation == "none":
+        return "bias" if bias is not None else "none"
+    return f"bias_{activation}" if bias is not None else activation
+
+
+def _flat(x: Tensor, weight: Tensor) -> Tensor:
+    if x.dim() < 1 or weight.dim() != 2:
+        raise OperandError(f"x must have at least 1 dimension and weight 2; got shapes "
+                           f"{tuple(x.shape)} and {tuple(weight.shape)}")
+    return x.reshape(-1, x.shape[-1])
+
+
+@torch.library.impl(_LIB, "linear", "CompositeExplicitAutograd")
+def _linear_any(x, weight, bias=None, activation="none"):
+    """Any device: through ``gemmgen::gemm`` (a CUDA tensor reaches the compiled launcher
+    there, or the Python path)."""
+    epi = _linear_epilogue(bias, activation)
+    y = torch.ops.gemmgen.gemm(_flat(x, weight), weight.t(), bias, epi)
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+@torch.library.register_fake("gemmgen::linear")
+def _linear_fake(x, weight, bias=None, activation="none"):
+    _linear_epilogue(bias, activation)
+    _flat(x, weight)
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _linear_setup(ctx, inputs, output) -> None:
+    x, weight, bias, activation = inputs
+    ctx.activation, ctx.has_bias = activation, bias is not None
+    ctx.save_for_backward(x, weight, bias if activation == "gelu" else None,
+                          output if activation == "relu" else None)
+
+
+def _linear_backward(ctx, grad: Tensor):
+    x, weight, bias, out = ctx.saved_tensors
+    op = torch.ops.gemmgen.gemm
+    if ctx.activation == "relu":
+        grad = grad * (out > 0).to(grad.dtype)
+    elif ctx.activation == "gelu":  # recompute the pre-activation: one GEMM, nothing kept
+        z = _LINEAR(x, weight, bias, "none")
+        grad = torch.ops.aten.gelu_backward(grad, z, approximate="tanh")
+    g2 = row_or_col(grad.reshape(-1, grad.shape[-1]))
+    dx = dw = dbias = None
+    if ctx.needs_input_grad[0]:
+        dx = op(g2, weight).reshape(x.shape)          # (M x N) @ (N x K)
+    if ctx.needs_input_grad[1]:
+        dw = op(g2.t(), _flat(x, weight))               # (N x M) @ (M x K)
+    if ctx.has_bias and ctx.needs_input_grad[2]:
+        dbias = g2.sum(0)
+    return dx, dw, dbias, None
+
+
+torch.library.register_autograd("gemmgen::linear", _linear_backward, setup_context=_linear_setup)
+_LINEAR = torch.ops.gemmgen.linear.default
 
 
 def _gemm_cuda_python(a, b, bias=None, epilogue="none"):
