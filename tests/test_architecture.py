@@ -20,7 +20,8 @@ MAY_IMPORT = {
     "compile": {"model", "codegen", "compile", "_version"},
     "runtime": {"model", "heuristics", "codegen", "compile", "runtime"},
     "tune": {"model", "heuristics", "codegen", "compile", "runtime", "tune"},
-    "cli": {"model", "heuristics", "codegen", "compile", "runtime", "tune", "cli", "_version"},
+    "cli": {"model", "heuristics", "codegen", "compile", "runtime", "tune", "cli", "_version",
+            "torch"},
     "torch": {"model", "heuristics", "codegen", "compile", "runtime", "torch"},
 }
 """Stage -> the stages its modules may import (gemmgen/__init__.py and __main__.py may import

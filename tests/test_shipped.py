@@ -34,14 +34,26 @@ def test_the_shipped_table_is_used_near_its_buckets_only(tmp_path, monkeypatch):
     cfg = _table(tmp_path, monkeypatch, [(256, 4096, 4096)])
     got, how = choose(None, GPU, "bf16", 256, 4096, 4096, 90, "rcr")
     assert (got.name, how) == (cfg.name, "table")
-    assert choose(None, GPU, "bf16", 300, 4096, 4096, 90, "rcr")[1] == "table"  # near
-    assert choose(None, GPU, "bf16", 4096, 4096, 4096, 90, "rcr")[1] == "default"  # far
+    assert choose(None, GPU, "bf16", 300, 4096, 4096, 90, "rcr")[1] == "table"  # near in M
+    assert choose(None, GPU, "bf16", 4096, 4096, 4096, 90, "rcr")[1] == "default"  # far in M
+    assert choose(None, GPU, "bf16", 256, 4096, 4095, 90, "rcr")[1] == "default"  # another K
     assert choose(None, GPU, "bf16", 256, 4096, 4096, 90, "rrr")[1] == "default"  # layout
     assert choose(None, "NVIDIA H100 80GB HBM3", "bf16", 256, 4096, 4096, 90, "rcr")[1] \
         == "default"  # another GPU
     assert shipped.provenance(GPU)["commit"] == "abc"
     assert "the table shipped for this GPU" in decide(None, GPU, "bf16", 256, 4096, 4096, 90,
                                                       "rcr").reasons[0]
+
+
+def test_an_entry_where_the_rules_stood_keeps_the_rules(tmp_path, monkeypatch):
+    _table(tmp_path, monkeypatch, [(256, 4096, 4096)])
+    data = json.loads(shipped.table_path(GPU).read_text())
+    data["entries"][key(GPU, "bf16", 1024, 4096, 4096, "rcr", "wgmma")] = {
+        "candidates": {}, "winner": None}
+    shipped.table_path(GPU).write_text(json.dumps(data))
+    shipped.shipped.cache_clear()
+    assert choose(None, GPU, "bf16", 900, 4096, 4096, 90, "rcr")[1] == "default"
+    assert choose(None, GPU, "bf16", 300, 4096, 4096, 90, "rcr")[1] == "table"
 
 
 def test_the_users_tuning_database_wins_over_the_shipped_table(tmp_path, monkeypatch):

@@ -16,7 +16,8 @@ from gemmgen.__main__ import main
 from gemmgen.compile.nvcc import BuildError
 from gemmgen.tune import results, suites
 from gemmgen.tune.bench import Timing
-from gemmgen.tune.suite_run import RunEnv, run_cases
+from gemmgen.tune.suite_run import RunEnv
+from gemmgen.tune.suite_runs import run_cases
 
 
 class FakeProblem:

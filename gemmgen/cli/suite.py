@@ -21,7 +21,8 @@ from ..runtime.device import require_gpu
 from ..tune import results, suites
 from ..tune.bench import device_info
 from ..tune.results import ResultsError
-from ..tune.suite_run import RunEnv, document, merge, run_cases
+from ..tune.suite_run import RunEnv, document, merge
+from ..tune.suite_runs import run_cases
 from .main import require_matplotlib, write_text
 
 SUITE_OPTIONS = ("only", "quick", "max_rows", "max_minutes", "results_dir")

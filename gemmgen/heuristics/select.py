@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from ..model.families import config_from_dict, families_for
 from ..model.presets import PRESETS
+from . import shipped
 from .shapes import shaped
-from .shipped import MAX_DISTANCE, shipped
 from .tunedb import TuneDB
 
 MATHS = ("native", "3xtf32")
@@ -35,8 +35,8 @@ class Choice:
 def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
            cc: int | None = None, layout: str = "rrr", epilogue: str = "none"):
     """(config, how) for one problem: how is "exact" or "nearest" (a winner of the tuning
-    database ``db``), "table" (a winner of the table shipped for ``gpu``, within
-    ``shipped.MAX_DISTANCE`` of the shape) or "default" (a family's preset), the config
+    database ``db``), "table" (a winner of the table shipped for ``gpu``: same N and K, the
+    nearest bucket of M) or "default" (a family's preset), the config
     already in ``layout`` with ``epilogue``; ", swapped" ends ``how`` when the entry computes
     C^T = B^T A^T (its config laid out for that; never with a bias, which runs along N).
     Families are tried fastest first among those that run on compute capability ``cc``; one
@@ -47,9 +47,8 @@ def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
     row, how = db.lookup(gpu, dtype, m, n, k, layout, names) if db is not None else (None, None)
     if row is None and db is not None and layout != "rrr":
         row, how = db.lookup(gpu, dtype, m, n, k, "rrr", names)  # re-laid out below
-    table = shipped(gpu) if row is None else None
-    if table is not None:
-        row, how = table.lookup(gpu, dtype, m, n, k, layout, names, MAX_DISTANCE)
+    if row is None:
+        row = shipped.lookup(gpu, dtype, m, n, k, layout, names)
         how = "table" if row is not None else None
     candidates = []
     if row is not None and not (row.get("swap") and epilogue.startswith("bias")):

@@ -4,7 +4,8 @@ for the (N, K) of common layers, in the layouts of a training step (forward ``rc
 same run. Each file (``gemmgen/heuristics/tables/<GPU>.json``) is a tuning database with a
 ``provenance`` object: GPU, CUDA, commit, date and how it was made.
 
-``choose`` consults a user's tuning database first, then this table, then the shape rules.
+``choose`` consults a user's tuning database first, then this table (an entry of the same N
+and K, at the nearest bucket of M), then the shape rules.
 """
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from .tunedb import TuneDB, TuneDBError
+from .tunedb import TuneDB, TuneDBError, parse_key
 
 TABLES = Path(__file__).with_name("tables")
-MAX_DISTANCE = 1.0
-"""How far (sum of |log2| ratios over M, N and K) a shipped entry may be from the problem and
-still be used: one factor of 2 in one extent. Farther problems go to the shape rules."""
+MAX_M_RATIO = 8
+"""A shipped entry serves problems of its N and K whose M is within this factor of its own
+(the nearest bucket of M); other problems go to the shape rules."""
 
 
 def table_path(gpu: str) -> Path:
@@ -35,6 +36,30 @@ def shipped(gpu: str) -> TuneDB | None:
         return TuneDB(path)
     except TuneDBError:
         return None
+
+
+def lookup(gpu: str, dtype: str, m: int, n: int, k: int, layout: str,
+           families=None) -> dict | None:
+    """The shipped winner's row for a problem: among the entries of this GPU, dtype, layout,
+    N and K (and ``families``), the one whose M is nearest (within MAX_M_RATIO); None when
+    there is none, or when that entry has no winner (the shape rules measured best there)."""
+    table = shipped(gpu)
+    if table is None:
+        return None
+    near = []
+    for key_, e in table.entries.items():
+        g, d, lay, (em, en, ek), fam = parse_key(key_)
+        if (g, d, lay, en, ek) != (gpu, dtype, layout, n, k):
+            continue
+        if families is not None and (fam or e.get("family")) not in families:
+            continue
+        ratio = max(m, em) / max(min(m, em), 1)
+        if ratio <= MAX_M_RATIO:
+            near.append((ratio, em, e))
+    if not near:
+        return None
+    _, _, e = min(near, key=lambda item: item[:2])
+    return e["candidates"][e["winner"]] if e.get("winner") else None
 
 
 def provenance(gpu: str) -> dict | None:

@@ -127,13 +127,11 @@ class TuneDB:
             raise
 
     def lookup(self, gpu: str, dtype: str, m: int, n: int, k: int, layout: str = "rrr",
-               families=None, max_distance: float | None = None
-               ) -> tuple[dict | None, str | None]:
+               families=None) -> tuple[dict | None, str | None]:
         """(winner's row, "exact" | "nearest") for this GPU, dtype and layout: the entry for the
         shape if it has a winner, else the tuned shape nearest in sum |log2(ratio)| over M, N,
-        K (within ``max_distance`` when given); where several families were tuned at that
-        shape, the fastest winner. ``families`` (names) limits the families considered.
-        (None, None) when nothing was tuned (near enough)."""
+        K; where several families were tuned at that shape, the fastest winner. ``families``
+        (names) limits the families considered. (None, None) when nothing was tuned."""
         found: dict[float, list] = {}
         for key_, e in self.entries.items():
             g, d, lay, (em, en, ek), fam = parse_key(key_)
@@ -144,7 +142,7 @@ class TuneDB:
                 continue
             dist = sum(abs(math.log2((a + 1) / (b + 1))) for a, b in ((m, em), (n, en), (k, ek)))
             found.setdefault(round(dist, 9), []).append(e["candidates"][e["winner"]])
-        if not found or (max_distance is not None and min(found) > max_distance):
+        if not found:
             return None, None
         dist = min(found)
         best = max(found[dist], key=lambda row: row.get("tflops") or 0.0)

@@ -1,6 +1,7 @@
 """Running a benchmark suite: the run's settings, the rows (measured or failed), grouping cases
 by problem, and the results document with its header (suite, GPU, CUDA, commit, date,
-baseline, timing method). The kinds' runners are in ``suite_kinds`` and ``suite_torch``.
+baseline, timing method). The kinds' runners are in ``suite_kinds`` and ``suite_torch``;
+``suite_runs.run_cases`` calls them.
 
 Every case becomes one row: a case that fails to build, launch or verify is recorded with
 ``passed`` false (and ``error`` saying why), never dropped. Only a run stopped by its time
@@ -167,16 +168,3 @@ def merge(old: dict, new: dict) -> dict:
     fresh = {row_id(r) for r in new["rows"]}
     rows = [r for r in old.get("rows", []) if row_id(r) not in fresh] + new["rows"]
     return {**new, "runs": old.get("runs", []) + new["runs"], "rows": rows}
-
-
-def run_cases(suite, cases: list[Case], env: RunEnv) -> list[dict]:
-    """Run ``cases`` of ``suite`` with the kind's runner: one row per case run (see the
-    module docstring), in the order of ``cases`` (runners go problem by problem)."""
-    if suite.kind == "torch":
-        from .suite_torch import run_torch as run
-    else:
-        from .suite_kinds import run_dispatch, run_presets
-        run = run_presets if suite.kind == "presets" else (
-            lambda c, e: run_dispatch(c, e, suite.baseline))
-    order = {c.label: i for i, c in enumerate(cases)}
-    return sorted(run(cases, env), key=lambda r: order.get(r.get("case"), len(order)))
