@@ -67,15 +67,15 @@ def _plan(suite_arg: str, only, quick: bool, max_rows) -> tuple:
 
 
 def _torch_op(suite):
-    """gemmgen.torch.gemm for the torch kind (imported only then), else None."""
+    """gemmgen.torch.linear for the torch kind (imported only then), else None."""
     if suite.kind != "torch":
         return None
     try:
-        from ..torch import gemm
+        from ..torch import linear
     except ImportError as exc:
         raise click.ClickException(f"suite {suite.name} needs PyTorch ({exc}): pip install "
                                    f"'gemmgen[torch]'") from None
-    return gemm
+    return linear
 
 
 def _old(path: Path, partial: bool):

@@ -1,5 +1,5 @@
-"""Suite runner for the torch kind (GPU, PyTorch): ``op(x, W.t())`` (``gemmgen.torch.gemm``,
-passed in by the caller) against ``F.linear(x, W)`` per call, eager, CUDA-graph-captured and
+"""Suite runner for the torch kind (GPU, PyTorch): ``op(x, W)`` (``gemmgen.torch.linear``,
+F.linear's contract, passed in by the caller) against ``F.linear(x, W)`` per call, eager, CUDA-graph-captured and
 host time, on the same tensors. Methods: ``suite_run.TORCH_METHOD``.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ def run_torch(cases: list[Case], env: RunEnv) -> list[dict]:
     once, then each mode (eager, graph, host) of both. ``env.op`` is the op under test."""
     import torch
     if env.op is None:
-        raise ValueError("the torch kind needs env.op (gemmgen.torch.gemm)")
+        raise ValueError("the torch kind needs env.op (gemmgen.torch.linear)")
     _precompile(cases, env)
     rows: list[dict] = []
     for group in problem_groups(cases).values():
@@ -80,7 +80,7 @@ def _problem(group: list[Case], env: RunEnv, torch) -> list[dict]:
     ws = [torch.randn(n, k, generator=gen, device="cuda").to(dt) for _ in range(sets)]
 
     def ours(i):
-        return env.op(xs[i], ws[i].t())
+        return env.op(xs[i], ws[i])
 
     def theirs(i):
         return F.linear(xs[i], ws[i])
