@@ -3,6 +3,8 @@ no import circle, and the size budgets (modules <= 400 lines, functions <= 60)."
 import ast
 from pathlib import Path
 
+import pytest
+
 import gemmgen
 
 ROOT = Path(__file__).resolve().parents[1] / "gemmgen"
@@ -111,3 +113,17 @@ def test_size_budgets():
                 if (n := node.end_lineno - node.lineno + 1) > 60:
                     long_functions.append(f"{p}:{node.name}: {n}")
     assert not long_modules and not long_functions, long_modules + long_functions
+
+
+def test_every_package_is_shipped():
+    """pyproject.toml lists its packages (the templates folder maps to one): a new subpackage
+    missing there would be left out of the installed wheel."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+    listed = set(tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
+                 ["packages"])
+    found = {_module(p) for p in ROOT.rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)
+    assert "gemmgen.templates" in listed
