@@ -69,7 +69,7 @@ def _tma_kernel(monkeypatch, preset, **changes):
         def __init__(self, n):
             self.ptr, self.nbytes = 0x7000000 + n, n
     monkeypatch.setattr(tma_kernel.TmaKernel, "workspace",
-                        lambda self, dev, tag, nbytes: Buffer(nbytes))
+                        lambda self, dev, tag, nbytes, zero=False: Buffer(nbytes))
     return tma_kernel.TmaKernel(cfg, "sm_90a", cubin), param_layout(cubin, cfg.name).offsets
 
 
@@ -99,6 +99,21 @@ def test_split_k_recipe_writes_partials_to_the_workspace_and_reduces_into_c(nvcc
     assert {p.index for p in reduce.patches} == {2, 3}, "the reduction writes C and reads bias"
     helper = tma_kernel.HELPER_OFFSETS["reduce"]  # ws, ldp, slice, m, n, alpha, beta, C, ...
     assert {(p.offset, p.index) for p in reduce.patches} == {(helper[7], 2), (helper[10], 3)}
+
+
+def test_inline_split_k_is_one_launch_that_writes_c_itself(nvcc, monkeypatch):
+    k, offsets = _tma_kernel(monkeypatch, "wgmma_tma_store", store="direct", split_k=4,
+                             split_inline=True)
+    refs = [Ref(i, 0x100000 * (i + 1)) for i in range(4)]
+    r = k.launches(64, 1024, 8192, 1.0, refs[0], 8192, refs[1], 1024, 0.5, refs[2], 1024,
+                   0, 0, 0, refs[3], 1, device=0)
+    (gemm,) = r.launches
+    assert r.path == "tma + split-K 4 inline"
+    ptrs = {(p.offset, p.index) for p in gemm.patches if p.kind == PATCH_POINTER}
+    assert ptrs == {(offsets[7], 0), (offsets[9], 1), (offsets[12], 2), (offsets[17], 3)}
+    ws, ld, stride, sem = (struct.unpack_from(code, gemm.params, offsets[19 + i])[0]
+                           for i, code in enumerate(("<Q", "<i", "<q", "<Q")))
+    assert ld == 1024 and stride == 64 * 1024 and ws and sem and ws != sem
 
 
 def test_unaligned_a_is_repacked_with_the_callers_address_patched(nvcc, monkeypatch):

@@ -126,10 +126,10 @@ def _split(cfg, m, n, k, batch, best, tiles, changes, reasons) -> int:
     if split > 1 and k_tiles / split < cost.MIN_SLICE_TILES:
         split = 1
     if split > 1:
-        changes["split_k"] = split
+        changes.update(split_k=split, split_inline=not cfg.pingpong)
         reasons.append(f"{tiles} tiles fill {100 * tiles / cost.SMS:.0f}% of {cost.SMS} SMs: "
-                       f"K split into {split} slices, fp32 partial sums reduced by a second "
-                       f"kernel (deterministic)")
+                       f"K split into {split} slices; the last slice of each tile to finish "
+                       f"sums them in order (deterministic) in the same launch")
     else:
         reasons.append(f"{tiles} tiles: {tiles / cost.SMS:.2f} waves on {cost.SMS} SMs, "
                        f"K not split")

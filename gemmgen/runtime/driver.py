@@ -58,6 +58,7 @@ def _load():
         "cuFuncSetAttribute": [vp, i, i], "cuFuncGetAttribute": [pi, i, vp],
         "cuLaunchKernel": [vp, u, u, u, u, u, u, u, vp, vp, vp],
         "cuMemAlloc_v2": [ctypes.POINTER(ctypes.c_uint64), sz], "cuMemFree_v2": [ctypes.c_uint64],
+        "cuMemsetD8_v2": [ctypes.c_uint64, ctypes.c_ubyte, sz],
         "cuPointerGetAttribute": [vp, i, ctypes.c_uint64],
         "cuTensorMapReplaceAddress": [vp, vp], "cuGetErrorName": [i, ctypes.POINTER(ctypes.c_char_p)],
     }
@@ -236,13 +237,16 @@ def launch(function: int, grid: tuple, block: tuple, smem: int, params: bytes,
 
 # ---- memory and tensor maps ----------------------------------------------------------------
 class DeviceBuffer:
-    """``nbytes`` of device memory on the current context's device (``cuMemAlloc``), freed
-    with the object. ``ptr`` is its address."""
+    """``nbytes`` of device memory on the current context's device (``cuMemAlloc``; zeroed by
+    ``cuMemsetD8`` when ``zero``), freed with the object. ``ptr`` is its address."""
 
-    def __init__(self, nbytes: int):
+    def __init__(self, nbytes: int, zero: bool = False):
         ptr = ctypes.c_uint64()
         check(_lib().cuMemAlloc_v2(ctypes.byref(ptr), max(nbytes, 256)), "cuMemAlloc")
         self.ptr, self.nbytes = ptr.value, nbytes
+        if zero:  # finished before any stream (non-blocking ones too) can read it
+            check(_lib().cuMemsetD8_v2(self.ptr, 0, max(nbytes, 256)), "cuMemsetD8")
+            synchronize()
 
     def __del__(self):
         if _LIB and getattr(self, "ptr", 0):

@@ -19,6 +19,9 @@ from .tma import MapSpec, ParamPacker, TmaError, encode, operand_map, param_layo
 # beta, C, ldc, stride_a, stride_b, stride_c, bias, batch.
 PARAM_KINDS = ("128s", "128s", "128s", "i", "i", "i", "f", "Q", "i", "Q", "i", "f", "Q", "i",
                "q", "q", "q", "Q", "i")
+SPLIT_INLINE_KINDS = ("Q", "i", "q", "Q")
+"""The parameters an inline split-K adds after ``batch``: the partials' workspace, its leading
+dimension and slice stride, and the tiles' arrival counters."""
 NO_MAP = bytes(128)
 LAUNCH_CACHE = 1024  # recipes kept per kernel for launch_raw
 
@@ -52,7 +55,8 @@ class TmaKernel(Kernel):
     def __post_init__(self):
         super().__post_init__()
         layout = param_layout(self.cubin, self.config.name)
-        self._packer = ParamPacker(layout, PARAM_KINDS)
+        kinds = PARAM_KINDS + (SPLIT_INLINE_KINDS if self.config.split_inline else ())
+        self._packer = ParamPacker(layout, kinds)
         self._offsets = layout.offsets
         self._fallback = None
         self._recipes: dict[tuple, Recipe] = {}
@@ -75,13 +79,15 @@ class TmaKernel(Kernel):
             self._fallback = self.build_fallback()
         return self._fallback
 
-    def workspace(self, device: int, tag: str, nbytes: int) -> driver.DeviceBuffer:
+    def workspace(self, device: int, tag: str, nbytes: int,
+                  zero: bool = False) -> driver.DeviceBuffer:
         """This kernel's workspace ``tag`` on ``device``, at least ``nbytes`` (a larger one
-        replaces it when too small; recipes keep the buffers they use alive)."""
+        replaces it when too small; recipes keep the buffers they use alive); ``zero``: filled
+        with zeros when made."""
         held = self._work.get((device, tag))
         if held is None or held.nbytes < nbytes:
             with driver.on_device(device):
-                held = self._work[(device, tag)] = driver.DeviceBuffer(nbytes)
+                held = self._work[(device, tag)] = driver.DeviceBuffer(nbytes, zero)
         return held
 
     def _a_map(self, ptr, m, k, lda, batch, stride):
@@ -160,7 +166,11 @@ class TmaKernel(Kernel):
             if repacked:
                 path.append("repack " + "+".join(repacked))
         out = (c_ptr, ldc, stride_c, beta, bias_ptr, alpha)
-        if cfg.split_k > 1:
+        extra = ()
+        if cfg.split_k > 1 and cfg.split_inline:
+            extra = self._split_inline(dev, keep, m, n, batch)
+            path.append(f"split-K {cfg.split_k} inline")
+        elif cfg.split_k > 1:
             c_ptr, ldc, stride_c = self._split_k(dev, after, keep, m, n, batch, alpha, out)
             beta, bias_ptr, alpha = 0.0, 0, 1.0 if alpha != 0 else 0.0
             path.append(f"split-K {cfg.split_k}")
@@ -168,7 +178,7 @@ class TmaKernel(Kernel):
                           stride_b, stride_c, batch)
         params, patches = pack(self._packer.struct, self._offsets,
                                (*maps, m, n, k_run, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr,
-                                ldc, stride_a, stride_b, stride_c, bias_ptr, batch))
+                                ldc, stride_a, stride_b, stride_c, bias_ptr, batch, *extra))
         gemm = Launch(self.function(dev), self.grid(m, n, batch, driver.device_attribute(
             dev, "sms")), self._block, params, patches)
         launches = before + ([gemm] if m and n else []) + after
@@ -260,6 +270,21 @@ class TmaKernel(Kernel):
                                         role)))
             out.append((buf.ptr, ld, sbd))
         return out
+
+    def _split_inline(self, dev, keep: list, m, n, batch) -> tuple:
+        """The extra parameters of an inline split-K: a workspace of fp32 partials in C's
+        layout (every slice and batch entry), its leading dimension and slice stride, and one
+        zeroed arrival counter per (tile, consumer), which the last slice zeroes again."""
+        cfg = self.config
+        inner, outer = (m, n) if cfg.layout[2] == "c" else (n, m)
+        ldp = -(-inner // 4) * 4
+        slice_ = outer * ldp
+        buf = self.workspace(dev, "split-K", slice_ * batch * cfg.split_k * 4)
+        tiles = -(-m // cfg.bm) * -(-n // cfg.bn) * batch
+        counters = self.workspace(dev, "split-K counters",
+                                  tiles * (1 if cfg.pingpong else cfg.consumers) * 4, zero=True)
+        keep += [buf, counters]
+        return buf.ptr, ldp, slice_, counters.ptr
 
     def _split_k(self, dev, after: list, keep: list, m, n, batch, alpha, out) -> tuple:
         """Queue the split-K reduction into the caller's C; the workspace the GEMM writes its

@@ -64,10 +64,11 @@ def variants(base, m: int, n: int, k: int, layout: str) -> list[tuple]:
             tiles = -(-mm // bm) * -(-nn // bn)
             if bn < 128 and tiles >= 2 * SMS and (bm, bn) != (128, narrow):
                 continue  # small tiles only pay where the big ones leave SMs idle
-            for split in (1, 2, 4):
-                if split > 1 and (tiles >= SMS or k // split < 16 * base.bk):
+            for split in (1, 2, 4, 8):
+                if split > 1 and (tiles * split > 2 * SMS or k // split < 8 * base.bk):
                     continue
                 cfg = base.replace(check=False, layout=lay, bm=bm, bn=bn, split_k=split,
+                                   split_inline=split > 1,
                                    consumers=1 if bm == 64 else 2,
                                    regs_producer=0 if bm == 64 else base.regs_producer,
                                    regs_consumer=0 if bm == 64 else base.regs_consumer,
@@ -133,7 +134,7 @@ def measure(problem: dict, db: TuneDB, gpu: str, cc: int, info: dict, arch: str,
 
 
 def build(suite: str, out: str, dtypes: list[str], layouts: list[str], max_minutes: float,
-          only_models: list[str] | None = None) -> TuneDB:
+          only_models: list[str] | None = None, ms: list[int] | None = None) -> TuneDB:
     """Measure every problem of ``suite`` (quick set of M) in ``dtypes`` x ``layouts``, in that
     order, until ``max_minutes``; write the table to ``out`` after each problem."""
     gpu, cc = device_identity()
@@ -147,7 +148,8 @@ def build(suite: str, out: str, dtypes: list[str], layouts: list[str], max_minut
         f"L2), verified against float64; a variant is kept when >= {MARGIN}x the rules'"}
     problems = [c for c in expand(load_suite(suite), quick=True)
                 if c.dtype in dtypes and c.layout in layouts
-                and (only_models is None or c.model in only_models)]
+                and (only_models is None or c.model in only_models)
+                and (ms is None or c.tokens in ms)]
     problems.sort(key=lambda c: (layouts.index(c.layout), dtypes.index(c.dtype)))
     deadline = time.monotonic() + 60 * max_minutes
     seen = set()
@@ -204,12 +206,14 @@ def main(argv=None) -> None:
     ap.add_argument("--layouts", default="rcr,rrr,crr")
     ap.add_argument("--models", default=None)
     ap.add_argument("--max-minutes", type=float, default=8.0)
+    ap.add_argument("--tokens", default=None, help="only these M (tokens), e.g. 1,16,128")
     a = ap.parse_args(argv)
     if a.rescore:
         print("%d entries, %d winners over the rules" % rescore(a.out))
         return
     build(a.suite, a.out, a.dtypes.split(","), a.layouts.split(","), a.max_minutes,
-          a.models.split(",") if a.models else None)
+          a.models.split(",") if a.models else None,
+          [int(t) for t in a.tokens.split(",")] if a.tokens else None)
 
 
 if __name__ == "__main__":

@@ -116,6 +116,16 @@ WGMMA_RULES: tuple[Rule, ...] = (
     Rule("H37", "3xtf32-dtype", equal("DTYPE_TF32", 1),
          "3xTF32 splits float32 operands into tf32 big + small parts: dtype tf32",
          when=equal("MATH_3XTF32", 1)),
+    Rule("H39", "split-inline-slices", at_least("SPLIT_K", 2),
+         "an inline split-K reduction needs two or more slices of K",
+         when=equal("SPLIT_INLINE", 1)),
+    Rule("H40", "split-inline-cluster", equal("CLUSTER", 1),
+         "an inline split-K reduction counts the slices of each CTA tile: clusters of one CTA",
+         when=equal("SPLIT_INLINE", 1)),
+    Rule("H41", "split-inline-cooperative", equal("PINGPONG", 0),
+         "an inline split-K reduction sums the slices in the consumers' registers: a ping-pong "
+         "consumer holds a whole tile and spills (ptxas: 3.6 KB at 128x128)",
+         when=equal("SPLIT_INLINE", 1)),
     Rule("H38", "flush-range", one_of("FLUSH", (1, 2, 4, 8)),
          "3xTF32 adds the tensor core's sums into the FP32 accumulators every 1, 2, 4 or 8 "
          "chunks of K"),
