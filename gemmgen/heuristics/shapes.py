@@ -33,10 +33,10 @@ TILE_EFFICIENCY = {(128, 256): 1.0, (256, 128): 0.94, (128, 192): 0.93, (128, 12
 three layouts, H200): time ~ waves x BM x BN x (K + K_OVERHEAD) / efficiency."""
 K_OVERHEAD = 768
 """A tile's fixed cost (prologue, epilogue) in units of K (fitted with TILE_EFFICIENCY)."""
-DECODE_SLICE_K = 4096
-"""A narrow (decode) problem splits K only into slices at least this long: 1 x 3584 x 18944 and
-1 x 4096 x 14336 measured 1.42x and 1.24x with two slices, 1 x 1024 x 4096 1.19x slower with
-four."""
+DECODE_SLICE_K = 1024
+"""A narrow (decode) problem splits K (inline, one launch) into slices at least this long while
+its tiles stay in one wave: 1 x 1024 x 4096 measured 15.0 us unsplit and 11.0 us in four
+slices, 1 x 512 x 3584 13.6 and 11.2 us in two (H200, kernel time with launch gaps)."""
 
 
 def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
@@ -111,13 +111,13 @@ def _tile_time(tile: tuple[int, int], m: int, n: int, k: int, batch: int) -> flo
 
 def _split(cfg, m, n, k, batch, best, tiles, changes, reasons) -> int:
     """Split-K slices (1: none), recorded in ``changes``: for a narrow (decode) tile the most
-    of 2 or 4 that stays in one wave with slices of at least DECODE_SLICE_K; for a small M
+    of 2, 4 or 8 that stays in one wave with slices of at least DECODE_SLICE_K; for a small M
     (kept unswapped by a bias) ``cost.split_k_for``; else 2 or 4 only where the tiles leave
     half or three quarters of the SMs idle over a K of at least 8192 or 16384."""
     k_tiles = math.ceil(k / cfg.bk)
     if best[1] < cfg.bn:
-        split = max([s for s in (1, 2, 4) if tiles * s <= cost.SMS and k // s >= DECODE_SLICE_K]
-                    or [1])
+        split = max([s for s in (1, 2, 4, 8)
+                     if tiles * s <= cost.SMS and k // s >= DECODE_SLICE_K] or [1])
     elif m <= SWAP_M:
         split = cost.split_k_for(m, n, k, batch, best[0], best[1], cfg.bk)
     else:
@@ -125,8 +125,9 @@ def _split(cfg, m, n, k, batch, best, tiles, changes, reasons) -> int:
             2 if tiles * 2 <= cost.SMS and k >= 8192 else 1
     if split > 1 and k_tiles / split < cost.MIN_SLICE_TILES:
         split = 1
-    if split > 1:
-        changes.update(split_k=split, split_inline=not cfg.pingpong)
+    if split > 1:  # inline where it compiles clean: not ping-pong, not a wide column-major C
+        inline = not cfg.pingpong and (changes.get("layout", cfg.layout)[2] == "r" or best[1] < 128)
+        changes.update(split_k=split, split_inline=inline)
         reasons.append(f"{tiles} tiles fill {100 * tiles / cost.SMS:.0f}% of {cost.SMS} SMs: "
                        f"K split into {split} slices; the last slice of each tile to finish "
                        f"sums them in order (deterministic) in the same launch")
