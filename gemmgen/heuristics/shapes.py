@@ -115,7 +115,7 @@ def _split(cfg, m, n, k, batch, best, tiles, changes, reasons) -> int:
     (kept unswapped by a bias) ``cost.split_k_for``; else 2 or 4 only where the tiles leave
     half or three quarters of the SMs idle over a K of at least 8192 or 16384."""
     k_tiles = math.ceil(k / cfg.bk)
-    if best[1] < cfg.bn:
+    if max(8, -(-n // 8) * 8) < cfg.bn:  # the narrow-N (decode) tile of ``_tile``
         split = max([s for s in (1, 2, 4, 8)
                      if tiles * s <= cost.SMS and k // s >= DECODE_SLICE_K] or [1])
     elif m <= SWAP_M:
@@ -158,6 +158,16 @@ def _settle(cfg, changes, reasons):
         out = out.replace(check=False, bn=min(cfg.bn, -(-out.bn // sw) * sw))
         reasons.append(f"tile N rounded up to {out.bn}: "
                        f"{', '.join(v.rule.name for v in broken)}")
+        # the wider tile may no longer fit its rows' registers or its ring: fewer rows, then
+        # the deepest ring that fits
+        for rows in (out.bm, 128, 64):
+            one = {"consumers": 1, "regs_producer": 0, "regs_consumer": 0} if rows == 64 else {}
+            trial = out.replace(check=False, bm=min(rows, out.bm), **one)
+            fit = next((trial.replace(check=False, stages=st) for st in range(trial.stages, 0, -1)
+                        if not trial.replace(check=False, stages=st).violations()), None)
+            if fit is not None:
+                out = fit
+                break
     if out.violations():
         broken = ", ".join(f"{v.rule.id} {v.rule.name}" for v in out.violations())
         reasons.append(f"shaping the preset broke {broken}: the preset runs as it is")

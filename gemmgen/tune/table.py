@@ -186,8 +186,9 @@ def rescore(path: str, gpu: str = "NVIDIA H200", cc: int = 90) -> tuple[int, int
         best = max(others, key=lambda lbl: cands[lbl]["tflops"]) if others else None
         rules = cands[pick]["tflops"] if pick else None
         ent["rules_tflops"] = rules
-        ent["winner"] = best if best and (rules is None
-                                          or cands[best]["tflops"] >= MARGIN * rules) else None
+        # the rules' pick unmeasured: nothing to beat it by, so the rules stand
+        ent["winner"] = best if best and rules and cands[best]["tflops"] >= MARGIN * rules \
+            else None
         keep = {lbl for lbl in (ent["winner"], pick) if lbl}  # the evidence, not every variant
         ent["candidates"] = {lbl: row for lbl, row in cands.items() if lbl in keep}
     db.data.setdefault("provenance", {})["rescored"] = (
