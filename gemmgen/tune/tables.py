@@ -11,6 +11,7 @@ import re
 import shlex
 import sys
 from functools import reduce
+from math import exp, log
 from pathlib import Path
 
 from ..model.presets import PRESETS
@@ -146,7 +147,22 @@ def ncu(text: str, o) -> tuple[list[str], list]:
     return _table(["metric", *[f"`{k}`" for k in kernels]], body), []
 
 
-VIEWS = {f.__name__: f for f in (ladder, compare, accuracy, tune, fields, ncu)}
+def summary(doc, o) -> tuple[list[str], list]:
+    """Per dtype, layout and mode (``by=`` fields, default those three): rows, the geometric
+    mean, least and greatest of TFLOP/s over the baseline's, as a ratio."""
+    keys = o.get("by", "dtype,layout,mode").split(",")
+    groups: dict[tuple, list] = {}
+    kept = [r for r in doc["rows"] if _keep(r, o) and r.get("cublas_tflops") and r["tflops"]]
+    for r in kept:
+        groups.setdefault(tuple(r.get(k, "-") for k in keys), []).append(
+            r["tflops"] / r["cublas_tflops"])
+    body = [[*key, len(v), f"{exp(sum(map(log, v)) / len(v)):.3f}", f"{min(v):.2f}",
+             f"{max(v):.2f}"] for key, v in groups.items()]
+    head = [*keys, "rows", "geomean (x baseline)", "min", "max"]
+    return _table(head, body), kept
+
+
+VIEWS = {f.__name__: f for f in (ladder, compare, accuracy, tune, fields, ncu, summary)}
 
 
 def render(spec: str, root: Path = Path(".")) -> str:
