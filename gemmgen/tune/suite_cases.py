@@ -8,11 +8,12 @@ from dataclasses import dataclass
 
 from ..heuristics.select import MATHS
 from ..model.config import EPILOGUES, INT32_MAX, LAYOUTS
-from ..model.dtypes import ELEM_BYTES
+from ..model.dtypes import ELEM_BYTES, FP8_DTYPES
 from ..model.families import FAMILIES
 from ..model.presets import PRESETS
 
-DTYPES = tuple(ELEM_BYTES)
+DTYPES = tuple(d for d in ELEM_BYTES if d not in FP8_DTYPES)
+"""dtypes of the presets, dispatch and torch kinds (FP8 runs in the fp8 kind)."""
 TORCH_MODES = ("eager", "graph", "host")
 KINDS = {"presets": ("cublas",), "dispatch": ("cublas", "none"), "torch": ("torch",)}
 """Each kind (which runner) and the baselines it can compare against, its default first."""
