@@ -58,6 +58,7 @@ def _load():
         "cuFuncSetAttribute": [vp, i, i], "cuFuncGetAttribute": [pi, i, vp],
         "cuLaunchKernel": [vp, u, u, u, u, u, u, u, vp, vp, vp],
         "cuMemAlloc_v2": [ctypes.POINTER(ctypes.c_uint64), sz], "cuMemFree_v2": [ctypes.c_uint64],
+        "cuMemsetD8_v2": [ctypes.c_uint64, ctypes.c_ubyte, sz],
         "cuPointerGetAttribute": [vp, i, ctypes.c_uint64],
         "cuTensorMapReplaceAddress": [vp, vp], "cuGetErrorName": [i, ctypes.POINTER(ctypes.c_char_p)],
     }
@@ -251,6 +252,12 @@ class DeviceBuffer:
 
     def __int__(self) -> int:
         return self.ptr
+
+    def zero(self) -> "DeviceBuffer":
+        """Set every byte to 0 (``cuMemsetD8``: synchronous for the host on the legacy default
+        stream, so never inside CUDA-graph capture); returns the buffer."""
+        check(_lib().cuMemsetD8_v2(self.ptr, 0, max(self.nbytes, 1)), "cuMemsetD8")
+        return self
 
 
 _MAP = threading.local()
