@@ -295,3 +295,45 @@ def test_python_verdict_equals_nvcc_verdict(nvcc, data):
         assert err.static_assert_ids() == found
     else:
         assert not found, f"nvcc accepted a config the model rejects: {sorted(found)}"
+
+
+# ---- command line and suite (no GPU) ---------------------------------------------------------
+def test_cli_emit_and_explain_take_the_fp8_dtypes(tmp_path):
+    from click.testing import CliRunner
+
+    from gemmgen.cli.main import main
+    from gemmgen.codegen.render import config_from_source
+    run = CliRunner().invoke
+    out = tmp_path / "k.cu"
+    res = run(main, ["emit", "--dtype", "e5m2", "--scaling", "block", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    cfg = config_from_source(out.read_text())
+    assert (cfg.family, cfg.dtype, cfg.scaling, cfg.promote) == ("fp8", "e5m2", "block", 128)
+    res = run(main, ["emit", "--family", "fp8", "--scaling", "block", "--promote", "0"])
+    assert res.exit_code == 2 and "F18 fast-needs-tensor-or-row" in res.output
+    res = run(main, ["explain", "64", "2112", "7168", "--dtype", "e4m3", "--scaling", "block"])
+    assert res.exit_code == 0 and "split 7 ways" in res.output, res.output
+    res = run(main, ["explain", "64", "64", "64", "--dtype", "e4m3", "--scaling", "block",
+                     "--fast-accum"])
+    assert res.exit_code == 2 and "block scaling needs promoted" in res.output
+    res = run(main, ["tune", "--m", "64", "--n", "64", "--k", "64", "--dtype", "e4m3",
+                     "--scaling", "block", "--fast-accum"])
+    assert res.exit_code == 2 and "--fast-accum" in res.output
+
+
+def test_fp8_suite_cases():
+    from pathlib import Path
+
+    from gemmgen.tune import suites
+    from gemmgen.tune.suite_cases import SuiteError
+    suite = suites.load("fp8")
+    cases = suites.expand(suite)
+    assert not any(c.scaling == "block" and c.accum == "fast" for c in cases)
+    labels = {c.label for c in cases}
+    assert "e4m3 rcr 64x2112x7168 block promoted" in labels
+    assert "fp8_block_cluster e4m3 rcr 4096x7168x16384 block promoted" in labels
+    assert any(c.model == "llama3_8b" and c.tokens == 16 for c in cases)
+    bad = Path(suite.path).with_name("fp8.toml").read_text().replace(
+        'preset = ["fp8_tensor_fast"', 'scaling = "row"\npreset = ["fp8_tensor_fast"')
+    with pytest.raises(SuiteError, match="fp8 presets only"):
+        suites.from_dict(__import__("tomllib").loads(bad.replace('models = "llm"', "")), suite.path)

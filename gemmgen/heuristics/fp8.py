@@ -70,9 +70,9 @@ def _decode(cfg, m: int, n: int, k: int, sms: int, reasons: list):
         tiles = math.ceil(m / bm) * math.ceil(n / bn)
         split = split_for(tiles, k, sms)
         options.append((min(tiles * split, sms), bn, split, tiles))
-    units, bn, split, tiles = max(options, key=lambda o: (o[0], o[1]))
-    changes = dict(bm=bm, bn=bn, consumers=cons, split_k=split,
-                   regs_consumer=240 if cons == 1 else 232)
+    _units, bn, split, tiles = max(options, key=lambda o: (o[0], o[1]))
+    changes = {"bm": bm, "bn": bn, "consumers": cons, "split_k": split,
+                   "regs_consumer": 240 if cons == 1 else 232}
     changes["stages"] = _deepest(cfg.replace(check=False, **changes))
     reasons.append(f"M = {m} <= {DECODE_M}: memory-bound; {bm} x {bn} tiles ({tiles}), K split "
                    f"{split} ways -> {tiles * split} work units for {sms} SMs")
@@ -97,7 +97,7 @@ def choose_fp8(m: int, n: int, k: int, scaling: str, fast: bool, a_dtype: str = 
     if fast and scaling == "block":
         raise ValueError("block scaling needs promoted accumulation (fast_accum=False): its "
                          "scales change every 128 K elements")
-    fields = dict(dtype=a_dtype, b_dtype=b_dtype, out=out, scaling=scaling, epilogue=epilogue)
+    fields = {"dtype": a_dtype, "b_dtype": b_dtype, "out": out, "scaling": scaling, "epilogue": epilogue}
     if db is not None:
         row, how = db.lookup(gpu, tune_dtype(a_dtype, b_dtype, scaling, fast), m, n, k, "rcr",
                              ["fp8"])
@@ -108,8 +108,8 @@ def choose_fp8(m: int, n: int, k: int, scaling: str, fast: bool, a_dtype: str = 
                 return Choice(cfg, how, False, [f"fp8 family, tuned ({how} shape)"])
     name = base_preset(m, scaling, fast)
     base = PRESETS[name].config
-    reasons = [f"fp8 family, preset {name} ({scaling} scaling, "
-               f"{'fast' if fast else 'promoted'} accumulation)"]
+    reasons = [(f"fp8 family, preset {name} ({scaling} scaling, "
+                f"{'fast' if fast else 'promoted'} accumulation)")]
     changes = dict(fields)
     if fast:
         changes.update(promote=0, partials=1)
@@ -132,8 +132,8 @@ def explain_fp8(m: int, n: int, k: int, scaling: str = "tensor", fast: bool = Tr
     model's time for it and for the transposing packs of operands that are not K-major."""
     ch = choose_fp8(m, n, k, scaling, fast, a_dtype, b_dtype, out, sms=sms)
     cfg = ch.config
-    lines = [f"{m}x{n}x{k} {a_dtype} x {b_dtype} -> {out}, {scaling} scaling, "
-             f"{'fast' if fast else 'promoted'} accumulation:", f"  kernel  {cfg.name}",
+    lines = [(f"{m}x{n}x{k} {a_dtype} x {b_dtype} -> {out}, {scaling} scaling, "
+              f"{'fast' if fast else 'promoted'} accumulation:"), f"  kernel  {cfg.name}",
              f"  how     {ch.how}", f"  config  {cfg.brief()}"]
     lines += [f"  - {r}" for r in ch.reasons]
     packs = {name: shape for name, shape, ok in (("A", (m, k), a_k_major), ("B", (n, k), b_k_major))

@@ -8,8 +8,8 @@ A call's operands are numbered as ``gemmgen.runtime.recipe`` patches them: 0 A, 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from . import driver
 from .kernel import Kernel

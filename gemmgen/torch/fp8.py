@@ -24,7 +24,6 @@ output's shape and dtype for ``torch.compile``.
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -43,7 +42,7 @@ FP8_NAMES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 
 
 def check_scaled(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
-                 bias: Optional[Tensor], out_dtype) -> torch.dtype:
+                 bias: Tensor | None, out_dtype) -> torch.dtype:
     """The op's checks (device-independent); the output dtype. Raises ``OperandError``
     naming the argument."""
     for name, x in (("a", a), ("b", b)):
@@ -107,7 +106,7 @@ def scaled_mm_reference(a, b, scale_a, scale_b, bias=None, out_dtype=None,
 
 
 def kernel_takes(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
-                 bias: Optional[Tensor]) -> bool:
+                 bias: Tensor | None) -> bool:
     """Whether gemmgen's FP8 kernels run these operands: CUDA tensors on one Hopper (sm_90)
     device."""
     tensors = [t for t in (a, b, scale_a, scale_b, bias) if t is not None]
@@ -175,7 +174,7 @@ if not LAUNCHER:
 
 
 def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
-              out_dtype: torch.dtype = torch.bfloat16, bias: Optional[Tensor] = None,
+              out_dtype: torch.dtype = torch.bfloat16, bias: Tensor | None = None,
               use_fast_accum: bool = False) -> Tensor:
     """``torch.ops.gemmgen.scaled_mm`` with ``torch._scaled_mm``'s argument order (see the
     module docstring)."""

@@ -16,4 +16,4 @@ from .config import Fp8Config
 from .rules import FP8_RULES
 from .space import FAMILY, PRESETS, fallback, space
 
-__all__ = ["Fp8Config", "FP8_RULES", "FAMILY", "PRESETS", "fallback", "space"]
+__all__ = ["FAMILY", "FP8_RULES", "PRESETS", "Fp8Config", "fallback", "space"]

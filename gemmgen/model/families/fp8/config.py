@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ...config import EPILOGUES, LAYOUTS, ConfigBase, div
 from ...dtypes import ELEM_BYTES, FP8_DTYPES
@@ -90,14 +91,14 @@ class Fp8Config(Fp8Env, ConfigBase):
     rules = FP8_RULES
     acc = "fp32"
     min_blocks = 1
-    field_types = {"dtype": str, "b_dtype": str, "out": str, "scaling": str, "store": str,
+    field_types: ClassVar[dict] = {"dtype": str, "b_dtype": str, "out": str, "scaling": str, "store": str,
                    "layout": str, "epilogue": str}
-    choices = {"dtype": FP8_DTYPES, "b_dtype": FP8_DTYPES, "out": ("bf16", "fp16", "fp32"),
+    choices: ClassVar[dict] = {"dtype": FP8_DTYPES, "b_dtype": FP8_DTYPES, "out": ("bf16", "fp16", "fp32"),
                "scaling": SCALINGS, "store": STORES, "layout": LAYOUTS, "epilogue": EPILOGUES}
     optional = frozenset({"m", "n", "k"})
     fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype", "b_dtype", "out",
                        "scaling", "promote")
-    search_domain = {
+    search_domain: ClassVar[dict] = {
         "bm": (64, 128, 256), "bn": (64, 96, 112, 128, 160, 192, 256), "consumers": (1, 2),
         "stages": (3, 4, 5, 6, 7, 8, 9), "cluster_m": (1, 2), "cluster_n": (1, 2),
         "partials": (1, 2), "group": (1, 8, 16), "regs_producer": (24, 40),

@@ -119,8 +119,8 @@ class Fp8Env:
                f"added to fp32 registers" + (", the block scales applied there"
                                              if self.scaling == "block" else "")
                + (f"; {self.partials} partial sets" if self.partials > 1 else ""))
-        return [f"D[M,N] = act(sum_k (A[m,k] sa) (B[k,n] sb) + bias[n]): A {self.dtype} (M x K, "
-                f"row-major, lda), B {self.b_dtype} (K x N column-major, i.e. N rows of K, ldb),",
+        return [(f"D[M,N] = act(sum_k (A[m,k] sa) (B[k,n] sb) + bias[n]): A {self.dtype} (M x K, "
+                 f"row-major, lda), B {self.b_dtype} (K x N column-major, i.e. N rows of K, ldb),"),
                 f"fp32 accumulation, D {self.out} (row-major, ldd).",
                 f"Scaling {self.scaling}: {scaling}.", f"Accumulation {acc}."]
 

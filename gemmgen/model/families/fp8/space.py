@@ -13,9 +13,9 @@ def _c(**kw) -> Fp8Config:
 
 # The prototype's measured kernels (H200, verified against float64; see docs/families/fp8.md),
 # then one step each beyond them.
-_FAST = dict(bm=128, bn=256, consumers=2, stages=4, scaling="tensor", promote=0)
-_PROMOTED = dict(bm=128, bn=128, consumers=2, stages=7, promote=128)
-_DECODE = dict(bm=64, bn=128, consumers=1, stages=9, regs_consumer=240, promote=128, partials=2)
+_FAST = {"bm": 128, "bn": 256, "consumers": 2, "stages": 4, "scaling": "tensor", "promote": 0}
+_PROMOTED = {"bm": 128, "bn": 128, "consumers": 2, "stages": 7, "promote": 128}
+_DECODE = {"bm": 64, "bn": 128, "consumers": 1, "stages": 9, "regs_consumer": 240, "promote": 128, "partials": 2}
 
 PRESETS: tuple[Preset, ...] = (
     Preset("fp8_tensor_fast", _c(**_FAST),
