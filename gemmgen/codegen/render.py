@@ -72,8 +72,8 @@ def render(cfg: ConfigBase, arch: str = "sm_90") -> str:
 
 def render_template(template: str, **context) -> str:
     """CUDA source of a helper template (e.g. ``fp8_quant.cu.j2``) with ``context``, in the
-    same Jinja environment as ``render`` (StrictUndefined)."""
-    return _env().get_template(template).render(**context)
+    same Jinja environment as ``render`` (StrictUndefined); ``version`` is gemmgen's."""
+    return _env().get_template(template).render(version=__version__, **context)
 
 
 def _family_arch(cfg: ConfigBase, arch: str) -> str:

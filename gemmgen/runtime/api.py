@@ -125,29 +125,18 @@ def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
     shape, strides, dtype, device; not the pointer) was seen before are launched without
     repeating the checks.
 
-    FP8 (Hopper): A and B of ``torch.float8_e4m3fn`` / ``float8_e5m2`` (NumPy: ``ml_dtypes``;
-    CuPy: uint8 bytes with ``dtype="e4m3"`` or a pair ``("e5m2", "e4m3")``) compute
-    C = act(dequant(A @ B) + bias) with ``scale_a`` and ``scale_b`` (fp32 dequantization
-    factors, default 1): scalars (per-tensor), vectors of M and N values (row-wise), or block
-    grids of the operands' shapes in 128-blocks, (M, ceil(K/128)) and (ceil(K/128), ceil(N/128))
-    (DeepSeek-V3 blockwise); ``out_dtype`` bf16 (default), fp16 or fp32; ``fast_accum`` lets the
-    tensor core sum all of K (tensor and row scaling) instead of promoting every 128 K
-    elements to fp32. B column-major (the transpose of an N x K weight) and A row-major are read
-    as they are; other layouts are repacked first. alpha and beta are not taken (scale instead).
-    See ``gemmgen.runtime.fp8_operands``.
+    FP8 (Hopper; A and B float8, ``scale_a``, ``scale_b``, ``out_dtype``, ``fast_accum``):
+    see ``gemmgen.runtime.fp8_api.fp8_gemm``.
 
     Raises ``OperandError`` for bad arguments, ``ValueError`` for an unknown epilogue or an
     unsupported dtype, ``BuildError`` when a kernel does not compile, ``ImportError`` without
     PyCUDA and ``RuntimeError`` without a CUDA driver or device.
     """
     if scale_a is not None or scale_b is not None or is_fp8(A, dtype):
-        if alpha != 1.0 or beta != 0.0:
-            raise OperandError("FP8 GEMMs take no alpha or beta: fold alpha into scale_a; "
-                               "beta (accumulating into C) is not supported")
         return fp8_gemm(A, B, C, scale_a=1.0 if scale_a is None else scale_a,
                         scale_b=1.0 if scale_b is None else scale_b, out_dtype=out_dtype,
                         bias=bias, fast_accum=fast_accum, epilogue=epilogue, dtype=dtype, db=db,
-                        stream=stream)
+                        stream=stream, alpha=alpha, beta=beta)
     alpha, beta = check_scalars(alpha, beta)
     if epilogue is not None and epilogue not in EPILOGUES:
         raise ValueError(f"unknown epilogue {epilogue!r}; known: {', '.join(EPILOGUES)}")

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import driver
+from .fp8_launch import launch_fp8
+from .fp8_operands import Matrix, Scale
 from .kernel import Kernel
 from .recipe import Launch, MapRef, Recipe, Ref, field_offsets, pack
 from .tma import MapSpec, ParamPacker, encode, operand_map, param_layout
@@ -27,27 +29,6 @@ NO_MAP = bytes(128)
 PACK_SIGNATURE = "PqqPqii"   # src, s_row, s_col, dst, ldd, rows, cols
 MAX_GRID_Y = 65535
 LAUNCH_CACHE = 1024
-
-
-@dataclass(frozen=True)
-class Matrix:
-    """A or B as stored: its address (int or ``Ref``), leading dimension in elements and
-    whether it is K-major (A row-major M x K; B column-major K x N, i.e. N rows of K)."""
-
-    ptr: object
-    ld: int
-    k_major: bool = True
-
-
-@dataclass(frozen=True)
-class Scale:
-    """A scale operand: its address (int or ``Ref``) and strides in elements: ``s0`` per row
-    of A (per column of B for row scaling, per 128-column block of B for block scaling),
-    ``s1`` per 128-element K block (block scaling). A stride of 0 broadcasts one value."""
-
-    ptr: object
-    s0: int = 0
-    s1: int = 0
 
 
 @dataclass
@@ -213,8 +194,7 @@ class Fp8Kernel(Kernel):
         return Matrix(buf.ptr, ld_new, True)
 
     def __call__(self, A, B, scale_a=1.0, scale_b=1.0, D=None, *, bias=None, stream=None):
-        """D = act(dequant(A @ B) + bias) with this kernel; see ``gemmgen.runtime.fp8_api``."""
-        from .fp8_api import launch_fp8
+        """D = act(dequant(A @ B) + bias) with this kernel; see ``gemmgen.runtime.fp8_launch``."""
         return launch_fp8(self, A, B, scale_a, scale_b, D, bias=bias, stream=stream)
 
 

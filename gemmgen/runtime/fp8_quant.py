@@ -12,7 +12,6 @@ from __future__ import annotations
 import struct
 import threading
 
-from .._version import __version__
 from ..codegen.render import render_template
 from ..compile.cache import compile_cached
 from ..model.dtypes import CTYPES, FP8_MAX
@@ -42,7 +41,7 @@ def name_of(in_dtype: str, fp8: str) -> str:
 def source(in_dtype: str, fp8: str) -> str:
     """The module's CUDA source for ``in_dtype`` (fp32, fp16, bf16) and ``fp8`` (e4m3, e5m2)."""
     name = name_of(in_dtype, fp8)
-    q = {"version": __version__, "name": name, "ns": f"{name}_cfg", "in_dtype": in_dtype,
+    q = {"name": name, "ns": f"{name}_cfg", "in_dtype": in_dtype,
          "fp8": fp8, "in_t": CTYPES[in_dtype], "interp": INTERP[fp8],
          "fp8_max": repr(FP8_MAX[fp8]),
          "constants": [("THREADS", THREADS), ("GROUP", GROUP), ("ELEMS", ELEMS)]}

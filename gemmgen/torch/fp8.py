@@ -30,8 +30,9 @@ from torch import Tensor
 
 from ..runtime import fp8_quant
 from ..runtime.device import device_identity
-from ..runtime.fp8_api import fp8_gemm, kernel_for, make_plan
+from ..runtime.fp8_api import fp8_gemm, kernel_for
 from ..runtime.fp8_kernel import ORDER
+from ..runtime.fp8_launch import make_plan
 from ..runtime.fp8_operands import check_fp8
 from ..runtime.operands import OperandError
 from .ops import _LIB, _LIVE, _REFERENCE, LAUNCHER, _warn_once

@@ -14,7 +14,7 @@ from ..heuristics.fp8 import choose_fp8
 from ..model.presets import PRESETS
 from ..runtime.build import build
 from ..runtime.device import device_arch, sm_count
-from ..runtime.fp8_api import make_plan
+from ..runtime.fp8_launch import make_plan
 from ..runtime.fp8_operands import check_fp8
 from .bench import L2_MULTIPLE, Timing, tflops
 from .fp8_verify import fp8_tolerance
