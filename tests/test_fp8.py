@@ -337,3 +337,45 @@ def test_fp8_suite_cases():
         'preset = ["fp8_tensor_fast"', 'scaling = "row"\npreset = ["fp8_tensor_fast"')
     with pytest.raises(SuiteError, match="fp8 presets only"):
         suites.from_dict(__import__("tomllib").loads(bad.replace('models = "llm"', "")), suite.path)
+
+
+def test_recipe_packs_patches_and_workspaces_without_a_gpu(compiled, monkeypatch):
+    """The launches of one call, built with the driver stubbed: a transposing pack for each
+    operand that is not K-major or not 16-byte aligned, the split-K workspace and counters,
+    and the operands' addresses patched where the GEMM and the packs read them."""
+    import struct
+    from types import SimpleNamespace
+
+    from gemmgen.runtime import fp8_kernel
+    from gemmgen.runtime.fp8_operands import Matrix, Scale
+    from gemmgen.runtime.recipe import PATCH_MAP, PATCH_POINTER, Ref
+    cfg = FP8["fp8_block_decode"]
+    _, cubin, _ = compiled[cfg.name]
+    kernel = fp8_kernel.Fp8Kernel(cfg, ARCH, cubin)
+    monkeypatch.setattr(fp8_kernel.driver, "current_device", lambda: 0)
+    monkeypatch.setattr(fp8_kernel.driver, "device_attribute", lambda dev, name: 132)
+    monkeypatch.setattr(fp8_kernel, "encode", lambda spec, name: bytes(128))
+    monkeypatch.setattr(type(kernel), "function", lambda self, dev=None, suffix="":
+                        SimpleNamespace(handle=7 if suffix else 9, dynamic_smem=0 if suffix
+                                        else cfg.smem_bytes))
+    bufs = {}
+    monkeypatch.setattr(type(kernel), "workspace", lambda self, dev, tag, n, zero=False:
+                        bufs.setdefault(tag, SimpleNamespace(ptr=0x100000 * (len(bufs) + 1),
+                                                             nbytes=n, zero=zero)))
+    m, n, k = 64, 2112, 7168
+    a = Matrix(Ref(0, 0x7000000), m, k_major=False)            # A column-major: packed
+    b = Matrix(Ref(1, 0x8000000), k)                           # B K-major, aligned: as it is
+    recipe = kernel.launches(m, n, k, a, b, Ref(2, 0x9000000), n, Scale(Ref(4, 0xa000000), 1, m),
+                             Scale(Ref(5, 0xb000000), 56, 1), 0, device=0)
+    assert recipe.path == "fp8 + pack A + split-K 7"
+    pack, gemm = recipe.launches
+    assert pack.function.handle == 7 and pack.grid == (112, 1, 1)
+    assert [(p.index, p.kind) for p in pack.patches] == [(0, PATCH_POINTER)]
+    src, s_row, s_col = struct.unpack_from("<Qqq", pack.params)
+    assert (s_row, s_col) == (1, m)                            # (r, kk) at kk * lda + r
+    assert gemm.grid == (119, 1, 1) and gemm.block == (256, 1, 1)   # 17 tiles x 7 slices
+    kinds = {p.index: p.kind for p in gemm.patches}
+    assert kinds == {1: PATCH_MAP, 2: PATCH_POINTER, 4: PATCH_POINTER, 5: PATCH_POINTER}
+    assert bufs["split-K counters"].zero and bufs["split-K counters"].nbytes == 17 * 4
+    assert bufs["split-K"].nbytes == 17 * 7 * 64 * 128 * 4
+    assert len(recipe.to_bytes(fp8_kernel.ORDER)) > len(gemm.params)

@@ -15,7 +15,7 @@ from ..model.families import get_family
 from . import driver
 from .build import build
 from .device import device_identity, sm_count
-from .fp8_launch import device_of, launch_fp8, make_plan
+from .fp8_launch import device_of, is_number, launch_fp8, make_plan
 from .fp8_operands import Fp8Args, check_fp8
 from .operands import OperandError
 from .plans import signature
@@ -56,7 +56,7 @@ def kernel_for(args: Fp8Args, fast: bool, epilogue: str, db, device: int) -> tup
 
 def _sig(x):
     """A scale's signature: "number" for a Python number (made a device scalar per call)."""
-    if x is None or (not hasattr(x, "shape") and isinstance(x, (int, float))):
+    if x is None or is_number(x):
         return ("number",)
     return signature(x)
 

@@ -4,6 +4,7 @@
 it (``Fp8Kernel.__call__`` comes here)."""
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,6 +54,11 @@ def device_scalar(value: float, like, device: int):
     return found
 
 
+def is_number(x) -> bool:
+    """A scale given as a number (Python or NumPy scalar), not an array."""
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
+
+
 def _address(x) -> int:
     if x is None:
         return 0
@@ -79,10 +85,8 @@ class Fp8Plan:
 
     def run(self, A, B, D, bias, scale_a, scale_b, stream=None):
         out = D if D is not None else self.new_d()
-        sa = _address(device_scalar(float(scale_a), A, self.device)) \
-            if not hasattr(scale_a, "shape") else _address(scale_a)
-        sb = _address(device_scalar(float(scale_b), A, self.device)) \
-            if not hasattr(scale_b, "shape") else _address(scale_b)
+        sa, sb = (_address(device_scalar(float(s), A, self.device)) if is_number(s)
+                  else _address(s) for s in (scale_a, scale_b))
         with driver.on_device(self.device):
             self.recipe.run((_address(A), _address(B), _address(out), _address(bias), sa, sb),
                             driver.stream_handle(stream))
