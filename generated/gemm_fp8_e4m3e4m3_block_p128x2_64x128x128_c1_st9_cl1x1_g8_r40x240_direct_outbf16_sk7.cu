@@ -89,6 +89,7 @@ namespace gemm_fp8_e4m3e4m3_block_p128x2_64x128x128_c1_st9_cl1x1_g8_r40x240_dire
 [[maybe_unused]] constexpr int SCALE_TENSOR = 0;
 [[maybe_unused]] constexpr int SCALE_ROW = 0;
 [[maybe_unused]] constexpr int SCALE_BLOCK = 1;
+[[maybe_unused]] constexpr int BLOCK_PROMOTED = 1;
 [[maybe_unused]] constexpr int SPLIT_K = 7;
 [[maybe_unused]] constexpr int CLUSTER_M = 1;
 [[maybe_unused]] constexpr int CLUSTER_N = 1;
@@ -159,15 +160,14 @@ static_assert((REGS_CONSUMER >= ENTRY_REGS), "F15 setmaxnreg-inc: REGS_CONSUMER 
 static_assert((K_MAJOR == 1), "F16 k-major-only: K_MAJOR == 1");
 static_assert((PROMOTE == 0 || PROMOTE == 128 || PROMOTE == 256 || PROMOTE == 512 || PROMOTE == 1024), "F17 promote-interval: PROMOTE in {0, 128, 256, 512, 1024}");
 static_assert(!(PROMOTE == 0) || (SCALE_BLOCK == 0), "F18 fast-needs-tensor-or-row: SCALE_BLOCK == 0 when PROMOTE == 0");
-static_assert(!(SCALE_BLOCK == 1) || (PROMOTE == BLOCK), "F19 block-promote-128: PROMOTE == BLOCK when SCALE_BLOCK == 1");
+static_assert(!(BLOCK_PROMOTED == 1) || (PROMOTE == BLOCK), "F19 block-promote-128: PROMOTE == BLOCK when BLOCK_PROMOTED == 1");
 static_assert(!(SCALE_BLOCK == 1) || (BN <= BLOCK), "F20 block-b-scale-span: BN <= BLOCK when SCALE_BLOCK == 1");
 static_assert((PARTIALS == 1 || PARTIALS == 2), "F21 partials-range: PARTIALS in {1, 2}");
 static_assert(!(PARTIALS == 2) || (PROMOTE >= 1), "F22 partials-need-promotion: PROMOTE >= 1 when PARTIALS == 2");
-static_assert(!(PARTIALS == 2) || (PROMOTE == BLOCK), "F31 partials-per-block: PROMOTE == BLOCK when PARTIALS == 2");
-static_assert((SPLIT_K == 1 || SPLIT_K == 2 || SPLIT_K == 3 || SPLIT_K == 4 || SPLIT_K == 5 || SPLIT_K == 6 || SPLIT_K == 7 || SPLIT_K == 8 || SPLIT_K == 9 || SPLIT_K == 10 || SPLIT_K == 11 || SPLIT_K == 12 || SPLIT_K == 13 || SPLIT_K == 14 || SPLIT_K == 15 || SPLIT_K == 16), "F23 split-k-range: SPLIT_K in {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}");
-static_assert((CLUSTER == 1 || CLUSTER == 2), "F24 cluster-size: CLUSTER in {1, 2}");
-static_assert(((8*CLUSTER_M) == 0 || (BN) % (8*CLUSTER_M) == 0), "F25 b-multicast-split: BN % (8*CLUSTER_M) == 0");
-static_assert(((8*CLUSTER_N) == 0 || (BM) % (8*CLUSTER_N) == 0), "F26 a-multicast-split: BM % (8*CLUSTER_N) == 0");
+static_assert(!(PARTIALS == 2) || (PROMOTE == 0 || PROMOTE == 128), "F23 partials-per-block: PROMOTE in {0, 128} when PARTIALS == 2");
+static_assert((SPLIT_K == 1 || SPLIT_K == 2 || SPLIT_K == 3 || SPLIT_K == 4 || SPLIT_K == 5 || SPLIT_K == 6 || SPLIT_K == 7 || SPLIT_K == 8 || SPLIT_K == 9 || SPLIT_K == 10 || SPLIT_K == 11 || SPLIT_K == 12 || SPLIT_K == 13 || SPLIT_K == 14 || SPLIT_K == 15 || SPLIT_K == 16), "F24 split-k-range: SPLIT_K in {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}");
+static_assert((CLUSTER == 1 || CLUSTER == 2), "F25 cluster-size: CLUSTER in {1, 2}");
+static_assert(!(CLUSTER_M >= 2) || ((8*CLUSTER_M) == 0 || (BN) % (8*CLUSTER_M) == 0), "F26 b-multicast-split: BN % (8*CLUSTER_M) == 0 when CLUSTER_M >= 2");
 static_assert((GROUP >= 1), "F27 group-positive: GROUP >= 1");
 static_assert(!(STORE_TMA == 1) || ((C_CHUNK) == 0 || (BN) % (C_CHUNK) == 0), "F28 c-store-chunks: BN % C_CHUNK == 0 when STORE_TMA == 1");
 static_assert((A_BOX_ROWS <= 256), "F29 a-box: A_BOX_ROWS <= 256");

@@ -64,10 +64,10 @@ def test_prototype_figures():
     (dict(layout="rrr"), "F16"),
     (dict(promote=0, partials=2), "F22"),
     (dict(bk=64), "F06"),
-    (dict(cluster_m=2, cluster_n=2), "F24"),
+    (dict(cluster_m=2, cluster_n=2), "F25"),
     (dict(stages=9), "F08"),
     (dict(promote=100), "F17"),
-    (dict(bn=120, cluster_m=2), "F25"),
+    (dict(bn=120, cluster_m=2), "F26"),
     (dict(store="tma", bn=96, stages=4), "F28"),
 ])
 def test_each_rule_names_itself(change, rule):

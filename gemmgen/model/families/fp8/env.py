@@ -42,6 +42,7 @@ class Fp8Env:
             "PROMOTE": self.promote, "PROMOTE_STAGES": self.promote_stages,
             "PARTIALS": self.partials, "SCALE_TENSOR": int(self.scaling == "tensor"),
             "SCALE_ROW": int(self.scaling == "row"), "SCALE_BLOCK": int(self.scaling == "block"),
+            "BLOCK_PROMOTED": int(self.scaling == "block" and self.promote > 0),
             "SPLIT_K": self.split_k, "CLUSTER_M": self.cluster_m, "CLUSTER_N": self.cluster_n,
             "CLUSTER": self.cluster, "GROUP": self.group,
             "STORE_TMA": int(self.store == "tma"), "OUT_BYTES": self.out_bytes,
