@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # FP8 on the GPU, one session of under 9 minutes, from the repository root on an H100/H200:
 #   source .whl/install.sh && bash benchmarks/investigations/fp8_gpu.sh
+# 0. a smoke check of every fp8 preset in its own process (a hung kernel is left out after);
 # 1. the FP8 GPU tests (tests/test_gpu_fp8.py: every preset on odd shapes, every scaling and
 #    accumulation mode, packs, split-K, quantization, graph capture, the error beside
 #    torch._scaled_mm at K = 16384) under `timeout`;
 # 2. the fp8 benchmark suite (benchmarks/suites/fp8.toml) beside torch._scaled_mm, with the copy
 #    bandwidth of the same run, bounded by the time left;
 # 3. with time to spare, `gemmgen tune` of the blockwise bar shape into a database under $OUT.
-# Everything goes to $OUT (default /tmp/gemmgen-out): fp8_env.txt, fp8_tests.txt (+ .xml),
+# Everything goes to $OUT (default /tmp/gemmgen-out): fp8_env.txt, fp8_smoke.txt, fp8_tests.txt (+ .xml),
 # fp8_errors.json, fp8_suite.txt, results/fp8_<GPU>.json and .png, fp8_bars.txt (the bars, read
 # from the suite's results), fp8_tune.txt and fp8_tune.json. Nothing is written into the
 # checkout: results are committed only after reading them.
@@ -30,9 +31,45 @@ fi
   git log --oneline -1; } > "$OUT/fp8_env.txt" 2>&1
 cat "$OUT/fp8_env.txt"
 
+# 0. smoke: every fp8 preset (compiled at once first) verified in its own process under
+#    `timeout`, so a kernel that hangs costs 60 s and is left out of the steps below
+python3 -c "
+from gemmgen.compile.cache import compile_many
+from gemmgen.model.families import fallback_config
+from gemmgen.model.presets import PRESETS
+cfgs = [p.config for p in PRESETS.values() if p.config.family == 'fp8']
+cfgs += [fallback_config(c) for c in cfgs if c.store == 'tma']
+bad = [str(d)[:300] for d in compile_many(cfgs, 'sm_90') if isinstance(d, Exception)]
+print('compiled', len(cfgs), 'fp8 kernels;', 'errors:', bad or 'none')" > "$OUT/fp8_smoke.txt" 2>&1
+hung=()
+for p in $(python3 -m gemmgen list --names | grep '^fp8_'); do
+    timeout 60 python3 -m gemmgen verify --preset "$p" > "$OUT/.smoke_$p.txt" 2>&1
+    rc=$?
+    echo "$p: exit $rc$([[ $rc -eq 124 ]] && echo ' (TIMEOUT: hung?)')" >> "$OUT/fp8_smoke.txt"
+    grep -E "FAIL|passed" "$OUT/.smoke_$p.txt" | head -8 >> "$OUT/fp8_smoke.txt"
+    [[ $rc -eq 124 ]] && hung+=("$p")
+    rm -f "$OUT/.smoke_$p.txt"
+done
+cat "$OUT/fp8_smoke.txt"
+deselect=()
+for p in "${hung[@]}"; do deselect+=(--deselect "tests/test_gpu_fp8.py::test_preset_on_odd_shapes[$p]"); done
+suite=benchmarks/suites/fp8.toml
+if [[ ${#hung[@]} -gt 0 ]]; then  # the suite without the presets that hung
+    suite="$OUT/fp8_without_hung.toml"
+    cp benchmarks/suites/llm.toml "$OUT/llm.toml"         # its models = "llm"
+    python3 - "$suite" "${hung[@]}" <<'PY'
+import re, sys
+text = open("benchmarks/suites/fp8.toml").read()
+for name in sys.argv[2:]:
+    text = re.sub(r'\s*"%s",?' % name, "", text)
+open(sys.argv[1], "w").write(text)
+PY
+fi
+
 # 1. GPU tests (the session's kernels compile in parallel in their fixtures)
 GEMMGEN_FP8_ERRORS="$OUT/fp8_errors.json" timeout 300 python3 -m pytest -q -m gpu -rs \
-    tests/test_gpu_fp8.py --junitxml="$OUT/fp8_tests.xml" > "$OUT/fp8_tests.txt" 2>&1
+    tests/test_gpu_fp8.py "${deselect[@]}" --junitxml="$OUT/fp8_tests.xml" \
+    > "$OUT/fp8_tests.txt" 2>&1
 echo "tests exit $? after $(( $(date +%s) - T0 )) s" >> "$OUT/fp8_tests.txt"
 tail -25 "$OUT/fp8_tests.txt"
 
@@ -41,7 +78,7 @@ budget=$(( $(left) - 25 ))
 if [[ $budget -gt 240 ]]; then quick=(); else quick=(--quick); fi
 if [[ $budget -gt 60 ]]; then
     minutes=$(python3 -c "print(round(($budget - 45) / 60, 2))")
-    timeout "$budget" python3 benchmarks/run.py fp8 "${quick[@]}" --max-minutes "$minutes" \
+    timeout "$budget" python3 benchmarks/run.py "$suite" "${quick[@]}" --max-minutes "$minutes" \
         --results-dir "$OUT/results" > "$OUT/fp8_suite.txt" 2>&1
     echo "suite exit $? after $(( $(date +%s) - T0 )) s" >> "$OUT/fp8_suite.txt"
 else

@@ -39,8 +39,9 @@ class Fp8Kernel(Kernel):
     workspace of the kernel), and keeps the split-K workspace and counters (zeroed once; the
     kernel leaves the counters at zero). A D that a TMA store cannot take runs the fallback
     (the same kernel with direct stores). ``last_path`` says what the last call ran: "fp8",
-    "fp8 + pack A", "fp8 + split-K 7", "fallback: ..." (a recipe's ``path``). Launches of one
-    kernel on several streams of a device must not overlap (they share the workspaces)."""
+    "fp8 + pack A", "fp8 + split-K 7", "fallback (<why>): fp8 ..." (a recipe's ``path``).
+    Launches of one kernel on several streams of a device must not overlap (they share the
+    workspaces)."""
 
     build_fallback: Callable[[], Kernel] | None = field(default=None, repr=False)
 
@@ -95,7 +96,7 @@ class Fp8Kernel(Kernel):
         if bad:
             fb = self.fallback.launches(m, n, k, a, b, d_ptr, ldd, scale_a, scale_b, bias_ptr,
                                         device=dev)
-            return Recipe(dev, fb.launches, f"fallback: {'; '.join(bad)}", fb.keep)
+            return Recipe(dev, fb.launches, f"fallback ({'; '.join(bad)}): {fb.path}", fb.keep)
         return self._recipe(dev, m, n, k, a, b, d_ptr, ldd, scale_a, scale_b, bias_ptr)
 
     def _d_spec(self, m, n, d_ptr, ldd) -> MapSpec:
