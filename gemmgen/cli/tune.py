@@ -17,10 +17,10 @@ from ..heuristics.tunedb import parse_key
 from ..model.config import EPILOGUES, INT32_MAX, LAYOUTS
 from ..model.dtypes import FP8_DTYPES
 from ..model.families import FAMILIES
-from ..tune.suite_cases import SCALINGS
 from ..runtime.device import device_count
 from ..tune import report
 from ..tune.search import Request, WorkerPool, laid_out, tune as run_tune
+from ..tune.suite_cases import SCALINGS
 from .fp8 import DTYPE_CHOICES
 from .main import OutputPath, main, require_matplotlib
 
