@@ -253,7 +253,7 @@ class DeviceBuffer:
     def __int__(self) -> int:
         return self.ptr
 
-    def zero(self) -> "DeviceBuffer":
+    def zero(self) -> DeviceBuffer:
         """Set every byte to 0 (``cuMemsetD8``, then a context synchronization so that no
         stream sees the buffer before: never call it inside CUDA-graph capture); returns the
         buffer."""
