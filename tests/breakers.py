@@ -1,12 +1,14 @@
 """For every rule of every family: a config that breaks that rule and no other (a preset plus
 overrides)."""
+from gemmgen.model.families.fp8 import Fp8Config
 from gemmgen.model.families.mma import MmaConfig
 from gemmgen.model.families.simt import SimtConfig
 from gemmgen.model.families.wgmma import WgmmaConfig
 from gemmgen.model.families.wmma import WmmaConfig
 from gemmgen.model.presets import PRESETS
 
-FAMILIES = {"simt": SimtConfig, "wmma": WmmaConfig, "wgmma": WgmmaConfig, "mma": MmaConfig}
+FAMILIES = {"simt": SimtConfig, "wmma": WmmaConfig, "wgmma": WgmmaConfig, "mma": MmaConfig,
+            "fp8": Fp8Config}
 ALL_RULES = [(family, rule) for family, cls in FAMILIES.items() for rule in cls.rules]
 
 SIMT_BREAKERS = {
@@ -173,8 +175,43 @@ MMA_BREAKERS = {
     "staged-c-registers": ("mma_reg", {"acc_smem": True, "staged_c": True}),
     "group-m-positive": ("mma_fp16", {"group_m": 0}),
 }
+FP8_BREAKERS = {
+    "bm-warpgroup-rows": ("fp8_block_decode", {"bm": 0}),
+    "bm-per-consumer": ("fp8_block", {"bm": 192, "stages": 4}),
+    "wgmma-n-multiple": ("fp8_block", {"bn": 100}),
+    "wgmma-n-range": ("fp8_tensor_fast", {"bn": 264}),
+    "wgmma-n-positive": ("fp8_tensor_fast", {"bn": 0}),
+    "bk-swizzle": ("fp8_block", {"bk": 64}),
+    "stages-range": ("fp8_block", {"stages": 1}),
+    "smem-limit": ("fp8_block_prom2", {"stages": 8}),
+    "consumers-range": ("fp8_grad_e5m2", {"consumers": 3, "bm": 192, "regs_consumer": 144,
+                                          "stages": 4}),
+    "acc-registers": ("fp8_tensor_fast", {"promote": 128}),
+    "setmaxnreg-producer-count": ("fp8_block", {"regs_producer": 44}),
+    "setmaxnreg-consumer-count": ("fp8_block", {"regs_consumer": 228}),
+    "setmaxnreg-pool": ("fp8_block", {"regs_consumer": 240}),
+    "setmaxnreg-dec": ("fp8_tensor_fast", {"regs_producer": 176, "regs_consumer": 168}),
+    "setmaxnreg-inc": ("fp8_grad_e5m2", {"regs_producer": 168, "regs_consumer": 160}),
+    "k-major-only": ("fp8_block", {"layout": "rrr"}),
+    "promote-interval": ("fp8_tensor_promoted", {"promote": 100, "partials": 1}),
+    "fast-needs-tensor-or-row": ("fp8_block", {"promote": 0}),
+    "block-promote-128": ("fp8_block", {"promote": 256}),
+    "block-b-scale-span": ("fp8_block", {"bn": 136, "stages": 6}),
+    "partials-range": ("fp8_block", {"partials": 3, "bn": 64}),
+    "partials-need-promotion": ("fp8_tensor_fast", {"partials": 2}),
+    "partials-per-block": ("fp8_tensor_promoted", {"promote": 256}),
+    "split-k-range": ("fp8_block", {"split_k": 17}),
+    "cluster-size": ("fp8_block", {"cluster_m": 2, "cluster_n": 2}),
+    "b-multicast-split": ("fp8_block", {"bn": 120, "cluster_m": 2}),
+    "group-positive": ("fp8_block", {"group": 0}),
+    "c-store-chunks": ("fp8_tensor_tma_store", {"bn": 96}),
+    "a-box": ("fp8_grad_e5m2", {"bm": 320, "bn": 16, "consumers": 1, "regs_consumer": 240,
+                                "stages": 4}),
+    "c-box": ("fp8_tensor_tma_store", {"bm": 320, "bn": 64, "consumers": 1,
+                                       "regs_consumer": 240, "cluster_n": 2}),
+}
 BREAKERS = {"simt": SIMT_BREAKERS, "wmma": WMMA_BREAKERS, "wgmma": WGMMA_BREAKERS,
-            "mma": MMA_BREAKERS}
+            "mma": MMA_BREAKERS, "fp8": FP8_BREAKERS}
 
 
 def pairwise_variants(cfg) -> list:

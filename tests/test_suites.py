@@ -26,8 +26,9 @@ from gemmgen.tune.suite_torch import torch_row
 SUITES = Path(__file__).resolve().parent.parent / "benchmarks" / "suites"
 INFO = {"gpu": "NVIDIA H200", "cuda_version": "13.0", "cuda_driver": "13.0", "sms": 132,
         "l2_bytes": 50 << 20}
-SIZES = {"ladder": (len(PRESETS), len(PRESETS)), "square": (20, 20), "odd": (23, 23),
-         "epilogues": (24, 24), "llm": (1092, 390), "torch": (390, 234)}
+GEMM_PRESETS = [n for n, p in PRESETS.items() if p.config.family != "fp8"]
+SIZES = {"ladder": (len(GEMM_PRESETS), len(GEMM_PRESETS)), "square": (20, 20), "odd": (23, 23),
+         "epilogues": (24, 24), "llm": (1092, 390), "torch": (390, 234), "fp8": (132, 87)}
 """Cases of each suite: the whole suite and --quick."""
 
 
@@ -41,7 +42,7 @@ def test_every_suite_file_reads_and_expands_as_declared():
 
 def test_ladder_is_every_preset_in_its_dtype_and_layout():
     cases = suites.expand(suites.load("ladder"))
-    assert [c.preset for c in cases] == list(PRESETS)
+    assert [c.preset for c in cases] == GEMM_PRESETS  # fp8 presets: the fp8 suite
     for c in cases:
         cfg = PRESETS[c.preset].config
         dtype = "fp32" if c.math == "3xtf32" else cfg.dtype  # fp32 data, beside SGEMM
@@ -148,7 +149,7 @@ def test_a_bad_suite_is_refused_naming_the_file_and_key(tmp_path, text, match):
 def test_names_resolve_from_anywhere_and_unknown_names_list_the_suites(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert suites.resolve("ladder") == SUITES / "ladder.toml"
-    with pytest.raises(suites.SuiteError, match="unknown suite 'nope'.*known: epilogues, ladder"):
+    with pytest.raises(suites.SuiteError, match="unknown suite 'nope'.*known: epilogues, fp8, ladder"):
         suites.resolve("nope")
     with pytest.raises(suites.SuiteError, match="no suite file x/nope.toml"):
         suites.resolve("x/nope.toml")

@@ -67,7 +67,14 @@ def _plan(suite_arg: str, only, quick: bool, max_rows) -> tuple:
 
 
 def _torch_op(suite):
-    """gemmgen.torch.linear for the torch kind (imported only then), else None."""
+    """gemmgen.torch.linear for the torch kind (imported only then), else None; the fp8 kind
+    needs PyTorch too (for torch._scaled_mm)."""
+    if suite.kind == "fp8":
+        try:
+            import torch  # noqa: F401
+        except ImportError as exc:
+            raise click.ClickException(f"suite {suite.name} needs PyTorch ({exc}): pip install "
+                                       f"'gemmgen[torch]'") from None
     if suite.kind != "torch":
         return None
     try:

@@ -15,11 +15,14 @@ from ..heuristics.explain import explain as explain_text
 from ..heuristics.select import tight_lds
 from ..heuristics.tunedb import parse_key
 from ..model.config import EPILOGUES, INT32_MAX, LAYOUTS
+from ..model.dtypes import FP8_DTYPES
 from ..model.families import FAMILIES
 from ..model.problem import ShapesError, load_problems
 from ..runtime.device import device_count
 from ..tune import report
 from ..tune.search import Request, WorkerPool, laid_out, tune as run_tune
+from ..tune.suite_cases import SCALINGS
+from .fp8 import DTYPE_CHOICES
 from .main import OutputPath, main, require_matplotlib
 
 EXTENT = click.IntRange(1, INT32_MAX)
@@ -55,8 +58,13 @@ def _budget(ctx, param, value):
 @click.option("--shapes", "shapes_path", type=click.Path(exists=True, dir_okay=False),
               default=None, help="tune every problem of this shapes file (a JSON list, as "
                                  "gemmgen.torch.record writes), resuming what is tuned")
-@click.option("--dtype", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]), default="fp32",
-              show_default=True)
+@click.option("--dtype", type=click.Choice(DTYPE_CHOICES), default="fp32",
+              show_default=True, help="A and B dtype (e4m3, e5m2: the fp8 family, beside "
+                                      "torch._scaled_mm)")
+@click.option("--scaling", type=click.Choice(SCALINGS), default="tensor", show_default=True,
+              help="FP8 only: tensor, row or block scales")
+@click.option("--fast-accum", is_flag=True,
+              help="FP8 only: fast accumulation (tensor and row scaling)")
 @click.option("--family", type=click.Choice(list(FAMILIES)), default=None,
               help="[default: the fastest family for --dtype and --layout on this GPU]")
 @click.option("--layout", type=click.Choice(list(LAYOUTS)), default="rrr", show_default=True,
@@ -75,8 +83,8 @@ def _budget(ctx, param, value):
 @click.option("--show", is_flag=True, help="print the stored entry for this shape; no tuning")
 @click.option("--explain", is_flag=True, help="say why the winner beat the runner-up")
 @click.option("--plot", "plot_path", type=OutputPath(), help="draw the search")
-def tune(m, n, k, shapes_path, dtype, family, layout, budget, max_configs, db_path, devices,
-         jobs, show, explain, plot_path) -> None:
+def tune(m, n, k, shapes_path, dtype, scaling, fast_accum, family, layout, budget, max_configs,
+         db_path, devices, jobs, show, explain, plot_path) -> None:
     """Search the validated configuration space on the GPU for one shape (--m --n --k), or for
     every problem of a shapes file (--shapes), and keep the results.
 
@@ -92,6 +100,15 @@ def tune(m, n, k, shapes_path, dtype, family, layout, budget, max_configs, db_pa
         lack = next(f for f in ("--m", "--n", "--k") if f not in given)
         raise click.UsageError(f"Missing option '{lack}' (give --m, --n and --k for one shape, "
                                f"or --shapes FILE)")
+    if dtype in FP8_DTYPES:
+        if shapes_path or family not in (None, "fp8") or layout not in ("rcr", "rrr") or devices:
+            raise click.UsageError("FP8 tuning takes one shape (--m --n --k), the fp8 family, "
+                                   "layout rcr and one device")
+        if fast_accum and scaling == "block":
+            raise click.BadParameter("block scaling needs promoted accumulation",
+                                     param_hint="--fast-accum")
+        return _tune_fp8(m, n, k, dtype, scaling, fast_accum, budget, max_configs, db_path,
+                         show)
     requests = ([Request(m, n, k, dtype, family, budget, max_configs, layout=layout)]
                 if not shapes_path else _shape_requests(shapes_path, family, budget, max_configs))
     for req in requests:
@@ -160,6 +177,32 @@ def _same_problem(key: str, req) -> bool:
             and (req.family is None or fam in (None, req.family)))
 
 
+def _tune_fp8(m, n, k, dtype, scaling, fast, budget, max_configs, db_path, show) -> None:
+    """``tune --dtype e4m3``: the fp8 space measured beside torch._scaled_mm (one device)."""
+    from ..heuristics.fp8 import tune_dtype
+    from ..runtime.device import require_gpu
+    from ..tune.bench import device_info
+    from ..tune.fp8_tune import tune_fp8
+    from ..tune.suite_run import RunEnv
+    db = _open_db(db_path)
+    if show:
+        key_ = tunedb.key("", tune_dtype(dtype, "e4m3", scaling, fast), m, n, k, "rcr", "fp8")
+        found = [e for kk, e in db.entries.items() if kk.split("|", 1)[1] == key_.split("|", 1)[1]]
+        if not found:
+            raise click.ClickException(f"nothing tuned for {key_.split('|', 1)[1]} in {db.path}")
+        _print_entry(found[0], False, None)
+        return
+    require_gpu()
+    env = RunEnv(device_info(), budget_s=0.1)
+    with click.progressbar(length=max_configs, label="tuning fp8", file=sys.stderr) as bar:
+        key_, entry = tune_fp8(m, n, k, dtype, scaling, fast, db, env, max_configs, budget,
+                               bar.update)
+    _print_entry(entry, False, None, limit=10)
+    click.echo(f"database: {db.path} ({key_})")
+    if not entry.get("winner"):
+        sys.exit(1)
+
+
 def _check_tune_args(family, dtype, layout, show, devices, jobs) -> None:
     """Usage errors of ``tune`` that need no database or GPU (exit 2, naming the option)."""
     if family and dtype not in FAMILIES[family].dtypes:
@@ -215,12 +258,15 @@ def _stored(db, req) -> dict:
 @click.argument("m", type=EXTENT)
 @click.argument("n", type=EXTENT)
 @click.argument("k", type=EXTENT)
-@click.option("--dtype", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]), default="fp16",
-              show_default=True, help="A and B dtype")
+@click.option("--dtype", type=click.Choice(DTYPE_CHOICES), default="fp16",
+              show_default=True, help="A and B dtype (e4m3, e5m2: the fp8 family)")
+@click.option("--scaling", type=click.Choice(SCALINGS), default="tensor", show_default=True,
+              help="FP8 only: tensor, row or block scales")
+@click.option("--fast-accum", is_flag=True, help="FP8 only: fast accumulation")
 @click.option("--math", "math_", type=click.Choice(["native", "3xtf32"]), default="native",
               show_default=True, help="3xtf32: FP32-accurate products on tf32 tensor cores")
-@click.option("--layout", type=click.Choice(LAYOUTS), default="rrr", show_default=True,
-              help="A, B, C: r (row-major) or c (column-major)")
+@click.option("--layout", type=click.Choice(LAYOUTS), default=None,
+              help="A, B, C: r (row-major) or c (column-major) [default: rrr; FP8: rcr]")
 @click.option("--epilogue", type=click.Choice(EPILOGUES), default="none", show_default=True)
 @click.option("--lda", type=EXTENT, help="A's leading dimension (default: tight)")
 @click.option("--ldb", type=EXTENT, help="B's leading dimension (default: tight)")
@@ -231,10 +277,20 @@ def _stored(db, req) -> dict:
 @click.option("--gpu", default="NVIDIA H200", show_default=True,
               help="GPU name the tuning database is keyed by")
 @click.option("--db", type=click.Path(dir_okay=False), help="tuning database (default: none)")
-def explain(m, n, k, dtype, math_, layout, epilogue, lda, ldb, ldc, batch, cc, gpu, db) -> None:
+def explain(m, n, k, dtype, scaling, fast_accum, math_, layout, epilogue, lda, ldb, ldc, batch,
+            cc, gpu, db) -> None:
     """Say which kernel gemmgen.gemm runs for an M x N x K problem, and why: family, tile,
     waves, split-K, swapped operands, stores, and the path of operands TMA cannot read
     (repack or fallback, with the cost model's estimates). Needs no GPU."""
+    layout = layout or ("rcr" if dtype in FP8_DTYPES else "rrr")
+    if dtype in FP8_DTYPES:
+        from ..heuristics.fp8 import explain_fp8
+        try:  # FP8: A row-major and B column-major (layout rc?) are K-major, others repacked
+            click.echo(explain_fp8(m, n, k, scaling, fast_accum, dtype,
+                                   a_k_major=layout[0] == "r", b_k_major=layout[1] == "c"))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--fast-accum") from None
+        return
     tight = tight_lds(layout, m, n, k)
     lds = tuple(given or t for given, t in zip((lda, ldb, ldc), tight))
     for name, given, need in zip(("--lda", "--ldb", "--ldc"), lds, tight):

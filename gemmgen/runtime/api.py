@@ -18,6 +18,7 @@ from ..model.dtypes import ELEM_BYTES, dtype_name_of, stored_as
 from . import driver
 from .build import build
 from .device import device_identity, require_gpu
+from .fp8_api import fp8_gemm, is_fp8
 from .operands import OperandError, check_scalars, describe
 from .plans import make_plan, signature, transposed
 
@@ -101,7 +102,8 @@ def _c_aligned(C, dt: str, m: int, n: int) -> bool:
 
 def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
          epilogue: str | None = None, dtype: str | None = None, db: str | None = None,
-         math: str = "native", stream=None):
+         math: str = "native", stream=None, scale_a=None, scale_b=None, out_dtype=None,
+         fast_accum: bool = False):
     """C = act(alpha * A @ B + beta * C + bias) with the best known gemmgen kernel for this
     GPU and shape.
 
@@ -123,10 +125,18 @@ def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
     shape, strides, dtype, device; not the pointer) was seen before are launched without
     repeating the checks.
 
+    FP8 (Hopper; A and B float8, ``scale_a``, ``scale_b``, ``out_dtype``, ``fast_accum``):
+    see ``gemmgen.runtime.fp8_api.fp8_gemm``.
+
     Raises ``OperandError`` for bad arguments, ``ValueError`` for an unknown epilogue or an
     unsupported dtype, ``BuildError`` when a kernel does not compile, ``ImportError`` without
     PyCUDA and ``RuntimeError`` without a CUDA driver or device.
     """
+    if scale_a is not None or scale_b is not None or is_fp8(A, dtype):
+        return fp8_gemm(A, B, C, scale_a=1.0 if scale_a is None else scale_a,
+                        scale_b=1.0 if scale_b is None else scale_b, out_dtype=out_dtype,
+                        bias=bias, fast_accum=fast_accum, epilogue=epilogue, dtype=dtype, db=db,
+                        stream=stream, alpha=alpha, beta=beta)
     alpha, beta = check_scalars(alpha, beta)
     if epilogue is not None and epilogue not in EPILOGUES:
         raise ValueError(f"unknown epilogue {epilogue!r}; known: {', '.join(EPILOGUES)}")

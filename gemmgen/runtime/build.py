@@ -19,6 +19,7 @@ from ..model.config import ConfigBase
 from ..model.families import fallback_config, get_family
 from . import driver
 from .device import device_arch, gpu_problem, pycuda_modules
+from .fp8_kernel import Fp8Kernel
 from .kernel import Kernel
 from .tma_kernel import TmaKernel
 
@@ -81,7 +82,10 @@ def from_cubin(config: ConfigBase, arch: str, cubin: bytes, resources: Resources
     if dynamic > limit:
         raise BuildError(source_path or config.name, f"{config.name} needs {dynamic} bytes "
                          f"of shared memory; this device allows {limit} per block")
-    if get_family(config.family).tma:  # tensor maps in the parameter block: its own launch
+    if config.family == "fp8":  # scales, split-K counters and packs: its own launch
+        kernel = Fp8Kernel(config, arch, cubin, resources, source_path,
+                           build_fallback=lambda: build(fallback_config(config)))
+    elif get_family(config.family).tma:  # tensor maps in the parameter block: its own launch
         kernel = TmaKernel(config, arch, cubin, resources, source_path,
                            build_fallback=lambda: build(fallback_config(config)))
     else:

@@ -256,6 +256,14 @@ class DeviceBuffer:
     def __int__(self) -> int:
         return self.ptr
 
+    def zero(self) -> DeviceBuffer:
+        """Set every byte to 0 (``cuMemsetD8``, then a context synchronization so that no
+        stream sees the buffer before: never call it inside CUDA-graph capture); returns the
+        buffer."""
+        check(_lib().cuMemsetD8_v2(self.ptr, 0, max(self.nbytes, 1)), "cuMemsetD8")
+        synchronize()
+        return self
+
 
 _MAP = threading.local()
 

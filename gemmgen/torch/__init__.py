@@ -34,16 +34,24 @@ into the kernel. The result is a new row-major M x N tensor of a's dtype.
   Operands the kernels do not take (CPU tensors, float64, other dtypes, operands on two
   devices) are computed by PyTorch with the same formula, so every valid input works.
 
+FP8 (Hopper): ``scaled_mm(a, b, scale_a, scale_b, out_dtype=..., bias=None,
+use_fast_accum=False)`` is the op ``gemmgen::scaled_mm`` with ``torch._scaled_mm``'s semantics
+(per-tensor, row-wise and DeepSeek-V3 blockwise scales), and ``quantize(x, block=(1, 128))``
+makes its inputs on the GPU in one call (per token 1 x 128, per block 128 x 128, per row or per
+tensor, with amax); see ``gemmgen.torch.fp8``.
+
 Errors: ``OperandError`` (a ``ValueError``) naming the argument for a wrong rank, mismatched
 inner dimensions, mixed dtypes, a bias of the wrong length or an epilogue that does not match
 the bias.
 """
 from . import launcher
+from .fp8 import dequantize, quantize, quantize_reference, scaled_mm, scaled_mm_reference
 from .modules import Linear, PatchSummary, patch, unpatch
 from .ops import KERNEL_DTYPES, LAUNCHER, activate, gemm, linear, reference
 from .problems import linear_problems, precompile
 from .record import record, save_problems
 
-__all__ = ["KERNEL_DTYPES", "LAUNCHER", "Linear", "PatchSummary", "activate", "gemm", "launcher",
-           "linear", "linear_problems", "patch", "precompile", "record", "reference", "save_problems",
-           "unpatch"]
+__all__ = ["KERNEL_DTYPES", "LAUNCHER", "Linear", "PatchSummary", "activate", "dequantize",
+           "gemm", "launcher", "linear", "linear_problems", "patch", "precompile", "quantize",
+           "quantize_reference", "record", "reference", "save_problems", "scaled_mm",
+           "scaled_mm_reference", "unpatch"]

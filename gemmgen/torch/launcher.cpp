@@ -1,4 +1,5 @@
-// gemmgen's compiled launcher for PyTorch: the CUDA kernel of the op gemmgen::gemm.
+// gemmgen's compiled launcher for PyTorch: the CUDA kernels of the ops gemmgen::gemm and
+// gemmgen::scaled_mm (FP8).
 //
 // A call looks its operand signature up (op, device, dtypes, sizes, strides, 16-byte alignment,
 // attributes) in a table of recipes; a hit allocates the output, patches the operands' addresses
@@ -306,11 +307,54 @@ at::Tensor gemm_cuda(const at::Tensor& a_in, const at::Tensor& b_in,
     return out;
 }
 
+// gemmgen::scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum): operands 0 a,
+// 1 b, 2 the output, 3 bias, 4 scale_a, 5 scale_b. The planner (gemmgen::_scaled_mm_plan)
+// repacks operands that are not K-major inside the recipe, so a and b are passed as they are.
+at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                          const at::Tensor& scale_b, const std::optional<at::Tensor>& bias_in,
+                          std::optional<at::ScalarType> out_dtype, bool use_fast_accum) {
+    const at::Tensor bias = bias_in.has_value() ? bias_in->contiguous() : at::Tensor();
+    const at::ScalarType out_type = out_dtype.value_or(at::kBFloat16);
+    c10::DeviceGuard guard(a.device());
+    std::string key = "scaled_mm";
+    key.push_back('\0');
+    append(key, static_cast<int64_t>(out_type));
+    append(key, static_cast<int64_t>(use_fast_accum));
+    for (const at::Tensor* t : {&a, &b, &scale_a, &scale_b, &bias}) append(key, *t);
+    const bool shaped = a.dim() == 2 && b.dim() == 2;
+    at::Tensor out = at::empty({shaped ? a.size(0) : 0, shaped ? b.size(1) : 0},
+                               a.options().dtype(out_type));
+    auto recipe = recipe_for(key, [&] {
+        static auto plan = c10::Dispatcher::singleton()
+            .findSchemaOrThrow("gemmgen::_scaled_mm_plan", "")
+            .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                              const at::Tensor&, const std::optional<at::Tensor>&,
+                              std::optional<at::ScalarType>, bool, const at::Tensor&)>();
+        std::optional<at::Tensor> bias_arg;
+        if (bias.defined()) bias_arg = bias;
+        return plan.call(a, b, scale_a, scale_b, bias_arg, out_dtype, use_fast_accum, out);
+    });
+    if (recipe->reference) {
+        static auto reference = c10::Dispatcher::singleton()
+            .findSchemaOrThrow("gemmgen::_scaled_mm_reference", "")
+            .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                              const at::Tensor&, const std::optional<at::Tensor>&,
+                              std::optional<at::ScalarType>, bool)>();
+        return reference.call(a, b, scale_a, scale_b, bias_in, out_dtype, use_fast_accum);
+    }
+    if (recipe->launches.empty()) return out;
+    const uint64_t ptrs[kMaxOperands] = {address(a), address(b), address(out), address(bias),
+                                         address(scale_a), address(scale_b)};
+    run(*recipe, ptrs, current_stream(a.device()));
+    return out;
+}
+
 }  // namespace gemmgen_launcher
 
 TORCH_LIBRARY_IMPL(gemmgen, CUDA, m) {
     m.impl("gemm", &gemmgen_launcher::gemm_cuda);
     m.impl("linear", &gemmgen_launcher::linear_cuda);
+    m.impl("scaled_mm", &gemmgen_launcher::scaled_mm_cuda);
 }
 
 // For tests and tools: recipes held, and a way to drop them (torch.ops.gemmgen_launcher.*).

@@ -37,6 +37,12 @@ _LIB.define("linear(Tensor x, Tensor weight, Tensor? bias=None, str activation='
 _LIB.define("_plan(Tensor a, Tensor b, Tensor? bias, str epilogue, Tensor out) -> Tensor")
 _LIB.define("_reference(Tensor a, Tensor b, Tensor? bias, str epilogue) -> Tensor")
 _GEMM = torch.ops.gemmgen.gemm.default
+_SCALED = ("Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
+           "ScalarType? out_dtype=None, bool use_fast_accum=False")
+_LIB.define(f"scaled_mm({_SCALED}) -> Tensor")  # implemented in gemmgen.torch.fp8
+_LIB.define(f"_scaled_mm_reference({_SCALED}) -> Tensor")
+_LIB.define("_scaled_mm_plan(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, "
+            "ScalarType? out_dtype, bool use_fast_accum, Tensor out) -> Tensor")
 _LIVE: list = []  # plans whose kernels and workspaces the launcher's recipes use
 _REFERENCE = torch.tensor(list(FORMAT_VERSION.to_bytes(4, "little") + b"\xff" * 4),
                           dtype=torch.uint8)

@@ -8,20 +8,27 @@ from dataclasses import dataclass
 
 from ..heuristics.select import MATHS
 from ..model.config import EPILOGUES, INT32_MAX, LAYOUTS
-from ..model.dtypes import ELEM_BYTES
+from ..model.dtypes import ELEM_BYTES, FP8_DTYPES
 from ..model.families import FAMILIES
 from ..model.presets import PRESETS
 
-DTYPES = tuple(ELEM_BYTES)
+DTYPES = tuple(d for d in ELEM_BYTES if d not in FP8_DTYPES)
+"""dtypes of the presets, dispatch and torch kinds (FP8 runs in the fp8 kind)."""
 TORCH_MODES = ("eager", "graph", "host")
-KINDS = {"presets": ("cublas",), "dispatch": ("cublas", "none"), "torch": ("torch",)}
+KINDS = {"presets": ("cublas",), "dispatch": ("cublas", "none"), "torch": ("torch",),
+         "fp8": ("scaled_mm",)}
 """Each kind (which runner) and the baselines it can compare against, its default first."""
-PLOTS = {"presets": "bars", "dispatch": "lines", "torch": "heatmap"}
+PLOTS = {"presets": "bars", "dispatch": "lines", "torch": "heatmap", "fp8": "bars"}
 """The plot each kind draws unless the suite says otherwise (``plot = ...``)."""
 AXES = {"presets": ("preset", "family", "size"),
         "dispatch": ("dtype", "size", "model", "layer", "m", "layout", "epilogue", "math"),
-        "torch": ("dtype", "size", "model", "layer", "m", "mode")}
+        "torch": ("dtype", "size", "model", "layer", "m", "mode"),
+        "fp8": ("dtype", "size", "model", "layer", "m", "scaling", "accum", "preset")}
 """The keys a ``[[problems]]`` table of each kind may hold."""
+SCALINGS = ("tensor", "row", "block")
+ACCUMS = ("fast", "promoted")
+"""The fp8 kind's scalings and accumulations (block with fast accumulation is skipped: its
+scales are applied at promotions)."""
 TOP_KEYS = ("description", "kind", "baseline", "plot", "budget_s", "problems", "models", "quick")
 LINEAR = {"rcr": "forward: y = x W^T, (T, N, K)", "rrr": "dgrad: dx = dy W, (T, K, N)",
           "crr": "wgrad: dW^T = x^T dy, (K, N, T)"}
@@ -36,9 +43,10 @@ class SuiteError(ValueError):
 @dataclass(frozen=True)
 class Case:
     """One problem of a suite: C (M x N, ``layout``) = A (M x K) B (K x N) in ``dtype``, with
-    ``epilogue`` and ``math``; ``preset`` for the presets kind; ``mode`` for the torch kind
-    (``kernel`` elsewhere); ``model``, ``layer`` and ``tokens`` (the layer's M) for a model's
-    linear layer, ``aliases`` the other model.layer names with the very same problem."""
+    ``epilogue`` and ``math``; ``preset`` for the presets kind (and an fp8 preset for the fp8
+    kind); ``mode`` for the torch kind (``kernel`` elsewhere); ``scaling`` and ``accum`` for
+    the fp8 kind; ``model``, ``layer`` and ``tokens`` (the layer's M) for a model's linear
+    layer, ``aliases`` the other model.layer names with the very same problem."""
 
     dtype: str
     m: int
@@ -53,6 +61,8 @@ class Case:
     layer: str = ""
     tokens: int | None = None
     aliases: tuple[str, ...] = ()
+    scaling: str = ""
+    accum: str = ""
 
     @property
     def shape(self) -> str:
@@ -64,14 +74,14 @@ class Case:
         parts = [self.preset] if self.preset else []
         parts += [f"{self.model}.{self.layer}"] if self.model else []
         parts += [self.dtype, self.layout] + ([f"T={self.tokens}"] if self.model else [])
-        parts += [self.shape] + [x for x in (self.epilogue, self.math) if x not in
-                                 ("none", "native")]
+        parts += [self.shape] + [x for x in (self.epilogue, self.math, self.scaling, self.accum)
+                                 if x not in ("none", "native", "")]
         return " ".join(parts + ([self.mode] if self.mode != "kernel" else []))
 
     def key(self) -> tuple:
         """The problem itself, without the names it goes by."""
         return (self.preset, self.dtype, self.m, self.n, self.k, self.layout, self.epilogue,
-                self.math, self.mode)
+                self.math, self.mode, self.scaling, self.accum)
 
 
 def is_extent(x) -> bool:
@@ -94,7 +104,9 @@ def _size(x):
 _CHECKS = {
     "preset": (lambda v: v == "*" or v in PRESETS, "a preset name or \"*\""),
     "family": (lambda v: v in FAMILIES, f"one of {', '.join(FAMILIES)}"),
-    "dtype": (lambda v: v in DTYPES, f"one of {', '.join(DTYPES)}"),
+    "dtype": (lambda v: v in ELEM_BYTES, f"one of {', '.join(ELEM_BYTES)}"),
+    "scaling": (lambda v: v in SCALINGS, f"one of {', '.join(SCALINGS)}"),
+    "accum": (lambda v: v in ACCUMS, f"one of {', '.join(ACCUMS)}"),
     "layout": (lambda v: v in LAYOUTS, f"one of {', '.join(LAYOUTS)}"),
     "epilogue": (lambda v: v in EPILOGUES, f"one of {', '.join(EPILOGUES)}"),
     "math": (lambda v: v in MATHS, f"one of {', '.join(MATHS)}"),
@@ -134,7 +146,7 @@ def expand(suite, quick: bool = False) -> list[Case]:
     cases: dict[tuple, Case] = {}
     for i, table in enumerate(suite.problems):
         where = f"problems[{i}]."
-        make = _presets_cases if suite.kind == "presets" else _gemm_cases
+        make = {"presets": _presets_cases, "fp8": _fp8_cases}.get(suite.kind, _gemm_cases)
         for case in make(suite, where, table, quick):
             old = cases.get(case.key())
             if old is None:
@@ -148,8 +160,13 @@ def expand(suite, quick: bool = False) -> list[Case]:
 def _presets_cases(suite, where: str, table: dict, quick: bool) -> list[Case]:
     names = _axis(suite, where, table, "preset", None if "family" in table else "*", quick)
     fams = _axis(suite, where, table, "family", None, quick)
-    chosen = list(PRESETS) if "*" in names else [n for n in names if n]
+    gemm = [n for n, p in PRESETS.items() if p.config.family != "fp8"]  # fp8: the fp8 kind
+    chosen = gemm if "*" in names else [n for n in names if n]
     chosen += [n for n, p in PRESETS.items() if p.config.family in fams and n not in chosen]
+    fp8 = [n for n in chosen if n not in gemm]
+    if fp8:
+        raise SuiteError(f"{suite.path}: {where}preset: {fp8[0]!r} is an fp8 preset: it runs in "
+                         f"a suite of kind \"fp8\" (beside torch._scaled_mm)")
     if "size" not in table:
         raise SuiteError(f"{suite.path}: {where}size: required")
     out = []
@@ -170,6 +187,10 @@ def _gemm_cases(suite, where: str, table: dict, quick: bool) -> list[Case]:
                   if suite.kind == "torch" else ["kernel"])
     if ax["dtype"] == [None]:
         raise SuiteError(f"{suite.path}: {where}dtype: required")
+    fp8 = [d for d in ax["dtype"] if d in FP8_DTYPES]
+    if fp8:
+        raise SuiteError(f"{suite.path}: {where}dtype: {fp8[0]!r} runs in a suite of kind "
+                         f"\"fp8\" (beside torch._scaled_mm), not {suite.kind!r}")
     if "3xtf32" in ax["math"] and set(ax["dtype"]) != {"fp32"}:
         raise SuiteError(f"{suite.path}: {where}math: 3xtf32 runs on fp32 data; give "
                          f"dtype = \"fp32\" in its own table")
@@ -218,6 +239,39 @@ def _shapes(suite, where: str, table: dict, layouts: list, quick: bool) -> list:
             for tokens, lay in itertools.product(_axis(suite, where, table, "m", None, quick),
                                                  layouts):
                 out.append((*linear_gemm(tokens, n, k, lay), lay, (name, layer, tokens)))
+    return out
+
+
+def _fp8_cases(suite, where: str, table: dict, quick: bool) -> list[Case]:
+    """Cases of an fp8 table: sizes or a model's forward layers (T, N, K), times dtype,
+    scaling and accumulation (block with fast skipped), or fp8 presets as they are."""
+    dtypes = _axis(suite, where, table, "dtype", "e4m3", quick)
+    bad = [d for d in dtypes if d not in FP8_DTYPES]
+    if bad:
+        raise SuiteError(f"{suite.path}: {where}dtype: {bad[0]!r} is not one of "
+                         f"{', '.join(FP8_DTYPES)}")
+    if ("size" in table) == ("model" in table):
+        raise SuiteError(f"{suite.path}: {where}size: give either size or model (with m)")
+    shapes = _shapes(suite, where, table, ["rcr"], quick)
+    presets = _axis(suite, where, table, "preset", None, quick)
+    fp8_presets = [n for n, p in PRESETS.items() if p.config.family == "fp8"]
+    if presets != [None]:
+        wrong = [n for n in presets if n not in fp8_presets]
+        if wrong or "scaling" in table or "accum" in table:
+            raise SuiteError(f"{suite.path}: {where}preset: fp8 presets only ("
+                             f"{', '.join(fp8_presets)}), with no scaling or accum (a "
+                             f"preset has its own)" + (f"; got {wrong[0]!r}" if wrong else ""))
+        runs = [(n, PRESETS[n].config.scaling, "promoted" if PRESETS[n].config.promote else
+                 "fast") for n in presets]
+    else:
+        runs = [("", sc, acc) for sc in _axis(suite, where, table, "scaling", "tensor", quick)
+                for acc in _axis(suite, where, table, "accum", "fast", quick)
+                if not (sc == "block" and acc == "fast")]
+    out = []
+    for (m, n, k, lay, names), dt, (preset, sc, acc) in itertools.product(shapes, dtypes, runs):
+        model, layer, tokens = names
+        out.append(Case(dt, m, n, k, lay, preset=preset, model=model, layer=layer,
+                        tokens=tokens, scaling=sc, accum=acc))
     return out
 
 

@@ -26,6 +26,10 @@ BASELINES = {
                                "'none', on the same buffers in the same run")),
     "torch": ("F.linear", ("torch.nn.functional.linear(x, W) (cuBLAS/cuBLASLt through "
                            "PyTorch) on the same tensors in the same run, in the same mode")),
+    "scaled_mm": ("torch._scaled_mm", (
+        "torch._scaled_mm (cuBLASLt) on the same FP8 tensors and scales in the same run, the "
+        "same scaling (tensor; row-wise (M, 1) x (1, N); blockwise a (M, K/128) M-major and b "
+        "(K/128, N/128)) and use_fast_accum = (accum == fast), bf16 out")),
 }
 """Baseline -> (short label for plots, the header's text)."""
 
@@ -45,6 +49,15 @@ TORCH_METHOD = (
     "synchronization inside a batch of 16 (synchronized between batches), median of up to "
     "400 calls; for host rows TFLOP/s is 2MNK over host seconds per call (the ceiling the "
     "host alone sets). Measurements fill about {budget} s each")
+FP8_METHOD = (
+    "per call on one stream: a loop of calls (inputs rotated over up to 16 sets spanning 3x L2, "
+    "wide-range normal data quantized per the scaling by PyTorch ops) captured in one CUDA "
+    "graph for each of gemmgen (gemm's choice, or the preset) and torch._scaled_mm, replays "
+    "timed with events, per-call average, median and p20/p80 of 7 replays filling about "
+    "{budget} s; TFLOP/s = 2MNK/t; GB/s = (A + B + D + scales bytes)/t; copy_gbps: a 1 GiB "
+    "device copy (read + write bytes) in the same run. rel_error and cublas_rel_error: ||D - "
+    "ref|| / ||ref|| over up to 256 sampled rows (all when M <= 256) against float64 on the "
+    "dequantized inputs; passed: rel_error <= gemmgen.tune.fp8_verify.fp8_tolerance")
 ERROR_METHOD = ("rel_error: ||C - ref||_F / ||ref||_F against a float64 product of the same "
                 "(rounded) inputs, computed on the GPU, C poisoned with NaN first (for the "
                 "torch kind, the output block the caching allocator hands out is NaN-filled "
@@ -92,6 +105,8 @@ def case_fields(case: Case) -> dict:
     out = {"case": case.label, "mode": case.mode}
     if case.math != "native":
         out["math"] = case.math
+    if case.scaling:
+        out.update(scaling=case.scaling, accum=case.accum)
     if case.model:
         out.update(model=case.model, layer=case.layer, tokens=case.tokens,
                    aliases=list(case.aliases))
@@ -124,7 +139,9 @@ def why(exc: BaseException) -> str:
 def out_dtype(case: Case) -> str:
     """C's dtype: the preset's for the presets kind, else what gemm allocates (fp16 and bf16
     keep theirs; tf32 and fp32 write fp32)."""
-    return PRESETS[case.preset].config.out if case.preset else stored_as(case.dtype)
+    if case.preset:
+        return PRESETS[case.preset].config.out
+    return "bf16" if case.scaling else stored_as(case.dtype)
 
 
 def problem_groups(cases: list[Case]) -> dict[tuple, list[Case]]:
@@ -142,7 +159,7 @@ def document(suite, info: dict, rows: list, selection: dict, complete: bool = Tr
     git_commit, date, baseline, method, selection, ...) and the rows. ``info`` is
     ``bench.device_info()``'s; ``selection`` the run's --only/--quick/--max-rows."""
     done = finish({**info, "rows": rows})
-    method = (TORCH_METHOD if suite.kind == "torch" else KERNEL_METHOD).format(
+    method = {"torch": TORCH_METHOD, "fp8": FP8_METHOD}.get(suite.kind, KERNEL_METHOD).format(
         budget=suite.budget_s)
     run = {k: done[k] for k in ("date", "git_commit")}
     return {"suite": suite.name, "suite_file": suite.suite_file,
@@ -159,7 +176,8 @@ def document(suite, info: dict, rows: list, selection: dict, complete: bool = Tr
 def row_id(r: dict) -> tuple:
     """What makes a row one measurement of a suite (for merging partial runs)."""
     return (r["kernel"], r.get("dtype"), r["M"], r["N"], r["K"], r.get("layout"),
-            r.get("epilogue"), r.get("mode"), r.get("math"), r.get("batch"))
+            r.get("epilogue"), r.get("mode"), r.get("math"), r.get("batch"), r.get("scaling"),
+            r.get("accum"))
 
 
 def merge(old: dict, new: dict) -> dict:

@@ -1,10 +1,11 @@
-"""Running a suite's cases: each kind's runner (``suite_kinds``, ``suite_torch``), rows in the
+"""Running a suite's cases: each kind's runner (``suite_kinds``, ``suite_torch``, ``suite_fp8``), rows in the
 order of the cases."""
 from __future__ import annotations
 
 from .suite_cases import Case
 from .suite_kinds import run_dispatch, run_presets
 from .suite_run import RunEnv
+from .suite_fp8 import run_fp8
 from .suite_torch import run_torch
 
 
@@ -13,6 +14,8 @@ def run_cases(suite, cases: list[Case], env: RunEnv) -> list[dict]:
     module docstring), in the order of ``cases`` (runners go problem by problem)."""
     if suite.kind == "torch":
         run = run_torch
+    elif suite.kind == "fp8":
+        run = run_fp8
     else:
         run = run_presets if suite.kind == "presets" else (
             lambda c, e: run_dispatch(c, e, suite.baseline))

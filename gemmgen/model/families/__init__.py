@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import MISSING, fields
 
 from ..config import Family
-from . import mma, simt, wgmma, wmma
+from . import fp8, mma, simt, wgmma, wmma
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (simt.FAMILY, wmma.FAMILY, mma.FAMILY,
-                                             wgmma.FAMILY)}
+                                             wgmma.FAMILY, fp8.FAMILY)}
 """Every family, in ladder order (the order ``gemmgen list`` shows them)."""
 
 
@@ -23,7 +23,7 @@ def get_family(name: str) -> Family:
 
 
 def families_for(dtype: str, cc: int | None = None) -> list[Family]:
-    """The families that take A and B of ``dtype`` (fp32, tf32, fp16, bf16), fastest first;
+    """The families that take A and B of ``dtype`` (fp32, tf32, fp16, bf16, e4m3, e5m2), fastest first;
     with ``cc`` (compute capability, major*10+minor) only those that run on that device."""
     out = [f for f in reversed(FAMILIES.values()) if dtype in f.dtypes]
     if cc is not None:
