@@ -19,10 +19,13 @@ from ..model.config import ConfigBase
 from ..model.families import fallback_config, get_family
 from . import driver
 from .device import device_arch, gpu_problem, pycuda_modules
+from .grouped_kernel import GroupedKernel
 from .kernel import Kernel
 from .tma_kernel import TmaKernel
 
 _CACHE: dict[tuple[str, str, str], Kernel] = {}
+KERNEL_CLASSES = {"grouped": GroupedKernel}
+"""A family's ``problem`` -> the Kernel class that launches it (other than plain GEMMs)."""
 _LOCK = threading.Lock()
 
 
@@ -81,7 +84,10 @@ def from_cubin(config: ConfigBase, arch: str, cubin: bytes, resources: Resources
     if dynamic > limit:
         raise BuildError(source_path or config.name, f"{config.name} needs {dynamic} bytes "
                          f"of shared memory; this device allows {limit} per block")
-    if get_family(config.family).tma:  # tensor maps in the parameter block: its own launch
+    family = get_family(config.family)
+    if family.problem in KERNEL_CLASSES:
+        kernel = KERNEL_CLASSES[family.problem](config, arch, cubin, resources, source_path)
+    elif family.tma:  # tensor maps in the parameter block: its own launch
         kernel = TmaKernel(config, arch, cubin, resources, source_path,
                            build_fallback=lambda: build(fallback_config(config)))
     else:
