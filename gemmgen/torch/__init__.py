@@ -1,5 +1,6 @@
-"""gemmgen inside PyTorch: the op ``gemmgen::gemm`` (``ops``), its compiled launcher
-(``launcher``), a drop-in ``Linear`` and ``patch(model)`` (``modules``), and the GEMMs of a
+"""gemmgen inside PyTorch: the op ``gemmgen::gemm`` (``ops``), the grouped op
+``gemmgen::grouped_mm`` for mixture-of-experts (``grouped``: ``torch._grouped_mm``'s
+conventions), their compiled launcher (``launcher``), a drop-in ``Linear`` and ``patch(model)`` (``modules``), and the GEMMs of a
 model (``problems``).
 
 Importing this module imports PyTorch (``import gemmgen`` alone does not). The op
@@ -39,9 +40,11 @@ inner dimensions, mixed dtypes, a bias of the wrong length or an epilogue that d
 the bias.
 """
 from . import launcher
+from .grouped import grouped_mm
 from .modules import Linear, PatchSummary, patch, unpatch
 from .ops import KERNEL_DTYPES, LAUNCHER, activate, gemm, reference
 from .problems import linear_problems, precompile
 
-__all__ = ["KERNEL_DTYPES", "LAUNCHER", "Linear", "PatchSummary", "activate", "gemm", "launcher",
-           "linear_problems", "patch", "precompile", "reference", "unpatch"]
+__all__ = ["KERNEL_DTYPES", "LAUNCHER", "Linear", "PatchSummary", "activate", "gemm",
+           "grouped_mm", "launcher", "linear_problems", "patch", "precompile", "reference",
+           "unpatch"]
