@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from ..heuristics.grouped import row_counts
 from ..heuristics.select import MATHS
 from ..model.config import EPILOGUES, INT32_MAX, LAYOUTS
 from ..model.dtypes import ELEM_BYTES
@@ -13,14 +14,19 @@ from ..model.families import FAMILIES
 from ..model.presets import PRESETS
 
 DTYPES = tuple(ELEM_BYTES)
+GEMM_FAMILIES = tuple(name for name, f in FAMILIES.items() if f.problem == "gemm")
+"""Families whose presets the presets kind runs (the grouped family's: the moe kind)."""
+GEMM_PRESETS = tuple(n for n, p in PRESETS.items() if p.config.family in GEMM_FAMILIES)
 TORCH_MODES = ("eager", "graph", "host")
-KINDS = {"presets": ("cublas",), "dispatch": ("cublas", "none"), "torch": ("torch",)}
+KINDS = {"presets": ("cublas",), "dispatch": ("cublas", "none"), "torch": ("torch",),
+         "moe": ("grouped_mm",)}
 """Each kind (which runner) and the baselines it can compare against, its default first."""
-PLOTS = {"presets": "bars", "dispatch": "lines", "torch": "heatmap"}
+PLOTS = {"presets": "bars", "dispatch": "lines", "torch": "heatmap", "moe": "bars"}
 """The plot each kind draws unless the suite says otherwise (``plot = ...``)."""
 AXES = {"presets": ("preset", "family", "size"),
         "dispatch": ("dtype", "size", "model", "layer", "m", "layout", "epilogue", "math"),
-        "torch": ("dtype", "size", "model", "layer", "m", "mode")}
+        "torch": ("dtype", "size", "model", "layer", "m", "mode"),
+        "moe": ("dtype", "model", "layer", "m", "routing")}
 """The keys a ``[[problems]]`` table of each kind may hold."""
 TOP_KEYS = ("description", "kind", "baseline", "plot", "budget_s", "problems", "models", "quick")
 LINEAR = {"rcr": "forward: y = x W^T, (T, N, K)", "rrr": "dgrad: dx = dy W, (T, K, N)",
@@ -38,7 +44,9 @@ class Case:
     """One problem of a suite: C (M x N, ``layout``) = A (M x K) B (K x N) in ``dtype``, with
     ``epilogue`` and ``math``; ``preset`` for the presets kind; ``mode`` for the torch kind
     (``kernel`` elsewhere); ``model``, ``layer`` and ``tokens`` (the layer's M) for a model's
-    linear layer, ``aliases`` the other model.layer names with the very same problem."""
+    linear layer, ``aliases`` the other model.layer names with the very same problem; for the
+    moe kind ``groups`` (experts) and ``routing`` (the rows' distribution over them,
+    ``gemmgen.heuristics.grouped.row_counts``), M being the routed rows (tokens x top-k)."""
 
     dtype: str
     m: int
@@ -53,6 +61,8 @@ class Case:
     layer: str = ""
     tokens: int | None = None
     aliases: tuple[str, ...] = ()
+    groups: int = 0
+    routing: str = ""
 
     @property
     def shape(self) -> str:
@@ -64,6 +74,7 @@ class Case:
         parts = [self.preset] if self.preset else []
         parts += [f"{self.model}.{self.layer}"] if self.model else []
         parts += [self.dtype, self.layout] + ([f"T={self.tokens}"] if self.model else [])
+        parts += [f"G={self.groups} {self.routing}"] if self.groups else []
         parts += [self.shape] + [x for x in (self.epilogue, self.math) if x not in
                                  ("none", "native")]
         return " ".join(parts + ([self.mode] if self.mode != "kernel" else []))
@@ -71,7 +82,7 @@ class Case:
     def key(self) -> tuple:
         """The problem itself, without the names it goes by."""
         return (self.preset, self.dtype, self.m, self.n, self.k, self.layout, self.epilogue,
-                self.math, self.mode)
+                self.math, self.mode, self.groups, self.routing)
 
 
 def is_extent(x) -> bool:
@@ -92,8 +103,8 @@ def _size(x):
 
 
 _CHECKS = {
-    "preset": (lambda v: v == "*" or v in PRESETS, "a preset name or \"*\""),
-    "family": (lambda v: v in FAMILIES, f"one of {', '.join(FAMILIES)}"),
+    "preset": (lambda v: v == "*" or v in GEMM_PRESETS, "a GEMM preset name or \"*\""),
+    "family": (lambda v: v in GEMM_FAMILIES, f"one of {', '.join(GEMM_FAMILIES)}"),
     "dtype": (lambda v: v in DTYPES, f"one of {', '.join(DTYPES)}"),
     "layout": (lambda v: v in LAYOUTS, f"one of {', '.join(LAYOUTS)}"),
     "epilogue": (lambda v: v in EPILOGUES, f"one of {', '.join(EPILOGUES)}"),
@@ -103,7 +114,17 @@ _CHECKS = {
     "size": (lambda v: _size(v) is not None, "N, \"MxNxK\" or [M, N, K]"),
     "model": (lambda v: isinstance(v, str), "a model of [models]"),
     "layer": (lambda v: isinstance(v, str), "a layer name"),
+    "routing": (lambda v: isinstance(v, str) and _routing_ok(v),
+                "uniform, random, empty or skew<percent> (e.g. skew90)"),
 }
+
+
+def _routing_ok(name: str) -> bool:
+    try:
+        row_counts(name, 4, 2)
+    except ValueError:
+        return False
+    return True
 
 
 def _axis(suite, where: str, table: dict, axis: str, default, quick: bool) -> list:
@@ -134,7 +155,7 @@ def expand(suite, quick: bool = False) -> list[Case]:
     cases: dict[tuple, Case] = {}
     for i, table in enumerate(suite.problems):
         where = f"problems[{i}]."
-        make = _presets_cases if suite.kind == "presets" else _gemm_cases
+        make = {"presets": _presets_cases, "moe": _moe_cases}.get(suite.kind, _gemm_cases)
         for case in make(suite, where, table, quick):
             old = cases.get(case.key())
             if old is None:
@@ -148,8 +169,8 @@ def expand(suite, quick: bool = False) -> list[Case]:
 def _presets_cases(suite, where: str, table: dict, quick: bool) -> list[Case]:
     names = _axis(suite, where, table, "preset", None if "family" in table else "*", quick)
     fams = _axis(suite, where, table, "family", None, quick)
-    chosen = list(PRESETS) if "*" in names else [n for n in names if n]
-    chosen += [n for n, p in PRESETS.items() if p.config.family in fams and n not in chosen]
+    chosen = list(GEMM_PRESETS) if "*" in names else [n for n in names if n]
+    chosen += [n for n in GEMM_PRESETS if PRESETS[n].config.family in fams and n not in chosen]
     if "size" not in table:
         raise SuiteError(f"{suite.path}: {where}size: required")
     out = []
@@ -218,6 +239,32 @@ def _shapes(suite, where: str, table: dict, layouts: list, quick: bool) -> list:
             for tokens, lay in itertools.product(_axis(suite, where, table, "m", None, quick),
                                                  layouts):
                 out.append((*linear_gemm(tokens, n, k, lay), lay, (name, layer, tokens)))
+    return out
+
+
+def _moe_cases(suite, where: str, table: dict, quick: bool) -> list[Case]:
+    """Cases of a moe table: each model's expert layers x token counts x routings; M is the
+    routed rows (tokens x the model's top_k), the groups its experts."""
+    for key in ("model", "m"):
+        if key not in table:
+            raise SuiteError(f"{suite.path}: {where}{key}: required for the moe kind")
+    out = []
+    for name in _axis(suite, where, table, "model", None, quick):
+        spec = suite.models.get(name)
+        if spec is None or not spec.get("experts") or not spec.get("top_k"):
+            raise SuiteError(f"{suite.path}: {where}model: {name!r} needs [models.{name}] with "
+                             f"experts and top_k")
+        wanted = _axis(suite, where, table, "layer", None, quick)
+        for layer, (n, k) in spec["layers"].items():
+            if wanted != [None] and layer not in wanted:
+                continue
+            for tokens, routing, dt in itertools.product(
+                    _axis(suite, where, table, "m", None, quick),
+                    _axis(suite, where, table, "routing", "uniform", quick),
+                    _axis(suite, where, table, "dtype", "bf16", quick)):
+                out.append(Case(dt, tokens * spec["top_k"], n, k, "rcr", model=name,
+                                layer=layer, tokens=tokens, groups=spec["experts"],
+                                routing=routing))
     return out
 
 

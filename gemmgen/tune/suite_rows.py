@@ -56,6 +56,8 @@ def case_fields(case: Case) -> dict:
     if case.model:
         out.update(model=case.model, layer=case.layer, tokens=case.tokens,
                    aliases=list(case.aliases))
+    if case.groups:
+        out.update(groups=case.groups, routing=case.routing)
     return out
 
 

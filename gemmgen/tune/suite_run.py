@@ -23,6 +23,10 @@ BASELINES = {
                           "fp32, 3xTF32 rows included)")),
     "none": ("epilogue none", ("gemmgen.gemm's choice for the same problem with epilogue "
                                "'none', on the same buffers in the same run")),
+    "grouped_mm": ("torch._grouped_mm", (
+        "torch._grouped_mm(A, W.transpose(1, 2), offs) on the same tensors in the same run; "
+        "each row also has a loop of torch.matmul over the groups (loop_tflops, pct_loop), "
+        "the group bounds known on the host")),
     "torch": ("F.linear", ("torch.nn.functional.linear(x, W) (cuBLAS/cuBLASLt through "
                            "PyTorch) on the same tensors in the same run, in the same mode")),
 }
@@ -44,6 +48,13 @@ TORCH_METHOD = (
     "synchronization inside a batch of 16 (synchronized between batches), median of up to "
     "400 calls; for host rows TFLOP/s is 2MNK over host seconds per call (the ceiling the "
     "host alone sets). Measurements fill about {budget} s each")
+MOE_METHOD = (
+    "per call on PyTorch's current stream: CUDA events around each call after two warm-ups, "
+    "median and p20/p80 of 3 to 50 calls filling about {budget} s; A (routed rows x K) and the "
+    "experts' [G, N, K] weights standard-normal in bf16 on the GPU, passed as W.transpose(1, 2) "
+    "(K-contiguous B, as a model's forward does); the rows per group from the routing "
+    "(gemmgen.heuristics.grouped.row_counts: uniform, skew<p>); TFLOP/s = 2 x rows x N x K / "
+    "seconds. gemmgen.grouped_gemm as dispatched (one launch, offsets on the device)")
 ERROR_METHOD = ("rel_error: ||C - ref||_F / ||ref||_F against a float64 product of the same "
                 "(rounded) inputs, computed on the GPU, C poisoned with NaN first (for the "
                 "torch kind, the output block the caching allocator hands out is NaN-filled "
@@ -56,7 +67,7 @@ def document(suite, info: dict, rows: list, selection: dict, complete: bool = Tr
     git_commit, date, baseline, method, selection, ...) and the rows. ``info`` is
     ``bench.device_info()``'s; ``selection`` the run's --only/--quick/--max-rows."""
     done = finish({**info, "rows": rows})
-    method = (TORCH_METHOD if suite.kind == "torch" else KERNEL_METHOD).format(
+    method = {"torch": TORCH_METHOD, "moe": MOE_METHOD}.get(suite.kind, KERNEL_METHOD).format(
         budget=suite.budget_s)
     run = {k: done[k] for k in ("date", "git_commit")}
     return {"suite": suite.name, "suite_file": suite.suite_file,
@@ -73,7 +84,8 @@ def document(suite, info: dict, rows: list, selection: dict, complete: bool = Tr
 def row_id(r: dict) -> tuple:
     """What makes a row one measurement of a suite (for merging partial runs)."""
     return (r["kernel"], r.get("dtype"), r["M"], r["N"], r["K"], r.get("layout"),
-            r.get("epilogue"), r.get("mode"), r.get("math"), r.get("batch"))
+            r.get("epilogue"), r.get("mode"), r.get("math"), r.get("batch"), r.get("groups"),
+            r.get("routing"))
 
 
 def merge(old: dict, new: dict) -> dict:
@@ -89,6 +101,8 @@ def run_cases(suite, cases: list[Case], env: RunEnv) -> list[dict]:
     module docstring), in the order of ``cases`` (runners go problem by problem)."""
     if suite.kind == "torch":
         from .suite_torch import run_torch as run
+    elif suite.kind == "moe":
+        from .suite_moe import run_moe as run
     else:
         from .suite_kinds import run_dispatch, run_presets
         run = run_presets if suite.kind == "presets" else (
