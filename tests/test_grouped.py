@@ -355,3 +355,19 @@ def test_torch_cpu_offsets_are_refused():
         grouped_gemm(torch.zeros(64, 32, dtype=torch.bfloat16),
                      torch.zeros(2, 32, 16, dtype=torch.bfloat16),
                      torch.tensor([10, 64], dtype=torch.int32))
+
+
+def test_explain_on_the_command_line():
+    from click.testing import CliRunner
+
+    from gemmgen.cli.main import main
+    run = CliRunner()
+    out = run.invoke(main, ["explain", "8192", "14336", "4096", "--groups", "8", "--dtype",
+                            "bf16", "--dist", "skew65"])
+    assert out.exit_code == 0, out.output
+    assert "gemm_grouped_m_bf16_128x256x64" in out.output and "skew65" in out.output
+    wgrad = run.invoke(main, ["explain", "4096", "14336", "8192", "--groups", "8",
+                              "--grouping", "k", "--dtype", "bf16"])
+    assert wgrad.exit_code == 0 and "K-grouped" in wgrad.output
+    bad = run.invoke(main, ["explain", "64", "64", "64", "--groups", "2", "--dtype", "fp32"])
+    assert bad.exit_code == 2 and "fp16 or bf16" in bad.output

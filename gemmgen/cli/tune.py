@@ -12,6 +12,7 @@ import click
 
 from ..heuristics import tunedb
 from ..heuristics.explain import explain as explain_text
+from ..heuristics.grouped import DISTRIBUTIONS, explain_grouped, row_counts
 from ..heuristics.select import tight_lds
 from ..heuristics.tunedb import parse_key
 from ..model.config import EPILOGUES, INT32_MAX, LAYOUTS
@@ -179,10 +180,25 @@ def _stored(db, req) -> dict:
 @click.option("--gpu", default="NVIDIA H200", show_default=True,
               help="GPU name the tuning database is keyed by")
 @click.option("--db", type=click.Path(dir_okay=False), help="tuning database (default: none)")
-def explain(m, n, k, dtype, math_, layout, epilogue, lda, ldb, ldc, batch, cc, gpu, db) -> None:
+@click.option("--groups", type=click.IntRange(1, 65535), default=None,
+              help="a grouped problem (gemmgen.grouped_gemm) of this many groups: M is the "
+                   "rows of all groups (--grouping m) or, with --grouping k, K is")
+@click.option("--grouping", type=click.Choice(["m", "k"]), default="m", show_default=True,
+              help="with --groups: groups differ in M (forward, dgrad) or in K (wgrad)")
+@click.option("--dist", default="uniform", show_default=True,
+              help=f"with --groups: rows per group, one of {', '.join(DISTRIBUTIONS)} or "
+                   f"skew<percent> (one group with that share)")
+@click.pass_context
+def explain(ctx, m, n, k, dtype, math_, layout, epilogue, lda, ldb, ldc, batch, cc, gpu, db,
+            groups, grouping, dist) -> None:
     """Say which kernel gemmgen.gemm runs for an M x N x K problem, and why: family, tile,
     waves, split-K, swapped operands, stores, and the path of operands TMA cannot read
-    (repack or fallback, with the cost model's estimates). Needs no GPU."""
+    (repack or fallback, with the cost model's estimates). With --groups, the grouped kernel
+    gemmgen.grouped_gemm runs, its schedule on the --dist distribution and every tile's
+    predicted time. Needs no GPU."""
+    if groups is not None:
+        _explain_grouped(ctx, m, n, k, dtype, layout, groups, grouping, dist)
+        return
     tight = tight_lds(layout, m, n, k)
     lds = tuple(given or t for given, t in zip((lda, ldb, ldc), tight))
     for name, given, need in zip(("--lda", "--ldb", "--ldc"), lds, tight):
@@ -194,5 +210,21 @@ def explain(m, n, k, dtype, math_, layout, epilogue, lda, ldb, ldc, batch, cc, g
                                  param_hint="--math")
     try:
         click.echo(explain_text(dtype, m, n, k, layout, epilogue, lds, math_, cc, gpu, db, batch))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _explain_grouped(ctx, m, n, k, dtype, layout, groups, grouping, dist) -> None:
+    """``explain --groups``: the grouped kernel for M rows (or K, K-grouped) over ``groups``."""
+    if dtype not in ("fp16", "bf16"):
+        raise click.BadParameter("grouped kernels take fp16 or bf16", param_hint="--dtype")
+    try:
+        row_counts(dist, 8, 2)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--dist") from None
+    given = ctx.get_parameter_source("layout") is click.core.ParameterSource.COMMANDLINE
+    try:
+        click.echo(explain_grouped(dtype, groups, m, n, k, dist, grouping,
+                                   layout if given else None))
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
