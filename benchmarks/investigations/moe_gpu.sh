@@ -19,14 +19,14 @@ step "environment"
 cat "$OUT/env.txt"
 
 step "GPU tests of the grouped kernels (correctness first)"
-timeout 170 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_gpu_grouped.py \
+timeout 170 python3 -m pytest -q --maxfail=15 -p no:cacheprovider -m gpu tests/test_gpu_grouped.py \
     > "$OUT/tests.txt" 2>&1
 echo "tests exit $?" | tee -a "$OUT/log.txt"
 tail -n 25 "$OUT/tests.txt"
 
 step "moe suite"
 quick=(); [ "${QUICK:-0}" = 1 ] && quick=(--quick)
-timeout 270 python3 benchmarks/run.py moe "${quick[@]}" --max-minutes 3.5 --results-dir "$OUT" \
+timeout 270 python3 benchmarks/run.py moe ${quick[@]+"${quick[@]}"} --max-minutes 3.5 --results-dir "$OUT" \
     > "$OUT/suite.txt" 2>&1
 echo "suite exit $?" | tee -a "$OUT/log.txt"
 tail -n 50 "$OUT/suite.txt"
