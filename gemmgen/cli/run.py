@@ -18,7 +18,7 @@ from ..compile.nvcc import BuildError
 from ..heuristics.select import choose
 from ..heuristics.tunedb import TuneDB, TuneDBError
 from ..model.config import EPILOGUES, LAYOUTS
-from ..model.presets import PRESETS
+from ..model.presets import GEMM_PRESETS, PRESETS
 from ..runtime.build import build, build_many, load
 from ..runtime.device import pycuda_modules, require_gpu
 from ..tune import results
@@ -57,7 +57,7 @@ def _start_gpu() -> None:
 
 def _targets(paths, presets, arch):
     """(label, Kernel) for each emitted file and preset named; every preset if none."""
-    chosen = list(presets) or ([] if paths else list(PRESETS))
+    chosen = list(presets) or ([] if paths else list(GEMM_PRESETS))
     out = [(Path(p).stem, load(p, arch)) for p in paths]
     out += [(name, build(PRESETS[name].config, arch)) for name in chosen]
     return out
@@ -87,7 +87,7 @@ def _variant_kernels(presets, layouts, epilogues, arch):
 
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, dir_okay=False))
-@click.option("--preset", "presets", multiple=True, type=click.Choice(list(PRESETS)))
+@click.option("--preset", "presets", multiple=True, type=click.Choice(list(GEMM_PRESETS)))
 @click.option("--variants", is_flag=True,
               help="every layout x epilogue variant of the presets (batched cases included)")
 @click.option("--arch", type=ARCH, default=None,
@@ -107,7 +107,7 @@ def verify(paths, presets, variants, arch, seed, json_path) -> None:
     _start_gpu()
     outcomes = []
     if variants:
-        targets = _variant_kernels(presets or list(PRESETS), LAYOUTS, EPILOGUES, arch)
+        targets = _variant_kernels(presets or list(GEMM_PRESETS), LAYOUTS, EPILOGUES, arch)
         # prime, alpha/beta, ragged K, K = 0, and ragged with 16-byte rows (TMA's fast path)
         cases = (CASES[1], CASES[2], CASES[6], CASES[8], CASES[13])
     else:
@@ -147,7 +147,7 @@ def _load_results(path, option: str) -> dict:
 
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, dir_okay=False))
-@click.option("--preset", "presets", multiple=True, type=click.Choice(list(PRESETS)))
+@click.option("--preset", "presets", multiple=True, type=click.Choice(list(GEMM_PRESETS)))
 @click.option("--size", "sizes", multiple=True, type=SIZE,
               help="N or MxNxK; repeatable [default: 1024, 2048, 4096, 8192, 4095x4097x4093]")
 @click.option("--arch", type=ARCH, default=None,
@@ -211,8 +211,8 @@ def bench(ctx, paths, presets, sizes, arch, seed, json_path, append, tuned_db, d
     if db is not None:
         doc = _bench_tuned(db, dtype, sizes, arch, seed)
     elif variants:
-        doc = _bench_variants(presets or list(PRESETS), layouts, epilogues, batch, specialize,
-                              sizes, arch, seed)
+        doc = _bench_variants(presets or list(GEMM_PRESETS), layouts, epilogues, batch,
+                              specialize, sizes, arch, seed)
     else:
         targets = _targets(paths, presets, arch)
         pairs = len({(k.config.dtype, k.config.out) for _, k in targets})

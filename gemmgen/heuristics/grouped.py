@@ -40,7 +40,8 @@ def row_counts(dist: str, total: int, groups: int, seed: int = 0) -> list[int]:
         raise ValueError(f"groups must be at least 1, got {groups}")
     if dist == "random":
         import numpy as np
-        return [int(x) for x in np.random.default_rng(seed).multinomial(total, [1 / groups] * groups)]
+        draw = np.random.default_rng(seed).multinomial(total, [1 / groups] * groups)
+        return [int(x) for x in draw]
     if dist.startswith("skew") and dist[4:].isdigit() and 0 < int(dist[4:]) <= 100:
         heavy = round(total * int(dist[4:]) / 100) if groups > 1 else total
         return [heavy] + _even(total - heavy, groups - 1)
@@ -283,8 +284,9 @@ def explain_grouped(dtype: str, groups: int, rows: int, n: int, k: int, dist: st
                  f"{sum(1 for c in counts if c == 1)} of one row")
     grid = max(1, min(sms, grid_bound(cfg, groups, rows, n)))
     load = [sum(t.nk for t in cta) for cta in per_cta(tiles, grid)]
+    balance = sum(load) / max(1, len(load) * max(load))
     lines.append(f"  - schedule: {len(tiles)} tiles on {grid} CTAs; K tiles per CTA min "
-                 f"{min(load)}, max {max(load)} (balance {sum(load) / max(1, len(load) * max(load)):.2f})")
+                 f"{min(load)}, max {max(load)} (balance {balance:.2f})")
     if grouping == "m":
         preds = [predict(c, counts, n, k, sms) for c in candidates(dtype, grouping, layout, out)]
         for p in sorted(preds, key=_rank):

@@ -11,12 +11,11 @@ from ..heuristics.select import MATHS
 from ..model.config import EPILOGUES, INT32_MAX, LAYOUTS
 from ..model.dtypes import ELEM_BYTES
 from ..model.families import FAMILIES
-from ..model.presets import PRESETS
+from ..model.presets import GEMM_PRESETS, PRESETS
 
 DTYPES = tuple(ELEM_BYTES)
 GEMM_FAMILIES = tuple(name for name, f in FAMILIES.items() if f.problem == "gemm")
 """Families whose presets the presets kind runs (the grouped family's: the moe kind)."""
-GEMM_PRESETS = tuple(n for n, p in PRESETS.items() if p.config.family in GEMM_FAMILIES)
 TORCH_MODES = ("eager", "graph", "host")
 KINDS = {"presets": ("cublas",), "dispatch": ("cublas", "none"), "torch": ("torch",),
          "moe": ("grouped_mm",)}
