@@ -271,7 +271,12 @@ def test_choice_follows_the_groups():
     few = hg.choose("bf16", "m", "rcr", "bf16", 8, 8192, 14336, 4096)
     assert (few.config.bm, few.config.bn) == (128, 256)
     wgrad = hg.choose("bf16", "k", "crr", "bf16", 8, 4096, 14336, 8192)
-    assert wgrad.config.grouping == "k"
+    assert wgrad.config.grouping == "k" and (wgrad.config.bm, wgrad.config.bn) == (128, 256)
+    fp32 = hg.choose("bf16", "k", "crr", "fp32", 8, 4096, 14336, 8192).config
+    assert fp32.out == "fp32" and not fp32.violations() and fp32.bn < 256
+    for layout, out in (("rcr", "fp32"), ("rrr", "bf16"), ("rrr", "fp32")):
+        cfg = hg.choose("bf16", "m", layout, out, 64, 8192, 2048, 1024).config
+        assert (cfg.layout, cfg.out) == (layout, out) and not cfg.violations()
     text = hg.explain_grouped("bf16", 256, 32768, 4096, 7168, "skew90")
     assert "skew90: rows per group min 12" in text and "schedule:" in text and "*" in text
 

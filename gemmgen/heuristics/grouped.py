@@ -228,9 +228,17 @@ def choose(dtype: str, grouping: str, layout: str, out: str, groups: int, rows: 
     C dtype no configuration takes."""
     if grouping == "k":
         base = next(p.config for p in GROUPED_PRESETS if p.name == "grouped_wgrad")
-        cfg = base.replace(dtype=dtype, out=out, layout=layout)
+        cfg = base.replace(dtype=dtype, out=out, layout=layout, check=False)
+        how = "default"
+        if cfg.violations():  # e.g. an fp32 C whose staging leaves no room for 128 x 256
+            options = candidates(dtype, grouping, layout, out)
+            if not options:
+                raise ValueError(f"no grouped configuration takes {dtype} -> {out} in layout "
+                                 f"{layout}")
+            cfg, how = max(options, key=lambda c: (TILE_EFFICIENCY.get((c.bm, c.bn), 0.0),
+                                                   c.stages)), "default, shaped"
         why = f"K-grouped: {groups} groups x {rows} x {n} outputs in {cfg.bm}x{cfg.bn} tiles"
-        return GroupedChoice(cfg, "default", [why])
+        return GroupedChoice(cfg, how, [why])
     counts = counts if counts is not None else _even(rows, groups)
     options = candidates(dtype, grouping, layout, out)
     if not options:
