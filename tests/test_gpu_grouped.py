@@ -112,19 +112,21 @@ def test_masked_rows_past_the_counts_are_untouched():
     _check(full, ref, k, "bf16", "bf16", "batched")
 
 
-@pytest.mark.parametrize("dist", ["empty", "ragged", "skew90"])
-def test_k_grouped_weight_gradient(dist):
+@pytest.mark.parametrize("dist, out_dtype", [("empty", "bf16"), ("ragged", "bf16"),
+                                             ("skew90", "bf16"), ("ragged", "fp32")])
+def test_k_grouped_weight_gradient(dist, out_dtype):
     counts = COUNTS[dist]
     t, m, n = sum(counts), 320, 384
     x = torch.randn(t, m, device="cuda").bfloat16()       # tokens x in_features
     dy = torch.randn(t, n, device="cuda").bfloat16()      # tokens x out_features
     offs = _offs(counts)
-    out = _nan((len(counts), m, n), torch.bfloat16)
-    grouped_gemm(x.t(), dy, offs, out)
+    out = _nan((len(counts), m, n), DT[out_dtype])
+    grouped_gemm(x.t(), dy, offs, out, out_dtype=out_dtype)
     torch.cuda.synchronize()
     ref = gt.reference(x.t().double(), dy.double(), offs)
     for g, c in enumerate(counts):
-        _check(out[g], ref[g], max(c, 1), "bf16", "bf16", f"wgrad {dist} group {g} ({c} rows)")
+        _check(out[g], ref[g], max(c, 1), "bf16", out_dtype,
+               f"wgrad {dist} group {g} ({c} rows)")
 
 
 def test_cuda_graph_replays_follow_new_offsets():
