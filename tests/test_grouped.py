@@ -376,3 +376,41 @@ def test_explain_on_the_command_line():
     assert wgrad.exit_code == 0 and "K-grouped" in wgrad.output
     bad = run.invoke(main, ["explain", "64", "64", "64", "--groups", "2", "--dtype", "fp32"])
     assert bad.exit_code == 2 and "fp16 or bf16" in bad.output
+
+
+def test_tuned_winners_are_keyed_by_groups_and_distribution(tmp_path):
+    from gemmgen.heuristics import grouped_db
+    cfg = GROUPED["grouped_small"]
+    entry = {"dist": "skew90", "winner": cfg.name,
+             "candidates": {cfg.name: {"config": cfg.as_dict(), "tflops": 500.0}}}
+    path = tmp_path / "g.json"
+    key = grouped_db.key("H200", "bf16", "bf16", "m", "rcr", 8, 8192, 14336, 4096, "skew90")
+    assert key == "H200|bf16>bf16|m|rcr|G=8|8192x14336x4096|skew90"
+    grouped_db.store(key, entry, path)
+    entries = grouped_db.load(path)
+    found = grouped_db.winner(entries, "H200", "bf16", "bf16", "m", "rcr", 8, 8192, 14336, 4096)
+    assert found == (cfg.as_dict(), "skew90")
+    assert grouped_db.winner(entries, "H200", "bf16", "bf16", "m", "rcr", 16, 8192, 14336,
+                             4096) is None
+    uniform = {**entry, "dist": "uniform", "winner": GROUPED["grouped_bf16"].name,
+               "candidates": {GROUPED["grouped_bf16"].name:
+                              {"config": GROUPED["grouped_bf16"].as_dict(), "tflops": 600.0}}}
+    grouped_db.store(key.replace("skew90", "uniform"), uniform, path)
+    found = grouped_db.winner(grouped_db.load(path), "H200", "bf16", "bf16", "m", "rcr", 8,
+                              8192, 14336, 4096)
+    assert found[1] == "uniform", "the host assumes an even split: the uniform entry first"
+    (tmp_path / "bad.json").write_text("[]")
+    with pytest.raises(Exception, match="not a gemmgen grouped tuning file"):
+        grouped_db.load(tmp_path / "bad.json")
+
+
+def test_tune_groups_checks_its_arguments_before_the_gpu():
+    from click.testing import CliRunner
+
+    from gemmgen.cli.main import main
+    out = CliRunner().invoke(main, ["tune", "--m", "64", "--n", "64", "--k", "64", "--groups",
+                                    "2", "--dtype", "fp32"])
+    assert out.exit_code == 2 and "fp16 or bf16" in out.output
+    out = CliRunner().invoke(main, ["tune", "--m", "64", "--n", "64", "--k", "64", "--groups",
+                                    "2", "--dtype", "bf16", "--dist", "zipf"])
+    assert out.exit_code == 2 and "unknown distribution" in out.output

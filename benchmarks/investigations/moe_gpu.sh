@@ -5,7 +5,8 @@
 # Usage on the GPU machine, from the repository root:
 #   source .whl/install.sh && bash benchmarks/investigations/moe_gpu.sh
 # Writes into $OUT (default /tmp/gemmgen-out): env.txt, tests.txt, moe_<GPU>.json/.png,
-# suite.txt, bars.txt, moe_mlp_*.json/.txt. QUICK=1 runs the suite's [quick] subset only.
+# suite.txt, bars.txt, moe_mlp_*.json/.txt. QUICK=1 runs the suite's [quick] subset only;
+# TUNE=1 adds gemmgen tune --groups on one shape (about 2 more minutes: then use QUICK=1).
 set -uo pipefail
 OUT=${OUT:-/tmp/gemmgen-out}; mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"   # this checkout's gemmgen
@@ -51,4 +52,11 @@ for args in "--model qwen3_30b_a3b --tokens 4096" "--model mixtral_8x7b --tokens
   echo "example $name exit $?" | tee -a "$OUT/log.txt"
   tail -n 6 "$OUT/moe_mlp_$name.txt"
 done
+if [ "${TUNE:-0}" = 1 ]; then  # optional: the grouped space on Mixtral's skewed shape (~2 min)
+  step "tune --groups (Mixtral-like, skew65)"
+  GEMMGEN_GROUPED_DB="$OUT/grouped_tune.json" timeout 150 python3 -m gemmgen tune --m 8192 \
+      --n 14336 --k 4096 --groups 8 --dtype bf16 --dist skew65 --budget 120 \
+      > "$OUT/tune.txt" 2>&1
+  tail -n 15 "$OUT/tune.txt"
+fi
 step "done"

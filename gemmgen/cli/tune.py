@@ -72,13 +72,25 @@ def _budget(ctx, param, value):
 @click.option("--show", is_flag=True, help="print the stored entry for this shape; no tuning")
 @click.option("--explain", is_flag=True, help="say why the winner beat the runner-up")
 @click.option("--plot", "plot_path", type=OutputPath(), help="draw the search")
+@click.option("--groups", type=click.IntRange(1, 65535), default=None,
+              help="tune a grouped problem (gemmgen.grouped_gemm) of this many groups: --m is "
+                   "the rows of all groups (K-grouped: M, and --k the rows of all groups)")
+@click.option("--grouping", type=click.Choice(["m", "k"]), default="m", show_default=True,
+              help="with --groups: groups differ in M (forward, dgrad) or in K (wgrad)")
+@click.option("--dist", default="uniform", show_default=True,
+              help="with --groups: rows per group (uniform, skew<percent>, empty, random)")
 def tune(m, n, k, dtype, family, layout, budget, max_configs, db_path, devices, jobs, show,
-         explain, plot_path) -> None:
+         explain, plot_path, groups, grouping, dist) -> None:
     """Search the validated configuration space on the GPU for one shape and keep the result.
 
     Every candidate is verified against a float64 reference before it is timed; failures are
     stored with their reasons. Re-running resumes: measured candidates are not measured again.
+    With --groups, the grouped space on the --dist distribution (PyTorch needed), stored in
+    the grouped tuning file that grouped_gemm's dispatch reads.
     """
+    if groups is not None:
+        _tune_grouped(m, n, k, dtype, layout, budget, max_configs, groups, grouping, dist)
+        return
     _check_tune_args(family, dtype, layout, show, devices, jobs)
     if plot_path:
         require_matplotlib("--plot")
@@ -228,3 +240,25 @@ def _explain_grouped(ctx, m, n, k, dtype, layout, groups, grouping, dist) -> Non
                                    layout if given else None))
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def _tune_grouped(m, n, k, dtype, layout, budget, max_configs, groups, grouping, dist) -> None:
+    """``tune --groups``: every grouped configuration on one distribution, on this GPU."""
+    if dtype not in ("fp16", "bf16"):
+        raise click.BadParameter("grouped kernels take fp16 or bf16", param_hint="--dtype")
+    try:
+        row_counts(dist, 8, 2)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--dist") from None
+    source = click.get_current_context().get_parameter_source("layout")
+    if source is not click.core.ParameterSource.COMMANDLINE:
+        layout = None  # the grouping's own: rcr (forward) or crr (wgrad)
+    device_count()  # exit 1, one line, without a driver or a device
+    from ..tune.grouped_tune import show, tune_grouped
+    with click.progressbar(length=max_configs, label="tuning", file=sys.stderr) as bar:
+        key, entry = tune_grouped(dtype, groups, m, n, k, dist, grouping, layout, None, budget,
+                                  max_configs, None, bar.update)
+    click.echo(show(entry))
+    click.echo(f"stored as {key}")
+    if not entry.get("winner"):
+        sys.exit(1)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..heuristics import grouped_db
 from ..heuristics.grouped import GroupedChoice, choose
 from ..model.dtypes import dtype_name_of
+from ..model.families import config_from_dict
 from . import driver
 from .build import build
 from .device import device_identity
@@ -77,13 +79,32 @@ def _choice(args: GroupedArgs, expected_m, config, device: int) -> GroupedChoice
             raise OperandError(f"config: {getattr(config, 'name', config)} computes (grouping, "
                                f"layout, dtype, out) = {have}; these operands need {want}")
         return GroupedChoice(config, "given", ["the configuration passed as config="])
-    _, cc = device_identity(device)
+    gpu, cc = device_identity(device)
     if cc != 90:
         raise OperandError(f"grouped_gemm runs on sm_90 (H100/H200); this device is sm_{cc}")
     rows = args.rows if args.mode == "offs" else args.groups * (expected_m or args.rows)
+    tuned = grouped_db.winner(_tuned(), gpu, args.dtype, args.out, args.grouping, args.layout,
+                              args.groups, rows, args.n, args.k)
+    if tuned is not None:
+        return GroupedChoice(config_from_dict(tuned[0]), "tuned",
+                             [(f"tuned on this problem ({tuned[1]} rows per group), "
+                               f"{grouped_db.default_path()}")])
     sms = driver.device_attribute(device, "sms")
     return choose(args.dtype, args.grouping, args.layout, args.out, args.groups, rows, args.n,
                   args.k, None, sms)
+
+
+_TUNED: list = []
+
+
+def _tuned() -> dict:
+    """The grouped tuning file's entries, read once per process (none when unreadable)."""
+    if not _TUNED:
+        try:
+            _TUNED.append(grouped_db.load())
+        except Exception:  # noqa: BLE001 - an unreadable file only loses the tuned choice
+            _TUNED.append({})
+    return _TUNED[0]
 
 
 def plan_grouped(A, B, offs=None, out=None, counts=None, out_dtype=None, expected_m=None,

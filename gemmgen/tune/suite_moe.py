@@ -72,7 +72,7 @@ def _tensors(torch, dtype: str, m: int, n: int, k: int, groups: int, seed) -> di
     return {"a": a, "w": w, "out": torch.empty(m, n, device="cuda", dtype=dt)}
 
 
-def _time(torch, fn, budget: float) -> Timing:
+def time_calls(torch, fn, budget: float) -> Timing:
     """Per-call CUDA events after two warm-ups: median and p20/p80 of 3 to 50 calls."""
     fn()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -101,8 +101,8 @@ def _measure(torch, case: Case, t: dict, budget: float) -> dict:
     b = w.transpose(1, 2)
     stream = torch.cuda.current_stream().cuda_stream
     err = _verify(torch, case, a, b, offs, out, counts, ends, stream)
-    ours = _time(torch, lambda: grouped_gemm(a, b, offs, out, stream=stream), budget)
-    theirs = _time(torch, lambda: torch._grouped_mm(a, b, offs), budget) \
+    ours = time_calls(torch, lambda: grouped_gemm(a, b, offs, out, stream=stream), budget)
+    theirs = time_calls(torch, lambda: torch._grouped_mm(a, b, offs), budget) \
         if hasattr(torch, "_grouped_mm") else None
     bounds = [(e - c, e) for c, e in zip(counts, ends)]
 
@@ -110,7 +110,7 @@ def _measure(torch, case: Case, t: dict, budget: float) -> dict:
         for g, (s, e) in enumerate(bounds):
             if e > s:
                 torch.matmul(a[s:e], b[g], out=out[s:e])
-    looped = _time(torch, loop, budget)
+    looped = time_calls(torch, loop, budget)
     plan = chosen_grouped(a, b, offs)
     rates = [tflops(case.m, case.n, case.k, x.median) if x else None
              for x in (ours, theirs, looped)]
