@@ -141,7 +141,9 @@ def _verify(torch, case, a, b, offs, out, counts, ends, stream) -> float:
     if not bool(torch.isfinite(out).all()):
         return math.inf
     live = [g for g, c in enumerate(counts) if c]
-    picks = {max(live, key=lambda g: counts[g]), live[0], live[-1]} if live else set()
+    if not live:
+        return 0.0
+    picks = {max(live, key=lambda g: counts[g]), live[0], live[-1]}
     gen = torch.Generator().manual_seed(case.m)
     picks |= {live[int(i)] for i in torch.randint(len(live), (SAMPLED_GROUPS,), generator=gen)}
     worst = 0.0
