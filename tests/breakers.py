@@ -1,6 +1,7 @@
 """For every rule of every family: a config that breaks that rule and no other (a preset plus
 overrides)."""
 from gemmgen.model.families.fp8 import Fp8Config
+from gemmgen.model.families.grouped import GroupedConfig
 from gemmgen.model.families.mma import MmaConfig
 from gemmgen.model.families.simt import SimtConfig
 from gemmgen.model.families.wgmma import WgmmaConfig
@@ -8,7 +9,7 @@ from gemmgen.model.families.wmma import WmmaConfig
 from gemmgen.model.presets import PRESETS
 
 FAMILIES = {"simt": SimtConfig, "wmma": WmmaConfig, "wgmma": WgmmaConfig, "mma": MmaConfig,
-            "fp8": Fp8Config}
+            "fp8": Fp8Config, "grouped": GroupedConfig}
 ALL_RULES = [(family, rule) for family, cls in FAMILIES.items() for rule in cls.rules]
 
 SIMT_BREAKERS = {
@@ -210,8 +211,36 @@ FP8_BREAKERS = {
     "c-box": ("fp8_tensor_tma_store", {"bm": 320, "bn": 64, "consumers": 1,
                                        "regs_consumer": 240, "cluster_n": 2}),
 }
+GROUPED_BREAKERS = {
+    "consumers-range": ("grouped_bf16", {"consumers": 3, "bm": 192, "bn": 128,
+                                         "regs_producer": 0, "regs_consumer": 0}),
+    "bm-warpgroup-rows": ("grouped_bf16", {"bm": 0}),
+    "bm-per-consumer": ("grouped_bf16", {"bm": 192, "bn": 128}),
+    "wgmma-n-range": ("grouped_bf16", {"bn": 320, "stages": 2}),
+    "wgmma-n-positive": ("grouped_bf16", {"bn": 0}),
+    "bk-row": ("grouped_bf16", {"bk": 32}),
+    "stages-range": ("grouped_bf16", {"stages": 0}),
+    "smem-limit": ("grouped_bf16", {"stages": 5}),
+    "acc-registers": ("grouped_bf16", {"bm": 256, "stages": 1}),
+    "setmaxnreg-producer-count": ("grouped_bf16", {"regs_producer": 36}),
+    "setmaxnreg-consumer-count": ("grouped_bf16", {"regs_consumer": 236}),
+    "setmaxnreg-pool": ("grouped_bf16", {"regs_consumer": 240}),
+    "setmaxnreg-dec": ("grouped_small", {"regs_producer": 256, "regs_consumer": 256}),
+    "setmaxnreg-inc": ("grouped_bf16", {"regs_consumer": 160, "bn": 128}),
+    "a-box": ("grouped_bf16", {"bm": 384, "bn": 64, "stages": 2}),
+    "b-mn-blocks": ("grouped_dgrad", {"bn": 96, "out": "fp32"}),
+    "c-store-chunks": ("grouped_bf16", {"bn": 200}),
+    "c-box": ("grouped_wgrad", {"consumers": 1, "bm": 320, "bn": 64, "regs_producer": 0,
+                                "regs_consumer": 0}),
+    "group-positive": ("grouped_bf16", {"group": 0}),
+    "fp16-output": ("grouped_bf16", {"out": "fp16"}),
+    "bf16-output": ("grouped_fp16", {"out": "bf16"}),
+    "a-layout": ("grouped_bf16", {"layout": "ccr"}),
+    "k-grouped-b": ("grouped_wgrad", {"layout": "ccr"}),
+    "c-row-major": ("grouped_bf16", {"layout": "rcc"}),
+}
 BREAKERS = {"simt": SIMT_BREAKERS, "wmma": WMMA_BREAKERS, "wgmma": WGMMA_BREAKERS,
-            "mma": MMA_BREAKERS, "fp8": FP8_BREAKERS}
+            "mma": MMA_BREAKERS, "fp8": FP8_BREAKERS, "grouped": GROUPED_BREAKERS}
 
 
 def pairwise_variants(cfg) -> list:

@@ -9,7 +9,7 @@ import gemmgen
 
 ROOT = Path(__file__).resolve().parents[1] / "gemmgen"
 
-PUBLIC = ["gemm", "BuildError", "Kernel", "OperandError", "build", "load", "ConfigError",
+PUBLIC = ["gemm", "grouped_gemm", "BuildError", "Kernel", "OperandError", "build", "load", "ConfigError",
           "FAMILIES", "SimtConfig", "SIMT_RULES", "WmmaConfig", "WMMA_RULES", "PRESETS",
           "config_from_dict", "config_from_source", "emit", "get_preset", "render",
           "__version__"]
@@ -23,7 +23,7 @@ MAY_IMPORT = {
     "runtime": {"model", "heuristics", "codegen", "compile", "runtime"},
     "tune": {"model", "heuristics", "codegen", "compile", "runtime", "tune"},
     "cli": {"model", "heuristics", "codegen", "compile", "runtime", "tune", "cli", "_version",
-            "torch"},
+            "torch"},  # the torch suite kind runs gemmgen.torch's op (imported only then)
     "torch": {"model", "heuristics", "codegen", "compile", "runtime", "torch"},
 }
 """Stage -> the stages its modules may import (gemmgen/__init__.py and __main__.py may import

@@ -28,7 +28,7 @@ def _parallel(fn, items) -> dict:
 
 
 NON_TMA_PRESETS = [n for n, p in PRESETS.items()
-                   if p.config.family not in ("wgmma", "mma", "fp8")]  # fp8: tests/test_fp8.py
+                   if p.config.family not in ("wgmma", "mma", "fp8", "grouped")]  # own tests
 RULE_CASES = [(f, r) for f, r in ALL_RULES if f != "mma"]
 
 
@@ -49,7 +49,8 @@ def breaker_errors(nvcc):
     return _parallel(build, RULE_CASES)
 
 
-# wgmma and mma presets: tests/test_wgmma.py and tests/test_mma.py (all four archs at once).
+# wgmma, mma and grouped presets: tests/test_wgmma.py, tests/test_mma.py (all four archs at
+# once) and tests/test_grouped.py.
 @pytest.mark.parametrize("name", NON_TMA_PRESETS)
 def test_preset_compiles_without_spills_and_with_the_model_smem(preset_reports, name):
     cfg = PRESETS[name].config

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from gemmgen.heuristics.select import decide, math_dtype
-from gemmgen.model.presets import PRESETS
+from gemmgen.model.presets import GEMM_PRESETS, PRESETS
 from gemmgen.tune import suites
 from gemmgen.tune.bench import Timing, kernel_row
 from gemmgen.tune.suite_kinds import dispatch_label
@@ -26,9 +26,9 @@ from gemmgen.tune.suite_torch import torch_row
 SUITES = Path(__file__).resolve().parent.parent / "benchmarks" / "suites"
 INFO = {"gpu": "NVIDIA H200", "cuda_version": "13.0", "cuda_driver": "13.0", "sms": 132,
         "l2_bytes": 50 << 20}
-GEMM_PRESETS = [n for n, p in PRESETS.items() if p.config.family != "fp8"]
-SIZES = {"ladder": (len(GEMM_PRESETS), len(GEMM_PRESETS)), "square": (20, 20), "odd": (23, 23),
-         "epilogues": (24, 24), "llm": (1092, 390), "torch": (390, 234), "fp8": (132, 87)}
+SIZES = {"ladder": (len(GEMM_PRESETS), len(GEMM_PRESETS)), "square": (20, 20),
+         "odd": (23, 23), "epilogues": (24, 24), "llm": (1092, 390), "torch": (390, 234),
+         "fp8": (132, 87), "moe": (36, 24)}
 """Cases of each suite: the whole suite and --quick."""
 
 
@@ -42,7 +42,7 @@ def test_every_suite_file_reads_and_expands_as_declared():
 
 def test_ladder_is_every_preset_in_its_dtype_and_layout():
     cases = suites.expand(suites.load("ladder"))
-    assert [c.preset for c in cases] == GEMM_PRESETS  # fp8 presets: the fp8 suite
+    assert [c.preset for c in cases] == list(GEMM_PRESETS)  # fp8: the fp8 suite; grouped: moe
     for c in cases:
         cfg = PRESETS[c.preset].config
         dtype = "fp32" if c.math == "3xtf32" else cfg.dtype  # fp32 data, beside SGEMM
@@ -271,3 +271,46 @@ def test_bars_and_heatmaps_are_drawn(tmp_path, name, only):
     doc = document(suite, INFO, fake_rows(suite, cases), {})
     out = plot_suite(doc, tmp_path / "sub" / f"{name}.png")
     assert out.stat().st_size > 10_000 and out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_moe_suite_runs_each_model_layer_tokens_and_routing():
+    cases = suites.expand(suites.load("moe"))
+    first = cases[0]
+    assert (first.model, first.layer, first.tokens, first.routing, first.groups) == (
+        "deepseek_v3", "gate_up", 4096, "uniform", 256)
+    assert (first.m, first.n, first.k, first.layout) == (4096 * 8, 4096, 7168, "rcr")
+    assert first.label == "deepseek_v3.gate_up bf16 rcr T=4096 G=256 uniform 32768x4096x7168"
+    mixtral = [c for c in cases if c.model == "mixtral_8x7b"]
+    assert {(c.m, c.n, c.k) for c in mixtral} == {(t * 2, 14336, 4096) for t in
+                                                  (4096, 16384, 65536)}
+    assert {c.routing for c in cases} == {"uniform", "skew65", "skew90"}
+    assert case_fields(first)["routing"] == "uniform" and case_fields(first)["groups"] == 256
+
+
+def test_moe_bars_from_rows():
+    from gemmgen.tune.suite_moe import bars
+
+    def row(groups, routing, tokens, tflops, pct, loop):
+        return {"groups": groups, "routing": routing, "model": f"m{groups}", "layer": "l",
+                "tokens": tokens, "tflops": tflops, "pct_cublas": pct, "pct_loop": loop,
+                "passed": True}
+    rows = [row(256, "uniform", 4096, 400, 130, 300), row(256, "skew90", 4096, 380, 125, 250),
+            row(8, "uniform", 4096, 780, 101, 110), row(8, "skew65", 4096, 760, 112, 115)]
+    got = {name: (round(v, 3), ok) for name, v, _, ok in bars(rows)}
+    assert got["many experts: geomean x torch._grouped_mm"] == (1.275, True)
+    assert got["many experts: geomean x loop of torch.matmul"] == (2.739, True)
+    assert got["few large experts, skew65: geomean x torch._grouped_mm"] == (1.12, True)
+    assert got["skewed: worst TFLOP/s x the uniform case's"] == (0.95, True)
+
+
+def test_a_bad_moe_model_is_refused(tmp_path):
+    bad = tmp_path / "m.toml"
+    bad.write_text('kind = "moe"\n[models.x]\nsource = "s"\n[models.x.layers]\nl = [8, 8]\n'
+                   '[[problems]]\nmodel = "x"\nm = 16\n')
+    with pytest.raises(suites.SuiteError, match="needs \\[models.x\\] with experts and top_k"):
+        suites.load(str(bad))
+    bad.write_text('kind = "moe"\n[models.x]\nsource = "s"\nexperts = 4\ntop_k = 2\n'
+                   '[models.x.layers]\nl = [8, 8]\n[[problems]]\nmodel = "x"\nm = 16\n'
+                   'routing = "zipf"\n')
+    with pytest.raises(suites.SuiteError, match="routing: 'zipf' is not uniform, random"):
+        suites.load(str(bad))

@@ -19,7 +19,7 @@ from ..heuristics.select import choose
 from ..heuristics.tunedb import TuneDB, TuneDBError
 from ..model.config import EPILOGUES, LAYOUTS
 from ..model.dtypes import FP8_DTYPES
-from ..model.presets import PRESETS
+from ..model.presets import GEMM_PRESETS, PRESETS
 from ..runtime.build import build, build_many, load
 from ..runtime.device import pycuda_modules, require_gpu
 from ..tune import results
@@ -31,8 +31,6 @@ from .main import ARCH, SIZE, OutputPath, main, require_matplotlib, write_text
 from .suite import bench_suite, check_options
 
 SEED = click.IntRange(0, 2 ** 63 - 1)
-GEMM_PRESETS = [n for n in PRESETS if n not in FP8_PRESETS]
-"""The presets ``verify`` and ``bench`` take by default (fp8 presets: --dtype e4m3)."""
 
 
 def _read_configs(paths) -> list:
@@ -62,7 +60,7 @@ def _start_gpu() -> None:
 def _targets(paths, presets, arch):
     """(label, Kernel) for each emitted file and preset named; every GEMM preset if none (fp8
     presets take scales: ``verify_presets``, ``bench_fp8``)."""
-    chosen = list(presets) or ([] if paths else GEMM_PRESETS)
+    chosen = list(presets) or ([] if paths else list(GEMM_PRESETS))
     out = [(Path(p).stem, load(p, arch)) for p in paths]
     out += [(name, build(PRESETS[name].config, arch)) for name in chosen]
     return out
@@ -92,7 +90,7 @@ def _variant_kernels(presets, layouts, epilogues, arch):
 
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, dir_okay=False))
-@click.option("--preset", "presets", multiple=True, type=click.Choice(list(PRESETS)))
+@click.option("--preset", "presets", multiple=True, type=click.Choice([*GEMM_PRESETS, *FP8_PRESETS]))
 @click.option("--variants", is_flag=True,
               help="every layout x epilogue variant of the presets (batched cases included)")
 @click.option("--arch", type=ARCH, default=None,
@@ -124,7 +122,7 @@ def verify(paths, presets, variants, arch, seed, dtype, json_path) -> None:
             sys.exit(1 if fp8_failed else 0)
     outcomes = []
     if variants:
-        targets = _variant_kernels(presets or GEMM_PRESETS, LAYOUTS, EPILOGUES, arch)
+        targets = _variant_kernels(presets or list(GEMM_PRESETS), LAYOUTS, EPILOGUES, arch)
         # prime, alpha/beta, ragged K, K = 0, and ragged with 16-byte rows (TMA's fast path)
         cases = (CASES[1], CASES[2], CASES[6], CASES[8], CASES[13])
     else:
@@ -174,7 +172,7 @@ def _load_results(path, option: str) -> dict:
 
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, dir_okay=False))
-@click.option("--preset", "presets", multiple=True, type=click.Choice(list(PRESETS)))
+@click.option("--preset", "presets", multiple=True, type=click.Choice([*GEMM_PRESETS, *FP8_PRESETS]))
 @click.option("--size", "sizes", multiple=True, type=SIZE,
               help="N or MxNxK; repeatable [default: 1024, 2048, 4096, 8192, 4095x4097x4093]")
 @click.option("--arch", type=ARCH, default=None,
@@ -249,8 +247,8 @@ def bench(ctx, paths, presets, sizes, arch, seed, json_path, append, tuned_db, d
     if db is not None:
         doc = _bench_tuned(db, dtype, sizes, arch, seed)
     elif variants:
-        doc = _bench_variants(presets or GEMM_PRESETS, layouts, epilogues, batch, specialize,
-                              sizes, arch, seed)
+        doc = _bench_variants(presets or list(GEMM_PRESETS), layouts, epilogues, batch,
+                              specialize, sizes, arch, seed)
     else:
         targets = _targets(paths, presets or ([] if paths else GEMM_PRESETS), arch)
         pairs = len({(k.config.dtype, k.config.out) for _, k in targets})

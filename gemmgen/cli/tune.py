@@ -12,6 +12,7 @@ import click
 
 from ..heuristics import tunedb
 from ..heuristics.explain import explain as explain_text
+from ..heuristics.grouped import DISTRIBUTIONS, explain_grouped, row_counts
 from ..heuristics.select import tight_lds
 from ..heuristics.tunedb import parse_key
 from ..model.config import EPILOGUES, INT32_MAX, LAYOUTS
@@ -83,15 +84,24 @@ def _budget(ctx, param, value):
 @click.option("--show", is_flag=True, help="print the stored entry for this shape; no tuning")
 @click.option("--explain", is_flag=True, help="say why the winner beat the runner-up")
 @click.option("--plot", "plot_path", type=OutputPath(), help="draw the search")
+@click.option("--groups", type=click.IntRange(1, 65535), default=None,
+              help="tune a grouped problem (gemmgen.grouped_gemm) of this many groups: --m is "
+                   "the rows of all groups (K-grouped: M, and --k the rows of all groups)")
+@click.option("--grouping", type=click.Choice(["m", "k"]), default="m", show_default=True,
+              help="with --groups: groups differ in M (forward, dgrad) or in K (wgrad)")
+@click.option("--dist", default="uniform", show_default=True,
+              help="with --groups: rows per group (uniform, skew<percent>, empty, random)")
 def tune(m, n, k, shapes_path, dtype, scaling, fast_accum, family, layout, budget, max_configs,
-         db_path, devices, jobs, show, explain, plot_path) -> None:
+         db_path, devices, jobs, show, explain, plot_path, groups, grouping, dist) -> None:
     """Search the validated configuration space on the GPU for one shape (--m --n --k), or for
     every problem of a shapes file (--shapes), and keep the results.
 
     Every candidate is verified against a float64 reference before it is timed, and cuBLAS is
     timed in the same layout; failures are stored with their reasons. Re-running resumes:
     measured candidates are not measured again, and with --shapes a problem whose winner
-    stands on --max-configs measured candidates is skipped.
+    stands on --max-configs measured candidates is skipped. With --groups, the grouped
+    space on the --dist distribution (PyTorch needed), stored in the grouped tuning file that
+    grouped_gemm's dispatch reads.
     """
     given = [name for name, v in (("--m", m), ("--n", n), ("--k", k)) if v is not None]
     if shapes_path and given:
@@ -100,6 +110,11 @@ def tune(m, n, k, shapes_path, dtype, scaling, fast_accum, family, layout, budge
         lack = next(f for f in ("--m", "--n", "--k") if f not in given)
         raise click.UsageError(f"Missing option '{lack}' (give --m, --n and --k for one shape, "
                                f"or --shapes FILE)")
+    if groups is not None:
+        if shapes_path:
+            raise click.UsageError("give --shapes or --groups, not both")
+        _tune_grouped(m, n, k, dtype, layout, budget, max_configs, groups, grouping, dist)
+        return
     if dtype in FP8_DTYPES:
         if shapes_path or family not in (None, "fp8") or layout not in ("rcr", "rrr") or devices:
             raise click.UsageError("FP8 tuning takes one shape (--m --n --k), the fp8 family, "
@@ -277,11 +292,25 @@ def _stored(db, req) -> dict:
 @click.option("--gpu", default="NVIDIA H200", show_default=True,
               help="GPU name the tuning database is keyed by")
 @click.option("--db", type=click.Path(dir_okay=False), help="tuning database (default: none)")
-def explain(m, n, k, dtype, scaling, fast_accum, math_, layout, epilogue, lda, ldb, ldc, batch,
-            cc, gpu, db) -> None:
+@click.option("--groups", type=click.IntRange(1, 65535), default=None,
+              help="a grouped problem (gemmgen.grouped_gemm) of this many groups: M is the "
+                   "rows of all groups (--grouping m) or, with --grouping k, K is")
+@click.option("--grouping", type=click.Choice(["m", "k"]), default="m", show_default=True,
+              help="with --groups: groups differ in M (forward, dgrad) or in K (wgrad)")
+@click.option("--dist", default="uniform", show_default=True,
+              help=f"with --groups: rows per group, one of {', '.join(DISTRIBUTIONS)} or "
+                   f"skew<percent> (one group with that share)")
+@click.pass_context
+def explain(ctx, m, n, k, dtype, scaling, fast_accum, math_, layout, epilogue, lda, ldb, ldc,
+            batch, cc, gpu, db, groups, grouping, dist) -> None:
     """Say which kernel gemmgen.gemm runs for an M x N x K problem, and why: family, tile,
     waves, split-K, swapped operands, stores, and the path of operands TMA cannot read
-    (repack or fallback, with the cost model's estimates). Needs no GPU."""
+    (repack or fallback, with the cost model's estimates). With --groups, the grouped kernel
+    gemmgen.grouped_gemm runs, its schedule on the --dist distribution and every tile's
+    predicted time. Needs no GPU."""
+    if groups is not None:
+        _explain_grouped(ctx, m, n, k, dtype, layout, groups, grouping, dist)
+        return
     layout = layout or ("rcr" if dtype in FP8_DTYPES else "rrr")
     if dtype in FP8_DTYPES:
         from ..heuristics.fp8 import explain_fp8
@@ -304,3 +333,41 @@ def explain(m, n, k, dtype, scaling, fast_accum, math_, layout, epilogue, lda, l
         click.echo(explain_text(dtype, m, n, k, layout, epilogue, lds, math_, cc, gpu, db, batch))
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def _explain_grouped(ctx, m, n, k, dtype, layout, groups, grouping, dist) -> None:
+    """``explain --groups``: the grouped kernel for M rows (or K, K-grouped) over ``groups``."""
+    if dtype not in ("fp16", "bf16"):
+        raise click.BadParameter("grouped kernels take fp16 or bf16", param_hint="--dtype")
+    try:
+        row_counts(dist, 8, 2)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--dist") from None
+    given = ctx.get_parameter_source("layout") is click.core.ParameterSource.COMMANDLINE
+    try:
+        click.echo(explain_grouped(dtype, groups, m, n, k, dist, grouping,
+                                   layout if given else None))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _tune_grouped(m, n, k, dtype, layout, budget, max_configs, groups, grouping, dist) -> None:
+    """``tune --groups``: every grouped configuration on one distribution, on this GPU."""
+    if dtype not in ("fp16", "bf16"):
+        raise click.BadParameter("grouped kernels take fp16 or bf16", param_hint="--dtype")
+    try:
+        row_counts(dist, 8, 2)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--dist") from None
+    source = click.get_current_context().get_parameter_source("layout")
+    if source is not click.core.ParameterSource.COMMANDLINE:
+        layout = None  # the grouping's own: rcr (forward) or crr (wgrad)
+    device_count()  # exit 1, one line, without a driver or a device
+    from ..tune.grouped_tune import show, tune_grouped
+    with click.progressbar(length=max_configs, label="tuning", file=sys.stderr) as bar:
+        key, entry = tune_grouped(dtype, groups, m, n, k, dist, grouping, layout, None, budget,
+                                  max_configs, None, bar.update)
+    click.echo(show(entry))
+    click.echo(f"stored as {key}")
+    if not entry.get("winner"):
+        sys.exit(1)

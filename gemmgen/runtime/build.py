@@ -20,10 +20,13 @@ from ..model.families import fallback_config, get_family
 from . import driver
 from .device import device_arch, gpu_problem, pycuda_modules
 from .fp8_kernel import Fp8Kernel
+from .grouped_kernel import GroupedKernel
 from .kernel import Kernel
 from .tma_kernel import TmaKernel
 
 _CACHE: dict[tuple[str, str, str], Kernel] = {}
+KERNEL_CLASSES = {"grouped": GroupedKernel}
+"""A family's ``problem`` -> the Kernel class that launches it (other than plain GEMMs)."""
 _LOCK = threading.Lock()
 
 
@@ -82,10 +85,13 @@ def from_cubin(config: ConfigBase, arch: str, cubin: bytes, resources: Resources
     if dynamic > limit:
         raise BuildError(source_path or config.name, f"{config.name} needs {dynamic} bytes "
                          f"of shared memory; this device allows {limit} per block")
+    family = get_family(config.family)
     if config.family == "fp8":  # scales, split-K counters and packs: its own launch
         kernel = Fp8Kernel(config, arch, cubin, resources, source_path,
                            build_fallback=lambda: build(fallback_config(config)))
-    elif get_family(config.family).tma:  # tensor maps in the parameter block: its own launch
+    elif family.problem in KERNEL_CLASSES:
+        kernel = KERNEL_CLASSES[family.problem](config, arch, cubin, resources, source_path)
+    elif family.tma:  # tensor maps in the parameter block: its own launch
         kernel = TmaKernel(config, arch, cubin, resources, source_path,
                            build_fallback=lambda: build(fallback_config(config)))
     else:

@@ -1,5 +1,6 @@
-"""gemmgen inside PyTorch: the op ``gemmgen::gemm`` (``ops``), its compiled launcher
-(``launcher``), a drop-in ``Linear`` and ``patch(model)`` (``modules``), and the GEMMs of a
+"""gemmgen inside PyTorch: the op ``gemmgen::gemm`` (``ops``), the grouped op
+``gemmgen::grouped_mm`` for mixture-of-experts (``grouped``: ``torch._grouped_mm``'s
+conventions), their compiled launcher (``launcher``), a drop-in ``Linear`` and ``patch(model)`` (``modules``), and the GEMMs of a
 model (``problems``).
 
 Importing this module imports PyTorch (``import gemmgen`` alone does not). The op
@@ -46,12 +47,13 @@ the bias.
 """
 from . import launcher
 from .fp8 import dequantize, quantize, quantize_reference, scaled_mm, scaled_mm_reference
+from .grouped import grouped_mm
 from .modules import Linear, PatchSummary, patch, unpatch
 from .ops import KERNEL_DTYPES, LAUNCHER, activate, gemm, linear, reference
 from .problems import linear_problems, precompile
 from .record import record, save_problems
 
 __all__ = ["KERNEL_DTYPES", "LAUNCHER", "Linear", "PatchSummary", "activate", "dequantize",
-           "gemm", "launcher", "linear", "linear_problems", "patch", "precompile", "quantize",
-           "quantize_reference", "record", "reference", "save_problems", "scaled_mm",
-           "scaled_mm_reference", "unpatch"]
+           "gemm", "grouped_mm", "launcher", "linear", "linear_problems", "patch", "precompile",
+           "quantize", "quantize_reference", "record", "reference", "save_problems",
+           "scaled_mm", "scaled_mm_reference", "unpatch"]

@@ -1,5 +1,5 @@
 // gemmgen's compiled launcher for PyTorch: the CUDA kernels of the ops gemmgen::gemm and
-// gemmgen::scaled_mm (FP8).
+// gemmgen::scaled_mm (FP8) and gemmgen::grouped_mm.
 //
 // A call looks its operand signature up (op, device, dtypes, sizes, strides, 16-byte alignment,
 // attributes) in a table of recipes; a hit allocates the output, patches the operands' addresses
@@ -158,14 +158,23 @@ void append(std::string& key, const at::Tensor& t) {
     append(key, (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16) == 0);
 }
 
+// Whether the last two dimensions of x are row-major / column-major (gemmgen.torch's _is_row
+// and _is_col).
+bool is_row(const at::Tensor& x) {
+    const int64_t rows = x.size(-2), cols = x.size(-1), s0 = x.stride(-2), s1 = x.stride(-1);
+    return (cols <= 1 || s1 == 1) && (rows <= 1 || s0 >= std::max<int64_t>(cols, 1));
+}
+
+bool is_col(const at::Tensor& x) {
+    const int64_t rows = x.size(-2), cols = x.size(-1), s0 = x.stride(-2), s1 = x.stride(-1);
+    return (rows <= 1 || s0 == 1) && (cols <= 1 || s1 >= std::max<int64_t>(rows, 1));
+}
+
 // The operand as the kernels read it: itself when row- or column-major, else a contiguous copy
 // (as gemmgen.torch's Python path does).
 at::Tensor row_or_col(const at::Tensor& x) {
     if (x.dim() != 2) return x;
-    const int64_t rows = x.size(0), cols = x.size(1), s0 = x.stride(0), s1 = x.stride(1);
-    const bool row = (cols <= 1 || s1 == 1) && (rows <= 1 || s0 >= std::max<int64_t>(cols, 1));
-    const bool col = (rows <= 1 || s0 == 1) && (cols <= 1 || s1 >= std::max<int64_t>(rows, 1));
-    return row || col ? x : x.contiguous();
+    return is_row(x) || is_col(x) ? x : x.contiguous();
 }
 
 class Table {
@@ -349,12 +358,66 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
     return out;
 }
 
+// gemmgen::grouped_mm(a, b, offs, out_dtype): operands 0 a, 1 b, 2 the output, 3 offs. The
+// operands are laid out as gemmgen.torch.grouped.prepare does (the token matrix row-major,
+// the K-grouped a column-major and b row-major, b's matrices either way), the output's shape
+// follows torch._grouped_mm's forms; the planner checks everything else.
+at::Tensor grouped_mm_cuda(const at::Tensor& a_in, const at::Tensor& b_in,
+                           const std::optional<at::Tensor>& offs_in,
+                           std::optional<at::ScalarType> out_dtype) {
+    const bool ranks = a_in.dim() >= 2 && a_in.dim() <= 3 && b_in.dim() >= 2 && b_in.dim() <= 3;
+    at::Tensor a = a_in, b = b_in;
+    if (ranks && a.dim() == 2 && b.dim() == 2) {
+        if (!is_col(a)) a = a.t().contiguous().t();
+        if (!is_row(b)) b = b.contiguous();
+    } else if (ranks) {
+        if (!is_row(a)) a = a.contiguous();
+        if (!is_row(b) && !is_col(b)) b = b.contiguous();
+    }
+    const at::Tensor offs = offs_in.has_value() ? offs_in->contiguous() : at::Tensor();
+    c10::DeviceGuard guard(a.device());
+    std::string key = "grouped_mm";
+    key.push_back('\0');
+    append(key, out_dtype.has_value() ? static_cast<int64_t>(*out_dtype) : -1);
+    append(key, a);
+    append(key, b);
+    append(key, offs);
+    std::vector<int64_t> shape{0};
+    if (ranks && a.dim() == 2 && b.dim() == 3) shape = {a.size(0), b.size(2)};
+    if (ranks && a.dim() == 3 && b.dim() == 3) shape = {a.size(0), a.size(1), b.size(2)};
+    if (ranks && a.dim() == 2 && b.dim() == 2 && offs.defined() && offs.dim() == 1)
+        shape = {offs.size(0), a.size(0), b.size(1)};
+    if (ranks && a.dim() == 3 && b.dim() == 2) shape = {a.size(1), b.size(1)};
+    at::Tensor out = at::empty(shape, a.options().dtype(out_dtype.value_or(a.scalar_type())));
+    std::optional<at::Tensor> offs_arg;
+    if (offs.defined()) offs_arg = offs;
+    auto recipe = recipe_for(key, [&] {
+        static auto plan = c10::Dispatcher::singleton()
+            .findSchemaOrThrow("gemmgen::_grouped_plan", "")
+            .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                              std::optional<at::ScalarType>, const at::Tensor&)>();
+        return plan.call(a, b, offs_arg, out_dtype, out);
+    });
+    if (recipe->reference) {
+        static auto reference = c10::Dispatcher::singleton()
+            .findSchemaOrThrow("gemmgen::_grouped_reference", "")
+            .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
+                              const std::optional<at::Tensor>&, std::optional<at::ScalarType>)>();
+        return reference.call(a_in, b_in, offs_in, out_dtype);
+    }
+    if (recipe->launches.empty()) return out;
+    const uint64_t ptrs[kMaxOperands] = {address(a), address(b), address(out), address(offs)};
+    run(*recipe, ptrs, current_stream(a.device()));
+    return out;
+}
+
 }  // namespace gemmgen_launcher
 
 TORCH_LIBRARY_IMPL(gemmgen, CUDA, m) {
     m.impl("gemm", &gemmgen_launcher::gemm_cuda);
     m.impl("linear", &gemmgen_launcher::linear_cuda);
     m.impl("scaled_mm", &gemmgen_launcher::scaled_mm_cuda);
+    m.impl("grouped_mm", &gemmgen_launcher::grouped_mm_cuda);
 }
 
 // For tests and tools: recipes held, and a way to drop them (torch.ops.gemmgen_launcher.*).

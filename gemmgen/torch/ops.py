@@ -43,6 +43,14 @@ _LIB.define(f"scaled_mm({_SCALED}) -> Tensor")  # implemented in gemmgen.torch.f
 _LIB.define(f"_scaled_mm_reference({_SCALED}) -> Tensor")
 _LIB.define("_scaled_mm_plan(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, "
             "ScalarType? out_dtype, bool use_fast_accum, Tensor out) -> Tensor")
+# gemmgen::grouped_mm (gemmgen.torch.grouped): defined here, before the compiled launcher
+# registers its CUDA kernels for both ops.
+_LIB.define("grouped_mm(Tensor a, Tensor b, Tensor? offs=None, ScalarType? out_dtype=None) "
+            "-> Tensor")
+_LIB.define("_grouped_plan(Tensor a, Tensor b, Tensor? offs, ScalarType? out_dtype, "
+            "Tensor out) -> Tensor")
+_LIB.define("_grouped_reference(Tensor a, Tensor b, Tensor? offs, ScalarType? out_dtype) "
+            "-> Tensor")
 _LIVE: list = []  # plans whose kernels and workspaces the launcher's recipes use
 _REFERENCE = torch.tensor(list(FORMAT_VERSION.to_bytes(4, "little") + b"\xff" * 4),
                           dtype=torch.uint8)
@@ -251,7 +259,7 @@ def _warn_once() -> None:
     if not _WARNED:
         _WARNED.append(True)
         warnings.warn(f"gemmgen.torch: the compiled launcher is not loaded "
-                      f"({launcher.why_not() or 'not tried'}); gemmgen::gemm launches from "
+                      f"({launcher.why_not() or 'not tried'}); gemmgen's ops launch from "
                       f"Python, at more host time per call", RuntimeWarning, stacklevel=3)
 
 

@@ -6,24 +6,29 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from ..heuristics.grouped import row_counts
 from ..heuristics.select import MATHS
 from ..model.config import EPILOGUES, INT32_MAX, LAYOUTS
 from ..model.dtypes import ELEM_BYTES, FP8_DTYPES
 from ..model.families import FAMILIES
-from ..model.presets import PRESETS
+from ..model.presets import GEMM_PRESETS, PRESETS
 
 DTYPES = tuple(d for d in ELEM_BYTES if d not in FP8_DTYPES)
-"""dtypes of the presets, dispatch and torch kinds (FP8 runs in the fp8 kind)."""
+"""dtypes of the presets, dispatch, torch and moe kinds (FP8 runs in the fp8 kind)."""
+GEMM_FAMILIES = tuple(name for name, f in FAMILIES.items() if f.problem == "gemm" and name != "fp8")
+"""Families whose presets the presets kind runs (the fp8 family's: the fp8 kind; the grouped
+family's: the moe kind)."""
 TORCH_MODES = ("eager", "graph", "host")
 KINDS = {"presets": ("cublas",), "dispatch": ("cublas", "none"), "torch": ("torch",),
-         "fp8": ("scaled_mm",)}
+         "fp8": ("scaled_mm",), "moe": ("grouped_mm",)}
 """Each kind (which runner) and the baselines it can compare against, its default first."""
-PLOTS = {"presets": "bars", "dispatch": "lines", "torch": "heatmap", "fp8": "bars"}
+PLOTS = {"presets": "bars", "dispatch": "lines", "torch": "heatmap", "fp8": "bars", "moe": "bars"}
 """The plot each kind draws unless the suite says otherwise (``plot = ...``)."""
 AXES = {"presets": ("preset", "family", "size"),
         "dispatch": ("dtype", "size", "model", "layer", "m", "layout", "epilogue", "math"),
         "torch": ("dtype", "size", "model", "layer", "m", "mode"),
-        "fp8": ("dtype", "size", "model", "layer", "m", "scaling", "accum", "preset")}
+        "fp8": ("dtype", "size", "model", "layer", "m", "scaling", "accum", "preset"),
+        "moe": ("dtype", "model", "layer", "m", "routing")}
 """The keys a ``[[problems]]`` table of each kind may hold."""
 SCALINGS = ("tensor", "row", "block")
 ACCUMS = ("fast", "promoted")
@@ -46,7 +51,9 @@ class Case:
     ``epilogue`` and ``math``; ``preset`` for the presets kind (and an fp8 preset for the fp8
     kind); ``mode`` for the torch kind (``kernel`` elsewhere); ``scaling`` and ``accum`` for
     the fp8 kind; ``model``, ``layer`` and ``tokens`` (the layer's M) for a model's linear
-    layer, ``aliases`` the other model.layer names with the very same problem."""
+    layer, ``aliases`` the other model.layer names with the very same problem; for the moe
+    kind ``groups`` (experts) and ``routing`` (the rows' distribution over them,
+    ``gemmgen.heuristics.grouped.row_counts``), M being the routed rows (tokens x top-k)."""
 
     dtype: str
     m: int
@@ -63,6 +70,8 @@ class Case:
     aliases: tuple[str, ...] = ()
     scaling: str = ""
     accum: str = ""
+    groups: int = 0
+    routing: str = ""
 
     @property
     def shape(self) -> str:
@@ -74,6 +83,7 @@ class Case:
         parts = [self.preset] if self.preset else []
         parts += [f"{self.model}.{self.layer}"] if self.model else []
         parts += [self.dtype, self.layout] + ([f"T={self.tokens}"] if self.model else [])
+        parts += [f"G={self.groups} {self.routing}"] if self.groups else []
         parts += [self.shape] + [x for x in (self.epilogue, self.math, self.scaling, self.accum)
                                  if x not in ("none", "native", "")]
         return " ".join(parts + ([self.mode] if self.mode != "kernel" else []))
@@ -81,7 +91,7 @@ class Case:
     def key(self) -> tuple:
         """The problem itself, without the names it goes by."""
         return (self.preset, self.dtype, self.m, self.n, self.k, self.layout, self.epilogue,
-                self.math, self.mode, self.scaling, self.accum)
+                self.math, self.mode, self.scaling, self.accum, self.groups, self.routing)
 
 
 def is_extent(x) -> bool:
@@ -115,7 +125,17 @@ _CHECKS = {
     "size": (lambda v: _size(v) is not None, "N, \"MxNxK\" or [M, N, K]"),
     "model": (lambda v: isinstance(v, str), "a model of [models]"),
     "layer": (lambda v: isinstance(v, str), "a layer name"),
+    "routing": (lambda v: isinstance(v, str) and _routing_ok(v),
+                "uniform, random, empty or skew<percent> (e.g. skew90)"),
 }
+
+
+def _routing_ok(name: str) -> bool:
+    try:
+        row_counts(name, 4, 2)
+    except ValueError:
+        return False
+    return True
 
 
 def _axis(suite, where: str, table: dict, axis: str, default, quick: bool) -> list:
@@ -146,7 +166,8 @@ def expand(suite, quick: bool = False) -> list[Case]:
     cases: dict[tuple, Case] = {}
     for i, table in enumerate(suite.problems):
         where = f"problems[{i}]."
-        make = {"presets": _presets_cases, "fp8": _fp8_cases}.get(suite.kind, _gemm_cases)
+        make = {"presets": _presets_cases, "fp8": _fp8_cases, "moe": _moe_cases}.get(
+            suite.kind, _gemm_cases)
         for case in make(suite, where, table, quick):
             old = cases.get(case.key())
             if old is None:
@@ -160,13 +181,14 @@ def expand(suite, quick: bool = False) -> list[Case]:
 def _presets_cases(suite, where: str, table: dict, quick: bool) -> list[Case]:
     names = _axis(suite, where, table, "preset", None if "family" in table else "*", quick)
     fams = _axis(suite, where, table, "family", None, quick)
-    gemm = [n for n, p in PRESETS.items() if p.config.family != "fp8"]  # fp8: the fp8 kind
-    chosen = gemm if "*" in names else [n for n in names if n]
-    chosen += [n for n, p in PRESETS.items() if p.config.family in fams and n not in chosen]
-    fp8 = [n for n in chosen if n not in gemm]
-    if fp8:
-        raise SuiteError(f"{suite.path}: {where}preset: {fp8[0]!r} is an fp8 preset: it runs in "
-                         f"a suite of kind \"fp8\" (beside torch._scaled_mm)")
+    chosen = list(GEMM_PRESETS) if "*" in names else [n for n in names if n]
+    chosen += [n for n in GEMM_PRESETS if PRESETS[n].config.family in fams and n not in chosen]
+    other = [n for n in chosen if n not in GEMM_PRESETS]
+    if other:
+        fam = PRESETS[other[0]].config.family
+        kind = "fp8\" (beside torch._scaled_mm)" if fam == "fp8" else "moe\""
+        raise SuiteError(f"{suite.path}: {where}preset: {other[0]!r} is a {fam} preset: it "
+                         f"runs in a suite of kind \"{kind}")
     if "size" not in table:
         raise SuiteError(f"{suite.path}: {where}size: required")
     out = []
@@ -272,6 +294,32 @@ def _fp8_cases(suite, where: str, table: dict, quick: bool) -> list[Case]:
         model, layer, tokens = names
         out.append(Case(dt, m, n, k, lay, preset=preset, model=model, layer=layer,
                         tokens=tokens, scaling=sc, accum=acc))
+    return out
+
+
+def _moe_cases(suite, where: str, table: dict, quick: bool) -> list[Case]:
+    """Cases of a moe table: each model's expert layers x token counts x routings; M is the
+    routed rows (tokens x the model's top_k), the groups its experts."""
+    for key in ("model", "m"):
+        if key not in table:
+            raise SuiteError(f"{suite.path}: {where}{key}: required for the moe kind")
+    out = []
+    for name in _axis(suite, where, table, "model", None, quick):
+        spec = suite.models.get(name)
+        if spec is None or not spec.get("experts") or not spec.get("top_k"):
+            raise SuiteError(f"{suite.path}: {where}model: {name!r} needs [models.{name}] with "
+                             f"experts and top_k")
+        wanted = _axis(suite, where, table, "layer", None, quick)
+        for layer, (n, k) in spec["layers"].items():
+            if wanted != [None] and layer not in wanted:
+                continue
+            for tokens, routing, dt in itertools.product(
+                    _axis(suite, where, table, "m", None, quick),
+                    _axis(suite, where, table, "routing", "uniform", quick),
+                    _axis(suite, where, table, "dtype", "bf16", quick)):
+                out.append(Case(dt, tokens * spec["top_k"], n, k, "rcr", model=name,
+                                layer=layer, tokens=tokens, groups=spec["experts"],
+                                routing=routing))
     return out
 
 

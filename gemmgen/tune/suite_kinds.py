@@ -18,7 +18,7 @@ from ..runtime.build import build_many
 from ..runtime.device import device_arch, device_cc
 from .bench import Problem, bench_cublas, bench_kernel, cublas_available, kernel_row
 from .suite_cases import Case
-from .suite_run import RunEnv, failed_row, problem_groups, suite_row, why
+from .suite_rows import RunEnv, failed_row, problem_groups, suite_row, why
 
 KernelFor = Callable[[Case], tuple]
 """case -> (Kernel or the exception that stopped it, swap, extra row fields)."""

@@ -1,7 +1,8 @@
 """Running a benchmark suite: the run's settings, the rows (measured or failed), grouping cases
 by problem, and the results document with its header (suite, GPU, CUDA, commit, date,
-baseline, timing method). The kinds' runners are in ``suite_kinds`` and ``suite_torch``;
-``suite_runs.run_cases`` calls them.
+baseline, timing method). The kinds' runners are in ``suite_kinds``, ``suite_torch``,
+``suite_fp8`` and ``suite_moe``; ``suite_runs.run_cases`` calls them, and the rows they
+make are built by ``suite_rows``.
 
 Every case becomes one row: a case that fails to build, launch or verify is recorded with
 ``passed`` false (and ``error`` saying why), never dropped. Only a run stopped by its time
@@ -9,14 +10,14 @@ limit leaves cases out; the header then says ``complete: false`` and how many.
 """
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
-from ..model.dtypes import stored_as
-from ..model.presets import PRESETS
 from .results import finish
 from .suite_cases import Case
+from .suite_rows import (RunEnv, case_fields, failed_row, out_dtype, problem_groups, suite_row,
+                         why)
+
+__all__ = ["BASELINES", "RunEnv", "case_fields", "document", "failed_row", "merge", "out_dtype",
+           "problem_groups", "row_id", "suite_row", "why"]
+"""The rows' helpers (``suite_rows``) are re-exported for the runners' callers."""
 
 BASELINES = {
     "cublas": ("cuBLAS", ("cuBLAS: cublasGemmEx through CuPy on the same buffers in the same "
@@ -24,6 +25,10 @@ BASELINES = {
                           "fp32, 3xTF32 rows included)")),
     "none": ("epilogue none", ("gemmgen.gemm's choice for the same problem with epilogue "
                                "'none', on the same buffers in the same run")),
+    "grouped_mm": ("torch._grouped_mm", (
+        "torch._grouped_mm(A, W.transpose(1, 2), offs) on the same tensors in the same run; "
+        "each row also has a loop of torch.matmul over the groups (loop_tflops, pct_loop), "
+        "the group bounds known on the host")),
     "torch": ("F.linear", ("torch.nn.functional.linear(x, W) (cuBLAS/cuBLASLt through "
                            "PyTorch) on the same tensors in the same run, in the same mode")),
     "scaled_mm": ("torch._scaled_mm", (
@@ -58,99 +63,17 @@ FP8_METHOD = (
     "device copy (read + write bytes) in the same run. rel_error and cublas_rel_error: ||D - "
     "ref|| / ||ref|| over up to 256 sampled rows (all when M <= 256) against float64 on the "
     "dequantized inputs; passed: rel_error <= gemmgen.tune.fp8_verify.fp8_tolerance")
+MOE_METHOD = (
+    "per call on PyTorch's current stream: CUDA events around each call after two warm-ups, "
+    "median and p20/p80 of 3 to 50 calls filling about {budget} s; A (routed rows x K) and the "
+    "experts' [G, N, K] weights standard-normal in bf16 on the GPU, passed as W.transpose(1, 2) "
+    "(K-contiguous B, as a model's forward does); the rows per group from the routing "
+    "(gemmgen.heuristics.grouped.row_counts: uniform, skew<p>); TFLOP/s = 2 x rows x N x K / "
+    "seconds. gemmgen.grouped_gemm as dispatched (one launch, offsets on the device)")
 ERROR_METHOD = ("rel_error: ||C - ref||_F / ||ref||_F against a float64 product of the same "
                 "(rounded) inputs, computed on the GPU, C poisoned with NaN first (for the "
                 "torch kind, the output block the caching allocator hands out is NaN-filled "
                 "first); passed: rel_error <= gemmgen.tune.verify.tolerance(K, dtypes)")
-
-
-@dataclass
-class RunEnv:
-    """What a runner needs besides its cases: the device (``device_info()``), the seed, the
-    seconds of timing per measurement, the arch to compile for (None: the device's), the
-    tuning database for gemm's choice (None: its default path), ``op`` (the torch kind's
-    ``gemmgen.torch.gemm``), ``progress(n)`` after each case, ``deadline``
-    (``time.monotonic()`` after which no new problem starts) and ``checkpoint(rows)``, called
-    at most every ``checkpoint_s`` seconds with the rows so far."""
-
-    info: dict
-    seed: int | None = None
-    budget_s: float = 0.1
-    arch: str | None = None
-    db: str | None = None
-    op: Callable | None = None
-    progress: Callable[[int], None] | None = None
-    deadline: float | None = None
-    checkpoint: Callable[[list], None] | None = None
-    checkpoint_s: float = 30.0
-    not_run: int = 0
-    _last: float = field(default_factory=time.monotonic)
-
-    def out_of_time(self) -> bool:
-        return self.deadline is not None and time.monotonic() > self.deadline
-
-    def done(self, rows: list, n: int = 1) -> None:
-        """``n`` cases done: progress, and a checkpoint when one is due."""
-        if self.progress:
-            self.progress(n)
-        if self.checkpoint and time.monotonic() - self._last > self.checkpoint_s:
-            self.checkpoint(rows)
-            self._last = time.monotonic()
-
-
-def case_fields(case: Case) -> dict:
-    """The row fields that say which case it is: its label (``case``, what --only matches)
-    and mode always; math unless native; model, layer, tokens and aliases for a model's
-    layer."""
-    out = {"case": case.label, "mode": case.mode}
-    if case.math != "native":
-        out["math"] = case.math
-    if case.scaling:
-        out.update(scaling=case.scaling, accum=case.accum)
-    if case.model:
-        out.update(model=case.model, layer=case.layer, tokens=case.tokens,
-                   aliases=list(case.aliases))
-    return out
-
-
-def suite_row(case: Case, row: dict, **extra) -> dict:
-    """A measured row (``bench.kernel_row``'s, or the torch kind's) with the case's fields
-    and ``extra`` (how, swap, path, ...); dtype is the case's (fp32 for 3xTF32 rows, whose
-    kernel's dtype is tf32)."""
-    return {**row, "dtype": case.dtype, **case_fields(case), **extra}
-
-
-def failed_row(case: Case, label: str, error: str) -> dict:
-    """The row of a case that could not be measured: no timings, ``passed`` false, ``error``
-    saying why (one line)."""
-    return {"kernel": label, "name": None, "dtype": case.dtype, "M": case.m, "N": case.n,
-            "K": case.k, "tflops": 0.0, "cublas_tflops": None, "pct_cublas": None,
-            "rel_error": None, "passed": False, "out": out_dtype(case), "layout": case.layout,
-            "epilogue": case.epilogue, "batch": None, "time_ms": None, "p20_ms": None,
-            "p80_ms": None, "error": error, **case_fields(case)}
-
-
-def why(exc: BaseException) -> str:
-    """One line for a failure recorded in a row."""
-    first = (str(exc).strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {first}"[:300]
-
-
-def out_dtype(case: Case) -> str:
-    """C's dtype: the preset's for the presets kind, else what gemm allocates (fp16 and bf16
-    keep theirs; tf32 and fp32 write fp32)."""
-    if case.preset:
-        return PRESETS[case.preset].config.out
-    return "bf16" if case.scaling else stored_as(case.dtype)
-
-
-def problem_groups(cases: list[Case]) -> dict[tuple, list[Case]]:
-    """Cases that share one set of buffers, in suite order: key (dtype, out, layout, M, N, K)
-    -> cases (presets of one dtype, epilogues, torch modes)."""
-    groups: dict[tuple, list[Case]] = {}
-    for c in cases:
-        groups.setdefault((c.dtype, out_dtype(c), c.layout, c.m, c.n, c.k), []).append(c)
-    return groups
 
 
 def document(suite, info: dict, rows: list, selection: dict, complete: bool = True,
@@ -159,7 +82,8 @@ def document(suite, info: dict, rows: list, selection: dict, complete: bool = Tr
     git_commit, date, baseline, method, selection, ...) and the rows. ``info`` is
     ``bench.device_info()``'s; ``selection`` the run's --only/--quick/--max-rows."""
     done = finish({**info, "rows": rows})
-    method = {"torch": TORCH_METHOD, "fp8": FP8_METHOD}.get(suite.kind, KERNEL_METHOD).format(
+    method = {"torch": TORCH_METHOD, "fp8": FP8_METHOD, "moe": MOE_METHOD}.get(
+        suite.kind, KERNEL_METHOD).format(
         budget=suite.budget_s)
     run = {k: done[k] for k in ("date", "git_commit")}
     return {"suite": suite.name, "suite_file": suite.suite_file,
@@ -177,7 +101,7 @@ def row_id(r: dict) -> tuple:
     """What makes a row one measurement of a suite (for merging partial runs)."""
     return (r["kernel"], r.get("dtype"), r["M"], r["N"], r["K"], r.get("layout"),
             r.get("epilogue"), r.get("mode"), r.get("math"), r.get("batch"), r.get("scaling"),
-            r.get("accum"))
+            r.get("accum"), r.get("groups"), r.get("routing"))
 
 
 def merge(old: dict, new: dict) -> dict:

@@ -17,7 +17,7 @@ from ..runtime.api import chosen_choice
 from ..runtime.device import device_arch, device_cc
 from .bench import L2_MULTIPLE, Timing, tflops
 from .suite_cases import Case
-from .suite_run import RunEnv, failed_row, problem_groups, suite_row, why
+from .suite_rows import RunEnv, failed_row, problem_groups, suite_row, why
 from .verify import tolerance
 
 LABEL = "gemmgen.torch.gemm"

@@ -161,7 +161,8 @@ def _unknown(table: dict, known, path: Path, where: str) -> None:
 
 
 def _models(models, path: Path) -> dict:
-    """{name: {"source": str, "layers": {layer: (N, K)}}} from the [models] tables."""
+    """{name: {"source": str, "layers": {layer: (N, K)}, "experts": int, "top_k": int}} from
+    the [models] tables (experts and top_k: a mixture-of-experts model, for the moe kind)."""
     if not isinstance(models, dict):
         raise SuiteError(f"{path}: models: expected tables [models.NAME] or a suite's name")
     out = {}
@@ -173,7 +174,10 @@ def _models(models, path: Path) -> dict:
         where = f"{path}: models.{name}"
         if not isinstance(spec, dict):
             raise SuiteError(f"{where}: expected a table with source and layers")
-        _unknown(spec, ("source", "layers"), path, f"models.{name}.")
+        _unknown(spec, ("source", "layers", "experts", "top_k"), path, f"models.{name}.")
+        for key in ("experts", "top_k"):
+            if key in spec and not is_extent(spec[key]):
+                raise SuiteError(f"{where}.{key}: {spec[key]!r} is not a positive integer")
         if not isinstance(spec.get("source"), str) or not isinstance(spec.get("layers"), dict) \
                 or not spec["layers"]:
             raise SuiteError(f"{where}: needs source (a string) and layers (a non-empty table)")
@@ -183,7 +187,8 @@ def _models(models, path: Path) -> dict:
                 raise SuiteError(f"{where}.layers.{layer}: {nk!r} is not [N, K] (out_features, "
                                  f"in_features)")
             layers[layer] = tuple(nk)
-        out[name] = {"source": spec["source"], "layers": layers}
+        out[name] = {"source": spec["source"], "layers": layers,
+                     **{key: spec[key] for key in ("experts", "top_k") if key in spec}}
     return out
 
 
