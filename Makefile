@@ -8,7 +8,7 @@ install:            ## install gemmgen (editable) with the test tools; PyTorch's
 	$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
 
 test:               ## tests that need no GPU (nvcc compiles run where nvcc is installed)
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q -n auto --dist loadfile
 
 test-gpu:           ## tests that need a GPU and PyCUDA
 	$(PYTHON) -m pytest -q -m gpu

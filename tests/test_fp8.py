@@ -116,8 +116,9 @@ def test_decode_shapes_split_k_to_fill_the_sms():
 
 
 def test_large_shapes_take_the_ladder_presets():
-    assert choose_fp8(4096, 4096, 4096, "tensor", True).config == FP8["fp8_tensor_fast"]
-    assert choose_fp8(8192, 8192, 8192, "row", True).config == FP8["fp8_row_fast"]
+    assert choose_fp8(4096, 4096, 4096, "tensor", True).config == FP8["fp8_tensor_cluster"]
+    row = choose_fp8(8192, 8192, 8192, "row", True).config
+    assert row == FP8["fp8_tensor_cluster"].replace(scaling="row")
     assert choose_fp8(4096, 7168, 16384, "block", False).config == FP8["fp8_block_prom2"]
     promoted = choose_fp8(4096, 4096, 4096, "row", False).config
     assert promoted.promote == 128 and promoted.scaling == "row" and promoted.bn == 128

@@ -101,7 +101,10 @@ def _check_kernel(kernel, args: Fp8Args) -> None:
     if (args.a_dtype, args.b_dtype, args.out) != (cfg.dtype, cfg.b_dtype, cfg.out):
         raise OperandError(f"this kernel takes A {cfg.dtype}, B {cfg.b_dtype}, D {cfg.out}; got "
                            f"A {args.a_dtype}, B {args.b_dtype}, D {args.out}")
-    if args.scaling not in COMPATIBLE[cfg.scaling]:
+    # A block kernel also computes scales whose B part is one value: per-tensor, or row-wise
+    # A with a scalar B (the block grids of a problem with one K block and N <= 128 are these).
+    one_b = cfg.scaling == "block" and args.scale_b.size == 1
+    if args.scaling not in COMPATIBLE[cfg.scaling] and not one_b:
         raise OperandError(f"scale_a and scale_b give {args.scaling} scaling; this kernel takes "
                            f"{cfg.scaling} scales")
     if cfg.epilogue.startswith("bias") != (args.bias is not None):

@@ -261,8 +261,10 @@ def quantize_reference(x: Tensor, block=(1, 128), dtype: torch.dtype = torch.flo
     else:
         amax = xf.abs().amax()
         full = amax
-    scale = amax.clamp_min(floor) / fmax
-    q = (xf / (full.clamp_min(floor) / fmax)).clamp(-fmax, fmax).to(dtype)
+    # Tensor / tensor: a CUDA tensor divided by a Python number is multiplied by its
+    # reciprocal (one ulp off the kernels' IEEE division).
+    scale = amax.clamp_min(floor) / torch.full_like(amax, fmax)
+    q = (xf / (full.clamp_min(floor) / torch.full_like(full, fmax))).clamp(-fmax, fmax).to(dtype)
     if group == "1x128":
         scale = scale.t().contiguous().t()
     return q, scale

@@ -20,13 +20,19 @@ from .suite_run import RunEnv, why
 
 
 def rank(configs: list, m: int, n: int, sms: int) -> list:
-    """``configs`` best first by the shape: fewest idle SMs in the last wave of work units,
-    then the most FLOP per byte of A and B moved (multicast counted once), deeper rings."""
+    """``configs`` best first by the shape: split-K last where the tiles alone fill the SMs
+    (its partial sums only cost there), then the busy share of the waves of work units times
+    the tile's FLOP per byte (multicast's saving in part), deeper rings."""
     def score(c):
         units = c.grid(m, n)[0] // c.cluster
         slots = sms // c.cluster
         idle = 1 - units / (math.ceil(units / slots) * slots)
-        return (round(idle, 2), -round(c.flops_per_byte["global"], 1), -c.stages)
+        needless_split = c.split_k > 1 and units // c.split_k >= slots
+        # busy share of the waves x the tile's FLOP per byte of shared memory, times the square
+        # root of the global traffic a cluster's multicast saves (it relieves L2, not the SM)
+        fpb = c.flops_per_byte
+        worth = (1 - idle) * fpb["shared"] * math.sqrt(fpb["global"])
+        return (needless_split, -round(worth), -c.stages)
     return sorted(configs, key=score)
 
 
@@ -41,7 +47,9 @@ def tune_fp8(m: int, n: int, k: int, dtype: str, scaling: str, fast: bool, db: t
                       if c != base]
     key = tunedb.key(env.info["gpu"], tune_dtype(dtype, "e4m3", scaling, fast), m, n, k, "rcr",
                      "fp8")
-    entry = db.entry(key, family="fp8")
+    entry = db.entry(key, family="fp8", gpu=env.info["gpu"],
+                     dtype=tune_dtype(dtype, "e4m3", scaling, fast), M=m, N=n, K=k,
+                     layout="rcr")
     done = db.measured(key)
     todo = [c for c in cands if c.name not in done][:max(0, max_configs - len(done))]
     compiled = compile_many(todo, env.arch or device_arch())
