@@ -18,6 +18,7 @@ if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0)
 import gemmgen  # noqa: E402
 import gemmgen.torch as gt  # noqa: E402
 from gemmgen import PRESETS, grouped_gemm  # noqa: E402
+from gemmgen.torch.grouped import reference as grouped_reference  # noqa: E402
 
 GROUPED = {n: p.config for n, p in PRESETS.items() if p.config.family == "grouped"}
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -78,7 +79,7 @@ def test_m_grouped_per_group_against_float64(preset, dist):
     got = grouped_gemm(a, b, offs, out, config=cfg)
     torch.cuda.synchronize()
     assert got is out
-    ref = gt.reference(a.double(), b.double(), offs)
+    ref = grouped_reference(a.double(), b.double(), offs)
     for g, (s, e) in enumerate(zip([0] + offsets(COUNTS[dist])[:-1], offsets(COUNTS[dist]))):
         _check(out[s:e], ref[s:e], 320, cfg.dtype, cfg.out, f"{preset} {dist} group {g}")
     _check(out[e:], ref[e:], 320, cfg.dtype, cfg.out, "rows past offs[-1] (zeros)")
@@ -88,7 +89,7 @@ def test_fp32_output_and_the_dispatchs_choice():
     a, b, offs = _m_operands(COUNTS["ragged"], 512, 256, "bf16", "c")
     out = grouped_gemm(a, b, offs, out_dtype="fp32")
     assert out.dtype == torch.float32 and out.shape == (a.shape[0], 512)
-    _check(out, gt.reference(a.double(), b.double(), offs), 256, "bf16", "fp32", "fp32 out")
+    _check(out, grouped_reference(a.double(), b.double(), offs), 256, "bf16", "fp32", "fp32 out")
     again = grouped_gemm(a, b, offs, out_dtype="fp32")  # the plan's fast path
     torch.cuda.synchronize()
     assert torch.equal(again, out)
@@ -123,7 +124,7 @@ def test_k_grouped_weight_gradient(dist, out_dtype):
     out = _nan((len(counts), m, n), DT[out_dtype])
     grouped_gemm(x.t(), dy, offs, out, out_dtype=out_dtype)
     torch.cuda.synchronize()
-    ref = gt.reference(x.t().double(), dy.double(), offs)
+    ref = grouped_reference(x.t().double(), dy.double(), offs)
     for g, c in enumerate(counts):
         _check(out[g], ref[g], max(c, 1), "bf16", out_dtype,
                f"wgrad {dist} group {g} ({c} rows)")
@@ -147,7 +148,7 @@ def test_cuda_graph_replays_follow_new_offsets():
         out.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        ref = gt.reference(a.double(), b.double(), offs)
+        ref = grouped_reference(a.double(), b.double(), offs)
         _check(out, ref, 256, "bf16", "bf16", f"replay with counts {counts}")
 
 
@@ -161,7 +162,7 @@ def test_op_forward_backward_and_graph():
     dy = torch.randn_like(y)
     y.backward(dy)
     xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
-    yd = gt.reference(xd, wd.transpose(1, 2), offs)
+    yd = grouped_reference(xd, wd.transpose(1, 2), offs)
     yd.backward(dy.double())
     _check(y.detach(), yd.detach(), 256, "bf16", "bf16", "op forward")
     _check(x.grad, xd.grad, 384, "bf16", "bf16", "dA (through the op)")
