@@ -30,9 +30,14 @@ def _shape(r) -> str:
     return f"{m}³" if m == n == k else f"{m}x{n}x{k}"
 
 
+FILTERS = ("dtype", "part", "scaling", "accum", "routing", "model", "mode", "layout")
+"""Row fields a region keeps rows by (``scaling=block,row``); ``shape=MxNxK,...`` too."""
+
+
 def _keep(r, o) -> bool:
     kernel = str(r.get("kernel", ""))
-    return (all(r.get(f) in o[f].split(",") for f in ("dtype", "part") if f in o)
+    return (all(str(r.get(f)) in o[f].split(",") for f in FILTERS if f in o)
+            and ("shape" not in o or f"{r['M']}x{r['N']}x{r['K']}" in o["shape"].split(","))
             and ("family" not in o or (r.get("config") or {}).get("family") == o["family"])
             and ("kernel~" not in o or any(s in kernel for s in o["kernel~"].split("|")))
             and ("presets" not in o or kernel in PRESETS))
