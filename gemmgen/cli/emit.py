@@ -16,7 +16,8 @@ import click
 from ..codegen.render import emit as emit_file, render
 from ..compile.nvcc import compile_source
 from ..model.arch import ARCHS, cc_of, fit_problem
-from ..model.config import ConfigError
+from ..model.config import EPILOGUES, ConfigError
+from ..model.epilogue import Epilogue, EpilogueError
 from ..model.families import FAMILIES
 from ..model.presets import PRESETS
 from ..model.registers import register_cap, registers_needed
@@ -128,10 +129,30 @@ def _report_invalid(err: ConfigError, values: dict) -> None:
             click.echo(f"  {flags:<28} -> {s.name}", err=True)
 
 
+class EpilogueParam(click.ParamType):
+    """``--epilogue``: one of today's names or an epilogue expression, parsed (never
+    evaluated) into its canonical spelling; a bad one is a usage error naming the token."""
+
+    name = "EXPR"
+
+    def convert(self, value, param, ctx):
+        try:
+            return Epilogue.parse(value).spelling
+        except EpilogueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+EPILOGUE_HELP = (f"fused epilogue: {', '.join(EPILOGUES)}, or an expression such as "
+                 "'silu(acc*row_scale*col_scale + bias) + R' (wgmma only)")
+
+
 def _field_options(func):
     """One click option per config field of any family."""
     for field, spec in reversed(FIELD_SPECS.items()):
-        if spec["type"] is bool:
+        if field == "epilogue":
+            func = click.option("--epilogue", field, default=None, type=EpilogueParam(),
+                                help=EPILOGUE_HELP)(func)
+        elif spec["type"] is bool:
             flag = f"{_flag_name(field)}/--no-{field.replace('_', '-')}"
             func = click.option(flag, field, default=None, help=_help(field))(func)
         elif spec["type"] is str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...arch import get_arch
-from ...config import EPILOGUES, LAYOUTS, WARP_SIZE, ConfigBase, div, tile_intensity
+from ...config import LAYOUTS, WARP_SIZE, ConfigBase, div, tile_intensity
 from ...dtypes import CTYPES, ELEM_BYTES
 from .rules import C_PAD_FLOATS, CHUNK_BYTES, MMA_RULES, MMA_SHAPES, PTX_TYPES
 
@@ -62,7 +62,7 @@ class MmaConfig(ConfigBase):
                    "vector": bool, "cp_async": bool, "acc_smem": bool, "frag_db": bool,
                    "ldmatrix": bool, "staged_c": bool}
     choices = {"dtype": ("fp16", "bf16", "tf32"), "acc": ("fp32",),
-               "out": ("fp32", "fp16", "bf16"), "layout": LAYOUTS, "epilogue": EPILOGUES}
+               "out": ("fp32", "fp16", "bf16"), "layout": LAYOUTS}
     optional = frozenset({"m", "n", "k"})
     fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype")
     search_domain = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...arch import get_arch
-from ...config import EPILOGUES, LAYOUTS, WARP_SIZE, ConfigBase, div as _div, tile_intensity
+from ...config import LAYOUTS, WARP_SIZE, ConfigBase, div as _div, tile_intensity
 from .rules import FLOAT_BYTES, LANES_M, LANES_N, SIMT_RULES, SMEM_ALIGN
 
 
@@ -73,7 +73,7 @@ class SimtConfig(ConfigBase):
     field_types = {"transpose_a": bool, "thread_order": str, "layout": str, "epilogue": str,
                    "store": str, "swizzle_a": bool, "frag_db": bool, "peel": bool,
                    "align": str}
-    choices = {"thread_order": ("n", "m"), "layout": LAYOUTS, "epilogue": EPILOGUES,
+    choices = {"thread_order": ("n", "m"), "layout": LAYOUTS,
                "store": ("direct", "smem"), "align": ("matrix", "row")}
     optional = frozenset({"wm", "wn", "m", "n", "k"})
     search_domain = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...arch import get_arch
-from ...config import EPILOGUES, LAYOUTS, WARP_SIZE, ConfigBase, div, tile_intensity
+from ...config import LAYOUTS, WARP_SIZE, ConfigBase, div, tile_intensity
 from ...dtypes import CTYPES, ELEM_BYTES
 from .rules import FRAG_CTYPES, LOAD_BYTES, SHAPES, WMMA_RULES
 
@@ -50,8 +50,7 @@ class WmmaConfig(ConfigBase):
     field_types = {"shape": str, "dtype": str, "acc": str, "out": str, "layout": str,
                    "epilogue": str}
     choices = {"shape": tuple(SHAPES), "dtype": ("fp16", "bf16", "tf32"),
-               "acc": ("fp32", "fp16"), "out": ("fp32", "fp16", "bf16"), "layout": LAYOUTS,
-               "epilogue": EPILOGUES}
+               "acc": ("fp32", "fp16"), "out": ("fp32", "fp16", "bf16"), "layout": LAYOUTS}
     optional = frozenset({"m", "n", "k"})
     fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype")
     search_domain = {
