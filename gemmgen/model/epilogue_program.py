@@ -62,4 +62,5 @@ def program(root: Node) -> Program:
                 out = emit(n.op, (out, a))
             return out
         return emit(n.op, (args[0],), n.attr("dtype") or "")
-    return Program(tuple(steps), value(root))
+    result = value(root)
+    return Program(tuple(steps), result)

@@ -137,7 +137,7 @@ class WgmmaEnv:
         pre = program(cut[0] if cut else epi.root)
         return {"tree": self.extended, "expr": epi.expr, "lines": epi.tree_lines(),
                 "pre": pre, "post": program(cut[1]) if cut else None,
-                "args": EPILOGUE_ARGS if self.env()["EPI_ARGS"] else (),
+                "args": EPILOGUE_ARGS if self.extended and self.env()["EPI_ARGS"] else (),
                 "alpha": bool(epi.count("alpha")), "amax": bool(epi.count("amax")),
                 "beta": bool(epi.count("beta_c"))}
 
