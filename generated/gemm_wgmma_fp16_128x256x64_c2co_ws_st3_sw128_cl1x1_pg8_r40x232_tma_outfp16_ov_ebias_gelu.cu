@@ -604,7 +604,7 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_outfp16_ov_eb
         }
     };
 
-// The tree up to the pre-activation, which is staged in C's dtype: elements (gm, gn) and (gm + dm, gn + dn) of batch entry b.
+    // The tree up to the pre-activation, which is staged in C's dtype: elements (gm, gn) and (gm + dm, gn + dn) of batch entry b.
     auto epi_pre = [&](float2 a, int b, int gm, int gn, int dm, int dn) -> float2 {
         const bool ok0 = gm < M && gn < N, ok1 = gm + dm < M && gn + dn < N;
         (void)ok0; (void)ok1; (void)b;
@@ -632,7 +632,7 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_outfp16_ov_eb
         }
     };
 
-// The rest of the tree, on the staged pre-activation z: elements (gm, gn) and (gm + dm, gn + dn) of batch entry b.
+    // The rest of the tree, on the staged pre-activation z: elements (gm, gn) and (gm + dm, gn + dn) of batch entry b.
     auto epi_post = [&](float2 z, int b, int gm, int gn, int dm, int dn) -> float2 {
         const bool ok0 = gm < M && gn < N, ok1 = gm + dm < M && gn + dn < N;
         (void)ok0; (void)ok1; (void)b;
@@ -714,7 +714,6 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_outfp16_ov_eb
         dtile = tile;
         drow0 = row0;
         dpass = 0;
-
     };
 
     if (wg == 0) {
