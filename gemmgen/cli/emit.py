@@ -18,6 +18,8 @@ from ..compile.nvcc import compile_source
 from ..model.arch import ARCHS, cc_of, fit_problem
 from ..model.config import EPILOGUES, ConfigError
 from ..model.epilogue import Epilogue, EpilogueError
+from ..model.epilogue_rules import EPILOGUE_RULES
+from ..model.families.wgmma.rules import WGMMA_FEATURE_RULES
 from ..model.families import FAMILIES
 from ..model.presets import PRESETS
 from ..model.registers import register_cap, registers_needed
@@ -276,7 +278,11 @@ def list_presets(names: bool, as_json: bool) -> None:
 @main.command()
 def rules() -> None:
     """Show the validation rules (each is also a static_assert in the emitted kernel)."""
-    for family, fam in FAMILIES.items():
-        click.echo(f"{family}:")
-        for rule in fam.config.rules:
+    tables = [(f"{family}:", fam.config.rules) for family, fam in FAMILIES.items()]
+    tables += [("epilogue trees (wgmma; other families: E00):", EPILOGUE_RULES),
+               ("wgmma features (dual, overlap; with a tree or either feature):",
+                WGMMA_FEATURE_RULES)]
+    for title, table in tables:
+        click.echo(title)
+        for rule in table:
             click.echo(f"  {rule.id}  {rule.name:<20} {rule.formula():<44} {rule.why}")
