@@ -60,6 +60,13 @@ def test_the_header_lists_the_tree_and_the_asserts_cover_the_feature_rules():
     assert "epilogue tree" not in plain and "EpilogueArgs" not in plain
 
 
+def test_the_header_line_rebuilds_the_config():
+    from gemmgen import config_from_source
+    for cfg in (BASE.replace(epilogue="R + silu(bias + col_scale*row_scale*acc)"),
+                BASE.replace(**DUAL), PRESETS["wgmma_overlap"].config):
+        assert config_from_source(render(cfg, ARCH)) == cfg
+
+
 def test_a_tree_without_device_arguments_keeps_the_parameter_list():
     src = render(BASE.replace(epilogue="silu(alpha*acc + bias)"), ARCH)
     assert "EpilogueArgs" not in src and "int batch)" in src

@@ -204,8 +204,11 @@ def compile_all(todo, cache, cache_path: Path, jobs: int, batch: int) -> None:
     """Compile ``todo`` (several kernels per translation unit, ``jobs`` nvcc processes) into
     ``cache`` and its file."""
     batches = []
-    for fam_arch in sorted({(c.family, arch_of(c)) for c in todo}):
-        group = [c for c in todo if (c.family, arch_of(c)) == fam_arch]
+    order = {f: i for i, f in enumerate(("mma", "wgmma", "simt", "wmma"))}
+    for fam_arch in sorted({(c.family, arch_of(c)) for c in todo}, key=lambda x: order[x[0]]):
+        # nearest the register cap first: a sweep cut short has compiled the risky ones
+        group = sorted((c for c in todo if (c.family, arch_of(c)) == fam_arch),
+                       key=lambda c: (register_cap(c) - registers_needed(c), c.name))
         batches += [group[i:i + batch] for i in range(0, len(group), batch)]
     start, done = time.time(), 0
     with ThreadPoolExecutor(max_workers=jobs) as pool, cache_path.open("a") as out:
