@@ -77,6 +77,9 @@ def test_a_tree_without_device_arguments_keeps_the_parameter_list():
 def test_a_tree_without_alpha_does_not_skip_the_main_loop_on_alpha_zero():
     assert "alpha == 0.f ? 0 :" not in render(BASE.replace(epilogue=TREES[0]), ARCH)
     assert "alpha == 0.f ? 0 :" in render(BASE.replace(epilogue=TREES[1]), ARCH)
+    split = dict(store="direct", split_k=3)  # the reduction sums the slices all the same
+    assert "if (alpha != 0.f) {" not in render(BASE.replace(epilogue=TREES[0], **split), ARCH)
+    assert "if (alpha != 0.f) {" in render(BASE.replace(epilogue=TREES[1], **split), ARCH)
 
 
 def _variants() -> list:
