@@ -203,13 +203,14 @@ def plan(configs, cache) -> tuple[list, dict]:
 def compile_all(todo, cache, cache_path: Path, jobs: int, batch: int) -> None:
     """Compile ``todo`` (several kernels per translation unit, ``jobs`` nvcc processes) into
     ``cache`` and its file."""
+    # Nearest the register cap first, over every family: a sweep cut short has compiled the
+    # riskiest kernels of each (one arch per translation unit).
+    ranked = sorted(todo, key=lambda c: (register_cap(c) - registers_needed(c), c.name))
     batches = []
-    order = {f: i for i, f in enumerate(("mma", "wgmma", "simt", "wmma"))}
-    for fam_arch in sorted({(c.family, arch_of(c)) for c in todo}, key=lambda x: order[x[0]]):
-        # nearest the register cap first: a sweep cut short has compiled the risky ones
-        group = sorted((c for c in todo if (c.family, arch_of(c)) == fam_arch),
-                       key=lambda c: (register_cap(c) - registers_needed(c), c.name))
+    for arch in sorted({arch_of(c) for c in todo}):
+        group = [c for c in ranked if arch_of(c) == arch]
         batches += [group[i:i + batch] for i in range(0, len(group), batch)]
+    batches.sort(key=lambda b: register_cap(b[0]) - registers_needed(b[0]))
     start, done = time.time(), 0
     with ThreadPoolExecutor(max_workers=jobs) as pool, cache_path.open("a") as out:
         futures = {pool.submit(compile_batch, b): len(b) for b in batches}
