@@ -16,9 +16,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # this checkout's gemmgen, not an installed one
 
-from gemmgen import PRESETS, BuildError  # noqa: E402
-from gemmgen.compile.cache import compile_many  # noqa: E402
-from gemmgen.compile.nvcc import nvcc_version, sass  # noqa: E402
+from gemmgen import PRESETS, BuildError
+from gemmgen.compile.cache import compile_many
+from gemmgen.compile.nvcc import nvcc_version, sass
 
 B = PRESETS["wgmma_tma_store"].config
 T1 = "silu(acc*row_scale*col_scale + bias) + R"

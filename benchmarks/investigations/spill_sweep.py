@@ -39,11 +39,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # this checkout's gemmgen, not an installed one
 
-from gemmgen.codegen.render import render  # noqa: E402
-from gemmgen.compile.nvcc import BuildError, compile_many, nvcc_version  # noqa: E402
-from gemmgen.model.config import EPILOGUES, LAYOUTS  # noqa: E402
-from gemmgen.model.families import FAMILIES  # noqa: E402
-from gemmgen.model.registers import register_cap, registers_needed, spill_risk  # noqa: E402
+from gemmgen.codegen.render import render
+from gemmgen.compile.nvcc import BuildError, compile_many, nvcc_version
+from gemmgen.model.config import EPILOGUES, LAYOUTS
+from gemmgen.model.families import FAMILIES
+from gemmgen.model.registers import register_cap, registers_needed, spill_risk
 
 WGMMA_TREE = ("cast(amax(aux(gelu_erf(alpha*acc*row_scale*col_scale + beta*C + row_bias + bias)) "
               "+ R(dtype='fp32')), e4m3)")
@@ -76,11 +76,11 @@ def wgmma_extras(cfg) -> list:
     out = []
     c_layouts = [cfg.layout[:2] + "r", cfg.layout[:2] + "c"]
     for layout in LAYOUTS:
-        changes = [dict(dual=True, epilogue=DUAL_TREE),
-                   dict(dual=True, bn=cfg.bn // 2, epilogue=DUAL_TREE)]
+        changes = [{"dual": True, "epilogue": DUAL_TREE},
+                   {"dual": True, "bn": cfg.bn // 2, "epilogue": DUAL_TREE}]
         if layout in c_layouts:
-            changes += [dict(epilogue=WGMMA_TREE), dict(overlap=True, epilogue="bias_gelu"),
-                        dict(overlap=True, epilogue=OVERLAP_TREE)]
+            changes += [{"epilogue": WGMMA_TREE}, {"overlap": True, "epilogue": "bias_gelu"},
+                        {"overlap": True, "epilogue": OVERLAP_TREE}]
         for change in changes:
             trial = cfg.replace(layout=layout, check=False, **change)
             if not trial.violations():
