@@ -19,8 +19,8 @@ from ..model.arch import ARCHS, cc_of, fit_problem
 from ..model.config import EPILOGUES, ConfigError
 from ..model.epilogue import Epilogue, EpilogueError
 from ..model.epilogue_rules import EPILOGUE_RULES
-from ..model.families.wgmma.rules import WGMMA_FEATURE_RULES
 from ..model.families import FAMILIES
+from ..model.families.wgmma.rules import WGMMA_FEATURE_RULES
 from ..model.presets import PRESETS
 from ..model.registers import register_cap, registers_needed
 from ..model.suggest import changed_fields

@@ -5,7 +5,12 @@ from dataclasses import dataclass
 
 from ...arch import get_arch
 from ...config import LAYOUTS, WARP_SIZE, ConfigBase, div as _div, tile_intensity
+from ...epilogue import Epilogue
 from .rules import FLOAT_BYTES, LANES_M, LANES_N, SIMT_RULES, SMEM_ALIGN
+
+DB_HEADROOM = {True: 6, False: 13}
+"""Registers the estimate adds for a double-buffered kernel held to 128, with a light epilogue
+(none, bias, relu) or another (``registers_needed``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,11 +316,31 @@ class SimtConfig(ConfigBase):
         exactly the cap). The issue-12 fields add what they keep live: a second set of
         fragments (frag_db), 4 registers of staging addresses (store smem) and 8 for the
         unchecked copy's own addresses (peel); these terms are not part of that calibration
-        (checked against ptxas on a dozen configs around the new presets)."""
+        (checked against ptxas on a dozen configs around the new presets).
+
+        The spill sweep (benchmarks/investigations/spill_sweep.py, CUDA 13, sm_90; results in
+        benchmarks/results/spill_sweep.json) found double-buffered kernels held to 128
+        registers (stages 2, min_blocks 2) spilling under this estimate in some layouts and
+        epilogues and not in others, by up to 5 registers with no epilogue, bias or ReLU and
+        up to 12 with the others: for them it adds DB_HEADROOM (6 or 13), so none the sweep
+        compiled is left in. The price is false alarms among them, the presets simt_cs and
+        simt_swizzle included (124 estimated, 128 of 128 registers used)."""
         frags = self.tm * self.wm_iter + self.tn * self.wn_iter
         loads = self.a_loads + self.b_loads
         live_k = 2 * frags * max(0, min(self.bk, 64) - 16) // 16
         rows_a = 0 if self.transpose_a else 4 * self.tm * self.wm_iter
+        light = Epilogue.parse(self.epilogue).spelling in ("none", "bias", "relu")
+        headroom = DB_HEADROOM[light] if self.stages == 2 and self.min_blocks >= 2 else 0
         return (self.acc_regs + frags * (1 + self.frag_db) + loads * (self.vec + 3) + live_k
                 + rows_a + 4 * self.layout.count("c") + 8 + 4 * (self.store == "smem")
-                + 8 * self.peel)
+                + 8 * self.peel + headroom)
+
+    def stack_risk(self) -> str | None:
+        """Why ptxas would likely give the kernel a stack frame whatever its registers, or
+        None: double-buffered fragments (frag_db) with one stage, a K tile of 32 or more and
+        one block per SM, where ptxas leaves the unrolled K loop rolled and indexes the
+        fragment buffers at run time (7 of the 8 such kernels of the spill sweep)."""
+        if self.frag_db and self.stages == 1 and self.bk >= 32 and self.min_blocks == 1:
+            return ("frag_db with one stage and BK >= 32: ptxas keeps the fragment buffers "
+                    "in local memory (a stack frame)")
+        return None
