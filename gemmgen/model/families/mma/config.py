@@ -272,7 +272,7 @@ class MmaConfig(ConfigBase):
     def registers_needed(self) -> int:
         """Registers per thread estimated before compiling: the accumulators, one K step of A
         and B fragments (4 per m16 and 2 per n8 tile), 2 per 16-byte copy of a stage, and 28
-        of addressing and loop state; then what ptxas keeps live across the unrolled K tile:
+        of addressing and loop state (29 for TF32); then what ptxas keeps live across the unrolled K tile:
         a TF32 operand read without ldmatrix (32-bit shared loads, an M- or N-major tile) holds
         its fragment words for every k step, and with 4 or more k steps each copy of an M- or
         N-major tile holds 2 more. Calibrated against ptxas (CUDA 13, sm_90) by the spill
@@ -289,4 +289,4 @@ class MmaConfig(ConfigBase):
         mn_loads = (self.loads("A") * (self.layout[0] == "c")
                     + self.loads("B") * (self.layout[1] == "r"))
         return (self.acc_regs + frag + 2 * (self.loads("A") + self.loads("B")) + 28
-                + words * steps + 2 * mn_loads * (steps >= 4))
+                + (self.dtype == "tf32") + words * steps + 2 * mn_loads * (steps >= 4))

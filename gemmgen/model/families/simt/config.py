@@ -8,9 +8,12 @@ from ...config import LAYOUTS, WARP_SIZE, ConfigBase, div as _div, tile_intensit
 from ...epilogue import Epilogue
 from .rules import FLOAT_BYTES, LANES_M, LANES_N, SIMT_RULES, SMEM_ALIGN
 
-DB_HEADROOM = {True: 6, False: 13}
-"""Registers the estimate adds for a double-buffered kernel held to 128, with a light epilogue
-(none, bias, relu) or another (``registers_needed``)."""
+HEADROOM = {(True, False, False): 6, (True, True, False): 15, (True, True, True): 24,
+            (False, True, True): 4}
+"""Registers the estimate adds, by (double-buffered and held to 128 registers: stages 2 and
+min_blocks >= 2; an epilogue other than none, bias or relu; frag_db): one more than the most
+any kernel of that kind spilled by in the spill sweep (``registers_needed``); 0 where none
+did."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,28 +322,31 @@ class SimtConfig(ConfigBase):
         (checked against ptxas on a dozen configs around the new presets).
 
         The spill sweep (benchmarks/investigations/spill_sweep.py, CUDA 13, sm_90; results in
-        benchmarks/results/spill_sweep.json) found double-buffered kernels held to 128
-        registers (stages 2, min_blocks 2) spilling under this estimate in some layouts and
-        epilogues and not in others, by up to 5 registers with no epilogue, bias or ReLU and
-        up to 12 with the others: for them it adds DB_HEADROOM (6 or 13), so none the sweep
-        compiled is left in. The price is false alarms among them, the presets simt_cs and
-        simt_swizzle included (124 estimated, 128 of 128 registers used)."""
+        benchmarks/results/spill_sweep.json) found kernels spilling under this estimate in
+        some layouts and epilogues and not in others: double-buffered ones held to 128
+        registers (stages 2, min_blocks 2), most with GELU or bias+ReLU, and frag_db ones
+        with them. HEADROOM adds, per kind, one register more than the most any of them
+        spilled by, so none the sweep compiled is left in; the price is false alarms near
+        the cap, the presets simt_cs and simt_swizzle among them (124 estimated, 128 of 128
+        registers used)."""
         frags = self.tm * self.wm_iter + self.tn * self.wn_iter
         loads = self.a_loads + self.b_loads
         live_k = 2 * frags * max(0, min(self.bk, 64) - 16) // 16
         rows_a = 0 if self.transpose_a else 4 * self.tm * self.wm_iter
-        light = Epilogue.parse(self.epilogue).spelling in ("none", "bias", "relu")
-        headroom = DB_HEADROOM[light] if self.stages == 2 and self.min_blocks >= 2 else 0
+        heavy = Epilogue.parse(self.epilogue).spelling not in ("none", "bias", "relu")
+        kind = (self.stages == 2 and self.min_blocks >= 2, heavy, self.frag_db)
+        headroom = HEADROOM.get(kind, 0)
         return (self.acc_regs + frags * (1 + self.frag_db) + loads * (self.vec + 3) + live_k
                 + rows_a + 4 * self.layout.count("c") + 8 + 4 * (self.store == "smem")
                 + 8 * self.peel + headroom)
 
     def stack_risk(self) -> str | None:
         """Why ptxas would likely give the kernel a stack frame whatever its registers, or
-        None: double-buffered fragments (frag_db) with one stage, a K tile of 32 or more and
-        one block per SM, where ptxas leaves the unrolled K loop rolled and indexes the
-        fragment buffers at run time (7 of the 8 such kernels of the spill sweep)."""
-        if self.frag_db and self.stages == 1 and self.bk >= 32 and self.min_blocks == 1:
-            return ("frag_db with one stage and BK >= 32: ptxas keeps the fragment buffers "
-                    "in local memory (a stack frame)")
+        None: double-buffered fragments (frag_db) with a K tile of 32 or more, whose
+        unrolled K loop ptxas may leave rolled, indexing the fragment buffers at run time
+        (local memory: 18 of the 56 such kernels of the spill sweep, several with no spill
+        at all)."""
+        if self.frag_db and self.bk >= 32:
+            return ("frag_db with BK >= 32: ptxas may keep the fragment buffers in local "
+                    "memory (a stack frame)")
         return None
