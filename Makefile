@@ -1,7 +1,7 @@
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 
-.PHONY: install test test-gpu generate clean
+.PHONY: install test test-gpu bench generate docs docs-tables clean
 
 install:            ## install gemmgen (editable) with the test tools; PyTorch's CPU build if no torch
 	$(PIP) install -q -e '.[dev]'
@@ -13,10 +13,21 @@ test:               ## tests that need no GPU (nvcc compiles run where nvcc is i
 test-gpu:           ## tests that need a GPU and PyCUDA
 	$(PYTHON) -m pytest -q -m gpu
 
+bench:              ## run a benchmark suite on the GPU: make bench SUITE=ladder [ARGS="--quick"]
+	@test -n "$(SUITE)" || { echo "usage: make bench SUITE=name (one of: $$(ls benchmarks/suites | sed -n 's/\.toml$$//p' | tr '\n' ' '))"; exit 2; }
+	$(PYTHON) benchmarks/run.py $(SUITE) $(ARGS)
+
 generate:           ## refresh generated/ from the presets
 	rm -f generated/*.cu
 	for p in $$($(PYTHON) -m gemmgen list --names); do $(PYTHON) -m gemmgen emit --preset $$p >/dev/null || exit 1; done
 	ls generated
 
+docs:               ## build the docs site (docs/ -> site/) with warnings as errors
+	$(PIP) install -q -e '.[docs]'
+	$(PYTHON) -m mkdocs build --strict
+
+docs-tables:        ## regenerate the tables in README.md and docs/ from benchmarks/results
+	$(PYTHON) -m gemmgen.tune.tables
+
 clean:
-	rm -rf build dist *.egg-info .pytest_cache .hypothesis
+	rm -rf build dist *.egg-info .pytest_cache .hypothesis site

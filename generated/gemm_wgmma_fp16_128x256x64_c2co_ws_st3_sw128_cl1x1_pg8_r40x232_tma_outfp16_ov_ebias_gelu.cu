@@ -25,6 +25,7 @@
 //   regs_consumer  = 232
 //   store          = tma
 //   split_k        = 1
+//   split_inline   = False
 //   math           = native
 //   flush          = 1
 //   layout         = rrr
@@ -48,7 +49,7 @@
 //   blocks_per_sm_sm_90        = 1
 // launch: grid = (min(tiles, SMs / 1 * 1), 1, 1) over tiles = ceil(M/128) * ceil(N/256) * 1 * batch, block = (384, 1, 1); tensor maps of A, B and C are the first three parameters, dynamic shared memory 214064 bytes (passed at launch)
 //
-// gemmgen-config: {"family": "wgmma", "bm": 128, "bn": 256, "bk": 64, "dtype": "fp16", "out": "fp16", "consumers": 2, "pingpong": false, "producer": true, "stages": 3, "swizzle": 128, "cluster_m": 1, "cluster_n": 1, "persistent": true, "raster": "grouped", "group": 8, "regs_producer": 40, "regs_consumer": 232, "store": "tma", "split_k": 1, "math": "native", "flush": 1, "layout": "rrr", "epilogue": "bias_gelu", "m": null, "n": null, "k": null, "overlap": true}
+// gemmgen-config: {"family": "wgmma", "bm": 128, "bn": 256, "bk": 64, "dtype": "fp16", "out": "fp16", "consumers": 2, "pingpong": false, "producer": true, "stages": 3, "swizzle": 128, "cluster_m": 1, "cluster_n": 1, "persistent": true, "raster": "grouped", "group": 8, "regs_producer": 40, "regs_consumer": 232, "store": "tma", "split_k": 1, "split_inline": false, "math": "native", "flush": 1, "layout": "rrr", "epilogue": "bias_gelu", "m": null, "n": null, "k": null, "overlap": true}
 //
 // epilogue tree (gemmgen.model.epilogue): gelu(alpha*acc + beta*C + bias)
 //   gelu
@@ -110,6 +111,7 @@ namespace gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_out
 [[maybe_unused]] constexpr int A_MN_MAJOR = 0;
 [[maybe_unused]] constexpr int B_MN_MAJOR = 1;
 [[maybe_unused]] constexpr int SPLIT_K = 1;
+[[maybe_unused]] constexpr int SPLIT_INLINE = 0;
 [[maybe_unused]] constexpr int MATH_3XTF32 = 0;
 [[maybe_unused]] constexpr int FLUSH = 1;
 [[maybe_unused]] constexpr int FLUSH_TILES = 3;
@@ -176,6 +178,7 @@ namespace gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_out
 [[maybe_unused]] constexpr int C_SMEM_OFFSET = 147456;
 [[maybe_unused]] constexpr int BAR_OFFSET = 212992;
 [[maybe_unused]] constexpr int ALIGN_SLACK = 1024;
+[[maybe_unused]] constexpr int SPLIT_FLAG_OFFSET = 213040;
 [[maybe_unused]] constexpr int A_BOX_BYTES = 16384;
 [[maybe_unused]] constexpr int B_BOX_BYTES = 8192;
 [[maybe_unused]] constexpr int DESC_SBO = 1024;
@@ -233,6 +236,9 @@ static_assert(!(STORE_TMA == 1) || (C_BOX_ROWS <= 256), "H34 c-box: C_BOX_ROWS <
 static_assert((SPLIT_K == 1 || SPLIT_K == 2 || SPLIT_K == 3 || SPLIT_K == 4 || SPLIT_K == 5 || SPLIT_K == 6 || SPLIT_K == 7 || SPLIT_K == 8 || SPLIT_K == 9 || SPLIT_K == 10 || SPLIT_K == 11 || SPLIT_K == 12 || SPLIT_K == 13 || SPLIT_K == 14 || SPLIT_K == 15 || SPLIT_K == 16), "H35 split-k-range: SPLIT_K in {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}");
 static_assert(!(SPLIT_K >= 2) || (STORE_TMA == 0), "H36 split-k-direct: STORE_TMA == 0 when SPLIT_K >= 2");
 static_assert(!(MATH_3XTF32 == 1) || (DTYPE_TF32 == 1), "H37 3xtf32-dtype: DTYPE_TF32 == 1 when MATH_3XTF32 == 1");
+static_assert(!(SPLIT_INLINE == 1) || (SPLIT_K >= 2), "H39 split-inline-slices: SPLIT_K >= 2 when SPLIT_INLINE == 1");
+static_assert(!(SPLIT_INLINE == 1) || (CLUSTER == 1), "H40 split-inline-cluster: CLUSTER == 1 when SPLIT_INLINE == 1");
+static_assert(!(SPLIT_INLINE == 1) || (PINGPONG == 0), "H41 split-inline-cooperative: PINGPONG == 0 when SPLIT_INLINE == 1");
 static_assert((FLUSH == 1 || FLUSH == 2 || FLUSH == 4 || FLUSH == 8), "H38 flush-range: FLUSH in {1, 2, 4, 8}");
 static_assert(!(DUAL == 0) || (EPI_ACC >= 1), "E01 reads-accumulator: EPI_ACC >= 1 when DUAL == 0");
 static_assert((EPI_GATE == EPI_UP), "E02 dual-leaves-only: EPI_GATE == EPI_UP");
@@ -245,15 +251,16 @@ static_assert(!(EPI_R >= 1) || (EPI_R_BYTES == 2 || EPI_R_BYTES == 4), "E08 resi
 static_assert((EPI_AUX <= 1), "E09 aux-once: EPI_AUX <= 1");
 static_assert((EPI_AMAX <= 1), "E10 amax-once: EPI_AMAX <= 1");
 static_assert(!(EPI_AMAX >= 1) || (EPI_AMAX_TARGET == 1), "E11 amax-target: EPI_AMAX_TARGET == 1 when EPI_AMAX >= 1");
-static_assert(!(DUAL == 1) || (B_MN_MAJOR == 0), "H39 dual-k-major-b: B_MN_MAJOR == 0 when DUAL == 1");
-static_assert(!(DUAL == 1) || (SPLIT_K == 1), "H40 dual-split-k: SPLIT_K == 1 when DUAL == 1");
-static_assert(!(DUAL == 1) || (MATH_3XTF32 == 0), "H41 dual-native: MATH_3XTF32 == 0 when DUAL == 1");
-static_assert(!(OVERLAP == 1) || (PERSISTENT == 1), "H42 overlap-persistent: PERSISTENT == 1 when OVERLAP == 1");
-static_assert(!(OVERLAP == 1) || (STORE_TMA == 1), "H43 overlap-tma-store: STORE_TMA == 1 when OVERLAP == 1");
-static_assert(!(OVERLAP == 1) || (OUT_16BIT == 1), "H44 overlap-16bit: OUT_16BIT == 1 when OVERLAP == 1");
-static_assert(!(OVERLAP == 1) || (PINGPONG == 0), "H45 overlap-cooperative: PINGPONG == 0 when OVERLAP == 1");
-static_assert(!(OVERLAP == 1) || (EPI_DEFERRABLE == 1), "H46 overlap-deferrable: EPI_DEFERRABLE == 1 when OVERLAP == 1");
-static_assert(!(OVERLAP == 1) || ((WARPGROUP*DEFER_UNITS) == 0 || (DEFER_UNITS_TOTAL) % (WARPGROUP*DEFER_UNITS) == 0), "H47 overlap-passes: DEFER_UNITS_TOTAL % (WARPGROUP*DEFER_UNITS) == 0 when OVERLAP == 1");
+static_assert(!(DUAL == 1) || (B_MN_MAJOR == 0), "H42 dual-k-major-b: B_MN_MAJOR == 0 when DUAL == 1");
+static_assert(!(DUAL == 1) || (SPLIT_K == 1), "H43 dual-split-k: SPLIT_K == 1 when DUAL == 1");
+static_assert(!(DUAL == 1) || (MATH_3XTF32 == 0), "H44 dual-native: MATH_3XTF32 == 0 when DUAL == 1");
+static_assert(!(OVERLAP == 1) || (PERSISTENT == 1), "H45 overlap-persistent: PERSISTENT == 1 when OVERLAP == 1");
+static_assert(!(OVERLAP == 1) || (STORE_TMA == 1), "H46 overlap-tma-store: STORE_TMA == 1 when OVERLAP == 1");
+static_assert(!(OVERLAP == 1) || (OUT_16BIT == 1), "H47 overlap-16bit: OUT_16BIT == 1 when OVERLAP == 1");
+static_assert(!(OVERLAP == 1) || (PINGPONG == 0), "H48 overlap-cooperative: PINGPONG == 0 when OVERLAP == 1");
+static_assert(!(OVERLAP == 1) || (EPI_DEFERRABLE == 1), "H49 overlap-deferrable: EPI_DEFERRABLE == 1 when OVERLAP == 1");
+static_assert(!(OVERLAP == 1) || ((WARPGROUP*DEFER_UNITS) == 0 || (DEFER_UNITS_TOTAL) % (WARPGROUP*DEFER_UNITS) == 0), "H50 overlap-passes: DEFER_UNITS_TOTAL % (WARPGROUP*DEFER_UNITS) == 0 when OVERLAP == 1");
+static_assert((SPLIT_INLINE == 0), "H51 tree-split-inline: SPLIT_INLINE == 0");
 
 
 using in_t = half;    // A and B

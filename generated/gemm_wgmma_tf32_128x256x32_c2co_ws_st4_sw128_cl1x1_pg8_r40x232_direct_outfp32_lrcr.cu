@@ -25,6 +25,7 @@
 //   regs_consumer  = 232
 //   store          = direct
 //   split_k        = 1
+//   split_inline   = False
 //   math           = native
 //   flush          = 1
 //   layout         = rcr
@@ -47,7 +48,7 @@
 //   blocks_per_sm_sm_90        = 1
 // launch: grid = (min(tiles, SMs / 1 * 1), 1, 1) over tiles = ceil(M/128) * ceil(N/256) * 1 * batch, block = (384, 1, 1); tensor maps of A, B and C are the first three parameters, dynamic shared memory 197696 bytes (passed at launch)
 //
-// gemmgen-config: {"family": "wgmma", "bm": 128, "bn": 256, "bk": 32, "dtype": "tf32", "out": "fp32", "consumers": 2, "pingpong": false, "producer": true, "stages": 4, "swizzle": 128, "cluster_m": 1, "cluster_n": 1, "persistent": true, "raster": "grouped", "group": 8, "regs_producer": 40, "regs_consumer": 232, "store": "direct", "split_k": 1, "math": "native", "flush": 1, "layout": "rcr", "epilogue": "none", "m": null, "n": null, "k": null}
+// gemmgen-config: {"family": "wgmma", "bm": 128, "bn": 256, "bk": 32, "dtype": "tf32", "out": "fp32", "consumers": 2, "pingpong": false, "producer": true, "stages": 4, "swizzle": 128, "cluster_m": 1, "cluster_n": 1, "persistent": true, "raster": "grouped", "group": 8, "regs_producer": 40, "regs_consumer": 232, "store": "direct", "split_k": 1, "split_inline": false, "math": "native", "flush": 1, "layout": "rcr", "epilogue": "none", "m": null, "n": null, "k": null}
 //
 // Roles: warpgroup 0 is the producer (one thread issues every TMA load);
 // warpgroups 1..2 are consumers (they split each tile's rows (cooperative)).
@@ -97,6 +98,7 @@ namespace gemm_wgmma_tf32_128x256x32_c2co_ws_st4_sw128_cl1x1_pg8_r40x232_direct_
 [[maybe_unused]] constexpr int A_MN_MAJOR = 0;
 [[maybe_unused]] constexpr int B_MN_MAJOR = 0;
 [[maybe_unused]] constexpr int SPLIT_K = 1;
+[[maybe_unused]] constexpr int SPLIT_INLINE = 0;
 [[maybe_unused]] constexpr int MATH_3XTF32 = 0;
 [[maybe_unused]] constexpr int FLUSH = 1;
 [[maybe_unused]] constexpr int FLUSH_TILES = 3;
@@ -145,6 +147,7 @@ namespace gemm_wgmma_tf32_128x256x32_c2co_ws_st4_sw128_cl1x1_pg8_r40x232_direct_
 [[maybe_unused]] constexpr int C_SMEM_OFFSET = 196608;
 [[maybe_unused]] constexpr int BAR_OFFSET = 196608;
 [[maybe_unused]] constexpr int ALIGN_SLACK = 1024;
+[[maybe_unused]] constexpr int SPLIT_FLAG_OFFSET = 196672;
 [[maybe_unused]] constexpr int A_BOX_BYTES = 16384;
 [[maybe_unused]] constexpr int B_BOX_BYTES = 32768;
 [[maybe_unused]] constexpr int DESC_SBO = 1024;
@@ -199,6 +202,9 @@ static_assert(!(STORE_TMA == 1) || (C_BOX_ROWS <= 256), "H34 c-box: C_BOX_ROWS <
 static_assert((SPLIT_K == 1 || SPLIT_K == 2 || SPLIT_K == 3 || SPLIT_K == 4 || SPLIT_K == 5 || SPLIT_K == 6 || SPLIT_K == 7 || SPLIT_K == 8 || SPLIT_K == 9 || SPLIT_K == 10 || SPLIT_K == 11 || SPLIT_K == 12 || SPLIT_K == 13 || SPLIT_K == 14 || SPLIT_K == 15 || SPLIT_K == 16), "H35 split-k-range: SPLIT_K in {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}");
 static_assert(!(SPLIT_K >= 2) || (STORE_TMA == 0), "H36 split-k-direct: STORE_TMA == 0 when SPLIT_K >= 2");
 static_assert(!(MATH_3XTF32 == 1) || (DTYPE_TF32 == 1), "H37 3xtf32-dtype: DTYPE_TF32 == 1 when MATH_3XTF32 == 1");
+static_assert(!(SPLIT_INLINE == 1) || (SPLIT_K >= 2), "H39 split-inline-slices: SPLIT_K >= 2 when SPLIT_INLINE == 1");
+static_assert(!(SPLIT_INLINE == 1) || (CLUSTER == 1), "H40 split-inline-cluster: CLUSTER == 1 when SPLIT_INLINE == 1");
+static_assert(!(SPLIT_INLINE == 1) || (PINGPONG == 0), "H41 split-inline-cooperative: PINGPONG == 0 when SPLIT_INLINE == 1");
 static_assert((FLUSH == 1 || FLUSH == 2 || FLUSH == 4 || FLUSH == 8), "H38 flush-range: FLUSH in {1, 2, 4, 8}");
 
 

@@ -1,12 +1,15 @@
 """For every rule of every family: a config that breaks that rule and no other (a preset plus
 overrides)."""
+from gemmgen.model.families.fp8 import Fp8Config
+from gemmgen.model.families.grouped import GroupedConfig
 from gemmgen.model.families.mma import MmaConfig
 from gemmgen.model.families.simt import SimtConfig
 from gemmgen.model.families.wgmma import WgmmaConfig
 from gemmgen.model.families.wmma import WmmaConfig
 from gemmgen.model.presets import PRESETS
 
-FAMILIES = {"simt": SimtConfig, "wmma": WmmaConfig, "wgmma": WgmmaConfig, "mma": MmaConfig}
+FAMILIES = {"simt": SimtConfig, "wmma": WmmaConfig, "wgmma": WgmmaConfig, "mma": MmaConfig,
+            "fp8": Fp8Config, "grouped": GroupedConfig}
 ALL_RULES = [(family, rule) for family, cls in FAMILIES.items() for rule in cls.rules]
 
 SIMT_BREAKERS = {
@@ -100,6 +103,12 @@ WGMMA_BREAKERS = {
     "wgmma-n-range": ("wgmma_persistent", {"bn": 320}),
     "wgmma-n-positive": ("wgmma_persistent", {"bn": 0}),
     "swizzle-mode": ("wgmma_tma", {"swizzle": 256, "bk": 128}),
+    "split-inline-slices": ("wgmma_persistent", {"split_inline": True}),
+    "split-inline-cluster": ("wgmma_cluster", {"split_inline": True, "split_k": 2,
+                                               "store": "direct"}),
+    "split-inline-cooperative": ("wgmma_persistent", {"split_inline": True, "split_k": 2,
+                                                      "pingpong": True, "bn": 128,
+                                                      "store": "direct"}),
     "bk-swizzle": ("wgmma_tma", {"bk": 32}),
     "stages-range": ("wgmma_tma", {"stages": 0}),
     "smem-limit": ("wgmma_tma_store", {"stages": 5}),
@@ -167,8 +176,71 @@ MMA_BREAKERS = {
     "staged-c-registers": ("mma_reg", {"acc_smem": True, "staged_c": True}),
     "group-m-positive": ("mma_fp16", {"group_m": 0}),
 }
+FP8_BREAKERS = {
+    "bm-warpgroup-rows": ("fp8_block_decode", {"bm": 0}),
+    "bm-per-consumer": ("fp8_block", {"bm": 192, "stages": 4}),
+    "wgmma-n-multiple": ("fp8_block", {"bn": 100}),
+    "wgmma-n-range": ("fp8_tensor_fast", {"bn": 264}),
+    "wgmma-n-positive": ("fp8_tensor_fast", {"bn": 0}),
+    "bk-swizzle": ("fp8_block", {"bk": 64}),
+    "stages-range": ("fp8_block", {"stages": 1}),
+    "smem-limit": ("fp8_block_prom2", {"stages": 8}),
+    "consumers-range": ("fp8_grad_e5m2", {"consumers": 3, "bm": 192, "regs_consumer": 144,
+                                          "stages": 4}),
+    "acc-registers": ("fp8_tensor_fast", {"promote": 128}),
+    "setmaxnreg-producer-count": ("fp8_block", {"regs_producer": 44}),
+    "setmaxnreg-consumer-count": ("fp8_block", {"regs_consumer": 228}),
+    "setmaxnreg-pool": ("fp8_block", {"regs_consumer": 240}),
+    "setmaxnreg-dec": ("fp8_tensor_fast", {"regs_producer": 176, "regs_consumer": 168}),
+    "setmaxnreg-inc": ("fp8_grad_e5m2", {"regs_producer": 168, "regs_consumer": 160}),
+    "k-major-only": ("fp8_block", {"layout": "rrr"}),
+    "promote-interval": ("fp8_tensor_promoted", {"promote": 100, "partials": 1}),
+    "fast-needs-tensor-or-row": ("fp8_block", {"promote": 0}),
+    "block-promote-128": ("fp8_block", {"promote": 256}),
+    "block-b-scale-span": ("fp8_block", {"bn": 136, "stages": 6}),
+    "partials-range": ("fp8_block", {"partials": 3, "bn": 64}),
+    "partials-need-promotion": ("fp8_tensor_fast", {"partials": 2}),
+    "partials-per-block": ("fp8_tensor_promoted", {"promote": 256}),
+    "split-k-range": ("fp8_block", {"split_k": 17}),
+    "cluster-size": ("fp8_block", {"cluster_m": 2, "cluster_n": 2}),
+    "b-multicast-split": ("fp8_block", {"bn": 120, "cluster_m": 2}),
+    "group-positive": ("fp8_block", {"group": 0}),
+    "c-store-chunks": ("fp8_tensor_tma_store", {"bn": 96}),
+    "a-box": ("fp8_grad_e5m2", {"bm": 320, "bn": 16, "consumers": 1, "regs_consumer": 240,
+                                "stages": 4}),
+    "c-box": ("fp8_tensor_tma_store", {"bm": 320, "bn": 64, "consumers": 1,
+                                       "regs_consumer": 240, "cluster_n": 2}),
+}
+GROUPED_BREAKERS = {
+    "consumers-range": ("grouped_bf16", {"consumers": 3, "bm": 192, "bn": 128,
+                                         "regs_producer": 0, "regs_consumer": 0}),
+    "bm-warpgroup-rows": ("grouped_bf16", {"bm": 0}),
+    "bm-per-consumer": ("grouped_bf16", {"bm": 192, "bn": 128}),
+    "wgmma-n-range": ("grouped_bf16", {"bn": 320, "stages": 2}),
+    "wgmma-n-positive": ("grouped_bf16", {"bn": 0}),
+    "bk-row": ("grouped_bf16", {"bk": 32}),
+    "stages-range": ("grouped_bf16", {"stages": 0}),
+    "smem-limit": ("grouped_bf16", {"stages": 5}),
+    "acc-registers": ("grouped_bf16", {"bm": 256, "stages": 1}),
+    "setmaxnreg-producer-count": ("grouped_bf16", {"regs_producer": 36}),
+    "setmaxnreg-consumer-count": ("grouped_bf16", {"regs_consumer": 236}),
+    "setmaxnreg-pool": ("grouped_bf16", {"regs_consumer": 240}),
+    "setmaxnreg-dec": ("grouped_small", {"regs_producer": 256, "regs_consumer": 256}),
+    "setmaxnreg-inc": ("grouped_bf16", {"regs_consumer": 160, "bn": 128}),
+    "a-box": ("grouped_bf16", {"bm": 384, "bn": 64, "stages": 2}),
+    "b-mn-blocks": ("grouped_dgrad", {"bn": 96, "out": "fp32"}),
+    "c-store-chunks": ("grouped_bf16", {"bn": 200}),
+    "c-box": ("grouped_wgrad", {"consumers": 1, "bm": 320, "bn": 64, "regs_producer": 0,
+                                "regs_consumer": 0}),
+    "group-positive": ("grouped_bf16", {"group": 0}),
+    "fp16-output": ("grouped_bf16", {"out": "fp16"}),
+    "bf16-output": ("grouped_fp16", {"out": "bf16"}),
+    "a-layout": ("grouped_bf16", {"layout": "ccr"}),
+    "k-grouped-b": ("grouped_wgrad", {"layout": "ccr"}),
+    "c-row-major": ("grouped_bf16", {"layout": "rcc"}),
+}
 BREAKERS = {"simt": SIMT_BREAKERS, "wmma": WMMA_BREAKERS, "wgmma": WGMMA_BREAKERS,
-            "mma": MMA_BREAKERS}
+            "mma": MMA_BREAKERS, "fp8": FP8_BREAKERS, "grouped": GROUPED_BREAKERS}
 
 
 def pairwise_variants(cfg) -> list:

@@ -3,11 +3,13 @@ no import circle, and the size budgets (modules <= 400 lines, functions <= 60)."
 import ast
 from pathlib import Path
 
+import pytest
+
 import gemmgen
 
 ROOT = Path(__file__).resolve().parents[1] / "gemmgen"
 
-PUBLIC = ["gemm", "BuildError", "Kernel", "OperandError", "build", "load", "ConfigError",
+PUBLIC = ["gemm", "grouped_gemm", "BuildError", "Kernel", "OperandError", "build", "load", "ConfigError",
           "FAMILIES", "SimtConfig", "SIMT_RULES", "WmmaConfig", "WMMA_RULES", "PRESETS",
           "config_from_dict", "config_from_source", "emit", "get_preset", "render",
           "__version__"]
@@ -20,8 +22,9 @@ MAY_IMPORT = {
     "compile": {"model", "codegen", "compile", "_version"},
     "runtime": {"model", "heuristics", "codegen", "compile", "runtime"},
     "tune": {"model", "heuristics", "codegen", "compile", "runtime", "tune"},
-    "cli": {"model", "heuristics", "codegen", "compile", "runtime", "tune", "cli", "_version"},
-    "torch": {"model", "heuristics", "codegen", "compile", "runtime"},
+    "cli": {"model", "heuristics", "codegen", "compile", "runtime", "tune", "cli", "_version",
+            "torch"},  # the torch suite kind runs gemmgen.torch's op (imported only then)
+    "torch": {"model", "heuristics", "codegen", "compile", "runtime", "torch"},
 }
 """Stage -> the stages its modules may import (gemmgen/__init__.py and __main__.py may import
 any). Each stage knows only the stages below it."""
@@ -110,3 +113,17 @@ def test_size_budgets():
                 if (n := node.end_lineno - node.lineno + 1) > 60:
                     long_functions.append(f"{p}:{node.name}: {n}")
     assert not long_modules and not long_functions, long_modules + long_functions
+
+
+def test_every_package_is_shipped():
+    """pyproject.toml lists its packages (the templates folder maps to one): a new subpackage
+    missing there would be left out of the installed wheel."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+    listed = set(tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
+                 ["packages"])
+    found = {_module(p) for p in ROOT.rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)
+    assert "gemmgen.templates" in listed

@@ -33,6 +33,7 @@ FILES = {
     "notdb.json": "[1, 2]",
     "emptydb.json": '{"version": 1, "entries": {}}',
     "afile": "x",
+    "badsuite.toml": 'kind = "dispatch"\n[[problems]]\ndtype = "fp64"\nsize = 64\n',
 }
 
 NO_PROC = not os.path.isdir("/proc/self")
@@ -158,6 +159,24 @@ CASES = [
     ("bench --preset naive --layout ccc --size 512", R, "needs PyCUDA"),
     ("bench --tuned emptydb.json", R, "needs PyCUDA"),
     ("bench --json results.json --append --size 64", R, "needs PyCUDA"),
+    # bench --suite: the suite file and its options, before the GPU
+    ("bench --suite ladder --preset naive", U, "--suite: a suite names its own problems and "
+     "kernels; it takes no --preset"),
+    ("bench --suite ladder good.cu", U, "it takes no PATHS"),
+    ("bench --suite ladder --size 64 --layout ccc", U, "it takes no --size, --layout"),
+    ("bench --suite nope", U, "unknown suite 'nope': no benchmarks/suites/nope.toml; known: "),
+    ("bench --suite missing/x.toml", U, "no suite file missing/x.toml"),
+    ("bench --suite badsuite.toml", U, "badsuite.toml: problems[0].dtype: 'fp64' is not one of"),
+    ("bench --suite afile", U, "unknown suite 'afile'"),
+    ("bench --suite ladder --only nosuchcase", U, "'nosuchcase' matches no case of suite ladder"),
+    ("bench --only gpt2", U, "--only works only with --suite NAME"),
+    ("bench --quick", U, "--quick works only with --suite NAME"),
+    ("bench --suite llm --max-rows 0", U, "not in the range x>=1"),
+    ("bench --suite llm --max-minutes 0", U, "not in the range x>0"),
+    ("bench --suite llm --results-dir afile", U, "is a file"),
+    ("bench --suite ladder --plot missing/p.png", U, "directory 'missing' does not exist"),
+    ("bench --suite ladder", R, "needs PyCUDA"),
+    ("bench --suite llm --quick --only gpt2 --max-rows 3", R, "needs PyCUDA"),
     # report
     ("report", U, "Missing argument 'PATH'"),
     ("report missing.json", U, "does not exist"),

@@ -1,10 +1,9 @@
 """The configuration model: every rule, all-violations errors, suggestions, derived figures."""
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from breakers import ALL_RULES, BREAKERS, FAMILIES, breaker
-from gemmgen import ConfigError, PRESETS, SIMT_RULES, SimtConfig
+from hypothesis import given, settings, strategies as st
+
+from gemmgen import PRESETS, SIMT_RULES, ConfigError, SimtConfig
 from gemmgen.model.families.wmma import WmmaConfig
 from gemmgen.model.rules import violations
 

@@ -5,10 +5,10 @@ import struct
 import pytest
 
 from gemmgen import PRESETS
-from gemmgen.compile.cache import compile_cached
-from gemmgen.runtime.kernel import SIGNATURE, _PARAMS
-from gemmgen.runtime.driver import stream_handle
 from gemmgen.codegen.render import render
+from gemmgen.compile.cache import compile_cached
+from gemmgen.runtime.driver import stream_handle
+from gemmgen.runtime.kernel import _PARAMS, SIGNATURE
 from gemmgen.runtime.tma import param_layout
 
 

@@ -115,16 +115,17 @@ _BREAKERS = {
     "E09": dict(epilogue="aux(aux(acc))"),
     "E10": dict(out="fp32", bn=128, epilogue="amax(amax(acc))"),
     "E11": dict(epilogue="amax(acc)"),
-    "H39": dict(DUAL, layout="rrr"),
-    "H40": dict(DUAL, split_k=2, store="direct"),
-    "H41": dict(PRESETS["wgmma_3xtf32"].config.as_dict(), dual=True, layout="rcr", stages=3,
+    "H42": dict(DUAL, layout="rrr"),
+    "H43": dict(DUAL, split_k=2, store="direct"),
+    "H44": dict(PRESETS["wgmma_3xtf32"].config.as_dict(), dual=True, layout="rcr", stages=3,
                 epilogue="silu(gate)*up"),
-    "H42": dict(overlap=True, persistent=False, epilogue="bias_gelu"),
-    "H43": dict(overlap=True, store="direct", epilogue="bias_gelu"),
-    "H44": dict(overlap=True, out="fp32", bn=128, stages=2, epilogue="bias_gelu"),
-    "H45": dict(overlap=True, pingpong=True, bn=128, stages=4, epilogue="bias_gelu"),
-    "H46": dict(overlap=True, epilogue="bias"),
-    "H47": dict(overlap=True, layout="rcc", bn=200, epilogue="bias_gelu"),
+    "H45": dict(overlap=True, persistent=False, epilogue="bias_gelu"),
+    "H46": dict(overlap=True, store="direct", epilogue="bias_gelu"),
+    "H47": dict(overlap=True, out="fp32", bn=128, stages=2, epilogue="bias_gelu"),
+    "H48": dict(overlap=True, pingpong=True, bn=128, stages=4, epilogue="bias_gelu"),
+    "H49": dict(overlap=True, epilogue="bias"),
+    "H50": dict(overlap=True, layout="rcc", bn=200, epilogue="bias_gelu"),
+    "H51": dict(split_k=2, split_inline=True, store="direct", epilogue="relu(acc) + R"),
 }
 _RULES = {r.id: r for r in EPILOGUE_RULES + WGMMA_FEATURE_RULES}
 
@@ -171,5 +172,5 @@ def test_other_families_take_only_todays_names():
 def test_features_leave_the_header_of_other_kernels_alone():
     assert "dual" not in BASE.header_dict() and "overlap" not in BASE.header_dict()
     cfg = BASE.replace(**DUAL)
-    assert cfg.header_dict()["dual"] is True and cfg.rule_table()[-1].id == "H47"
+    assert cfg.header_dict()["dual"] is True and cfg.rule_table()[-1].id == "H51"
     assert BASE.rule_table() == BASE.rules

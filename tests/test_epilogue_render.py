@@ -141,8 +141,8 @@ def test_sass_has_no_local_memory_and_the_dual_gemm_two_accumulator_sets(compile
 @pytest.mark.parametrize("rule_id, changes", [
     ("E11", dict(epilogue="amax(acc)")),
     ("E08", dict(epilogue="acc + R(dtype='e4m3')")),
-    ("H39", dict(DUAL, layout="rrr")),
-    ("H46", dict(overlap=True, epilogue="bias")),
+    ("H42", dict(DUAL, layout="rrr")),
+    ("H49", dict(overlap=True, epilogue="bias")),
 ])
 def test_the_static_assert_of_a_broken_feature_rule_fires(nvcc, rule_id, changes):
     values = {**BASE.as_dict(), **changes}

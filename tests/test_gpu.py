@@ -2,18 +2,20 @@
 import numpy as np
 import pytest
 
-from gemmgen import BuildError, OperandError, PRESETS, build, emit, load
+from gemmgen import PRESETS, BuildError, OperandError, build, emit, load
 from gemmgen.tune.verify import CASES, compare, reference, sweep_kernel, tolerance
 
 pytestmark = pytest.mark.gpu
+GEMM_PRESETS = [n for n, p in PRESETS.items() if p.config.family != "grouped"]
+"""The presets run as plain GEMMs (the grouped family's: tests/test_gpu_grouped.py)."""
 
 
 @pytest.fixture(scope="module")
 def kernels():
-    return {name: build(p.config) for name, p in PRESETS.items()}
+    return {name: build(PRESETS[name].config) for name in GEMM_PRESETS}
 
 
-@pytest.mark.parametrize("name", list(PRESETS))
+@pytest.mark.parametrize("name", GEMM_PRESETS)
 def test_preset_is_correct_over_the_shape_sweep(kernels, name):
     results = sweep_kernel(name, kernels[name], CASES)
     failed = [r for r in results if not r.passed]
@@ -151,8 +153,8 @@ def test_tf32_takes_float32_device_arrays(kernels):
 
 def test_tune_end_to_end_and_dispatch(tmp_path, monkeypatch):
     import gemmgen
-    from gemmgen.runtime import api
     from gemmgen.heuristics import tunedb
+    from gemmgen.runtime import api
     from gemmgen.tune.search import Request, WorkerPool, tune
     req = Request(384, 320, 200, max_configs=4, budget_s=300)
     pool = WorkerPool(req, None)
@@ -194,6 +196,7 @@ def test_simt_last_steps_over_layouts_and_epilogues(preset):
     """The issue-12 steps in every layout their rules accept (the smem output stage needs a
     row-major C), each with an epilogue, over odd shapes with alpha/beta."""
     from breakers import pairwise_variants
+
     from gemmgen.runtime.build import build_many
     configs = pairwise_variants(PRESETS[preset].config)
     assert len(configs) >= 4

@@ -5,7 +5,17 @@ import numpy as np
 import pytest
 
 from gemmgen import PRESETS, build
-from gemmgen.tune.verify import (ALIGNED_CASES, BATCH_CASES, CASES, check, compare, device_runner, reference, sweep_kernel, tolerance)
+from gemmgen.tune.verify import (
+    ALIGNED_CASES,
+    BATCH_CASES,
+    CASES,
+    check,
+    compare,
+    device_runner,
+    reference,
+    sweep_kernel,
+    tolerance,
+)
 
 pytestmark = pytest.mark.gpu
 MMA = [name for name, p in PRESETS.items() if p.config.family == "mma"]
@@ -43,6 +53,7 @@ def test_preset_is_correct_over_the_sweep(ampere_or_newer, name):
 @pytest.mark.parametrize("name", ["mma_base", "mma_prefetch", "mma_fp16", "mma_tf32"])
 def test_layouts_and_epilogues(ampere_or_newer, name):
     from breakers import pairwise_variants
+
     from gemmgen.runtime.build import build_many
     configs = [c for c in pairwise_variants(PRESETS[name].config) if _fits(c)]
     if not configs:
@@ -97,8 +108,8 @@ def test_gemm_takes_mma_where_wgmma_cannot(ampere_or_newer):
     below sm_90 every 16-bit problem does."""
     torch = pytest.importorskip("torch")
     import gemmgen
-    from gemmgen.runtime.device import device_cc
     from gemmgen.runtime.api import chosen
+    from gemmgen.runtime.device import device_cc
     a = torch.randn(264, 200, device="cuda")
     b = torch.randn(200, 136, device="cuda")
     out = gemmgen.gemm(a, b, dtype="tf32")

@@ -18,6 +18,14 @@ PATHS = {
     "decode tile 128x8, split-K 4": PRESETS["wgmma_tma_store"].config.replace(
         store="direct", bn=8, split_k=4, stages=6, layout="ccc"),
     "repack, ccc": PRESETS["wgmma_bf16"].config.replace(store="direct", layout="ccc"),
+    "inline split-K 3, crc, bias+GELU": PRESETS["wgmma_tma_store"].config.replace(
+        store="direct", split_k=3, split_inline=True, layout="crc", epilogue="bias_gelu"),
+    "inline split-K 4, decode 64x8, rcc": PRESETS["wgmma_tma_store"].config.replace(
+        store="direct", bm=64, bn=8, consumers=1, regs_producer=0, regs_consumer=0, stages=8,
+        split_k=4, split_inline=True, layout="rcc"),
+    "inline split-K 2, bf16 rrr, 64 rows": PRESETS["wgmma_bf16"].config.replace(
+        store="direct", bm=64, consumers=1, regs_producer=0, regs_consumer=0, split_k=2,
+        split_inline=True),
     "3xTF32 crr, split-K 2, bias+ReLU": PRESETS["wgmma_3xtf32"].config.replace(
         layout="crr", split_k=2, epilogue="bias_relu"),
 }

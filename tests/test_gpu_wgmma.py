@@ -2,8 +2,16 @@
 import numpy as np
 import pytest
 
-from gemmgen import BuildError, PRESETS, build
-from gemmgen.tune.verify import (ALIGNED_CASES, BATCH_CASES, CASES, compare, reference, sweep_kernel, tolerance)
+from gemmgen import PRESETS, BuildError, build
+from gemmgen.tune.verify import (
+    ALIGNED_CASES,
+    BATCH_CASES,
+    CASES,
+    compare,
+    reference,
+    sweep_kernel,
+    tolerance,
+)
 
 pytestmark = pytest.mark.gpu
 WGMMA = [name for name, p in PRESETS.items() if p.config.family == "wgmma"]
@@ -47,6 +55,7 @@ def test_offset_base_pointer_and_odd_leading_dimension_fall_back(hopper):
 @pytest.mark.parametrize("name", ["wgmma_tma_store", "wgmma_ws", "wgmma_tf32", "wgmma_cluster"])
 def test_layouts_and_epilogues(hopper, name):
     from breakers import pairwise_variants
+
     from gemmgen.runtime.build import build_many
     configs = pairwise_variants(PRESETS[name].config)
     assert len(configs) >= 2
@@ -94,11 +103,12 @@ def test_gemm_prefers_wgmma_and_falls_back_by_layout(hopper):
 
 
 def test_parameter_offsets_match_the_driver(hopper):
-    from gemmgen.compile.cache import compile_cached, target_arch
     from gemmgen.codegen.render import render
+    from gemmgen.compile.cache import compile_cached, target_arch
+    from gemmgen.runtime.device import device_arch
     from gemmgen.runtime.tma import driver_param_layout, param_layout
     cfg = PRESETS["wgmma_cluster"].config
-    arch = target_arch(cfg)
+    arch = target_arch(cfg, device_arch())
     cubin, _ = compile_cached(render(cfg, arch), arch, cfg.name)
     ours = param_layout(cubin, cfg.name)
     assert tuple(zip(ours.offsets, ours.sizes)) == driver_param_layout(cubin, cfg.name)

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from breakers import MMA_BREAKERS, breaker, pairwise_variants
 
-from gemmgen import ConfigError, FAMILIES, PRESETS, render
-from gemmgen.model.dtypes import ELEM_BYTES
+from gemmgen import FAMILIES, PRESETS, ConfigError, render
+from gemmgen.compile.nvcc import BuildError, _run_nvcc, parse_ptxas_kernels, tool_path
 from gemmgen.heuristics.select import choose
+from gemmgen.model.config import LAYOUTS
+from gemmgen.model.dtypes import ELEM_BYTES
 from gemmgen.model.families import default_family, families_for
 from gemmgen.model.families.mma import MMA_RULES, MmaConfig, fallback_of
-from gemmgen.model.config import LAYOUTS
-from gemmgen.compile.nvcc import BuildError, _run_nvcc, parse_ptxas_kernels, tool_path
 
 MMA = {n: p.config for n, p in PRESETS.items() if p.config.family == "mma"}
 ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90")

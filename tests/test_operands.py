@@ -99,11 +99,28 @@ def test_empty_dimensions_are_accepted():
     assert (args.m, args.n, args.k) == (4, 5, 0)
 
 
-def test_build_without_pycuda_says_how_to_install(monkeypatch):
-    from gemmgen import PRESETS, build
+def test_host_operands_without_pycuda_say_how_to_install(monkeypatch):
+    """NumPy operands go through PyCUDA's copies: without it, gemm says how to install it."""
+    import gemmgen
     monkeypatch.setitem(sys.modules, "pycuda", None)
     monkeypatch.setitem(sys.modules, "pycuda.autoprimaryctx", None)
     with pytest.raises(ImportError, match=r"pip install 'gemmgen\[cuda\]'"):
+        gemmgen.gemm(np.ones((4, 8), np.float32), np.ones((8, 4), np.float32))
+
+
+def test_build_without_a_cuda_driver_says_what_is_missing(monkeypatch):
+    """Building and launching need the CUDA driver (not PyCUDA): its absence is one clear
+    error naming the library."""
+    import ctypes
+
+    from gemmgen import PRESETS, build
+    from gemmgen.runtime import driver
+
+    def missing(name, *args, **kwargs):
+        raise OSError(f"{name}: cannot open shared object file")
+    monkeypatch.setattr(driver, "_LIB", [])
+    monkeypatch.setattr(ctypes, "CDLL", missing)
+    with pytest.raises(driver.DriverError, match=r"libcuda\.so\.1\) is not available"):
         build(PRESETS["smem"].config)
 
 

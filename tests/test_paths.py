@@ -2,14 +2,13 @@
 of ``dispatch.decide``, ``gemmgen explain``, and the model's split-K and 3xTF32 arithmetic."""
 import pytest
 from click.testing import CliRunner
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from gemmgen.heuristics import cost
 from gemmgen.__main__ import main
+from gemmgen.heuristics import cost
 from gemmgen.heuristics.explain import explain
 from gemmgen.heuristics.select import Choice, decide
-from gemmgen.model.config import ConfigError, EPILOGUES, LAYOUTS
+from gemmgen.model.config import EPILOGUES, LAYOUTS, ConfigError
 from gemmgen.model.presets import PRESETS
 
 H = "NVIDIA H200"

@@ -5,9 +5,8 @@ from pathlib import Path
 
 import jinja2
 import pytest
-from hypothesis import given, settings
 from click.testing import CliRunner
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from gemmgen import PRESETS, SimtConfig, config_from_source, emit, render
 from gemmgen.cli.main import main

@@ -30,6 +30,8 @@ def _pick(rng: random.Random, family: str):
         cfg = rng.choice(_space(family, rng.choice(fam.dtypes)))
         epi = rng.choice(EPILOGUES + TREES.get(family, ()))
         changes = {"layout": rng.choice(LAYOUTS), "epilogue": epi}
+        if "epilogue" not in cfg.as_dict():  # grouped: C = A @ B per group, no epilogue field
+            changes.pop("epilogue")
         if family == "wgmma" and rng.random() < 0.3:
             overlap = rng.choice(("bias_gelu",) + TREES[family][:1])
             changes = {**changes, "overlap": True, "epilogue": overlap}

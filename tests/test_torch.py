@@ -9,9 +9,10 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (make install adds it)")
 
+from torch.library import opcheck  # noqa: E402
+
 import gemmgen.torch as gt  # noqa: E402
 from gemmgen.runtime.operands import OperandError  # noqa: E402
-from torch.library import opcheck  # noqa: E402
 
 EPILOGUE_CASES = [("none", False), ("bias", True), ("relu", False), ("gelu", False),
                   ("bias_relu", True), ("bias_gelu", True)]
@@ -49,6 +50,28 @@ def test_opcheck_schema_fake_autograd_registration(epilogue, has_bias):
     a, b, bias = _operands(torch.float32, "r", "c", bias=has_bias, grad=True)
     result = opcheck(torch.ops.gemmgen.gemm.default, (a, b, bias, epilogue))
     assert all(v == "SUCCESS" for v in result.values()), result
+
+
+@pytest.mark.parametrize("activation,has_bias", [("none", False), ("none", True),
+                                                 ("relu", True), ("gelu", False)])
+def test_linear_op_opcheck_and_matches_f_linear(activation, has_bias):
+    """gemmgen::linear: F.linear's contract (x (..., K), weight (N, K)) with the activation
+    fused; opcheck, values and gradients against PyTorch's, on CPU tensors."""
+    x = torch.randn(2, 5, 12, requires_grad=True)
+    w = torch.randn(7, 12, requires_grad=True)
+    bias = torch.randn(7, requires_grad=True) if has_bias else None
+    result = opcheck(torch.ops.gemmgen.linear.default, (x, w, bias, activation))
+    assert all(v == "SUCCESS" for v in result.values()), result
+    z = torch.nn.functional.linear(x, w, bias)
+    ref = {"none": z, "relu": torch.relu(z),
+           "gelu": torch.nn.functional.gelu(z, approximate="tanh")}[activation]
+    out = gt.linear(x, w, bias, None if activation == "none" else activation)
+    assert out.shape == (2, 5, 7) and torch.allclose(out, ref, atol=1e-5)
+    grads = torch.autograd.grad(out.sum(), [t for t in (x, w, bias) if t is not None])
+    want = torch.autograd.grad(ref.sum(), [t for t in (x, w, bias) if t is not None])
+    assert all(torch.allclose(g, h, atol=1e-4) for g, h in zip(grads, want))
+    with pytest.raises(OperandError, match="activation: unknown 'tanh'"):
+        torch.ops.gemmgen.linear(x, w, bias, "tanh")
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])

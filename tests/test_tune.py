@@ -1,13 +1,23 @@
 """Tuning without a GPU: enumeration, pruning, ranking, the database, resuming and dispatch."""
+import contextlib
+
 import numpy as np
 import pytest
-
 from fake_tuning import DEVICE, FakeRunner, fake_compile, fake_speed
+
 from gemmgen import PRESETS
 from gemmgen.heuristics import tunedb
 from gemmgen.heuristics.select import choose
 from gemmgen.model.dtypes import dtype_name_of
-from gemmgen.model.space import (DeviceLimits, blocks_per_sm, enumerate_configs, predict, rank, select, unfit_reason)
+from gemmgen.model.space import (
+    DeviceLimits,
+    blocks_per_sm,
+    enumerate_configs,
+    predict,
+    rank,
+    select,
+    unfit_reason,
+)
 from gemmgen.tune.search import Request, plan, tune
 
 
@@ -144,6 +154,7 @@ def test_each_family_keeps_its_winner_and_lookup_takes_the_fastest(tmp_path):
 
 def test_no_python_process_is_spawned_to_compile(monkeypatch, nvcc):
     import multiprocessing
+
     from gemmgen.compile.cache import compile_many
 
     def refuse(*args, **kwargs):
@@ -249,17 +260,28 @@ def test_gemm_checks_a_signature_once_then_only_launches(monkeypatch):
     from gemmgen.runtime import api, plans
     launches, checks = [], []
 
+    class FakeRecipe:
+        device, path = 0, "tma"
+
+        def __init__(self, args):
+            self.args = args
+
+        def run(self, ptrs, stream=None):  # the operands' addresses patched in, as launched
+            m, n, k, alpha, _, lda, _, ldb, beta, _, ldc = self.args[:11]
+            launches.append((m, n, k, alpha, ptrs[0], lda, ptrs[1], ldb, beta, ptrs[2], ldc))
+
     class FakeKernel:
         config = PRESETS["wgmma_tma_store"].config
 
-        def launch_raw(self, *args):
-            launches.append(args)
+        def launches(self, *args, device=None):
+            return FakeRecipe(args)
 
         def __call__(self, A, B, C=None, **kw):  # the full path, as Kernel.__call__
             from gemmgen.runtime.launch import launch
             return launch(self, A, B, C, **kw)
     monkeypatch.setattr(api, "_kernel_for",
                         lambda *a: (FakeKernel(), Choice(FakeKernel.config, "default")))
+    monkeypatch.setattr(plans.driver, "on_device", lambda device: contextlib.nullcontext())
     real_check = plans.check_gemm
     monkeypatch.setattr(plans, "check_gemm", lambda *a, **k: checks.append(1) or real_check(*a, **k))
     monkeypatch.setattr(api, "_PLANS", {})

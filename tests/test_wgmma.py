@@ -5,16 +5,15 @@ import subprocess
 
 import pytest
 from breakers import pairwise_variants
-from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 
-from gemmgen import BuildError, ConfigError, FAMILIES, PRESETS, build, render
-from gemmgen.heuristics.select import choose
-from gemmgen.model.families.wgmma import WgmmaConfig
-from gemmgen.model.config import LAYOUTS
+from gemmgen import FAMILIES, PRESETS, BuildError, ConfigError, build, render
 from gemmgen.compile.nvcc import compile_source, sass, tool_path
-from gemmgen.runtime.tma import MapSpec, ParamPacker, TmaError, encode, operand_map, param_layout
+from gemmgen.heuristics.select import choose
+from gemmgen.model.config import LAYOUTS
 from gemmgen.model.families import fallback_config
+from gemmgen.model.families.wgmma import WgmmaConfig
+from gemmgen.runtime.tma import MapSpec, ParamPacker, TmaError, encode, operand_map, param_layout
 from gemmgen.runtime.tma_kernel import PARAM_KINDS
 
 WGMMA = {n: p.config for n, p in PRESETS.items() if p.config.family == "wgmma"}

@@ -17,6 +17,7 @@ from ..codegen.render import emit as emit_file, render
 from ..compile.nvcc import compile_source
 from ..model.arch import ARCHS, cc_of, fit_problem
 from ..model.config import EPILOGUES, ConfigError
+from ..model.dtypes import FP8_DTYPES
 from ..model.epilogue import Epilogue, EpilogueError
 from ..model.epilogue_rules import EPILOGUE_RULES
 from ..model.families import FAMILIES
@@ -89,7 +90,8 @@ def _config_values(ctx: click.Context, family: str | None, preset: str | None,
         if not isinstance(base, dict):
             raise click.BadParameter("expected a JSON object of config fields",
                                      param_hint="--config-json")
-    family = family or base.get("family", "simt")
+    fp8 = ctx.params.get("dtype") in FP8_DTYPES and not base  # --dtype e4m3: the fp8 family
+    family = family or base.get("family", "fp8" if fp8 else "simt")
     if not isinstance(family, str) or family not in FAMILIES:
         raise click.BadParameter(f"unknown family {family!r}; known: {', '.join(FAMILIES)}",
                                  param_hint="--config-json")

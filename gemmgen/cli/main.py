@@ -20,6 +20,7 @@ from ..heuristics.tunedb import TuneDBError
 from ..model.arch import cc_of, get_arch
 from ..model.config import INT32_MAX, ConfigError
 from ..runtime.device import GpuUnavailable
+from ..runtime.driver import DriverError
 from ..runtime.operands import OperandError
 from ..tune.results import ResultsError
 from ..tune.search import WorkerError
@@ -32,7 +33,7 @@ def runtime_message(exc: BaseException) -> str | None:
         lines = [ln.strip() for ln in exc.log.splitlines() if ln.strip()]
         first = next((ln for ln in lines if "error" in ln.lower()), lines[0] if lines else "")
         return f"nvcc failed on {exc.path}: {first}"
-    if isinstance(exc, (GpuUnavailable, TuneDBError, ResultsError, ConfigError)):
+    if isinstance(exc, (GpuUnavailable, DriverError, TuneDBError, ResultsError, ConfigError)):
         return str(exc).splitlines()[0]
     if isinstance(exc, OSError):
         what = exc.strerror or str(exc)

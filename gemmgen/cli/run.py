@@ -18,14 +18,17 @@ from ..compile.nvcc import BuildError
 from ..heuristics.select import choose
 from ..heuristics.tunedb import TuneDB, TuneDBError
 from ..model.config import EPILOGUES, LAYOUTS
-from ..model.presets import PRESETS
+from ..model.dtypes import FP8_DTYPES
+from ..model.presets import GEMM_PRESETS, PRESETS
 from ..runtime.build import build, build_many, load
 from ..runtime.device import pycuda_modules, require_gpu
 from ..tune import results
 from ..tune.bench import DEFAULT_SIZES, run_bench
 from ..tune.results import ResultsError
 from ..tune.verify import CASES, sweep_kernel
+from .fp8 import DTYPE_CHOICES, FP8_PRESETS, bench_fp8, verify_fp8, verify_presets
 from .main import ARCH, SIZE, OutputPath, main, require_matplotlib, write_text
+from .suite import bench_suite, check_options
 
 SEED = click.IntRange(0, 2 ** 63 - 1)
 
@@ -55,8 +58,9 @@ def _start_gpu() -> None:
 
 
 def _targets(paths, presets, arch):
-    """(label, Kernel) for each emitted file and preset named; every preset if none."""
-    chosen = list(presets) or ([] if paths else list(PRESETS))
+    """(label, Kernel) for each emitted file and preset named; every GEMM preset if none (fp8
+    presets take scales: ``verify_presets``, ``bench_fp8``)."""
+    chosen = list(presets) or ([] if paths else list(GEMM_PRESETS))
     out = [(Path(p).stem, load(p, arch)) for p in paths]
     out += [(name, build(PRESETS[name].config, arch)) for name in chosen]
     return out
@@ -86,31 +90,49 @@ def _variant_kernels(presets, layouts, epilogues, arch):
 
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, dir_okay=False))
-@click.option("--preset", "presets", multiple=True, type=click.Choice(list(PRESETS)))
+@click.option("--preset", "presets", multiple=True, type=click.Choice([*GEMM_PRESETS, *FP8_PRESETS]))
 @click.option("--variants", is_flag=True,
               help="every layout x epilogue variant of the presets (batched cases included)")
 @click.option("--arch", type=ARCH, default=None,
               help="compile for this arch [default: the device's]")
 @click.option("--seed", type=SEED, default=None, help="seed for the random inputs")
+@click.option("--dtype", type=click.Choice(list(FP8_DTYPES)), default=None,
+              help="FP8: verify the fp8 presets (or those given) with A of this dtype, on "
+                   "wide-range data quantized per their scaling")
 @click.option("--json", "json_path", type=OutputPath(), help="write results here")
-def verify(paths, presets, variants, arch, seed, json_path) -> None:
+def verify(paths, presets, variants, arch, seed, dtype, json_path) -> None:
     """Check kernels against a float64 NumPy reference over a sweep of shapes, alpha and beta,
-    batches (one with a broadcast B), in each kernel's layout and epilogue.
+    batches (one with a broadcast B), in each kernel's layout and epilogue; FP8 kernels
+    (--dtype e4m3|e5m2, fp8 presets or files) over odd shapes with their scales.
 
     With no arguments, every preset. Exit status 1 if any case fails.
     """
-    if variants and paths:
-        raise click.UsageError("--variants runs presets' variants; it takes no files "
-                               "(use --preset)")
-    _read_configs(paths)
+    if variants and (paths or dtype):
+        raise click.UsageError("--variants runs presets' variants; it takes no files or "
+                               "--dtype (use --preset)")
+    configs = _read_configs(paths)
+    fp8_names = [n for n in presets if n in FP8_PRESETS]
+    presets = [n for n in presets if n not in FP8_PRESETS]
     _start_gpu()
+    fp8_results, fp8_failed = [], 0
+    if dtype or fp8_names or not (paths or presets):
+        fp8_results, fp8_failed = verify_presets(fp8_names, dtype, arch, seed)
+        if dtype or (fp8_names and not presets and not paths):
+            _write_verify(json_path, fp8_results)
+            sys.exit(1 if fp8_failed else 0)
     outcomes = []
     if variants:
-        targets = _variant_kernels(presets or list(PRESETS), LAYOUTS, EPILOGUES, arch)
+        targets = _variant_kernels(presets or list(GEMM_PRESETS), LAYOUTS, EPILOGUES, arch)
         # prime, alpha/beta, ragged K, K = 0, and ragged with 16-byte rows (TMA's fast path)
         cases = (CASES[1], CASES[2], CASES[6], CASES[8], CASES[13])
     else:
-        targets, cases = _targets(paths, presets, arch), CASES
+        names = presets or ([] if paths else GEMM_PRESETS)
+        targets, cases = _targets(paths, names, arch), CASES
+    fp8_files = [t for t, c in zip(targets, configs) if c.family == "fp8"]
+    targets = [t for t in targets if t not in fp8_files]
+    if fp8_files:
+        more, bad = verify_fp8(fp8_files, seed)
+        fp8_results, fp8_failed = fp8_results + more, fp8_failed + bad
     failed_builds = [t for t in targets if isinstance(t[1], BuildError)]
     for label, kernel in targets:
         if not isinstance(kernel, BuildError):
@@ -125,15 +147,19 @@ def verify(paths, presets, variants, arch, seed, json_path) -> None:
         path = f"  {r.path.split(':')[0]}" if paths else ""
         click.echo(f"{r.kernel:<36} {r.dtype:>5} {shape:>15} {r.alpha:>6g} {r.beta:>6g} "
                    f"{r.rel_error:>9.2e} "
-                   f"{r.tol:>8.1e} {str(r.worst):>12} {'pass' if r.passed else 'FAIL'}{path}")
+                   f"{r.tol:>8.1e} {r.worst!s:>12} {'pass' if r.passed else 'FAIL'}{path}")
     failed = [r for r in outcomes if not r.passed]
     tma = sum(1 for r in outcomes if r.path == "tma")
     click.echo(f"{len(outcomes) - len(failed)} passed, {len(failed) + len(failed_builds)} failed"
                + (f" ({tma} on the TMA path, {len(outcomes) - tma} on the fallback)" if paths
                   else ""))
+    _write_verify(json_path, outcomes + fp8_results)
+    sys.exit(1 if failed or failed_builds or fp8_failed else 0)
+
+
+def _write_verify(json_path, outcomes) -> None:
     if json_path:
         write_text(json_path, json.dumps([r.as_dict() for r in outcomes], indent=1), "--json")
-    sys.exit(1 if failed or failed_builds else 0)
 
 
 def _load_results(path, option: str) -> dict:
@@ -146,7 +172,7 @@ def _load_results(path, option: str) -> dict:
 
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, dir_okay=False))
-@click.option("--preset", "presets", multiple=True, type=click.Choice(list(PRESETS)))
+@click.option("--preset", "presets", multiple=True, type=click.Choice([*GEMM_PRESETS, *FP8_PRESETS]))
 @click.option("--size", "sizes", multiple=True, type=SIZE,
               help="N or MxNxK; repeatable [default: 1024, 2048, 4096, 8192, 4095x4097x4093]")
 @click.option("--arch", type=ARCH, default=None,
@@ -157,8 +183,9 @@ def _load_results(path, option: str) -> dict:
               help="merge into the --json file, replacing rows of the same kernel and shape")
 @click.option("--tuned", "tuned_db", type=click.Path(exists=True, dir_okay=False), default=None,
               help="bench the tuning database's choice for each size (as kernel 'tuned')")
-@click.option("--dtype", default="fp32", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]),
-              help="dtype of the --tuned kernel")
+@click.option("--dtype", default="fp32", type=click.Choice(DTYPE_CHOICES),
+              help="dtype of the --tuned kernel; e4m3 or e5m2: the fp8 presets (or those "
+                   "given) beside torch._scaled_mm")
 @click.option("--layout", "layouts", multiple=True, type=click.Choice([*LAYOUTS, "all"]),
               help="bench the presets in these layouts (repeatable, or 'all')")
 @click.option("--epilogue", "epilogues", multiple=True, type=click.Choice(EPILOGUES),
@@ -168,9 +195,39 @@ def _load_results(path, option: str) -> dict:
 @click.option("--specialize", is_flag=True,
               help="also bench each kernel specialized to each size (compile-time M, N, K)")
 @click.option("--plot", "plot_path", type=OutputPath(), help="draw TFLOP/s vs size")
-def bench(paths, presets, sizes, arch, seed, json_path, append, tuned_db, dtype, layouts,
-          epilogues, batch, specialize, plot_path) -> None:
-    """Time kernels beside cuBLAS for their dtypes and print TFLOP/s and % of cuBLAS."""
+@click.option("--suite", metavar="NAME|PATH", default=None,
+              help="run a benchmark suite: benchmarks/suites/NAME.toml or a .toml file; "
+                   "writes benchmarks/results/<suite>_<GPU>.json and .png")
+@click.option("--only", metavar="SUBSTR", default=None,
+              help="with --suite: only the cases whose label contains SUBSTR")
+@click.option("--quick", is_flag=True, help="with --suite: only the values its [quick] keeps")
+@click.option("--max-rows", type=click.IntRange(1), default=None,
+              help="with --suite: at most this many cases (the first, in suite order)")
+@click.option("--max-minutes", type=click.FloatRange(0, min_open=True), default=None,
+              help="with --suite: start no new problem after this many minutes")
+@click.option("--results-dir", type=click.Path(file_okay=False), default=None,
+              help="with --suite: the folder of <suite>_<GPU>.json and .png "
+                   "[default: benchmarks/results beside the suites folder]")
+@click.pass_context
+def bench(ctx, paths, presets, sizes, arch, seed, json_path, append, tuned_db, dtype, layouts,
+          epilogues, batch, specialize, plot_path, suite, only, quick, max_rows, max_minutes,
+          results_dir) -> None:
+    """Time kernels beside cuBLAS for their dtypes and print TFLOP/s and % of cuBLAS; with
+    --suite, run a benchmark suite (benchmarks/suites/README.md)."""
+    check_options(ctx)
+    if suite is not None:
+        return bench_suite(suite, only, quick, max_rows, max_minutes, results_dir, seed, arch,
+                           json_path, plot_path)
+    fp8_names = [n for n in presets if n in FP8_PRESETS]
+    if dtype in FP8_DTYPES or fp8_names:
+        if len(fp8_names) != len(presets) or paths or tuned_db or layouts or epilogues or batch:
+            raise click.UsageError("FP8 benches take fp8 presets and --size only (no files, "
+                                   "other presets, --tuned, --layout, --epilogue or --batch)")
+        _start_gpu()
+        fp8_dtype = dtype if dtype in FP8_DTYPES else None
+        ok = bench_fp8(fp8_names, fp8_dtype, list(sizes) or [(4096, 4096, 4096)], arch, seed,
+                       json_path)
+        sys.exit(0 if ok else 1)
     if append and not json_path:
         raise click.UsageError("--append merges into the --json file: give --json FILE")
     variants = bool(layouts or epilogues or batch or specialize)
@@ -190,10 +247,10 @@ def bench(paths, presets, sizes, arch, seed, json_path, append, tuned_db, dtype,
     if db is not None:
         doc = _bench_tuned(db, dtype, sizes, arch, seed)
     elif variants:
-        doc = _bench_variants(presets or list(PRESETS), layouts, epilogues, batch, specialize,
-                              sizes, arch, seed)
+        doc = _bench_variants(presets or list(GEMM_PRESETS), layouts, epilogues, batch,
+                              specialize, sizes, arch, seed)
     else:
-        targets = _targets(paths, presets, arch)
+        targets = _targets(paths, presets or ([] if paths else GEMM_PRESETS), arch)
         pairs = len({(k.config.dtype, k.config.out) for _, k in targets})
         with click.progressbar(length=len(sizes) * (len(targets) + pairs),
                                label="benchmarking", file=sys.stderr) as bar:

@@ -12,13 +12,18 @@ import click
 
 from ..heuristics import tunedb
 from ..heuristics.explain import explain as explain_text
+from ..heuristics.grouped import DISTRIBUTIONS, explain_grouped, row_counts
 from ..heuristics.select import tight_lds
 from ..heuristics.tunedb import parse_key
 from ..model.config import EPILOGUES, INT32_MAX, LAYOUTS
+from ..model.dtypes import FP8_DTYPES
 from ..model.families import FAMILIES
+from ..model.problem import ShapesError, load_problems
 from ..runtime.device import device_count
 from ..tune import report
 from ..tune.search import Request, WorkerPool, laid_out, tune as run_tune
+from ..tune.suite_cases import SCALINGS
+from .fp8 import DTYPE_CHOICES
 from .main import OutputPath, main, require_matplotlib
 
 EXTENT = click.IntRange(1, INT32_MAX)
@@ -48,11 +53,19 @@ def _budget(ctx, param, value):
 
 
 @main.command()
-@click.option("--m", "m", type=EXTENT, required=True, help="rows of A and C")
-@click.option("--n", "n", type=EXTENT, required=True, help="columns of B and C")
-@click.option("--k", "k", type=EXTENT, required=True, help="columns of A, rows of B")
-@click.option("--dtype", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]), default="fp32",
-              show_default=True)
+@click.option("--m", "m", type=EXTENT, default=None, help="rows of A and C")
+@click.option("--n", "n", type=EXTENT, default=None, help="columns of B and C")
+@click.option("--k", "k", type=EXTENT, default=None, help="columns of A, rows of B")
+@click.option("--shapes", "shapes_path", type=click.Path(exists=True, dir_okay=False),
+              default=None, help="tune every problem of this shapes file (a JSON list, as "
+                                 "gemmgen.torch.record writes), resuming what is tuned")
+@click.option("--dtype", type=click.Choice(DTYPE_CHOICES), default="fp32",
+              show_default=True, help="A and B dtype (e4m3, e5m2: the fp8 family, beside "
+                                      "torch._scaled_mm)")
+@click.option("--scaling", type=click.Choice(SCALINGS), default="tensor", show_default=True,
+              help="FP8 only: tensor, row or block scales")
+@click.option("--fast-accum", is_flag=True,
+              help="FP8 only: fast accumulation (tensor and row scaling)")
 @click.option("--family", type=click.Choice(list(FAMILIES)), default=None,
               help="[default: the fastest family for --dtype and --layout on this GPU]")
 @click.option("--layout", type=click.Choice(list(LAYOUTS)), default="rrr", show_default=True,
@@ -71,29 +84,90 @@ def _budget(ctx, param, value):
 @click.option("--show", is_flag=True, help="print the stored entry for this shape; no tuning")
 @click.option("--explain", is_flag=True, help="say why the winner beat the runner-up")
 @click.option("--plot", "plot_path", type=OutputPath(), help="draw the search")
-def tune(m, n, k, dtype, family, layout, budget, max_configs, db_path, devices, jobs, show,
-         explain, plot_path) -> None:
-    """Search the validated configuration space on the GPU for one shape and keep the result.
+@click.option("--groups", type=click.IntRange(1, 65535), default=None,
+              help="tune a grouped problem (gemmgen.grouped_gemm) of this many groups: --m is "
+                   "the rows of all groups (K-grouped: M, and --k the rows of all groups)")
+@click.option("--grouping", type=click.Choice(["m", "k"]), default="m", show_default=True,
+              help="with --groups: groups differ in M (forward, dgrad) or in K (wgrad)")
+@click.option("--dist", default="uniform", show_default=True,
+              help="with --groups: rows per group (uniform, skew<percent>, empty, random)")
+def tune(m, n, k, shapes_path, dtype, scaling, fast_accum, family, layout, budget, max_configs,
+         db_path, devices, jobs, show, explain, plot_path, groups, grouping, dist) -> None:
+    """Search the validated configuration space on the GPU for one shape (--m --n --k), or for
+    every problem of a shapes file (--shapes), and keep the results.
 
-    Every candidate is verified against a float64 reference before it is timed; failures are
-    stored with their reasons. Re-running resumes: measured candidates are not measured again.
+    Every candidate is verified against a float64 reference before it is timed, and cuBLAS is
+    timed in the same layout; failures are stored with their reasons. Re-running resumes:
+    measured candidates are not measured again, and with --shapes a problem whose winner
+    stands on --max-configs measured candidates is skipped. With --groups, the grouped
+    space on the --dist distribution (PyTorch needed), stored in the grouped tuning file that
+    grouped_gemm's dispatch reads.
     """
-    _check_tune_args(family, dtype, layout, show, devices, jobs)
+    given = [name for name, v in (("--m", m), ("--n", n), ("--k", k)) if v is not None]
+    if shapes_path and given:
+        raise click.UsageError(f"give --shapes or {', '.join(given)}, not both")
+    if not shapes_path and len(given) < 3:
+        lack = next(f for f in ("--m", "--n", "--k") if f not in given)
+        raise click.UsageError(f"Missing option '{lack}' (give --m, --n and --k for one shape, "
+                               f"or --shapes FILE)")
+    if groups is not None:
+        if shapes_path:
+            raise click.UsageError("give --shapes or --groups, not both")
+        _tune_grouped(m, n, k, dtype, layout, budget, max_configs, groups, grouping, dist)
+        return
+    if dtype in FP8_DTYPES:
+        if shapes_path or family not in (None, "fp8") or layout not in ("rcr", "rrr") or devices:
+            raise click.UsageError("FP8 tuning takes one shape (--m --n --k), the fp8 family, "
+                                   "layout rcr and one device")
+        if fast_accum and scaling == "block":
+            raise click.BadParameter("block scaling needs promoted accumulation",
+                                     param_hint="--fast-accum")
+        return _tune_fp8(m, n, k, dtype, scaling, fast_accum, budget, max_configs, db_path,
+                         show)
+    requests = ([Request(m, n, k, dtype, family, budget, max_configs, layout=layout)]
+                if not shapes_path else _shape_requests(shapes_path, family, budget, max_configs))
+    for req in requests:
+        _check_tune_args(family, req.dtype, req.layout, show, devices, jobs)
     if plot_path:
         require_matplotlib("--plot")
     db = _open_db(db_path)
-    req = Request(m, n, k, dtype, family, budget, max_configs, layout=layout)
     if show:
-        _print_entry(_stored(db, req), explain, plot_path)
+        for req in requests:
+            _print_entry(_stored(db, req), explain, plot_path)
         return
     count = device_count()  # exit 1, one line, without PyCUDA, a driver or a device
     missing = [d for d in devices or [] if d >= count]
     if missing:
         raise click.BadParameter(f"no device {missing[0]}: this machine has {count} "
                                  f"(ids 0 to {count - 1})", param_hint="--devices")
+    entries = [_tune_one(req, db, devices, jobs, explain, plot_path, len(requests) > 1)
+               for req in requests]
+    click.echo(f"database: {db.path}")
+    if not all(e.get("winner") for e in entries):
+        sys.exit(1)
+
+
+def _shape_requests(path, family, budget, max_configs) -> list:
+    """One tuning Request per problem of the shapes file (batched problems are left out)."""
+    try:
+        problems = load_problems(path)
+    except ShapesError as exc:
+        raise click.BadParameter(str(exc), param_hint="--shapes") from None
+    return [Request(p.m, p.n, p.k, p.dtype, family, budget, max_configs, layout=p.layout)
+            for p in problems if p.batch == 1]
+
+
+def _tune_one(req, db, devices, jobs, explain, plot_path, quiet: bool) -> dict:
+    """Tune one shape (or skip it when a file run finds it tuned) and print its summary."""
+    label = f"{req.m}x{req.n}x{req.k} {req.dtype} {req.layout}"
+    done = [e for k_, e in db.entries.items() if _same_problem(k_, req)]
+    if quiet and done and done[0].get("winner") and len(done[0]["candidates"]) >= req.max_configs:
+        click.echo(f"{label}: tuned before, skipped")
+        return done[0]
     pool = WorkerPool(req, devices)
     try:
-        with click.progressbar(length=max_configs, label="tuning", file=sys.stderr) as bar:
+        with click.progressbar(length=req.max_configs, label=f"tuning {label}",
+                               file=sys.stderr) as bar:
             key, entry, stats = run_tune(req, db, pool, jobs=jobs, progress=bar.update)
     finally:
         pool.close()
@@ -102,8 +176,44 @@ def tune(m, n, k, dtype, family, layout, budget, max_configs, db_path, devices, 
                f"estimate, {stats['chosen']} chosen by the model; "
                f"{stats['already_measured']} measured before, {stats['measured_now']} now"
                + ("; stopped by --budget (run again to resume)" if stats["budget_hit"] else ""))
-    _print_entry(entry, explain, plot_path, limit=10)
-    click.echo(f"database: {db.path}")
+    if quiet:
+        best = entry["candidates"].get(entry.get("winner") or "", {}).get("tflops")
+        cub = entry.get("cublas_tflops")
+        ratio = f" = {best / cub:.2f}x cuBLAS ({cub} in {req.layout})" if best and cub else ""
+        click.echo(f"{label}: {best or 'no winner'} TFLOP/s{ratio}")
+    else:
+        _print_entry(entry, explain, plot_path, limit=10)
+    return entry
+
+
+def _same_problem(key: str, req) -> bool:
+    _, dtype, layout, shape, fam = parse_key(key)
+    return ((dtype, layout, shape) == (req.dtype, req.layout, (req.m, req.n, req.k))
+            and (req.family is None or fam in (None, req.family)))
+
+
+def _tune_fp8(m, n, k, dtype, scaling, fast, budget, max_configs, db_path, show) -> None:
+    """``tune --dtype e4m3``: the fp8 space measured beside torch._scaled_mm (one device)."""
+    from ..heuristics.fp8 import tune_dtype
+    from ..runtime.device import require_gpu
+    from ..tune.bench import device_info
+    from ..tune.fp8_tune import tune_fp8
+    from ..tune.suite_run import RunEnv
+    db = _open_db(db_path)
+    if show:
+        key_ = tunedb.key("", tune_dtype(dtype, "e4m3", scaling, fast), m, n, k, "rcr", "fp8")
+        found = [e for kk, e in db.entries.items() if kk.split("|", 1)[1] == key_.split("|", 1)[1]]
+        if not found:
+            raise click.ClickException(f"nothing tuned for {key_.split('|', 1)[1]} in {db.path}")
+        _print_entry(found[0], False, None)
+        return
+    require_gpu()
+    env = RunEnv(device_info(), budget_s=0.1)
+    with click.progressbar(length=max_configs, label="tuning fp8", file=sys.stderr) as bar:
+        key_, entry = tune_fp8(m, n, k, dtype, scaling, fast, db, env, max_configs, budget,
+                               bar.update)
+    _print_entry(entry, False, None, limit=10)
+    click.echo(f"database: {db.path} ({key_})")
     if not entry.get("winner"):
         sys.exit(1)
 
@@ -163,12 +273,15 @@ def _stored(db, req) -> dict:
 @click.argument("m", type=EXTENT)
 @click.argument("n", type=EXTENT)
 @click.argument("k", type=EXTENT)
-@click.option("--dtype", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]), default="fp16",
-              show_default=True, help="A and B dtype")
+@click.option("--dtype", type=click.Choice(DTYPE_CHOICES), default="fp16",
+              show_default=True, help="A and B dtype (e4m3, e5m2: the fp8 family)")
+@click.option("--scaling", type=click.Choice(SCALINGS), default="tensor", show_default=True,
+              help="FP8 only: tensor, row or block scales")
+@click.option("--fast-accum", is_flag=True, help="FP8 only: fast accumulation")
 @click.option("--math", "math_", type=click.Choice(["native", "3xtf32"]), default="native",
               show_default=True, help="3xtf32: FP32-accurate products on tf32 tensor cores")
-@click.option("--layout", type=click.Choice(LAYOUTS), default="rrr", show_default=True,
-              help="A, B, C: r (row-major) or c (column-major)")
+@click.option("--layout", type=click.Choice(LAYOUTS), default=None,
+              help="A, B, C: r (row-major) or c (column-major) [default: rrr; FP8: rcr]")
 @click.option("--epilogue", type=click.Choice(EPILOGUES), default="none", show_default=True)
 @click.option("--lda", type=EXTENT, help="A's leading dimension (default: tight)")
 @click.option("--ldb", type=EXTENT, help="B's leading dimension (default: tight)")
@@ -179,10 +292,34 @@ def _stored(db, req) -> dict:
 @click.option("--gpu", default="NVIDIA H200", show_default=True,
               help="GPU name the tuning database is keyed by")
 @click.option("--db", type=click.Path(dir_okay=False), help="tuning database (default: none)")
-def explain(m, n, k, dtype, math_, layout, epilogue, lda, ldb, ldc, batch, cc, gpu, db) -> None:
+@click.option("--groups", type=click.IntRange(1, 65535), default=None,
+              help="a grouped problem (gemmgen.grouped_gemm) of this many groups: M is the "
+                   "rows of all groups (--grouping m) or, with --grouping k, K is")
+@click.option("--grouping", type=click.Choice(["m", "k"]), default="m", show_default=True,
+              help="with --groups: groups differ in M (forward, dgrad) or in K (wgrad)")
+@click.option("--dist", default="uniform", show_default=True,
+              help=f"with --groups: rows per group, one of {', '.join(DISTRIBUTIONS)} or "
+                   f"skew<percent> (one group with that share)")
+@click.pass_context
+def explain(ctx, m, n, k, dtype, scaling, fast_accum, math_, layout, epilogue, lda, ldb, ldc,
+            batch, cc, gpu, db, groups, grouping, dist) -> None:
     """Say which kernel gemmgen.gemm runs for an M x N x K problem, and why: family, tile,
     waves, split-K, swapped operands, stores, and the path of operands TMA cannot read
-    (repack or fallback, with the cost model's estimates). Needs no GPU."""
+    (repack or fallback, with the cost model's estimates). With --groups, the grouped kernel
+    gemmgen.grouped_gemm runs, its schedule on the --dist distribution and every tile's
+    predicted time. Needs no GPU."""
+    if groups is not None:
+        _explain_grouped(ctx, m, n, k, dtype, layout, groups, grouping, dist)
+        return
+    layout = layout or ("rcr" if dtype in FP8_DTYPES else "rrr")
+    if dtype in FP8_DTYPES:
+        from ..heuristics.fp8 import explain_fp8
+        try:  # FP8: A row-major and B column-major (layout rc?) are K-major, others repacked
+            click.echo(explain_fp8(m, n, k, scaling, fast_accum, dtype,
+                                   a_k_major=layout[0] == "r", b_k_major=layout[1] == "c"))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--fast-accum") from None
+        return
     tight = tight_lds(layout, m, n, k)
     lds = tuple(given or t for given, t in zip((lda, ldb, ldc), tight))
     for name, given, need in zip(("--lda", "--ldb", "--ldc"), lds, tight):
@@ -196,3 +333,41 @@ def explain(m, n, k, dtype, math_, layout, epilogue, lda, ldb, ldc, batch, cc, g
         click.echo(explain_text(dtype, m, n, k, layout, epilogue, lds, math_, cc, gpu, db, batch))
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def _explain_grouped(ctx, m, n, k, dtype, layout, groups, grouping, dist) -> None:
+    """``explain --groups``: the grouped kernel for M rows (or K, K-grouped) over ``groups``."""
+    if dtype not in ("fp16", "bf16"):
+        raise click.BadParameter("grouped kernels take fp16 or bf16", param_hint="--dtype")
+    try:
+        row_counts(dist, 8, 2)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--dist") from None
+    given = ctx.get_parameter_source("layout") is click.core.ParameterSource.COMMANDLINE
+    try:
+        click.echo(explain_grouped(dtype, groups, m, n, k, dist, grouping,
+                                   layout if given else None))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _tune_grouped(m, n, k, dtype, layout, budget, max_configs, groups, grouping, dist) -> None:
+    """``tune --groups``: every grouped configuration on one distribution, on this GPU."""
+    if dtype not in ("fp16", "bf16"):
+        raise click.BadParameter("grouped kernels take fp16 or bf16", param_hint="--dtype")
+    try:
+        row_counts(dist, 8, 2)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--dist") from None
+    source = click.get_current_context().get_parameter_source("layout")
+    if source is not click.core.ParameterSource.COMMANDLINE:
+        layout = None  # the grouping's own: rcr (forward) or crr (wgrad)
+    device_count()  # exit 1, one line, without a driver or a device
+    from ..tune.grouped_tune import show, tune_grouped
+    with click.progressbar(length=max_configs, label="tuning", file=sys.stderr) as bar:
+        key, entry = tune_grouped(dtype, groups, m, n, k, dist, grouping, layout, None, budget,
+                                  max_configs, None, bar.update)
+    click.echo(show(entry))
+    click.echo(f"stored as {key}")
+    if not entry.get("winner"):
+        sys.exit(1)

@@ -70,6 +70,12 @@ def render(cfg: ConfigBase, arch: str = "sm_90") -> str:
         asserts=[rule.static_assert() for rule in cfg.rule_table()])
 
 
+def render_template(template: str, **context) -> str:
+    """CUDA source of a helper template (e.g. ``fp8_quant.cu.j2``) with ``context``, in the
+    same Jinja environment as ``render`` (StrictUndefined); ``version`` is gemmgen's."""
+    return _env().get_template(template).render(version=__version__, **context)
+
+
 def _family_arch(cfg: ConfigBase, arch: str) -> str:
     """``arch`` in the spelling ``cfg``'s family compiles for (sm_90 -> sm_90a for wgmma);
     unchanged when the family cannot run there or the arch is unknown."""

@@ -123,3 +123,37 @@ def split_k_bytes(m: int, n: int, batch: int, split: int) -> int:
     """Workspace traffic of a split-K reduction: each slice's fp32 partials written once and
     read once."""
     return 2 * 4 * m * n * max(batch, 1) * split if split > 1 else 0
+
+
+# ---- FP8 (the fp8 family) ----------------------------------------------------------------
+FP8_RATE = {"fast": 1300e12, "promoted": 1100e12}
+"""Sustained FP8 TFLOP/s of the fp8 family on large problems, measured on an H200 with the
+prototype (fp8_harness.txt): fast accumulation 1210-1415 (128 x 256 tiles), blockwise promoted
+with two partial sets 996-1110 (128 x 128)."""
+HBM_BANDWIDTH = 4.25e12
+"""Device-to-device copy bytes/s (read + write) measured on the H200 in the same run as the
+FP8 prototype (1 GiB copy_, fp8_baseline.txt: 4248 GB/s)."""
+
+
+def fp8_bytes(m: int, n: int, k: int, scaling: str, out_bytes: int = 2) -> int:
+    """Bytes an FP8 GEMM must move at least: A and B (one byte each), D, and the scales (block:
+    M x K/128 of A and N/128 x K/128 of B; row: M + N; tensor: 2), fp32."""
+    kb = math.ceil(k / 128)
+    scales = {"block": m * kb + math.ceil(n / 128) * kb, "row": m + n}.get(scaling, 2)
+    return m * k + n * k + m * n * out_bytes + 4 * scales
+
+
+def fp8_estimate(m: int, n: int, k: int, scaling: str, packs: dict, split: int = 1,
+                 fast: bool = True, out_bytes: int = 2) -> Estimate:
+    """Predicted time of an FP8 GEMM: the larger of its compute (at ``FP8_RATE``) and its
+    memory traffic (at ``HBM_BANDWIDTH``), one launch, the split-K partials (written and read
+    once, fp32) and, for each operand in ``packs`` (name -> (rows, cols)), its transposing pack
+    (one read and one write of the operand, and a launch)."""
+    compute = 2.0 * m * n * k / FP8_RATE["fast" if fast else "promoted"]
+    memory = fp8_bytes(m, n, k, scaling, out_bytes) / HBM_BANDWIDTH
+    terms = {"gemm": max(compute, memory) + LAUNCH_SECONDS}
+    if split > 1:
+        terms["split-K partials"] = 2 * 4 * m * n * split / HBM_BANDWIDTH
+    for name, (rows, cols) in packs.items():
+        terms[f"pack {name}"] = pack_bytes(rows, cols, 1, 1) / COPY_BANDWIDTH + LAUNCH_SECONDS
+    return Estimate("repack" if packs else "direct", sum(terms.values()), terms)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ..model.families import config_from_dict, families_for
 from ..model.presets import PRESETS
+from . import shipped
 from .shapes import shaped
 from .tunedb import TuneDB
 
@@ -33,8 +34,11 @@ class Choice:
 
 def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
            cc: int | None = None, layout: str = "rrr", epilogue: str = "none"):
-    """(config, how) for one problem: how is "exact" or "nearest" (a tuned winner) or
-    "default" (a family's preset), the config already in ``layout`` with ``epilogue``.
+    """(config, how) for one problem: how is "exact" or "nearest" (a winner of the tuning
+    database ``db``), "table" (a winner of the table shipped for ``gpu``: same N and K, the
+    nearest bucket of M) or "default" (a family's preset), the config
+    already in ``layout`` with ``epilogue``; ", swapped" ends ``how`` when the entry computes
+    C^T = B^T A^T (its config laid out for that; never with a bias, which runs along N).
     Families are tried fastest first among those that run on compute capability ``cc``; one
     whose rules reject the layout (tf32 wgmma reads no row-major B) is passed over.
     Raises ``ValueError`` for a dtype no family takes there."""
@@ -43,22 +47,27 @@ def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
     row, how = db.lookup(gpu, dtype, m, n, k, layout, names) if db is not None else (None, None)
     if row is None and db is not None and layout != "rrr":
         row, how = db.lookup(gpu, dtype, m, n, k, "rrr", names)  # re-laid out below
+    if row is None:
+        row = shipped.lookup(gpu, dtype, m, n, k, layout, names)
+        how = "table" if row is not None else None
     candidates = []
-    if row is not None:
-        candidates.append((config_from_dict(row["config"]), how))
+    if row is not None and not (row.get("swap") and epilogue.startswith("bias")):
+        candidates.append((config_from_dict(row["config"]), how, bool(row.get("swap"))))
     if not fams:
         raise ValueError(f"no kernel family takes dtype {dtype!r}"
                          + (f" on sm_{cc}" if cc is not None else ""))
-    candidates += [(PRESETS[f.defaults[dtype]].config, "default") for f in fams]
-    for cfg, how_ in candidates:
+    candidates += [(PRESETS[f.defaults[dtype]].config, "default", False) for f in fams]
+    for cfg, how_, swap in candidates:
         if cc is not None and cfg.family not in {f.name for f in fams}:
             continue  # tuned on another kind of GPU
-        trial = cfg.replace(layout=layout, epilogue=epilogue, check=False)
+        # a swapped entry is laid out for C^T = B^T A^T already
+        trial = cfg.replace(layout=cfg.layout if swap else layout, epilogue=epilogue,
+                            check=False)
         problems = trial._type_problems()  # e.g. an unknown epilogue name
         if problems:
             raise ValueError("; ".join(problems))
         if not trial.violations():
-            return trial, how_
+            return trial, how_ + (", swapped" if swap else "")
     raise ValueError(f"no {dtype} kernel takes layout {layout!r} with epilogue {epilogue!r}")
 
 
@@ -102,12 +111,17 @@ def decide(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
             return Choice(cfg, "default", False, why)
         dtype = "fp32"
     cfg, how = choose(db, gpu, dtype, m, n, k, cc, layout, epilogue)
+    swap = how.endswith(", swapped")
+    how = how.removesuffix(", swapped")
     reasons = [f"{cfg.family} family, " + {"exact": "tuned for this shape",
                                            "nearest": "tuned for the nearest shape",
+                                           "table": "the table shipped for this GPU",
                                            "default": "its default preset"}[how]]
     if cfg.family != "wgmma" or how != "default":
         if cfg.family == "wgmma" and not c_aligned and cfg.store == "tma":
             cfg = cfg.replace(store="direct")
             reasons.append("C is not 16-byte aligned: direct stores instead of the TMA store")
-        return Choice(cfg, how, False, reasons)
+        if swap:
+            reasons.append("operands swapped (C^T = B^T A^T), as the table measured fastest")
+        return Choice(cfg, how, swap, reasons)
     return Choice(*shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons))

@@ -120,7 +120,10 @@ class ConfigBase:
             return False
 
     def _canonical_epilogue(self) -> None:
-        """Store the epilogue in its canonical spelling (a shorthand where the tree is one)."""
+        """Store the epilogue in its canonical spelling (a shorthand where the tree is one);
+        a family whose epilogue is a class constant (grouped) has nothing to store."""
+        if "epilogue" not in self.__dataclass_fields__:
+            return
         try:
             object.__setattr__(self, "epilogue", Epilogue.parse(self.epilogue).spelling)
         except (EpilogueError, TypeError):
@@ -278,7 +281,10 @@ class Family:
     target (sm_90a for wgmma); ``adjust(values, given)``: fills fields that depend on others
     (e.g. the TF32 WMMA shape) before the config is built; ``tma``: its kernels take tensor
     maps (launched by ``gemmgen.runtime.tma_kernel.TmaKernel``); ``fallback(cfg)``: a config of
-    another family computing the same thing, for operands this family's kernels cannot read.
+    another family computing the same thing, for operands this family's kernels cannot read;
+    ``problem``: what its kernels compute: "gemm" (one C = A @ B per launch: ``gemm`` and
+    ``tune`` choose among these families) or "grouped" (``gemmgen.grouped_gemm``: many
+    products in one launch, launched by ``gemmgen.runtime.grouped_kernel``).
     """
 
     name: str
@@ -295,6 +301,7 @@ class Family:
     arch_suffix: str = ""
     tma: bool = False
     fallback: Callable | None = None
+    problem: str = "gemm"
     adjust: Callable[[dict, set], dict] = field(default=lambda values, given: values)
 
     def arch_for(self, cc: int) -> str:

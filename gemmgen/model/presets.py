@@ -5,6 +5,12 @@ from .config import Preset
 from .families import FAMILIES
 
 PRESETS: dict[str, Preset] = {p.name: p for fam in FAMILIES.values() for p in fam.presets}
+GEMM_PRESETS: tuple[str, ...] = tuple(p.name for fam in FAMILIES.values()
+                                      if fam.problem == "gemm" and fam.name != "fp8"
+                                      for p in fam.presets)
+"""The presets that compute one GEMM per launch from A, B and C alone (what ``verify``,
+``bench`` and the ladder run when no preset is named): the fp8 family's take scales too, the
+grouped family's run through ``gemmgen.grouped_gemm``."""
 
 
 def get_preset(name: str) -> Preset:
@@ -14,4 +20,4 @@ def get_preset(name: str) -> Preset:
     return PRESETS[name]
 
 
-__all__ = ["PRESETS", "Preset", "get_preset"]
+__all__ = ["GEMM_PRESETS", "PRESETS", "Preset", "get_preset"]

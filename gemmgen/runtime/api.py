@@ -9,18 +9,23 @@ Operands TMA cannot read are repacked or sent to the fallback kernel at launch
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..heuristics.select import decide, math_dtype
 from ..heuristics.tunedb import TuneDB
 from ..model.config import EPILOGUES
 from ..model.dtypes import ELEM_BYTES, dtype_name_of, stored_as
+from . import driver
 from .build import build
-from .device import current_device
+from .device import device_identity, require_gpu
+from .fp8_api import fp8_gemm, is_fp8
 from .operands import OperandError, check_scalars, describe
 from .plans import make_plan, signature, transposed
 
 _KERNELS: dict[tuple, tuple] = {}
 _PLANS: dict[tuple, object] = {}
 _DBS: dict[str, TuneDB] = {}
+PLAN_CACHE = 4096  # launch plans kept (one per operand signature, alpha and beta)
 
 
 def layout_of(A, B, C=None, dtype: str = "fp32") -> str:
@@ -33,17 +38,40 @@ def layout_of(A, B, C=None, dtype: str = "fp32") -> str:
 
 
 def _kernel_for(dt: str, m: int, n: int, k: int, db, lay: str, epi: str, c_aligned: bool = True,
-                math_: str = "native", batch: int = 1):
-    """(Kernel, Choice) for one problem, built once per process."""
-    key = (dt, m, n, k, db, lay, epi, c_aligned, math_, batch)
+                math_: str = "native", batch: int = 1, device: int = 0):
+    """(Kernel, Choice) for one problem on ``device``, built once per process and kind of GPU
+    (the Kernel loads its module on each device that runs it)."""
+    gpu, cc = device_identity(device)
+    key = (dt, m, n, k, db, lay, epi, c_aligned, math_, batch, gpu, cc)
     if key not in _KERNELS:
-        gpu, cc = current_device()
         path = str(db) if db else ""
         if path not in _DBS:
             _DBS[path] = TuneDB(db)
         choice = decide(_DBS[path], gpu, dt, m, n, k, cc, lay, epi, c_aligned, math_, batch)
-        _KERNELS[key] = (build(choice.config), choice)
+        with driver.on_device(device):
+            _KERNELS[key] = (build(choice.config), choice)
     return _KERNELS[key]
+
+
+def operand_device(*operands) -> int:
+    """The device of the first device operand (a PyTorch tensor's or CuPy array's own, else
+    the device owning a pointer); 0 for host (NumPy) operands, which go through PyCUDA's
+    context on device 0 (``ImportError`` with the install hint without PyCUDA)."""
+    if any(isinstance(x, np.ndarray) for x in operands):
+        require_gpu()
+        return 0
+    for x in operands:
+        if x is None:
+            continue
+        mod = type(x).__module__
+        if mod.startswith("torch"):
+            return x.device.index or 0
+        if mod.startswith("cupy"):
+            return x.device.id
+        ptr = describe(x, "A", dtype_name_of(x)).ptr
+        if ptr:
+            return driver.device_of(ptr)
+    return 0
 
 
 def _problem(A, B, dtype: str | None, math_: str) -> tuple:
@@ -74,7 +102,8 @@ def _c_aligned(C, dt: str, m: int, n: int) -> bool:
 
 def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
          epilogue: str | None = None, dtype: str | None = None, db: str | None = None,
-         math: str = "native", stream=None):
+         math: str = "native", stream=None, scale_a=None, scale_b=None, out_dtype=None,
+         fast_accum: bool = False):
     """C = act(alpha * A @ B + beta * C + bias) with the best known gemmgen kernel for this
     GPU and shape.
 
@@ -96,37 +125,63 @@ def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
     shape, strides, dtype, device; not the pointer) was seen before are launched without
     repeating the checks.
 
+    FP8 (Hopper; A and B float8, ``scale_a``, ``scale_b``, ``out_dtype``, ``fast_accum``):
+    see ``gemmgen.runtime.fp8_api.fp8_gemm``.
+
     Raises ``OperandError`` for bad arguments, ``ValueError`` for an unknown epilogue or an
     unsupported dtype, ``BuildError`` when a kernel does not compile, ``ImportError`` without
     PyCUDA and ``RuntimeError`` without a CUDA driver or device.
     """
+    if scale_a is not None or scale_b is not None or is_fp8(A, dtype):
+        return fp8_gemm(A, B, C, scale_a=1.0 if scale_a is None else scale_a,
+                        scale_b=1.0 if scale_b is None else scale_b, out_dtype=out_dtype,
+                        bias=bias, fast_accum=fast_accum, epilogue=epilogue, dtype=dtype, db=db,
+                        stream=stream, alpha=alpha, beta=beta)
     alpha, beta = check_scalars(alpha, beta)
     if epilogue is not None and epilogue not in EPILOGUES:
         raise ValueError(f"unknown epilogue {epilogue!r}; known: {', '.join(EPILOGUES)}")
     sigs = (signature(A), signature(B), signature(C), signature(bias))
     fast = None not in sigs
     if fast:
-        key = (*sigs, epilogue, dtype, db, math)
+        key = (*sigs, alpha, beta, epilogue, dtype, db, math)
         plan = _PLANS.get(key)
-        if plan is not None:
-            if C is None and beta != 0:
-                raise OperandError("C is required when beta != 0 (beta scales the existing C)")
-            return plan.run(A, B, C, alpha, beta, bias, stream)
-    dt, m, n, k, batch = _problem(A, B, dtype, math)
-    lay = layout_of(A, B, C, dt)
-    epi = epilogue or ("bias" if bias is not None else "none")
-    kernel, choice = _kernel_for(dt, m, n, k, db, lay, epi, _c_aligned(C, dt, m, n), math,
-                                 batch)
+        if plan is None:  # checked in full, chosen and built once per signature
+            plan = plan_for(A, B, C, bias, alpha, beta, epilogue, dtype, db, math)
+            if len(_PLANS) >= PLAN_CACHE:
+                _PLANS.clear()
+            _PLANS[key] = plan
+        elif C is None and beta != 0:
+            raise OperandError("C is required when beta != 0 (beta scales the existing C)")
+        return plan.run(A, B, C, bias, stream)
+    kernel, choice, _ = _choice(A, B, C, bias, epilogue, dtype, db, math)
     ops = (transposed(B), transposed(A), transposed(C)) if choice.swap else (A, B, C)
-    if fast:
-        plan = make_plan(kernel, choice.how, *ops, bias, beta)
-        plan.swap = choice.swap
-        _PLANS[key] = plan
-        return plan.run(A, B, C, alpha, beta, bias, stream)
     out = kernel(*ops, alpha=alpha, beta=beta, bias=bias, stream=stream)
     if choice.swap:
         return C if C is not None else transposed(out)
     return out
+
+
+def _choice(A, B, C, bias, epilogue, dtype, db, math) -> tuple:
+    """(Kernel, Choice, device) for ``gemm``'s operands (built once per process and kind of
+    GPU)."""
+    dt, m, n, k, batch = _problem(A, B, dtype, math)
+    lay = layout_of(A, B, C, dt)
+    epi = epilogue or ("bias" if bias is not None else "none")
+    device = operand_device(A, B, C)
+    return (*_kernel_for(dt, m, n, k, db, lay, epi, _c_aligned(C, dt, m, n), math, batch,
+                         device), device)
+
+
+def plan_for(A, B, C, bias, alpha: float, beta: float, epilogue: str | None = None,
+             dtype: str | None = None, db: str | None = None, math: str = "native"):
+    """The launch plan (``gemmgen.runtime.plans.Plan``) of ``gemm`` for device operands
+    (PyTorch tensors, CuPy arrays) with this signature: every check, the kernel's choice and
+    build, and its recipe. Raises as ``gemm`` does."""
+    kernel, choice, device = _choice(A, B, C, bias, epilogue, dtype, db, math)
+    ops = (transposed(B), transposed(A), transposed(C)) if choice.swap else (A, B, C)
+    plan = make_plan(kernel, choice.how, *ops, bias, alpha, beta, device)
+    plan.swap = choice.swap
+    return plan
 
 
 def chosen(A, B, dtype: str | None = None, db: str | None = None, epilogue: str = "none",
@@ -142,5 +197,5 @@ def chosen_choice(A, B, dtype: str | None = None, db: str | None = None,
     """(Kernel, Choice) that ``gemm`` used for these operands (with C=None), or None."""
     dt, m, n, k, batch = _problem(A, B, dtype, math)
     key = (dt, m, n, k, db, layout_of(A, B, None, dt), epilogue, _c_aligned(None, dt, m, n),
-           math, batch)
+           math, batch, *device_identity(operand_device(A, B)))
     return _KERNELS.get(key)

@@ -1,14 +1,15 @@
-"""Building: render -> nvcc (cubin, cached on disk) -> loaded module -> Kernel.
+"""Building: render -> nvcc (cubin, cached on disk) -> Kernel, loaded through the driver API.
 
-PyCUDA is imported only when a kernel is loaded, so emitting and compiling work where it is not
-installed. Cubins come from ``gemmgen.compile.cache``, so a second process starts without
-compiling; loaded modules are cached per process.
+Cubins come from ``gemmgen.compile.cache``, so a second process starts without compiling;
+Kernels are cached per process and load their module on each device that runs them. PyCUDA is
+not needed to build or launch (only for NumPy and GPUArray operands).
 """
 from __future__ import annotations
 
-import dataclasses
+import copy
 import hashlib
 import os
+import threading
 from pathlib import Path
 
 from ..codegen.render import config_from_source, render
@@ -16,29 +17,43 @@ from ..compile.cache import compile_cached, compile_many, target_arch
 from ..compile.nvcc import BuildError, Resources
 from ..model.config import ConfigBase
 from ..model.families import fallback_config, get_family
-from .device import device_arch, pycuda_modules
-from .kernel import SIGNATURE, Kernel
+from . import driver
+from .device import device_arch, gpu_problem, pycuda_modules
+from .fp8_kernel import Fp8Kernel
+from .grouped_kernel import GroupedKernel
+from .kernel import Kernel
 from .tma_kernel import TmaKernel
 
 _CACHE: dict[tuple[str, str, str], Kernel] = {}
+KERNEL_CLASSES = {"grouped": GroupedKernel}
+"""A family's ``problem`` -> the Kernel class that launches it (other than plain GEMMs)."""
+_LOCK = threading.Lock()
 
 
 def build(config: ConfigBase, arch: str | None = None, *, source: str | None = None,
           source_path: str | None = None) -> Kernel:
     """Render ``config`` (or take ``source``), compile it for ``arch`` (default: the current
-    device's, in the family's spelling: sm_90a for wgmma) and load it.
+    device's, in the family's spelling: sm_90a for wgmma) and load it on the current device
+    (other devices load it when they first run it).
 
-    Compiled modules are cached per process by (name, arch, source hash) and cubins on disk
-    (``cache_dir()``). Raises ``BuildError`` with nvcc's message and the source file's path
-    (or naming the arch a family needs), ``ImportError`` when PyCUDA is missing.
+    Compiled kernels are cached per process by (name, arch, source hash) and cubins on disk
+    (``gemmgen.compile.cache.cache_dir()``). Raises ``BuildError`` with nvcc's message and the
+    source file's path (or naming the arch a family needs, or the shared memory the device
+    lacks), ``DriverError`` without a CUDA driver or device.
     """
     # first: a family the arch cannot run fails here
     arch = target_arch(config, arch or device_arch())
-    pycuda_modules()
+    adopt_pycuda()
     source = source if source is not None else render(config, arch)
     key = (config.name, arch, hashlib.sha256(source.encode()).hexdigest())
-    if key in _CACHE:  # same source loaded before: reuse the module, keep this call's path
-        return dataclasses.replace(_CACHE[key], source_path=source_path)
+    with _LOCK:
+        found = _CACHE.get(key)
+    if found is not None:  # same source loaded before: share its modules, keep this call's path
+        if found.source_path == source_path:
+            return found
+        twin = copy.copy(found)
+        twin.source_path = source_path
+        return twin
     try:
         cubin, res = compile_cached(source, arch, config.name)
     except BuildError as err:
@@ -46,30 +61,43 @@ def build(config: ConfigBase, arch: str | None = None, *, source: str | None = N
             raise BuildError(source_path, err.log, err.command) from None
         raise
     kernel = from_cubin(config, arch, cubin, res, source_path)
-    _CACHE[key] = kernel
+    with _LOCK:
+        kernel = _CACHE.setdefault(key, kernel)
     return kernel
+
+
+def adopt_pycuda() -> None:
+    """On the main thread, where PyCUDA is installed, make its context (device 0's primary
+    context, through ``pycuda.autoprimaryctx``) current, as building always has: scripts that
+    build a kernel and then make GPUArrays rely on it. Elsewhere, nothing."""
+    if threading.current_thread() is threading.main_thread() and gpu_problem() is None:
+        pycuda_modules()
 
 
 def from_cubin(config: ConfigBase, arch: str, cubin: bytes, resources: Resources | None = None,
                source_path: str | None = None) -> Kernel:
-    """Load a cubin (compiled here or in a worker process) into the current context and return
-    its Kernel: a ``TmaKernel`` for families that take tensor maps."""
-    drv, _ = pycuda_modules()
-    module = drv.module_from_buffer(cubin)
-    function = module.get_function(config.name)
+    """A Kernel of a cubin (compiled here or in a worker process), loaded on the current
+    device: a ``TmaKernel`` for families that take tensor maps. Raises ``BuildError`` when the
+    kernel needs more shared memory than the device allows a block."""
+    dev = driver.current_device()
     dynamic = config.dynamic_smem_bytes
-    if dynamic > 48 * 1024:  # above the default limit a kernel must opt in
-        limit = drv.Context.get_device().get_attribute(
-            drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
-        if dynamic > limit:
-            raise BuildError(source_path or config.name, f"{config.name} needs {dynamic} bytes "
-                             f"of shared memory; this device allows {limit} per block")
-        function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic)
-    if get_family(config.family).tma:  # tensor maps in the parameter block: its own launch
-        return TmaKernel(config, arch, function, module, source_path, resources, cubin=cubin,
-                         build_fallback=lambda: build(fallback_config(config)))
-    function.prepare(SIGNATURE)
-    return Kernel(config, arch, function, module, source_path, resources, cubin=cubin)
+    limit = driver.device_attribute(dev, "max_smem_optin")
+    if dynamic > limit:
+        raise BuildError(source_path or config.name, f"{config.name} needs {dynamic} bytes "
+                         f"of shared memory; this device allows {limit} per block")
+    family = get_family(config.family)
+    if config.family == "fp8":  # scales, split-K counters and packs: its own launch
+        kernel = Fp8Kernel(config, arch, cubin, resources, source_path,
+                           build_fallback=lambda: build(fallback_config(config)))
+    elif family.problem in KERNEL_CLASSES:
+        kernel = KERNEL_CLASSES[family.problem](config, arch, cubin, resources, source_path)
+    elif family.tma:  # tensor maps in the parameter block: its own launch
+        kernel = TmaKernel(config, arch, cubin, resources, source_path,
+                           build_fallback=lambda: build(fallback_config(config)))
+    else:
+        kernel = Kernel(config, arch, cubin, resources, source_path)
+    kernel.function(dev)  # load it here: a failure shows at build, not at the first launch
+    return kernel
 
 
 def load(path: str | os.PathLike, arch: str | None = None) -> Kernel:

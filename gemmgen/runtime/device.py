@@ -1,15 +1,19 @@
 """The device: is there a GPU to run on (PyCUDA, the CUDA driver and a device, each checked in
 turn, so the message says which one is missing), and what the current one is.
 
-``gpu_problem``, ``require_gpu`` and ``device_count`` create no CUDA context;
-``pycuda_modules`` and the queries after it make the primary context current.
+``gpu_problem``, ``require_gpu`` and ``device_count`` ask PyCUDA and create no CUDA context;
+``pycuda_modules`` makes device 0's primary context current for PyCUDA (NumPy and GPUArray
+operands, CUDA events). The device queries go through the driver API
+(``gemmgen.runtime.driver``) and need no PyCUDA.
 """
 from __future__ import annotations
 
 import importlib
 import importlib.util
+from contextlib import contextmanager
 
 from ..model.space import DeviceLimits
+from . import driver
 
 INSTALL_HINT = "pip install 'gemmgen[cuda]' (PyCUDA builds against your CUDA toolkit)"
 
@@ -72,53 +76,66 @@ def pycuda_modules():
     return drv, None
 
 
-def device_cc() -> int:
-    """Compute capability of the current device as major*10+minor (90 for an H100)."""
-    drv, _ = pycuda_modules()
-    major, minor = drv.Context.get_device().compute_capability()
-    return 10 * major + minor
+_RETAINED: list = []
 
 
-def device_arch() -> str:
-    """``sm_XY`` of the current CUDA device."""
-    return f"sm_{device_cc()}"
-
-
-_CURRENT: dict[str, object] = {}
-
-
-def current_device() -> tuple[str, int]:
-    """(name, compute capability) of the current GPU, read once per process."""
-    if not _CURRENT:
-        drv, _ = pycuda_modules()
-        dev = drv.Context.get_device()
-        major, minor = dev.compute_capability()
-        _CURRENT.update(name=dev.name(), cc=10 * major + minor)
-    return _CURRENT["name"], _CURRENT["cc"]
-
-
-_SMS: dict[int, int] = {}
-
-
-def sm_count() -> int:
-    """Multiprocessors of the current device (cached per device)."""
+@contextmanager
+def pycuda_context():
+    """A PyCUDA context current on this thread for the block: the one already current, else
+    device 0's primary context (retained once, the context PyTorch and CuPy use), pushed for
+    the block and popped after, so that no thread ends with a context on PyCUDA's stack (PyCUDA
+    aborts then). Raises as ``require_gpu``."""
+    require_gpu()
     import pycuda.driver as drv
-    dev = drv.Context.get_device()
-    key = dev.pci_bus_id() if hasattr(dev, "pci_bus_id") else 0
-    if key not in _SMS:
-        _SMS[key] = dev.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
-    return _SMS[key]
+    drv.init()
+    if drv.Context.get_current() is not None:
+        yield
+        return
+    if not _RETAINED:
+        _RETAINED.append(drv.Device(0).retain_primary_context())
+    _RETAINED[0].push()
+    try:
+        yield
+    finally:
+        drv.Context.pop()
 
 
-def device_limits() -> DeviceLimits:
-    """Limits of the current CUDA device (SMs, shared memory, registers, threads, blocks)."""
-    drv, _ = pycuda_modules()
-    dev = drv.Context.get_device()
-    at = drv.device_attribute
-    major, minor = dev.compute_capability()
-    return DeviceLimits(dev.name(), f"sm_{major}{minor}", dev.get_attribute(at.MULTIPROCESSOR_COUNT),
-                        dev.get_attribute(at.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR),
-                        dev.get_attribute(at.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
-                        dev.get_attribute(at.MAX_REGISTERS_PER_MULTIPROCESSOR),
-                        dev.get_attribute(at.MAX_THREADS_PER_MULTIPROCESSOR),
-                        dev.get_attribute(at.MAX_BLOCKS_PER_MULTIPROCESSOR))
+def device_cc(device: int | None = None) -> int:
+    """Compute capability of ``device`` (default: the current context's) as major*10+minor
+    (90 for an H100). Raises ``DriverError`` without a CUDA driver or device."""
+    dev = driver.current_device() if device is None else device
+    return 10 * driver.device_attribute(dev, "cc_major") + driver.device_attribute(dev, "cc_minor")
+
+
+def device_arch(device: int | None = None) -> str:
+    """``sm_XY`` of ``device`` (default: the current context's)."""
+    return f"sm_{device_cc(device)}"
+
+
+def device_identity(device: int | None = None) -> tuple[str, int]:
+    """(name, compute capability) of ``device`` (default: the current context's), read once
+    per device and process."""
+    dev = driver.current_device() if device is None else device
+    found = _IDENTITY.get(dev)
+    if found is None:
+        found = _IDENTITY[dev] = (driver.device_name(dev), device_cc(dev))
+    return found
+
+
+_IDENTITY: dict[int, tuple[str, int]] = {}
+
+
+def sm_count(device: int | None = None) -> int:
+    """Multiprocessors of ``device`` (default: the current context's)."""
+    dev = driver.current_device() if device is None else device
+    return driver.device_attribute(dev, "sms")
+
+
+def device_limits(device: int | None = None) -> DeviceLimits:
+    """Limits of ``device`` (default: the current context's): SMs, shared memory, registers,
+    threads and blocks per SM."""
+    dev = driver.current_device() if device is None else device
+    name, cc = device_identity(dev)
+    a = lambda key: driver.device_attribute(dev, key)  # noqa: E731
+    return DeviceLimits(name, f"sm_{cc}", a("sms"), a("smem_per_sm"), a("max_smem_optin"),
+                        a("regs_per_sm"), a("threads_per_sm"), a("blocks_per_sm"))

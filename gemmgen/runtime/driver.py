@@ -1,25 +1,31 @@
-"""Launches on a raw ``CUstream`` handle (an int), through the CUDA driver by ctypes.
+"""The CUDA driver API through ctypes: contexts per device, modules, launches, memory.
 
-PyCUDA launches only on its own ``Stream`` objects (or the legacy default stream), but PyTorch
-and CuPy hand out their streams as raw handles (``torch.cuda.current_stream().cuda_stream``,
-``cupy.cuda.Stream.ptr``). A kernel launched on such a handle joins that stream's order and,
-during ``torch.cuda.graph`` capture, the graph. This module loads a kernel's cubin a second
-time through ``cuModuleLoadData`` (into PyCUDA's primary context, the one PyTorch and CuPy use
-too) and launches it with ``cuLaunchKernel`` and a packed parameter block
-(``CU_LAUNCH_PARAM_BUFFER_POINTER``), as PyCUDA's ``Function._launch_kernel`` does. It never
-allocates or synchronizes, so a launch is legal inside CUDA-graph capture.
+Every launch of gemmgen goes through here (``cuLaunchKernel`` with a packed parameter block,
+``CU_LAUNCH_PARAM_BUFFER_POINTER``), on a raw ``CUstream`` handle: PyTorch's and CuPy's streams
+are such handles, and a PyCUDA ``Stream`` has one. A module is loaded once per device, into
+that device's primary context (the one PyTorch, CuPy and PyCUDA's ``autoprimaryctx`` use), and
+a call from any thread makes the operands' device's primary context current first (a thread
+PyCUDA has never seen has none). Nothing here allocates on a stream or synchronizes, so a
+launch is legal inside CUDA-graph capture.
 
-Imported only when a launch asks for a raw stream; needs ``libcuda.so.1``.
+Needs ``libcuda.so.1``; importing this module does not load it.
 """
 from __future__ import annotations
 
 import ctypes
-
-from .device import pycuda_modules
+import threading
+from contextlib import contextmanager
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+FUNC_ATTRIBUTES = {"shared_size_bytes": 1, "local_size_bytes": 3, "num_regs": 4}
+"""CUfunction_attribute values read by ``Function``."""
+CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
+CU_DEVICE_ATTRIBUTE = {"sms": 16, "max_smem_optin": 97, "cc_major": 75, "cc_minor": 76,
+                       "smem_per_sm": 81, "regs_per_sm": 82, "threads_per_sm": 39,
+                       "blocks_per_sm": 106, "l2_bytes": 38}
 _LAUNCH_PARAM_END, _LAUNCH_PARAM_BUFFER_POINTER, _LAUNCH_PARAM_BUFFER_SIZE = 0, 1, 2
 _LIB: list = []
+_LOCK = threading.Lock()
 
 
 class DriverError(RuntimeError):
@@ -28,103 +34,264 @@ class DriverError(RuntimeError):
 
 def _lib():
     if not _LIB:
-        lib = ctypes.CDLL("libcuda.so.1")
-        vp, u = ctypes.c_void_p, ctypes.c_uint
-        lib.cuLaunchKernel.argtypes = [vp, u, u, u, u, u, u, u, vp, vp, vp]
-        lib.cuModuleLoadData.argtypes = [ctypes.POINTER(vp), ctypes.c_char_p]
-        lib.cuModuleGetFunction.argtypes = [ctypes.POINTER(vp), vp, ctypes.c_char_p]
-        lib.cuFuncSetAttribute.argtypes = [vp, ctypes.c_int, ctypes.c_int]
-        lib.cuCtxGetCurrent.argtypes = [ctypes.POINTER(vp)]
-        lib.cuCtxSetCurrent.argtypes = [vp]
-        lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-        _LIB.append(lib)
+        with _LOCK:
+            if not _LIB:
+                _LIB.append(_load())
     return _LIB[0]
 
 
-def _check(result: int, call: str) -> None:
+def _load():
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        raise DriverError(f"the CUDA driver library (libcuda.so.1) is not available: {exc}"
+                          ) from None
+    vp, u, i, sz = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_size_t
+    pvp, pi = ctypes.POINTER(vp), ctypes.POINTER(i)
+    sig = {
+        "cuInit": [u], "cuDeviceGet": [pi, i], "cuDeviceGetCount": [pi],
+        "cuDeviceGetAttribute": [pi, i, i], "cuDeviceGetName": [ctypes.c_char_p, i, i], "cuDevicePrimaryCtxRetain": [pvp, i],
+        "cuCtxGetCurrent": [pvp], "cuCtxSetCurrent": [vp], "cuCtxGetDevice": [pi],
+        "cuCtxSynchronize": [],
+        "cuModuleLoadData": [pvp, ctypes.c_char_p], "cuModuleUnload": [vp],
+        "cuModuleGetFunction": [pvp, vp, ctypes.c_char_p],
+        "cuFuncSetAttribute": [vp, i, i], "cuFuncGetAttribute": [pi, i, vp],
+        "cuLaunchKernel": [vp, u, u, u, u, u, u, u, vp, vp, vp],
+        "cuMemAlloc_v2": [ctypes.POINTER(ctypes.c_uint64), sz], "cuMemFree_v2": [ctypes.c_uint64],
+        "cuMemsetD8_v2": [ctypes.c_uint64, ctypes.c_ubyte, sz],
+        "cuPointerGetAttribute": [vp, i, ctypes.c_uint64],
+        "cuTensorMapReplaceAddress": [vp, vp], "cuGetErrorName": [i, ctypes.POINTER(ctypes.c_char_p)],
+    }
+    for name, args in sig.items():
+        getattr(lib, name).argtypes = args
+    _check_with(lib, lib.cuInit(0), "cuInit")
+    return lib
+
+
+def _check_with(lib, result: int, call: str) -> None:
     if result != 0:
         name = ctypes.c_char_p()
-        _lib().cuGetErrorName(result, ctypes.byref(name))
+        lib.cuGetErrorName(result, ctypes.byref(name))
         raise DriverError(f"{call} failed: {(name.value or b'?').decode()} ({result})")
 
 
-def _pycuda_context() -> int:
-    """The handle of the context gemmgen's kernels live in (PyCUDA's primary context)."""
-    pycuda_modules()
-    import pycuda.autoprimaryctx as primary
-    return primary.context.handle
+def check(result: int, call: str) -> None:
+    """Raise ``DriverError`` naming ``call`` and the driver's error when ``result`` is not 0."""
+    if result != 0:
+        _check_with(_lib(), result, call)
 
 
-_CTX: list = []
+# ---- devices and contexts -----------------------------------------------------------------
+_PRIMARY: dict[int, int] = {}
 
 
-def ensure_context() -> None:
-    """Make gemmgen's context (PyCUDA's primary context) current on this thread when no context
-    is (PyTorch's autograd threads, for one). Raises ``DriverError`` when another context is
-    current: the operands are on a device other than the one gemmgen's kernels were loaded on."""
-    lib = _lib()
-    if not _CTX:
-        _CTX.append(_pycuda_context())
+def device_count() -> int:
+    """CUDA devices the driver sees."""
+    n = ctypes.c_int()
+    check(_lib().cuDeviceGetCount(ctypes.byref(n)), "cuDeviceGetCount")
+    return n.value
+
+
+def device_attribute(device: int, name: str) -> int:
+    """One attribute of ``device``: "sms", "max_smem_optin", "cc_major" or "cc_minor"."""
+    out = ctypes.c_int()
+    check(_lib().cuDeviceGetAttribute(ctypes.byref(out), CU_DEVICE_ATTRIBUTE[name], device),
+          f"cuDeviceGetAttribute({name})")
+    return out.value
+
+
+def device_name(device: int) -> str:
+    """The product name of ``device`` ("NVIDIA H200")."""
+    buf = ctypes.create_string_buffer(256)
+    check(_lib().cuDeviceGetName(buf, 256, device), "cuDeviceGetName")
+    return buf.value.decode()
+
+
+def primary_context(device: int) -> int:
+    """The handle of ``device``'s primary context (retained once per process)."""
+    ctx = _PRIMARY.get(device)
+    if ctx is None:
+        with _LOCK:
+            if device not in _PRIMARY:
+                handle = ctypes.c_void_p()
+                check(_lib().cuDevicePrimaryCtxRetain(ctypes.byref(handle), device),
+                      f"cuDevicePrimaryCtxRetain({device})")
+                _PRIMARY[device] = handle.value
+            ctx = _PRIMARY[device]
+    return ctx
+
+
+def current_context() -> int | None:
+    """The context current on this thread (None when there is none)."""
     cur = ctypes.c_void_p()
-    _check(lib.cuCtxGetCurrent(ctypes.byref(cur)), "cuCtxGetCurrent")
-    if cur.value == _CTX[0]:
-        return
-    if cur.value is None:
-        _check(lib.cuCtxSetCurrent(_CTX[0]), "cuCtxSetCurrent")
-        return
-    raise DriverError("another CUDA context is current (a tensor on a device other than "
-                      "gemmgen's, which is PyCUDA's primary context's device): gemmgen launches "
-                      "on one device per process")
+    check(_lib().cuCtxGetCurrent(ctypes.byref(cur)), "cuCtxGetCurrent")
+    return cur.value
 
 
-class RawFunction:
-    """A kernel of a cubin, loaded by the driver API for launches on raw stream handles.
+def current_device() -> int:
+    """The device of this thread's current context; device 0's primary context is made
+    current first where the thread has none."""
+    if current_context() is None:
+        check(_lib().cuCtxSetCurrent(primary_context(0)), "cuCtxSetCurrent")
+    dev = ctypes.c_int()
+    check(_lib().cuCtxGetDevice(ctypes.byref(dev)), "cuCtxGetDevice")
+    return dev.value
 
-    ``cubin``: the compiled module; ``name``: the kernel's symbol; ``dynamic_smem``: bytes of
-    dynamic shared memory it is launched with (above 48 KiB the function opts in, as
-    ``gemmgen.runtime.build.from_cubin`` does for PyCUDA's copy). Raises ``DriverError``."""
 
-    def __init__(self, cubin: bytes, name: str, dynamic_smem: int = 0):
+def synchronize() -> None:
+    """Wait for all work of the current context (``cuCtxSynchronize``)."""
+    check(_lib().cuCtxSynchronize(), "cuCtxSynchronize")
+
+
+def device_of(ptr: int) -> int:
+    """The device that owns the device address ``ptr``. Raises ``DriverError`` for an address
+    no device knows (a host pointer, freed memory)."""
+    out = ctypes.c_int()
+    check(_lib().cuPointerGetAttribute(ctypes.byref(out), CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                       ptr), "cuPointerGetAttribute(DEVICE_ORDINAL)")
+    return out.value
+
+
+@contextmanager
+def on_device(device: int):
+    """Make ``device``'s primary context current on this thread for the block, and put back
+    what was current before (a thread of PyTorch's autograd engine, or one PyCUDA never saw,
+    may have none or another device's)."""
+    lib = _lib()
+    want = primary_context(device)
+    before = current_context()
+    if before != want:
+        check(lib.cuCtxSetCurrent(want), "cuCtxSetCurrent")
+    try:
+        yield
+    finally:
+        if before is not None and before != want:
+            check(lib.cuCtxSetCurrent(before), "cuCtxSetCurrent")
+
+
+# ---- modules and functions ----------------------------------------------------------------
+class Function:
+    """A kernel of a module loaded on one device (``handle``: its CUfunction), with the
+    attributes the driver reports and the dynamic shared memory it is launched with (above
+    48 KiB the function opts in). Raises ``DriverError``."""
+
+    def __init__(self, module: int, name: str, dynamic_smem: int = 0):
         lib = _lib()
-        ensure_context()
-        self._cubin = ctypes.create_string_buffer(cubin, len(cubin))  # kept alive with the module
-        self.module, self.handle = ctypes.c_void_p(), ctypes.c_void_p()
-        _check(lib.cuModuleLoadData(ctypes.byref(self.module), self._cubin), "cuModuleLoadData")
-        _check(lib.cuModuleGetFunction(ctypes.byref(self.handle), self.module, name.encode()),
-               f"cuModuleGetFunction({name})")
+        handle = ctypes.c_void_p()
+        check(lib.cuModuleGetFunction(ctypes.byref(handle), module, name.encode()),
+              f"cuModuleGetFunction({name})")
+        self.handle, self.name, self.dynamic_smem = handle.value, name, dynamic_smem
         if dynamic_smem > 48 * 1024:
-            _check(lib.cuFuncSetAttribute(self.handle,
-                                          CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                          dynamic_smem), "cuFuncSetAttribute")
-        self.dynamic_smem = dynamic_smem
+            check(lib.cuFuncSetAttribute(self.handle,
+                                         CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                         dynamic_smem), "cuFuncSetAttribute")
 
-    def launch(self, grid: tuple, block: tuple, params: bytes, stream: int) -> None:
-        """Enqueue one launch of ``grid`` x ``block`` threads on the raw stream handle ``stream``
-        with the packed parameter block ``params`` (the kernel's parameters at their offsets).
-        Asynchronous; no allocation, no synchronization."""
-        ensure_context()
-        buf = ctypes.c_char_p(params)
-        size = ctypes.c_size_t(len(params))
-        extra = (ctypes.c_void_p * 5)(_LAUNCH_PARAM_BUFFER_POINTER,
-                                      ctypes.cast(buf, ctypes.c_void_p).value,
-                                      _LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size),
-                                      _LAUNCH_PARAM_END)
-        _check(_lib().cuLaunchKernel(self.handle, grid[0], grid[1], grid[2], block[0], block[1],
-                                     block[2], self.dynamic_smem, stream or None, None, extra),
-               "cuLaunchKernel")
+    def attribute(self, name: str) -> int:
+        """"num_regs", "shared_size_bytes" (static) or "local_size_bytes" (per thread)."""
+        out = ctypes.c_int()
+        check(_lib().cuFuncGetAttribute(ctypes.byref(out), FUNC_ATTRIBUTES[name], self.handle),
+              f"cuFuncGetAttribute({name})")
+        return out.value
+
+    def launch(self, grid: tuple, block: tuple, params: bytes, stream: int = 0) -> None:
+        """Enqueue ``grid`` x ``block`` threads on the raw stream handle ``stream`` (0: the
+        legacy default stream) with the packed parameter block ``params``. Asynchronous."""
+        launch(self.handle, grid, block, self.dynamic_smem, params, stream)
 
 
-def stream_handle(stream):
-    """``stream`` as a launch takes it: None or a PyCUDA ``Stream`` unchanged (PyCUDA launches
-    it), else the raw ``CUstream`` int of an int, a PyTorch stream (``.cuda_stream``) or a CuPy
-    stream (``.ptr``). Raises ``TypeError`` for anything else."""
-    if stream is None or type(stream).__module__.startswith("pycuda"):
-        return stream
+class Module:
+    """A cubin loaded into one device's primary context; ``function(name, smem)`` gives its
+    kernels (cached). The cubin's bytes are kept alive with the module."""
+
+    def __init__(self, cubin: bytes, device: int):
+        self.device = device
+        self._cubin = ctypes.create_string_buffer(cubin, len(cubin))
+        handle = ctypes.c_void_p()
+        with on_device(device):
+            check(_lib().cuModuleLoadData(ctypes.byref(handle), self._cubin), "cuModuleLoadData")
+        self.handle = handle.value
+        self._functions: dict[str, Function] = {}
+
+    def function(self, name: str, dynamic_smem: int = 0) -> Function:
+        fn = self._functions.get(name)
+        if fn is None:
+            fn = self._functions[name] = Function(self.handle, name, dynamic_smem)
+        return fn
+
+
+def launch(function: int, grid: tuple, block: tuple, smem: int, params: bytes,
+           stream: int | None = None) -> None:
+    """One ``cuLaunchKernel`` of the CUfunction ``function`` with the parameter block
+    ``params`` (the kernel's parameters at their offsets) on the raw stream handle ``stream``
+    (None or 0: the legacy default stream).
+    The current context must be the function's device's. No allocation, no synchronization."""
+    buf = ctypes.c_char_p(params)
+    size = ctypes.c_size_t(len(params))
+    extra = (ctypes.c_void_p * 5)(_LAUNCH_PARAM_BUFFER_POINTER,
+                                  ctypes.cast(buf, ctypes.c_void_p).value,
+                                  _LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size),
+                                  _LAUNCH_PARAM_END)
+    check(_lib().cuLaunchKernel(function, grid[0], grid[1], grid[2], block[0], block[1],
+                                block[2], smem, stream or None, None, extra), "cuLaunchKernel")
+
+
+# ---- memory and tensor maps ----------------------------------------------------------------
+class DeviceBuffer:
+    """``nbytes`` of device memory on the current context's device (``cuMemAlloc``; zeroed by
+    ``cuMemsetD8`` when ``zero``), freed with the object. ``ptr`` is its address."""
+
+    def __init__(self, nbytes: int, zero: bool = False):
+        ptr = ctypes.c_uint64()
+        check(_lib().cuMemAlloc_v2(ctypes.byref(ptr), max(nbytes, 256)), "cuMemAlloc")
+        self.ptr, self.nbytes = ptr.value, nbytes
+        if zero:  # finished before any stream (non-blocking ones too) can read it
+            check(_lib().cuMemsetD8_v2(self.ptr, 0, max(nbytes, 256)), "cuMemsetD8")
+            synchronize()
+
+    def __del__(self):
+        if _LIB and getattr(self, "ptr", 0):
+            _LIB[0].cuMemFree_v2(self.ptr)
+            self.ptr = 0
+
+    def __int__(self) -> int:
+        return self.ptr
+
+    def zero(self) -> DeviceBuffer:
+        """Set every byte to 0 (``cuMemsetD8``, then a context synchronization so that no
+        stream sees the buffer before: never call it inside CUDA-graph capture); returns the
+        buffer."""
+        check(_lib().cuMemsetD8_v2(self.ptr, 0, max(self.nbytes, 1)), "cuMemsetD8")
+        synchronize()
+        return self
+
+
+_MAP = threading.local()
+
+
+def replace_map_address(tensor_map: bytes, ptr: int) -> bytes:
+    """The 128-byte CUtensorMap ``tensor_map`` with its global address set to ``ptr``
+    (``cuTensorMapReplaceAddress``: every other field kept)."""
+    buf = getattr(_MAP, "buf", None)
+    if buf is None:
+        buf = _MAP.buf = ctypes.create_string_buffer(256)
+    base = ctypes.addressof(buf)
+    at = base + (-base % 64)  # a CUtensorMap is 64-byte aligned
+    ctypes.memmove(at, tensor_map, 128)
+    check(_lib().cuTensorMapReplaceAddress(at, ptr), "cuTensorMapReplaceAddress")
+    return ctypes.string_at(at, 128)
+
+
+def stream_handle(stream) -> int | None:
+    """``stream`` as a raw ``CUstream`` int: None stays None (the legacy default stream), an
+    int as it is, a PyCUDA ``Stream``'s ``handle``, a PyTorch stream's ``cuda_stream``, a CuPy
+    stream's ``ptr``. Raises ``TypeError`` for anything else."""
+    if stream is None:
+        return None
     if isinstance(stream, int) and not isinstance(stream, bool):
         return stream
-    for attr in ("cuda_stream", "ptr"):
+    for attr in ("cuda_stream", "ptr", "handle"):
         value = getattr(stream, attr, None)
-        if isinstance(value, int):
+        if isinstance(value, int) and not isinstance(value, bool):
             return value
     raise TypeError(f"stream: expected None, a PyCUDA Stream, a PyTorch or CuPy stream or a "
                     f"raw CUstream handle (int); got {type(stream).__name__}")

@@ -1,103 +1,113 @@
-"""A compiled kernel loaded into the current context, and its launch on device pointers.
+"""A compiled kernel, loaded on each device that runs it, and its launches on device pointers.
 
-``Kernel`` launches through PyCUDA (a PyCUDA ``Stream`` or the legacy default stream) or, for a
-raw ``CUstream`` handle (PyTorch, CuPy), through the driver API (``gemmgen.runtime.driver``).
+A ``Kernel`` holds its cubin; ``module(device)`` loads it into that device's primary context
+on first use (``gemmgen.runtime.driver``), so one Kernel serves every GPU of the process and
+every thread. ``launches`` describes one call as a ``Recipe`` (the parameter block and where
+each operand's address goes); ``launch_raw`` builds and runs it.
 """
 from __future__ import annotations
 
 import struct
+import threading
 from dataclasses import dataclass, field
 
 from ..compile.nvcc import Resources
 from ..model.config import ConfigBase
-from .driver import RawFunction, stream_handle
+from . import driver
 from .launch import launch
+from .recipe import Launch, Recipe, field_offsets, pack
 
 SIGNATURE = "iiifPiPifPiqqqP"  # M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, strides, bias
-_PARAMS = struct.Struct("@" + SIGNATURE)  # the parameter block, natively aligned as PyCUDA packs it
-
-
-def raw_stream(stream) -> int | None:
-    """The raw ``CUstream`` handle a launch on ``stream`` goes to through the driver API
-    (``gemmgen.runtime.driver``): an int as it is, a PyTorch or CuPy stream's handle; None for None or
-    a PyCUDA ``Stream``, which PyCUDA launches on. Raises ``TypeError`` for anything else."""
-    if stream is None or type(stream).__module__.startswith("pycuda"):
-        return None
-    if type(stream) is int:
-        return stream
-    return stream_handle(stream)
+_PARAMS = struct.Struct("@" + SIGNATURE)  # the parameter block, natively aligned as nvcc lays it
+_OFFSETS = field_offsets(_PARAMS)
 
 
 @dataclass
 class Kernel:
-    """A compiled kernel: call it as ``kernel(A, B, C=None, *, alpha=1.0, beta=0.0, bias=None)``.
+    """A compiled kernel: call it as ``kernel(A, B, C=None, *, alpha=1.0, beta=0.0, bias=None,
+    stream=None)`` (see ``gemmgen.runtime.launch.launch``).
 
-    ``registers`` per thread, ``smem_bytes`` static shared memory and ``local_bytes`` of local
-    memory per thread come from the loaded function (CUDA's cuFuncGetAttribute); ``resources``
-    is ptxas's report (spills, stack) when gemmgen compiled it.
+    ``config``: its configuration; ``arch``: the target it was compiled for (``sm_90a``);
+    ``cubin``: the compiled module; ``resources``: ptxas's report (registers, spills, stack)
+    when gemmgen compiled it. ``registers``, ``smem_bytes`` (static) and ``local_bytes`` (per
+    thread) come from the loaded function on the current device (``cuFuncGetAttribute``);
+    ``last_path`` says what the last call ran (a recipe's ``path``).
     """
 
     config: ConfigBase
     arch: str
-    function: object = field(repr=False)
-    module: object = field(repr=False)
-    source_path: str | None = None
+    cubin: bytes = field(repr=False)
     resources: Resources | None = None
-    cubin: bytes = field(default=b"", repr=False)
+    source_path: str | None = None
+    last_path: str = ""
+
+    def __post_init__(self):
+        self._modules: dict[int, driver.Module] = {}
+        self._lock = threading.Lock()
 
     @property
     def name(self) -> str:
         """The kernel's symbol: the config's name."""
         return self.config.name
 
+    def module(self, device: int | None = None) -> driver.Module:
+        """This kernel's module on ``device`` (default: the current context's), loaded on
+        first use. Raises ``DriverError``."""
+        dev = driver.current_device() if device is None else device
+        mod = self._modules.get(dev)
+        if mod is None:
+            with self._lock:
+                mod = self._modules.get(dev) or driver.Module(self.cubin, dev)
+                self._modules[dev] = mod
+        return mod
+
+    def function(self, device: int | None = None, suffix: str = "") -> driver.Function:
+        """The kernel (or its helper ``<name>_<suffix>``) on ``device``."""
+        smem = 0 if suffix else self.config.dynamic_smem_bytes
+        return self.module(device).function(self.name + (f"_{suffix}" if suffix else ""), smem)
+
     @property
     def registers(self) -> int:
         """Registers per thread the loaded function uses (at launch, for setmaxnreg kernels)."""
-        return self.function.num_regs
+        return self.function().attribute("num_regs")
 
     @property
     def smem_bytes(self) -> int:
         """Static shared memory per block, bytes."""
-        return self.function.shared_size_bytes
+        return self.function().attribute("shared_size_bytes")
 
     @property
     def local_bytes(self) -> int:
         """Local memory per thread, bytes (spills or stack; 0 for every preset)."""
-        return self.function.local_size_bytes
+        return self.function().attribute("local_size_bytes")
+
+    def launches(self, m: int, n: int, k: int, alpha: float, a_ptr, lda: int, b_ptr, ldb: int,
+                 beta: float, c_ptr, ldc: int, stride_a: int = 0, stride_b: int = 0,
+                 stride_c: int = 0, bias_ptr=0, batch: int = 1, device: int | None = None
+                 ) -> Recipe:
+        """The ``Recipe`` of one call on ``device`` (default: the current context's). Pointers
+        are ints, or ``recipe.Ref``s where a later call will patch in other addresses.
+        Strides are the elements between consecutive matrices of a batch (0 broadcasts)."""
+        dev = driver.current_device() if device is None else device
+        grid_x, grid_y, _ = self.config.grid(m, n)
+        params, patches = pack(_PARAMS, _OFFSETS, (m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta,
+                                                   c_ptr, ldc, stride_a, stride_b, stride_c,
+                                                   bias_ptr))
+        run = Launch(self.function(dev), (grid_x, grid_y, batch), (self.config.threads, 1, 1),
+                     params, patches)
+        return Recipe(dev, [run] if m and n else [], "direct")
 
     def launch_raw(self, m: int, n: int, k: int, alpha: float, a_ptr: int, lda: int, b_ptr: int,
                    ldb: int, beta: float, c_ptr: int, ldc: int, stride_a: int = 0,
                    stride_b: int = 0, stride_c: int = 0, bias_ptr: int = 0, batch: int = 1,
                    stream=None) -> None:
-        """Enqueue one launch on device pointers (no checks; asynchronous). Strides are the
-        elements between consecutive matrices of a batch (0 broadcasts one matrix).
-        ``stream``: None (the legacy default stream), a PyCUDA ``Stream``, or a raw ``CUstream``
-        handle (an int, or a PyTorch/CuPy stream), launched through ``gemmgen.runtime.driver``."""
-        grid_x, grid_y, _ = self.config.grid(m, n)
-        raw = raw_stream(stream)
-        if raw is not None:
-            self.raw_function().launch(
-                (grid_x, grid_y, batch), (self.config.threads, 1, 1),
-                _PARAMS.pack(m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a,
-                             stride_b, stride_c, bias_ptr), raw)
-            return
-        self.function.prepared_async_call(
-            (grid_x, grid_y, batch), (self.config.threads, 1, 1), stream, m, n, k, alpha,
-            a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a, stride_b, stride_c, bias_ptr,
-            shared_size=self.config.dynamic_smem_bytes)
-
-    def raw_function(self):
-        """This kernel loaded through the driver API (``gemmgen.runtime.driver.RawFunction``) for launches
-        on raw stream handles; loaded on first use. Raises ``RuntimeError`` when the Kernel was
-        made without its cubin."""
-        raw = self.__dict__.get("_raw")
-        if raw is None:
-            if not self.cubin:
-                raise RuntimeError(f"{self.name}: no cubin kept, so it cannot launch on a raw "
-                                   f"stream handle; pass a PyCUDA Stream or None")
-            raw = self.__dict__["_raw"] = RawFunction(self.cubin, self.name,
-                                                      self.config.dynamic_smem_bytes)
-        return raw
+        """Enqueue one call on device pointers of the current context's device (no checks;
+        asynchronous). ``stream``: None (the legacy default stream), a PyCUDA ``Stream``, a
+        PyTorch or CuPy stream, or a raw ``CUstream`` handle (int)."""
+        recipe = self.launches(m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc,
+                               stride_a, stride_b, stride_c, bias_ptr, batch)
+        self.last_path = recipe.path
+        recipe.run((), driver.stream_handle(stream))
 
     def __call__(self, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
                  stream=None):

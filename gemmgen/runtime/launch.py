@@ -1,9 +1,13 @@
 """Launching: checked operands -> device pointers, leading dimensions, batch strides -> one launch."""
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import numpy as np
 
 from ..model.dtypes import numpy_dtype
+from . import driver
+from .device import pycuda_context
 from .operands import GemmArgs, OperandError, check_gemm, check_scalars, describe
 
 GRID_LIMIT_YZ = 65535
@@ -31,16 +35,20 @@ def launch(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=
                       bias=bias, needs_bias=cfg.epilogue.startswith("bias"))
     check_launch(kernel, args)
     if args.a.kind == "numpy":
-        return _launch_host(kernel, args, alpha, beta, C, bias)
+        with pycuda_context():
+            return _launch_host(kernel, args, alpha, beta, C, bias)
     shape = (args.batch, args.m, args.n) if args.batch else (args.m, args.n)
-    out = C if C is not None else _empty_like(args.a.obj, shape, cfg.out, cfg.layout[2] == "c")
+    with pycuda_context() if args.a.kind == "gpuarray" else nullcontext():
+        out = C if C is not None else _empty_like(args.a.obj, shape, cfg.out,
+                                                  cfg.layout[2] == "c")
     c = args.c or describe(out, "C", cfg.out)
-    _wait_for_producers(args)
     if args.m and args.n:
-        kernel.launch_raw(args.m, args.n, args.k, alpha, args.a.ptr, args.ld(args.a, 0),
-                          args.b.ptr, args.ld(args.b, 1), beta, c.ptr, c.lds[cfg.layout[2]],
-                          batch_stride(args.a), batch_stride(args.b), batch_stride(c),
-                          args.bias.ptr if args.bias else 0, args.batch or 1, stream)
+        with driver.on_device(driver.device_of(c.ptr)):
+            _wait_for_producers(args)
+            kernel.launch_raw(args.m, args.n, args.k, alpha, args.a.ptr, args.ld(args.a, 0),
+                              args.b.ptr, args.ld(args.b, 1), beta, c.ptr, c.lds[cfg.layout[2]],
+                              batch_stride(args.a), batch_stride(args.b), batch_stride(c),
+                              args.bias.ptr if args.bias else 0, args.batch or 1, stream)
     return out
 
 
@@ -140,5 +148,4 @@ def _wait_for_producers(args: GemmArgs) -> None:
     be being written there, so wait for the device before reading it."""
     streams = {op.stream for op in (args.a, args.b, args.c, args.bias) if op is not None}
     if streams - set(DEFAULT_STREAMS):
-        import pycuda.driver as drv
-        drv.Context.synchronize()
+        driver.synchronize()

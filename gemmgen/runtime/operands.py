@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model.dtypes import numpy_dtype, stored_as, torch_dtype_name
+from ..model.dtypes import FP8_DTYPES, numpy_dtype, stored_as, torch_dtype_name
 
 LAYOUT_NAMES = {"r": "row-major", "c": "column-major"}
 
@@ -97,7 +97,8 @@ def _raw(x, name: str, dtype: str):
                            f"tensor or an object with __cuda_array_interface__ (CuPy); got "
                            f"{type(x).__name__}")
     opaque_bf16 = dtype == "bf16" and got.kind == "V" and got.itemsize == 2  # PyCUDA's view
-    if got != want and not opaque_bf16:
+    fp8_bytes = dtype in FP8_DTYPES and got == np.uint8  # CuPy has no float8: bytes, named by dtype=
+    if got != want and not opaque_bf16 and not fp8_bytes:
         raise OperandError(f"{name} has dtype {got}; this kernel takes {dtype} ({want}): "
                            f"convert explicitly, e.g. {name}.astype(...)")
     return out

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import driver
 from .launch import DEFAULT_STREAMS, allocator, batch_stride, check_launch
 from .operands import check_gemm, describe
+from .recipe import Recipe, Ref
 
 
 def transposed(x):
@@ -26,16 +28,17 @@ ABSENT = ("absent",)
 
 
 def signature(x):
-    """What the checks of a device operand depend on (not its pointer): its kind, shape,
-    strides, dtype and device. ``ABSENT`` for None; None for every other kind (NumPy arrays,
-    GPUArrays), which then take the full path on every call."""
+    """What the checks and the launches of a device operand depend on (not its address): its
+    kind, shape, strides, dtype, device and whether the address is a multiple of 16 bytes (TMA
+    needs that). ``ABSENT`` for None; None for every other kind (NumPy arrays, GPUArrays),
+    which then take the full path on every call."""
     if x is None:
         return ABSENT
     mod = type(x).__module__
     if mod.startswith("torch"):
-        return ("torch", x.shape, x.stride(), x.dtype, x.device)
+        return ("torch", x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0)
     if mod.startswith("cupy"):
-        return ("cupy", x.shape, x.strides, x.dtype.str, x.device.id)
+        return ("cupy", x.shape, x.strides, x.dtype.str, x.device.id, x.data.ptr % 16 == 0)
     return None
 
 
@@ -51,35 +54,30 @@ def _reader(x):
 
 @dataclass
 class Plan:
-    """A checked launch for one operand signature: the kernel, extents, leading dimensions,
-    batch strides, and how to make C. ``cupy``: some operand is a CuPy array, whose
-    ``__cuda_array_interface__`` stream is honoured on every call."""
+    """A checked call for one operand signature: the ``kernel`` (whose ``last_path`` each run
+    sets), its ``recipe`` (launches with the places the operands' addresses go: 0 A, 1 B, 2 C,
+    3 bias; with ``swap`` B^T is the kernel's A),
+    how to read each address, and how to make C. ``cupy``: some operand is a CuPy array,
+    whose ``__cuda_array_interface__`` stream is honoured on every call."""
 
     kernel: object
     how: str
-    m: int
-    n: int
-    k: int
-    batch: int
-    lds: tuple[int, int, int]
-    strides: tuple[int, int, int]
+    recipe: Recipe
     new_c: object
     cupy: bool
     ptrs: tuple  # address readers of A, B, C (or the new C) and bias
-    swap: bool = False  # the kernel computes C^T = B^T A^T: B's pointer goes first
+    swap: bool = False
 
-    def run(self, A, B, C, alpha: float, beta: float, bias, stream=None):
+    def run(self, A, B, C, bias, stream=None):
         out = C if C is not None else self.new_c()
         if self.cupy:
             _sync_cupy_producers(A, B, C, bias)
-        if self.m and self.n:
-            lda, ldb, ldc = self.lds
-            sa, sb, sc = self.strides
-            pa, pb, pc, pbias = self.ptrs
-            first, second = (B, A) if self.swap else (A, B)  # a transpose keeps the address
-            self.kernel.launch_raw(self.m, self.n, self.k, alpha, pa(first), lda, pb(second), ldb,
-                                   beta, pc(out), ldc, sa, sb, sc, pbias(bias), self.batch,
-                                   stream)
+        pa, pb, pc, pbias = self.ptrs
+        first, second = (B, A) if self.swap else (A, B)  # a transpose keeps the address
+        with driver.on_device(self.recipe.device):
+            self.recipe.run((pa(first), pb(second), pc(out), pbias(bias)),
+                            driver.stream_handle(stream))
+        self.kernel.last_path = self.recipe.path
         return out if C is not None or not self.swap else transposed(out)
 
 
@@ -89,14 +87,15 @@ def _sync_cupy_producers(*ops) -> None:
     for x in ops:
         if x is not None and type(x).__module__.startswith("cupy"):
             if x.__cuda_array_interface__.get("stream") not in DEFAULT_STREAMS:
-                import pycuda.driver as drv
-                drv.Context.synchronize()
+                driver.synchronize()
                 return
 
 
-def make_plan(kernel, how, A, B, C, bias, beta: float) -> Plan:
+def make_plan(kernel, how, A, B, C, bias, alpha: float, beta: float, device: int) -> Plan:
     """Every check ``launch`` makes (operands, specialization, grid limits), once per
-    signature, and the launch that follows from them."""
+    signature, and the recipe that follows from them: the operands' addresses are ``Ref``s,
+    patched in on each call. ``alpha`` and ``beta`` are part of the signature (they decide
+    whether A, B and C are read); ``device`` is the operands' GPU."""
     cfg = kernel.config
     args = check_gemm(A, B, C, beta=beta, dtype=cfg.dtype, out=cfg.out, layout=cfg.layout,
                       bias=bias, needs_bias=cfg.epilogue.startswith("bias"))
@@ -106,7 +105,13 @@ def make_plan(kernel, how, A, B, C, bias, beta: float) -> Plan:
     make_c = None if C is not None else allocator(A, shape, cfg.out, col_c)  # C's in the key
     c = args.c or describe(make_c(), "C", cfg.out)
     kinds = {type(x).__module__.split(".")[0] for x in (A, B, C, bias) if x is not None}
-    return Plan(kernel, how, args.m, args.n, args.k, args.batch or 1,
-                 (args.ld(args.a, 0), args.ld(args.b, 1), c.lds[cfg.layout[2]]),
-                 (batch_stride(args.a), batch_stride(args.b), batch_stride(c)), make_c, "cupy" in kinds,
-                 (_reader(A), _reader(B), _reader(C if C is not None else A), _reader(bias)))
+    refs = [Ref(i, p) for i, p in enumerate((args.a.ptr, args.b.ptr, c.ptr,
+                                             args.bias.ptr if args.bias else 0))]
+    with driver.on_device(device):
+        recipe = kernel.launches(args.m, args.n, args.k, alpha, refs[0], args.ld(args.a, 0),
+                                 refs[1], args.ld(args.b, 1), beta, refs[2],
+                                 c.lds[cfg.layout[2]], batch_stride(args.a),
+                                 batch_stride(args.b), batch_stride(c),
+                                 refs[3] if args.bias else 0, args.batch or 1, device=device)
+    return Plan(kernel, how, recipe, make_c, "cupy" in kinds,
+                (_reader(A), _reader(B), _reader(C if C is not None else A), _reader(bias)))

@@ -20,7 +20,8 @@ from ..model.dtypes import ELEM_BYTES
 
 TENSOR_MAP_BYTES = 128
 # CUtensorMapDataType, CUtensorMapSwizzle, CUtensorMapL2promotion (cuda.h, CUDA 12/13).
-DATA_TYPES = {"fp16": 6, "fp32": 7, "tf32": 7, "bf16": 9}
+DATA_TYPES = {"fp16": 6, "fp32": 7, "tf32": 7, "bf16": 9, "e4m3": 0, "e5m2": 0}
+"""FP8 operands are described as UINT8 (0): TMA moves bytes, wgmma reads them as FP8."""
 SWIZZLE_ENUM = {0: 0, 32: 1, 64: 2, 128: 3}
 L2_PROMOTION_256B = 3
 OOB_FILL_ZERO = 0

@@ -1,6 +1,6 @@
 """Launching kernels that read their operands through TMA (the wgmma family): tensor maps of A, B
-and C, the parameter block at the cubin's offsets, the persistent grid, and the slower path for
-operands TMA cannot describe.
+and C, the parameter block at the cubin's offsets, the persistent grid, the helper kernels
+around the GEMM, and the slower paths for operands TMA cannot describe.
 """
 from __future__ import annotations
 
@@ -10,63 +10,68 @@ from typing import Callable
 
 from ..heuristics.cost import stored_shape, unaligned
 from ..model.dtypes import ELEM_BYTES
-from .device import sm_count
-from .driver import RawFunction
-from .kernel import Kernel, raw_stream
+from . import driver
+from .kernel import Kernel
+from .recipe import Launch, MapRef, Recipe, Ref, field_offsets, pack
 from .tma import MapSpec, ParamPacker, TmaError, encode, operand_map, param_layout
 
 # The kernel's parameters, in order: tensor maps of A, B, C; M, N, K, alpha, A, lda, B, ldb,
 # beta, C, ldc, stride_a, stride_b, stride_c, bias, batch.
 PARAM_KINDS = ("128s", "128s", "128s", "i", "i", "i", "f", "Q", "i", "Q", "i", "f", "Q", "i",
                "q", "q", "q", "Q", "i")
+SPLIT_INLINE_KINDS = ("Q", "i", "q", "Q")
+"""The parameters an inline split-K adds after ``batch``: the partials' workspace, its leading
+dimension and slice stride, and the tiles' arrival counters."""
 NO_MAP = bytes(128)
-LAUNCH_CACHE = 1024  # prepared launches kept per kernel
+LAUNCH_CACHE = 1024  # recipes kept per kernel for launch_raw
+
+
 @dataclass
 class TmaKernel(Kernel):
-    """A wgmma-family kernel. ``launch_raw`` encodes (and caches) the tensor maps of A, B and C
-    from the pointers, extents, leading dimensions and batch strides, packs the parameter
-    block at the offsets the cubin records, and launches, with the module's helper kernels
-    around it where the configuration or the operands need them:
+    """A wgmma-family kernel. ``launches`` encodes the tensor maps of A, B and C from the
+    pointers, extents, leading dimensions and batch strides, packs the parameter block at the
+    offsets the cubin records, and adds the module's helper kernels around the GEMM where the
+    configuration or the operands need them:
 
     - ``math="3xtf32"``: ``<name>_split3`` writes A and B as tf32 big/small parts (K-major,
       any caller layout or alignment) into a workspace; the GEMM runs over 3x K.
     - operands TMA cannot describe (a base address, row or batch stride that is not a
       multiple of 16 bytes): ``<name>_pack`` copies A and/or B into 16-byte-padded rows when
-      ``gemmgen.heuristics.cost.unaligned`` predicts that beats the ``fallback`` kernel (WMMA, same
-      dtypes, layout and epilogue), else the fallback runs. A C that TMA cannot store to (a
-      ``store="tma"`` kernel) always takes the fallback.
+      ``gemmgen.heuristics.cost.unaligned`` predicts that beats the ``fallback`` kernel (WMMA,
+      same dtypes, layout and epilogue), else the fallback runs. A C that TMA cannot store to
+      (a ``store="tma"`` kernel) always takes the fallback.
     - ``split_k > 1``: the GEMM stores fp32 partial sums per slice into a workspace and
       ``<name>_reduce`` sums them in order and applies alpha, beta, bias and the activation.
 
-    ``last_path`` says what the last launch ran: "tma", or "tma" with "+repack A", "+repack
-    B", "+3xtf32", "+split-K <n>", or "fallback: <reason>". Workspaces belong to the kernel
-    object and grow as needed; launches of one kernel on several streams must not overlap.
+    ``last_path`` says what the last ``launch_raw`` ran: "tma", or "tma" with "+repack A",
+    "+repack B", "+3xtf32", "+split-K <n>", or "fallback: <reason>" (a recipe's ``path``
+    says the same). Workspaces belong to the kernel object, one set per device, and grow as
+    needed; launches of one kernel on several streams of a device must not overlap.
+    ``build_fallback`` makes the fallback kernel (``gemmgen.runtime.build`` sets it).
     """
 
-    cubin: bytes = field(default=b"", repr=False)
-    last_path: str = ""
     build_fallback: Callable[[], Kernel] | None = field(default=None, repr=False)
 
     def __post_init__(self):
-        self._packer = ParamPacker(param_layout(self.cubin, self.config.name), PARAM_KINDS)
+        super().__post_init__()
+        layout = param_layout(self.cubin, self.config.name)
+        kinds = PARAM_KINDS + (SPLIT_INLINE_KINDS if self.config.split_inline else ())
+        self._packer = ParamPacker(layout, kinds)
+        self._offsets = layout.offsets
         self._fallback = None
-        self._launches: dict[tuple, tuple] = {}
+        self._recipes: dict[tuple, Recipe] = {}
         self._block = (self.config.threads, 1, 1)
-        self._smem = self.config.dynamic_smem_bytes
-        self._sms = sm_count() if self.config.persistent else 0
         env = self.config.env()
         self._a_box = (env["A_BOX_INNER"], env["A_BOX_ROWS"])
         self._b_box = (env["B_BOX_INNER"], env["B_BOX_ROWS"])
         self._c_box = (env["C_CHUNK"], self.config.template_constants()["C_BOX_ROWS"])
-        self._helpers: dict[str, object] = {}
-        self._raw_helpers: dict[str, object] = {}
-        self._work: dict[str, object] = {}
+        self._work: dict[tuple[int, str], driver.DeviceBuffer] = {}
 
     @property
     def fallback(self) -> Kernel:
-        """The kernel for operands TMA cannot take (built on first use by ``build_fallback``,
-        which ``gemmgen.runtime.build`` sets: the family's ``fallback`` configuration). Raises
-        ``RuntimeError`` for a TmaKernel made without it."""
+        """The kernel for operands TMA cannot take (built on first use by ``build_fallback``:
+        the family's ``fallback`` configuration). Raises ``RuntimeError`` for a TmaKernel made
+        without it."""
         if self._fallback is None:
             if self.build_fallback is None:
                 raise RuntimeError(f"{self.name}: no fallback kernel for operands TMA cannot "
@@ -74,58 +79,40 @@ class TmaKernel(Kernel):
             self._fallback = self.build_fallback()
         return self._fallback
 
-    def helper(self, suffix: str):
-        """The module's helper kernel ``<name>_<suffix>`` (pack, split3, reduce), prepared."""
-        if suffix not in self._helpers:
-            fn = self.module.get_function(f"{self.config.name}_{suffix}")
-            fn.prepare(HELPER_SIGNATURES[suffix])
-            self._helpers[suffix] = fn
-        return self._helpers[suffix]
-
-    def workspace(self, tag: str, nbytes: int) -> int:
-        """Device address of this kernel's workspace ``tag`` of at least ``nbytes`` (grown, and
-        the prepared launches that held the old one dropped, when too small)."""
-        held = self._work.get(tag)
-        if held is None or held[0] < nbytes:
-            import pycuda.driver as drv
-            self._work[tag] = (nbytes, drv.mem_alloc(max(nbytes, 256)))
-            if held is not None:
-                self._launches.clear()
-        return int(self._work[tag][1])
-
-    def maps(self, m, n, k, alpha, a_ptr, lda, b_ptr, ldb, c_ptr, ldc, stride_a, stride_b,
-             stride_c, batch) -> tuple[bytes, bytes, bytes]:
-        """The three tensor maps of one launch of the GEMM kernel itself (A and B as the
-        kernel reads them: K-major after a 3xTF32 split). Raises ``TmaError`` naming the
-        operand TMA cannot describe."""
-        cfg = self.config
-        ta = tb = tc = NO_MAP
-        if k > 0 and alpha != 0:  # otherwise the kernel reads neither A nor B
-            ta = encode(self._a_map(a_ptr, m, k, lda, batch, stride_a), "A")
-            tb = encode(self._b_map(b_ptr, k, n, ldb, batch, stride_b), "B")
-        if cfg.store == "tma":
-            tc = encode(operand_map(cfg.out, c_ptr, m, n, ldc, cfg.layout[2] == "c", batch,
-                                    stride_c, *self._c_box, 128), "C")
-        return ta, tb, tc
+    def workspace(self, device: int, tag: str, nbytes: int,
+                  zero: bool = False) -> driver.DeviceBuffer:
+        """This kernel's workspace ``tag`` on ``device``, at least ``nbytes`` (a larger one
+        replaces it when too small; recipes keep the buffers they use alive); ``zero``: filled
+        with zeros when made."""
+        held = self._work.get((device, tag))
+        if held is None or held.nbytes < nbytes:
+            with driver.on_device(device):
+                held = self._work[(device, tag)] = driver.DeviceBuffer(nbytes, zero)
+        return held
 
     def _a_map(self, ptr, m, k, lda, batch, stride):
         cfg = self.config
-        return operand_map(cfg.dtype, ptr, m, k, lda, cfg.a_mn_major, batch, stride,
+        return operand_map(cfg.dtype, int(ptr), m, k, lda, cfg.a_mn_major, batch, stride,
                            *self._a_box, cfg.swizzle)
 
     def _b_map(self, ptr, k, n, ldb, batch, stride):
         cfg = self.config
-        return operand_map(cfg.dtype, ptr, k, n, ldb, not cfg.b_mn_major, batch, stride,
+        return operand_map(cfg.dtype, int(ptr), k, n, ldb, not cfg.b_mn_major, batch, stride,
                            *self._b_box, cfg.swizzle)
 
-    def grid(self, m: int, n: int, batch: int) -> tuple[int, int, int]:
+    def _c_map(self, ptr, m, n, ldc, batch, stride):
+        cfg = self.config
+        return operand_map(cfg.out, int(ptr), m, n, ldc, cfg.layout[2] == "c", batch, stride,
+                           *self._c_box, 128)
+
+    def grid(self, m: int, n: int, batch: int, sms: int) -> tuple[int, int, int]:
         """(x, 1, z): every cluster tile (of every batch entry and split-K slice), or,
-        persistent, at most one CTA per SM in whole clusters."""
+        persistent, at most one CTA per SM (``sms`` of them) in whole clusters."""
         cfg = self.config
         tiles = -(-m // (cfg.bm * cfg.cluster_m)) * -(-n // (cfg.bn * cfg.cluster_n))
         z = batch * cfg.split_k
         if cfg.persistent:
-            clusters = max(1, min(tiles * z, self._sms // cfg.cluster))
+            clusters = max(1, min(tiles * z, sms // cfg.cluster))
             return clusters * cfg.cluster, 1, 1
         return tiles * cfg.cluster, 1, z
 
@@ -133,118 +120,131 @@ class TmaKernel(Kernel):
                    ldb: int, beta: float, c_ptr: int, ldc: int, stride_a: int = 0,
                    stride_b: int = 0, stride_c: int = 0, bias_ptr: int = 0, batch: int = 1,
                    stream=None) -> None:
-        """One launch on device pointers (no operand checks; asynchronous). The grid, the
-        packed parameter block and the helper launches are cached by the whole argument list,
-        so a repeated call (the same tensors, or a caching allocator's reused buffers) is one
-        dict lookup and the launch."""
+        """One call on device pointers of the current context's device (no operand checks;
+        asynchronous). Recipes are cached by the whole argument list, so a repeated call (the
+        same buffers, or a caching allocator's reused ones) is one dict lookup and the
+        launches."""
+        dev = driver.current_device()
         key = (m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a, stride_b,
-               stride_c, bias_ptr, batch)
-        ready = self._launches.get(key)
-        if ready is None:
-            ready = self._prepare(key)
-        path, grid, params, before, after = ready
-        self.last_path = path
-        if grid is None:  # TMA cannot describe an operand: the fallback kernel runs instead
-            self.fallback.launch_raw(*key, stream)
-            return
-        handle = raw_stream(stream)
-        raw = handle is not None  # a PyTorch/CuPy stream or a CUstream: the driver API launches
-        if raw:
-            stream = handle
-        for step in before:
-            self._helper_launch(step, stream, raw)
-        if raw:
-            self.raw_function().launch(grid, self._block, params, stream)
-        else:
-            self.function._launch_kernel(grid, self._block, params, self._smem, stream)
-        for step in after:
-            self._helper_launch(step, stream, raw)
+               stride_c, bias_ptr, batch, dev)
+        recipe = self._recipes.get(key)
+        if recipe is None:
+            recipe = self.launches(*key[:-1], device=dev)
+            if len(self._recipes) >= LAUNCH_CACHE:
+                self._recipes.clear()
+            self._recipes[key] = recipe
+        self.last_path = recipe.path
+        recipe.run((), driver.stream_handle(stream))
 
-    def _helper_launch(self, step: tuple, stream, raw: bool) -> None:
-        """One helper kernel launch (suffix, grid, block, args) on a PyCUDA stream or None,
-        or, ``raw``, on a CUstream handle through the driver API."""
-        suffix, grid, block, args = step
-        if raw:
-            fn = self._raw_helpers.get(suffix)
-            if fn is None:
-                fn = self._raw_helpers[suffix] = RawFunction(
-                    self.cubin, f"{self.config.name}_{suffix}")
-            fn.launch(grid, block, HELPER_STRUCTS[suffix].pack(*args), stream)
-        else:
-            self.helper(suffix).prepared_async_call(grid, block, stream, *args)
-
-    def _prepare(self, key: tuple) -> tuple:
-        """(path, grid, parameter block, helper launches before, after), or (reason, None,
-        ...) for the fallback; cached."""
+    def launches(self, m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a=0,
+                 stride_b=0, stride_c=0, bias_ptr=0, batch=1, device=None) -> Recipe:
+        """The ``Recipe`` of one call (pointers: ints or ``Ref``s): the helper launches, the
+        GEMM, and the path taken; the fallback kernel's recipe when TMA cannot describe an
+        operand."""
+        dev = driver.current_device() if device is None else device
+        args = (m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a, stride_b,
+                stride_c, bias_ptr, batch)
         try:
-            ready = self._plan(*key)
+            return self._recipe(dev, *args)
         except TmaError as exc:
-            ready = (f"fallback: {exc}", None, None, (), ())
-        if len(self._launches) >= LAUNCH_CACHE:
-            self._launches.clear()
-        self._launches[key] = ready
-        return ready
+            fb = self.fallback.launches(*args, device=dev)
+            return Recipe(dev, fb.launches, f"fallback: {exc}", fb.keep)
 
-    def _plan(self, m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a,
-              stride_b, stride_c, bias_ptr, batch) -> tuple:
+    def _recipe(self, dev, m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a,
+                stride_b, stride_c, bias_ptr, batch) -> Recipe:
         cfg = self.config
-        before, after, path = [], [], ["tma"]
+        before, after, path, keep = [], [], ["tma"], []
         reads = k > 0 and alpha != 0
         k_run = cfg.packed_k(k)
         if reads and cfg.math == "3xtf32":
             (a_ptr, lda, stride_a), (b_ptr, ldb, stride_b) = self._split3(
-                before, m, n, k, batch, a_ptr, lda, stride_a, b_ptr, ldb, stride_b)
+                dev, before, keep, m, n, k, batch, a_ptr, lda, stride_a, b_ptr, ldb, stride_b)
             path.append("3xtf32")
         elif reads:
-            bad = {name: spec for name, spec in (
-                ("A", self._a_map(a_ptr, m, k, lda, batch, stride_a)),
-                ("B", self._b_map(b_ptr, k, n, ldb, batch, stride_b))) if spec.problems(name)}
-            if bad:
-                packs = {name: self._pack_shape(name, m, n, k, batch, stride)
-                         for name, stride in (("A", stride_a), ("B", stride_b)) if name in bad}
-                best = unaligned(m, n, k, batch, cfg.dtype, packs)[0]
-                if best.path != "repack":
-                    reasons = "; ".join(p for name, spec in bad.items()
-                                        for p in spec.problems(name))
-                    raise TmaError(f"{reasons} (repack predicted slower: {best})")
-                if "A" in bad:
-                    a_ptr, lda, stride_a = self._repack(before, "A", a_ptr, lda, stride_a,
-                                                        *packs["A"])
-                if "B" in bad:
-                    b_ptr, ldb, stride_b = self._repack(before, "B", b_ptr, ldb, stride_b,
-                                                       *packs["B"])
-                path.append("repack " + "+".join(bad))
+            (a_ptr, lda, stride_a), (b_ptr, ldb, stride_b), repacked = self._repack_unaligned(
+                dev, before, keep, m, n, k, batch, a_ptr, lda, stride_a, b_ptr, ldb, stride_b)
+            if repacked:
+                path.append("repack " + "+".join(repacked))
         out = (c_ptr, ldc, stride_c, beta, bias_ptr, alpha)
-        if cfg.split_k > 1:
-            c_ptr, ldc, stride_c = self._split_k(after, m, n, batch, alpha, out)
+        extra = ()
+        if cfg.split_k > 1 and cfg.split_inline:
+            extra = self._split_inline(dev, keep, m, n, batch)
+            path.append(f"split-K {cfg.split_k} inline")
+        elif cfg.split_k > 1:
+            c_ptr, ldc, stride_c = self._split_k(dev, after, keep, m, n, batch, alpha, out)
             beta, bias_ptr, alpha = 0.0, 0, 1.0 if alpha != 0 else 0.0
             path.append(f"split-K {cfg.split_k}")
-        ta, tb, tc = self.maps(m, n, k_run, alpha, a_ptr, lda, b_ptr, ldb, c_ptr, ldc,
-                               stride_a, stride_b, stride_c, batch)
-        params = self._packer.pack(ta, tb, tc, m, n, k_run, alpha, a_ptr, lda, b_ptr, ldb, beta,
-                                   c_ptr, ldc, stride_a, stride_b, stride_c, bias_ptr, batch)
-        return " + ".join(path), self.grid(m, n, batch), params, tuple(before), tuple(after)
+        maps = self._maps(m, n, k_run, alpha, a_ptr, lda, b_ptr, ldb, c_ptr, ldc, stride_a,
+                          stride_b, stride_c, batch)
+        params, patches = pack(self._packer.struct, self._offsets,
+                               (*maps, m, n, k_run, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr,
+                                ldc, stride_a, stride_b, stride_c, bias_ptr, batch, *extra))
+        gemm = Launch(self.function(dev), self.grid(m, n, batch, driver.device_attribute(
+            dev, "sms")), self._block, params, patches)
+        launches = before + ([gemm] if m and n else []) + after
+        return Recipe(dev, launches, " + ".join(path), keep)
+
+    def _maps(self, m, n, k, alpha, a_ptr, lda, b_ptr, ldb, c_ptr, ldc, stride_a, stride_b,
+              stride_c, batch) -> tuple:
+        """The three tensor maps of the GEMM kernel itself (A and B as the kernel reads them:
+        K-major after a 3xTF32 split), each a ``MapRef`` where its address is a ``Ref``.
+        Raises ``TmaError`` naming the operand TMA cannot describe."""
+        ta = tb = tc = NO_MAP
+        if k > 0 and alpha != 0:  # otherwise the kernel reads neither A nor B
+            ta = _encoded(self._a_map(a_ptr, m, k, lda, batch, stride_a), "A", a_ptr)
+            tb = _encoded(self._b_map(b_ptr, k, n, ldb, batch, stride_b), "B", b_ptr)
+        if self.config.store == "tma":
+            tc = _encoded(self._c_map(c_ptr, m, n, ldc, batch, stride_c), "C", c_ptr)
+        return ta, tb, tc
+
+    def _repack_unaligned(self, dev, before, keep, m, n, k, batch, a_ptr, lda, stride_a, b_ptr,
+                          ldb, stride_b) -> tuple:
+        """Queue ``<name>_pack`` of each operand TMA cannot describe when the cost model
+        prefers that to the fallback (else raise ``TmaError``); the (pointer, ld, batch
+        stride) of A and of B the GEMM reads, and the names repacked."""
+        bad = {name: spec for name, spec in (
+            ("A", self._a_map(a_ptr, m, k, lda, batch, stride_a)),
+            ("B", self._b_map(b_ptr, k, n, ldb, batch, stride_b))) if spec.problems(name)}
+        a, b = (a_ptr, lda, stride_a), (b_ptr, ldb, stride_b)
+        if not bad:
+            return a, b, []
+        packs = {name: self._pack_shape(name, m, n, k, batch, stride)
+                 for name, stride in (("A", stride_a), ("B", stride_b)) if name in bad}
+        best = unaligned(m, n, k, batch, self.config.dtype, packs)[0]
+        if best.path != "repack":
+            reasons = "; ".join(p for name, spec in bad.items() for p in spec.problems(name))
+            raise TmaError(f"{reasons} (repack predicted slower: {best})")
+        if "A" in bad:
+            a = self._repack(dev, before, keep, "A", *a, *packs["A"])
+        if "B" in bad:
+            b = self._repack(dev, before, keep, "B", *b, *packs["B"])
+        return a, b, list(bad)
+
+    def _helper(self, dev, suffix: str, grid, block, args) -> Launch:
+        params, patches = pack(HELPER_STRUCTS[suffix], HELPER_OFFSETS[suffix], args)
+        return Launch(self.function(dev, suffix), grid, block, params, patches)
 
     def _pack_shape(self, name: str, m: int, n: int, k: int, batch: int, stride: int) -> tuple:
         """(rows, cols, batch) of operand ``name`` as stored: cols is the contiguous one."""
         return (*stored_shape(name, self.config.layout, m, n, k), batch if stride else 1)
 
-    def _repack(self, before: list, name: str, ptr: int, ld: int, stride: int, rows: int,
-                cols: int, nb: int) -> tuple[int, int, int]:
+    def _repack(self, dev, before: list, keep: list, name: str, ptr, ld: int, stride: int,
+                rows: int, cols: int, nb: int) -> tuple[int, int, int]:
         """Queue ``<name>_pack`` of one operand into 16-byte-padded rows; its new (pointer,
         leading dimension, batch stride)."""
         item = ELEM_BYTES[self.config.dtype]
         vec = 16 // item
         ld_new = -(-cols // vec) * vec
         stride_new = rows * ld_new if stride else 0
-        dst = self.workspace(f"pack {name}", rows * ld_new * nb * item)
+        buf = self.workspace(dev, f"pack {name}", rows * ld_new * nb * item)
+        keep.append(buf)
         grid = (-(-(-(-cols // vec)) // PACK_THREADS), min(rows, MAX_GRID_Y), nb)
-        before.append(("pack", grid, (PACK_THREADS, 1, 1),
-                       (ptr, ld, stride, dst, ld_new, stride_new, rows, cols)))
-        return dst, ld_new, stride_new
+        before.append(self._helper(dev, "pack", grid, (PACK_THREADS, 1, 1),
+                                   (ptr, ld, stride, buf.ptr, ld_new, stride_new, rows, cols)))
+        return buf.ptr, ld_new, stride_new
 
-    def _split3(self, before: list, m, n, k, batch, a_ptr, lda, stride_a, b_ptr, ldb,
-                stride_b) -> tuple:
+    def _split3(self, dev, before: list, keep: list, m, n, k, batch, a_ptr, lda, stride_a,
+                b_ptr, ldb, stride_b) -> list:
         """Queue the 3xTF32 split of A and B; the (pointer, ld, batch stride) of each."""
         cfg = self.config
         kp = -(-k // cfg.bk) * cfg.bk
@@ -261,15 +261,32 @@ class TmaKernel(Kernel):
             else:
                 so, sk = (ldx, 1) if col else (1, ldx)
             nb = batch if stride else 1
-            dst = self.workspace(f"split3 {name}", outer * ld * nb * 4)
+            buf = self.workspace(dev, f"split3 {name}", outer * ld * nb * 4)
+            keep.append(buf)
             grid = (-(-kp // tile), -(-outer // tile), nb)
             sbd = outer * ld if stride else 0
-            before.append(("split3", grid, (tile, rows_per, 1),
-                           (ptr, so, sk, stride, dst, ld, sbd, outer, k, kp, role)))
-            out.append((dst, ld, sbd))
+            before.append(self._helper(dev, "split3", grid, (tile, rows_per, 1),
+                                       (ptr, so, sk, stride, buf.ptr, ld, sbd, outer, k, kp,
+                                        role)))
+            out.append((buf.ptr, ld, sbd))
         return out
 
-    def _split_k(self, after: list, m, n, batch, alpha, out) -> tuple[int, int, int]:
+    def _split_inline(self, dev, keep: list, m, n, batch) -> tuple:
+        """The extra parameters of an inline split-K: a workspace of fp32 partials in C's
+        layout (every slice and batch entry), its leading dimension and slice stride, and one
+        zeroed arrival counter per (tile, consumer), which the last slice zeroes again."""
+        cfg = self.config
+        inner, outer = (m, n) if cfg.layout[2] == "c" else (n, m)
+        ldp = -(-inner // 4) * 4
+        slice_ = outer * ldp
+        buf = self.workspace(dev, "split-K", slice_ * batch * cfg.split_k * 4)
+        tiles = -(-m // cfg.bm) * -(-n // cfg.bn) * batch
+        counters = self.workspace(dev, "split-K counters",
+                                  tiles * (1 if cfg.pingpong else cfg.consumers) * 4, zero=True)
+        keep += [buf, counters]
+        return buf.ptr, ldp, slice_, counters.ptr
+
+    def _split_k(self, dev, after: list, keep: list, m, n, batch, alpha, out) -> tuple:
         """Queue the split-K reduction into the caller's C; the workspace the GEMM writes its
         partial sums to, as (pointer, leading dimension, slice stride)."""
         cfg = self.config
@@ -278,18 +295,28 @@ class TmaKernel(Kernel):
         inner, outer = (m, n) if col else (n, m)
         ldp = -(-inner // 4) * 4
         slice_ = outer * ldp
-        ws = self.workspace("split-K", slice_ * batch * cfg.split_k * 4)
+        buf = self.workspace(dev, "split-K", slice_ * batch * cfg.split_k * 4)
+        keep.append(buf)
         grid = (-(-inner // REDUCE_THREADS), min(outer, MAX_GRID_Y), batch)
-        after.append(("reduce", grid, (REDUCE_THREADS, 1, 1),
-                      (ws, ldp, slice_, m, n, alpha_, beta, c_ptr, ldc, stride_c, bias_ptr, batch)))
-        return ws, ldp, slice_
+        after.append(self._helper(dev, "reduce", grid, (REDUCE_THREADS, 1, 1),
+                                  (buf.ptr, ldp, slice_, m, n, alpha_, beta, c_ptr, ldc,
+                                   stride_c, bias_ptr, batch)))
+        return buf.ptr, ldp, slice_
 
 
-# PyCUDA signatures of the helper kernels (P pointer, q long long, i int, f float).
+def _encoded(spec: MapSpec, name: str, ptr):
+    """The tensor map of ``spec`` (``TmaError`` naming ``name`` if TMA cannot describe it), as
+    a ``MapRef`` when its address ``ptr`` is a ``Ref`` (patched per call)."""
+    data = encode(spec, name)
+    return MapRef(data, ptr) if isinstance(ptr, Ref) else data
+
+
+# Parameter lists of the helper kernels (P pointer, q long long, i int, f float).
 HELPER_SIGNATURES = {"pack": "PqqPqqii", "split3": "PqqqPqqiiii", "reduce": "PiqiiffPiqPi"}
 HELPER_STRUCTS = {k: struct.Struct("@" + v) for k, v in HELPER_SIGNATURES.items()}
-"""The same parameter lists packed for a driver-API launch (natural alignment, as nvcc lays
-out kernel parameters)."""
+"""The parameter lists packed for a driver-API launch (natural alignment, as nvcc lays out
+kernel parameters)."""
+HELPER_OFFSETS = {k: field_offsets(v) for k, v in HELPER_STRUCTS.items()}
 PACK_THREADS = 256    # <name>_pack: threads per block, one 16-byte vector each
 REDUCE_THREADS = 256  # <name>_reduce: threads per block, one element of C each
 MAX_GRID_Y = 65535    # helper kernels loop over rows beyond it

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -66,29 +66,42 @@ def time_launches(launch: Callable[[int], None], sets: int, budget_s: float = 0.
 class Problem:
     """Device buffers for one M x N x K problem (optionally a batch) in one dtype pair and
     layout: ``sets`` rotated copies of A, B and C (fresh standard-normal data, never zeros),
-    a bias vector, the set-0 host copies and their float64 references."""
+    a bias vector, the set-0 host copies and their float64 references.
+
+    ``device_data``: draw A and B on the GPU (CuPy's generator, float32 normals rounded to the
+    dtype; bf16 by truncation) instead of on the host, and keep no host copies: the references
+    are then computed from the device operands (CuPy needed). A 8192 x 14336 x 4096 problem's
+    operands take seconds to draw on the host and milliseconds on the GPU."""
 
     def __init__(self, m: int, n: int, k: int, rng: np.random.Generator, l2_bytes: int,
                  dtype: str = "fp32", out: str = "fp32", layout: str = "rrr",
-                 batch: int | None = None):
+                 batch: int | None = None, device_data: bool = False):
         from pycuda import gpuarray
         self.m, self.n, self.k, self.dtype, self.out = m, n, k, dtype, out
         self.layout, self.batch = layout, batch
         ab, c = numpy_dtype(dtype), numpy_dtype(out)
         per = batch or 1
         set_bytes = per * (ab.itemsize * (m * k + k * n) + c.itemsize * m * n)
-        self.sets = max(1, min(16, -(-L2_MULTIPLE * l2_bytes // set_bytes)))
-        self.A, self.B, _ = random_operands(rng, m, n, k, 1.0, dtype, out, batch)
+        self.sets = max(1, min(16, -(-L2_MULTIPLE * l2_bytes // max(set_bytes, 1))))
+        self.A = self.B = None
+        if not device_data:
+            self.A, self.B, _ = random_operands(rng, m, n, k, 1.0, dtype, out, batch)
         self.bias_host = rng.standard_normal(n, dtype=np.float32).astype(c)
         self.bias = gpuarray.to_gpu(self.bias_host)
         self._refs: dict[str, np.ndarray] = {}
         self.a, self.b, self.c = [], [], []
+        lead = (batch,) if batch else ()
         for i in range(self.sets):
-            A, B = (self.A, self.B) if i == 0 else random_operands(
-                rng, m, n, k, 1.0, dtype, out, batch)[:2]
-            a, self.lda, _ = to_device(A, layout[0] == "c")
-            b, self.ldb, _ = to_device(B, layout[1] == "c")
-            zeros = np.zeros((*A.shape[:-2], m, n), c)
+            if device_data:
+                seed = int(rng.integers(2 ** 31))
+                a, self.lda = _device_normal(lead, m, k, layout[0] == "c", dtype, seed)
+                b, self.ldb = _device_normal(lead, k, n, layout[1] == "c", dtype, seed + 1)
+            else:
+                A, B = (self.A, self.B) if i == 0 else random_operands(
+                    rng, m, n, k, 1.0, dtype, out, batch)[:2]
+                a, self.lda, _ = to_device(A, layout[0] == "c")
+                b, self.ldb, _ = to_device(B, layout[1] == "c")
+            zeros = np.zeros((*lead, m, n), c)
             c_dev, self.ldc, _ = to_device(zeros, layout[2] == "c")
             self.a.append(a)
             self.b.append(b)
@@ -100,13 +113,20 @@ class Problem:
             return 0, 0, 0
         return self.m * self.k, self.k * self.n, self.m * self.n
 
-    def launch(self, kernel, i: int) -> None:
-        """One launch of ``kernel`` on set ``i`` (alpha 1, beta 0, bias when it takes one)."""
+    def launch(self, kernel, i: int, swap: bool = False) -> None:
+        """One launch of ``kernel`` on set ``i`` (alpha 1, beta 0, bias when it takes one).
+        ``swap``: the kernel computes C^T = B^T A^T (its layout is the problem's transposed,
+        as ``gemmgen.heuristics.select.Choice.swap`` says): launched with M and N, A and B
+        exchanged."""
         sa, sb, sc = self.strides
         bias = int(self.bias.gpudata) if kernel.config.epilogue.startswith("bias") else 0
-        kernel.launch_raw(self.m, self.n, self.k, 1.0, int(self.a[i].gpudata), self.lda,
-                          int(self.b[i].gpudata), self.ldb, 0.0, int(self.c[i].gpudata),
-                          self.ldc, sa, sb, sc, bias, self.batch or 1)
+        a, lda, b, ldb = (int(self.a[i].gpudata), self.lda, int(self.b[i].gpudata), self.ldb)
+        if swap:
+            kernel.launch_raw(self.n, self.m, self.k, 1.0, b, ldb, a, lda, 0.0,
+                              int(self.c[i].gpudata), self.ldc, sb, sa, sc, bias, self.batch or 1)
+            return
+        kernel.launch_raw(self.m, self.n, self.k, 1.0, a, lda, b, ldb, 0.0,
+                          int(self.c[i].gpudata), self.ldc, sa, sb, sc, bias, self.batch or 1)
 
     def result(self) -> np.ndarray:
         out = self.c[0].get().view(numpy_dtype(self.out))
@@ -116,11 +136,12 @@ class Problem:
         """Poison C of set 0 with NaN, run, and return ||C - ref|| / ||ref||: on the GPU in
         float64 through CuPy when it is installed (a 8192^3 reference takes milliseconds
         there and minutes on the host), else on the host."""
-        nan = np.full(self.c[0].shape, np.nan, np.float32).astype(numpy_dtype(self.out))
-        self.c[0].set(nan)
+        _poison(self.c[0], self.out)
         run_set0()
         if cublas_available() is None:
             return self._device_error(epilogue)
+        if self.A is None:
+            raise RuntimeError("a Problem with device_data needs CuPy for its references")
         if epilogue not in self._refs:
             self._refs[epilogue] = reference(self.A, self.B, None, 1.0, 0.0, self.bias_host,
                                              epilogue)
@@ -129,10 +150,49 @@ class Problem:
     def _device_error(self, epilogue: str) -> float:
         import cupy
         if epilogue not in self._refs:
-            up = [cupy.asarray(x.astype(np.float32)) for x in (self.A, self.B, self.bias_host)]
-            self._refs[epilogue] = reference(*up[:2], None, 1.0, 0.0, up[2], epilogue)
+            if self.A is None:  # device_data: the operands of set 0 as they are stored
+                up = [_cupy_float32(self.a[0], self.dtype, self.layout[0] == "c"),
+                      _cupy_float32(self.b[0], self.dtype, self.layout[1] == "c")]
+            else:
+                up = [cupy.asarray(x.astype(np.float32)) for x in (self.A, self.B)]
+            bias = cupy.asarray(self.bias_host.astype(np.float32))
+            self._refs[epilogue] = reference(*up, None, 1.0, 0.0, bias, epilogue)
         return compare(_cupy_float32(self.c[0], self.out, self.layout[2] == "c"),
                        self._refs[epilogue])[0]
+
+
+NAN_BITS = {"fp32": 0x7FC00000, "fp16": 0x7E00, "bf16": 0x7FC0}
+"""A quiet NaN's bits in each storage dtype."""
+
+
+def _poison(array, dtype: str) -> None:
+    """Fill a GPUArray of gemmgen dtype ``dtype`` with NaN on the device (a driver memset,
+    ordered on the legacy default stream like the launches that follow)."""
+    import pycuda.driver as drv
+    if array.size:
+        bits = NAN_BITS[stored_as(dtype)]
+        fill = drv.memset_d32 if array.dtype.itemsize == 4 else drv.memset_d16
+        fill(array.gpudata, bits, array.size)
+
+
+def _device_normal(lead: tuple, rows: int, cols: int, col: bool, dtype: str, seed: int):
+    """(GPUArray, leading dimension) of a rows x cols matrix (or a batch: ``lead``) of
+    standard-normal values drawn on the GPU by CuPy, stored as ``dtype`` (bf16: the float32
+    draw truncated to its top 16 bits), column-major when ``col`` (stored transposed)."""
+    import cupy
+    from pycuda import gpuarray
+    shape = (*lead, cols, rows) if col else (*lead, rows, cols)
+    out = gpuarray.empty(shape, numpy_dtype(stored_as(dtype)))
+    if out.size:
+        draw = cupy.random.RandomState(seed).standard_normal(shape, dtype=cupy.float32)
+        mem = cupy.cuda.UnownedMemory(int(out.gpudata), out.nbytes, out)
+        raw = {"fp32": cupy.float32, "fp16": cupy.float16, "bf16": cupy.uint16}[stored_as(dtype)]
+        view = cupy.ndarray(shape, raw, cupy.cuda.MemoryPointer(mem, 0))
+        if dtype == "bf16":
+            view[...] = (draw.view(cupy.uint32) >> 16).astype(cupy.uint16)
+        else:
+            view[...] = draw.astype(raw)
+    return out, max(rows if col else cols, 1)
 
 
 def _cupy_float32(array, dtype: str, col: bool):
@@ -148,10 +208,13 @@ def _cupy_float32(array, dtype: str, col: bool):
     return cupy.swapaxes(x, -1, -2) if col else x
 
 
-def bench_kernel(kernel, p: Problem) -> tuple[Timing, float]:
-    """(timing, relative error) of a built gemmgen kernel on problem ``p`` (alpha 1, beta 0)."""
-    err = p.error_of(lambda: p.launch(kernel, 0), kernel.config.epilogue)
-    return time_launches(lambda i: p.launch(kernel, i), p.sets), err
+def bench_kernel(kernel, p: Problem, budget_s: float = 0.25,
+                 swap: bool = False) -> tuple[Timing, float]:
+    """(timing, relative error) of a built gemmgen kernel on problem ``p`` (alpha 1, beta 0);
+    ``swap``: launched as C^T = B^T A^T (see ``Problem.launch``); ``budget_s``: seconds of
+    timed launches (``time_launches``)."""
+    err = p.error_of(lambda: p.launch(kernel, 0, swap), kernel.config.epilogue)
+    return time_launches(lambda i: p.launch(kernel, i, swap), p.sets, budget_s), err
 
 
 def cublas_available() -> str | None:
@@ -163,12 +226,13 @@ def cublas_available() -> str | None:
     return None
 
 
-def bench_cublas(p: Problem) -> tuple[Timing, float]:
+def bench_cublas(p: Problem, budget_s: float = 0.25) -> tuple[Timing, float]:
     """(timing, relative error) of cuBLAS on the same buffers and layouts: ``cublasGemmEx``
     (``cublasGemmStridedBatchedEx`` for a batch) through CuPy, A and B in ``p.dtype``, C in
     ``p.out``, FP32 compute (CUBLAS_COMPUTE_32F: SGEMM for fp32; _FAST_TF32 for tf32).
     cuBLAS is column-major: a row-major C is computed as C^T = B^T A^T, a column-major C as
-    C = A B, each operand transposed or not as its layout requires."""
+    C = A B, each operand transposed or not as its layout requires. ``budget_s``: seconds of
+    timed launches."""
     from cupy.cuda import cublas, device
     handle = device.get_cublas_handle()
     one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)  # host pointer mode
@@ -193,7 +257,7 @@ def bench_cublas(p: Problem) -> tuple[Timing, float]:
         else:
             cublas.gemmEx(*head, int(y[i].gpudata), ab, ldy, zero.ctypes.data,
                           int(p.c[i].gpudata), c, p.ldc, compute, -1)
-    return time_launches(launch, p.sets), p.error_of(lambda: launch(0))
+    return time_launches(launch, p.sets, budget_s), p.error_of(lambda: launch(0))
 
 
 def device_info() -> dict:
@@ -209,6 +273,31 @@ def device_info() -> dict:
 
 def _version(v: int) -> str:
     return f"{v // 1000}.{v % 1000 // 10}"
+
+
+def kernel_row(label: str, kernel, p: Problem, timing: Timing, err: float,
+               base: tuple[Timing, float] | None = None) -> dict:
+    """One results row: ``kernel`` (labelled ``label``) timed on problem ``p`` beside the
+    baseline ``base`` ((timing, relative error) from the same buffers, usually cuBLAS; None
+    when there is none). TFLOP/s count 2 M N K per product (times the batch); ``passed``
+    compares the error with ``verify.tolerance`` for the problem's K and the kernel's dtypes;
+    times in milliseconds."""
+    cfg, batch = kernel.config, p.batch
+    flops = (batch or 1) * tflops(p.m, p.n, p.k, timing.median)
+    base_flops = (batch or 1) * tflops(p.m, p.n, p.k, base[0].median) if base else None
+    return {
+        "kernel": label, "name": kernel.name, "config": cfg.as_dict(), "dtype": cfg.dtype,
+        "M": p.m, "N": p.n, "K": p.k, "tflops": round(flops, 3),
+        "cublas_tflops": round(base_flops, 3) if base_flops else None,
+        "pct_cublas": round(100 * flops / base_flops, 1) if base_flops else None,
+        "rel_error": err, "cublas_rel_error": base[1] if base else None,
+        "passed": bool(err <= tolerance(p.k, cfg.dtype, cfg.acc, p.out,
+                                        getattr(cfg, "math", "native"))),
+        "acc": cfg.acc, "out": p.out, "layout": p.layout, "batch": batch,
+        "epilogue": cfg.epilogue, "specialized": cfg.specialized,
+        "time_ms": round(timing.median * 1e3, 4), "p20_ms": round(timing.p20 * 1e3, 4),
+        "p80_ms": round(timing.p80 * 1e3, 4), "reps": timing.reps,
+        "registers": kernel.registers, "smem_bytes": kernel.smem_bytes}
 
 
 def run_bench(targets, sizes=DEFAULT_SIZES, seed: int | None = None, progress=None,
@@ -233,23 +322,7 @@ def run_bench(targets, sizes=DEFAULT_SIZES, seed: int | None = None, progress=No
         for label, kernel in targets:
             if (kernel.config.dtype, kernel.config.out, kernel.config.layout) != (dtype, out, layout):
                 continue
-            timing, err = bench_kernel(kernel, p)
-            flops = (batch or 1) * tflops(m, n, k, timing.median)
-            cub_flops = (batch or 1) * tflops(m, n, k, cub[0].median) if cub else None
-            rows.append({
-                "kernel": label, "name": kernel.name, "config": kernel.config.as_dict(),
-                "dtype": kernel.config.dtype, "M": m, "N": n, "K": k,
-                "tflops": round(flops, 3),
-                "cublas_tflops": round(cub_flops, 3) if cub_flops else None,
-                "pct_cublas": round(100 * flops / cub_flops, 1) if cub_flops else None,
-                "rel_error": err, "cublas_rel_error": cub[1] if cub else None,
-                "passed": bool(err <= tolerance(k, dtype, kernel.config.acc, out,
-                                                getattr(kernel.config, "math", "native"))),
-                "acc": kernel.config.acc, "out": out, "layout": layout, "batch": batch,
-                "epilogue": kernel.config.epilogue, "specialized": kernel.config.specialized,
-                "time_ms": round(timing.median * 1e3, 4), "p20_ms": round(timing.p20 * 1e3, 4),
-                "p80_ms": round(timing.p80 * 1e3, 4), "reps": timing.reps,
-                "registers": kernel.registers, "smem_bytes": kernel.smem_bytes})
+            rows.append(kernel_row(label, kernel, p, *bench_kernel(kernel, p), cub))
             if progress:
                 progress(1)
         del p

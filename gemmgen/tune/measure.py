@@ -19,13 +19,14 @@ VERIFY_CASE = (257, 131, 95, 1.5, -0.5)  # ragged in M, N and K, alpha and beta 
 
 
 class Measurer:
-    """Owns the target problem's buffers and reference on the current GPU."""
+    """Owns the target problem's buffers (in the request's layout, which cuBLAS is timed in
+    too) and reference on the current GPU."""
 
     def __init__(self, m: int, n: int, k: int, dtype: str, out: str, run_timeout: float,
-                 seed: int | None = None):
+                 seed: int | None = None, layout: str = "rrr"):
         self.info = device_info()
         self.rng = np.random.default_rng(seed)
-        self.problem = Problem(m, n, k, self.rng, self.info["l2_bytes"], dtype, out)
+        self.problem = Problem(m, n, k, self.rng, self.info["l2_bytes"], dtype, out, layout)
         self.run_timeout = run_timeout
         self.device = device_limits()
 
@@ -44,7 +45,7 @@ class Measurer:
         row["model"] = predict(cfg, p.m, p.n, p.k, self.device, kernel.registers)
         math_ = getattr(cfg, "math", "native")
         small = check(cfg.name, device_runner(kernel), *VERIFY_CASE, self.rng, cfg.dtype,
-                      cfg.acc, cfg.out, math_=math_)
+                      cfg.acc, cfg.out, layout=cfg.layout, math_=math_)
 
         def launch(i: int) -> None:
             p.launch(kernel, i)
@@ -74,7 +75,8 @@ def worker_main(device: int | None, request: dict, tasks, results) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
     try:
         meas = Measurer(request["m"], request["n"], request["k"], request["dtype"],
-                        request["out"], request["run_timeout"], request.get("seed"))
+                        request["out"], request["run_timeout"], request.get("seed"),
+                        request.get("layout", "rrr"))
         results.put(("ready", device, {**meas.info, "arch": meas.device.arch,
                                        "limits": dataclasses.asdict(meas.device),
                                        "cublas_tflops": meas.cublas_tflops()}))

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import MISSING, fields
 
 from ..config import Family
-from . import mma, simt, wgmma, wmma
+from . import fp8, grouped, mma, simt, wgmma, wmma
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (simt.FAMILY, wmma.FAMILY, mma.FAMILY,
-                                             wgmma.FAMILY)}
+                                             wgmma.FAMILY, fp8.FAMILY, grouped.FAMILY)}
 """Every family, in ladder order (the order ``gemmgen list`` shows them)."""
 
 
@@ -23,9 +23,10 @@ def get_family(name: str) -> Family:
 
 
 def families_for(dtype: str, cc: int | None = None) -> list[Family]:
-    """The families that take A and B of ``dtype`` (fp32, tf32, fp16, bf16), fastest first;
-    with ``cc`` (compute capability, major*10+minor) only those that run on that device."""
-    out = [f for f in reversed(FAMILIES.values()) if dtype in f.dtypes]
+    """The GEMM families (``problem`` "gemm") that take A and B of ``dtype`` (fp32, tf32, fp16,
+    bf16, e4m3, e5m2), fastest first; with ``cc`` (compute capability, major*10+minor) only
+    those that run on that device."""
+    out = [f for f in reversed(FAMILIES.values()) if dtype in f.dtypes and f.problem == "gemm"]
     if cc is not None:
         out = [f for f in out if f.min_cc <= cc and (f.max_cc is None or cc <= f.max_cc)]
     return out

@@ -32,7 +32,7 @@ class SimtConfig(ConfigBase):
     which caps registers per thread at 65536 / (threads * min_blocks) (CUTLASS's
     kMinBlocksPerMultiprocessor).
 
-    The fields of the last steps (issue 12, "SIMT: the last 15%"):
+    The fields of the ladder's last steps:
     ``store`` "direct" (each thread stores its TN-wide rows from registers) or "smem" (the
     maxas output stage: each warp passes its accumulators through shared memory, one row of
     its sub-tiles at a time, and stores whole 256-byte rows with 128-bit stores);
@@ -106,7 +106,7 @@ class SimtConfig(ConfigBase):
                 f"_mb{self.min_blocks}{self.technique_suffix()}{self.feature_suffix()}")
 
     def technique_suffix(self) -> str:
-        """Name parts for the issue-12 fields, only where they differ from the defaults (so
+        """Name parts for the last steps' fields, only where they differ from the defaults (so
         the earlier presets keep their names): _cs (smem output stage), _swz, _fdb, _peel,
         _arow."""
         return ("_cs" * (self.store == "smem") + "_swz" * self.swizzle_a
@@ -317,7 +317,7 @@ class SimtConfig(ConfigBase):
         8 of loop state. Calibrated against ptxas (CUDA 13, sm_90) on 317 configurations of
         the search space and around the presets, in random layouts and epilogues: it calls
         304 right (1 spill missed, 12 false alarms, most of them kernels that ptxas fits at
-        exactly the cap). The issue-12 fields add what they keep live: a second set of
+        exactly the cap). The last steps' fields add what they keep live: a second set of
         fragments (frag_db), 4 registers of staging addresses (store smem) and 8 for the
         unchecked copy's own addresses (peel); these terms are not part of that calibration
         (checked against ptxas on a dozen configs around the new presets).

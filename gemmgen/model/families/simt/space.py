@@ -6,7 +6,7 @@ import itertools
 from ...config import Family, Preset
 from .config import SimtConfig
 
-# The ladder's last steps (issue 12), each adding one technique to the step before it.
+# The ladder's last steps, each adding one technique to the step before it.
 _STEPS_CS = {"store": "smem"}
 _STEPS_SWZ = {**_STEPS_CS, "swizzle_a": True, "skew": 0}
 _STEPS_FDB = {**_STEPS_SWZ, "frag_db": True}
@@ -28,7 +28,7 @@ _LAST_STEPS = (
     ("simt_256x128", _STEPS_BIG,
      "cuBLAS's FFMA tile: 256x128x8 blocks of 64x64 warps, 128 accumulators per thread, one "
      "block per SM within 255 registers",
-     "cuBLAS sm80_xmma_gemm_f32f32 ... tilesize256x128x8 ffma (Nsight Compute, README)"),
+     "cuBLAS sm80_xmma_gemm_f32f32 ... tilesize256x128x8 ffma (its Nsight Compute kernel name)"),
     ("simt_peel", _STEPS_PEEL,
      "edges peeled: CTAs inside M x N run a copy without M/N bounds checks, and whole K tiles "
      "load without K checks",
@@ -36,7 +36,7 @@ _LAST_STEPS = (
     ("simt_best", _STEPS_BEST,
      "aligned vector bodies per row: a row whose tile segment is 16-byte aligned loads float4, "
      "the others scalars, so odd lda keeps the vector loads it can",
-     "issue 12, SIMT: the last 15%"),
+     "per-row 16-byte alignment checks, after CUTLASS's predicated iterators"),
 )
 _TUNED = SimtConfig(128, 128, 16, 4, 4, wm=32, wn=64, vec=4, skew=4, stages=2, min_blocks=2)
 
@@ -80,7 +80,7 @@ SPACE = {
     "bm": (64, 128, 256), "bn": (64, 128, 256), "bk": (8, 16, 32),
     "warp": ((None, None), (32, 32), (32, 64), (64, 32), (64, 64)),
     "tm": (4, 8), "tn": (4, 8), "skew": (0, 4), "stages": (1, 2), "min_blocks": (1, 2),
-    # (store, swizzle_a, frag_db, peel, align): the earlier kernel, the issue-12 techniques
+    # (store, swizzle_a, frag_db, peel, align): the earlier kernel, the last steps' techniques
     # together, and the output stage alone (the swizzle needs skew 0, so those combinations
     # drop the skew-4 half: the space grows about 2.5x, not 3x)
     "technique": (("direct", False, False, False, "matrix"), ("smem", True, True, True, "row"),

@@ -54,6 +54,11 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
       them in slice order (deterministic) and applies alpha, beta, bias and the activation
       once. For skinny problems whose tiles cannot fill the SMs (CUTLASS's split-K serial
       reduction, with a separate pass as in its "parallel" split-K).
+    - ``split_inline``: with split-K, the reduction runs in the GEMM kernel itself instead of
+      ``<name>_reduce``: each slice stores its partial sums and bumps a counter of its tile; the
+      slice that arrives last sums every slice's partials in slice order (deterministic) and
+      runs the epilogue (CUTLASS's serial split-K reduction, here by the last arrival): one
+      launch instead of two.
     - ``math``: "native", or "3xtf32" (dtype tf32): the module's ``<name>_split3`` kernel
       writes each float32 operand as tf32 big = rna(x) and small = rna(x - big) parts,
       K-major, per BK chunk of K (A: small, big, big; B: big, small, big), and the kernel
@@ -100,6 +105,7 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
     regs_consumer: int = 232
     store: str = "tma"
     split_k: int = 1
+    split_inline: bool = False
     math: str = "native"
     flush: int = 1
     layout: str = "rrr"
@@ -116,6 +122,7 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
     acc = "fp32"
     min_blocks = 1
     field_types = {"dtype": str, "out": str, "pingpong": bool, "producer": bool,
+                   "split_inline": bool,
                    "persistent": bool, "raster": str, "store": str, "math": str, "layout": str,
                    "epilogue": str, "dual": bool, "overlap": bool}
     choices = {"dtype": ("fp16", "bf16", "tf32"), "out": ("fp16", "bf16", "fp32"),
@@ -145,6 +152,7 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
                 f"_{ws}_st{self.stages}_sw{self.swizzle}_cl{self.cluster_m}x{self.cluster_n}"
                 f"_{sched}_r{self.regs_producer}x{self.regs_consumer}_{self.store}"
                 f"_out{self.out}{f'_sk{self.split_k}' if self.split_k > 1 else ''}"
+                f"{'i' if self.split_inline else ''}"
                 f"{'_3xtf32' if self.math == '3xtf32' else ''}"
                 f"{f'_f{self.flush}' if self.flush != 1 else ''}{'_dual' if self.dual else ''}"
                 f"{'_ov' if self.overlap else ''}{self.feature_suffix()}")
@@ -161,6 +169,7 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
                 f"{'persistent ' + self.raster if self.persistent else 'one tile per CTA'}  "
                 f"store {self.store}  out {self.out}"
                 f"{f'  split-K {self.split_k}' if self.split_k > 1 else ''}"
+                f"{' inline' if self.split_inline else ''}"
                 f"{'  3xTF32' if self.math == '3xtf32' else ''}"
                 f"{'  dual' if self.dual else ''}{'  overlap' if self.overlap else ''}")
 
@@ -172,7 +181,7 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
         return self.epilogue_tree or self.dual or self.overlap
 
     def feature_rules(self) -> tuple:
-        """The epilogue rules (E01-E11) and the wgmma feature rules (H39-H47), for a config
+        """The epilogue rules (E01-E11) and the wgmma feature rules (H42-H51), for a config
         that uses a feature (``extended``); none otherwise."""
         return EPILOGUE_RULES + WGMMA_FEATURE_RULES if self.extended else ()
 
@@ -304,7 +313,9 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
 
     @property
     def barrier_bytes(self) -> int:
-        return 2 * self.stages * BARRIER_BYTES
+        """The full/empty mbarriers, and with an inline split-K one word per consumer (the
+        flag that says its tile's slices are all in)."""
+        return 2 * self.stages * BARRIER_BYTES + (16 if self.split_inline else 0)
 
     @property
     def c_smem_offset(self) -> int:

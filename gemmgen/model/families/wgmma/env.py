@@ -59,7 +59,8 @@ class WgmmaEnv:
             "DTYPE_TF32": int(self.dtype == "tf32"), "OUT_FP16": int(self.out == "fp16"),
             "OUT_BF16": int(self.out == "bf16"), "OUT_16BIT": int(self.out_bytes == 2),
             "A_MN_MAJOR": int(self.a_mn_major), "B_MN_MAJOR": int(self.b_mn_major),
-            "SPLIT_K": self.split_k, "MATH_3XTF32": int(self.math == "3xtf32"),
+            "SPLIT_K": self.split_k, "SPLIT_INLINE": int(self.split_inline),
+            "MATH_3XTF32": int(self.math == "3xtf32"),
             "FLUSH": self.flush, "FLUSH_TILES": 3 * self.flush,
             "PACK_TILE": PACK_TILE, "PACK_ROWS": PACK_ROWS,
             "WGMMA_M": WGMMA_M, "WGMMA_N": self.bn, "WGMMA_K": self.wgmma_k,
@@ -107,6 +108,7 @@ class WgmmaEnv:
         c_rows = self.consumer_rows
         return {**e, "A_SMEM_OFFSET": a_off, "B_SMEM_OFFSET": b_off, "C_SMEM_OFFSET": c_off,
                 "BAR_OFFSET": bar_off, "ALIGN_SLACK": ALIGN_SLACK,
+                "SPLIT_FLAG_OFFSET": bar_off + 2 * self.stages * 8,
                 "A_BOX_BYTES": e["A_BOX_INNER"] * e["A_BOX_ROWS"] * self.elem_bytes,
                 "B_BOX_BYTES": e["B_BOX_INNER"] * e["B_BOX_ROWS"] * self.elem_bytes,
                 "DESC_SBO": sbo,

@@ -118,6 +118,16 @@ WGMMA_RULES: tuple[Rule, ...] = (
     Rule("H37", "3xtf32-dtype", equal("DTYPE_TF32", 1),
          "3xTF32 splits float32 operands into tf32 big + small parts: dtype tf32",
          when=equal("MATH_3XTF32", 1)),
+    Rule("H39", "split-inline-slices", at_least("SPLIT_K", 2),
+         "an inline split-K reduction needs two or more slices of K",
+         when=equal("SPLIT_INLINE", 1)),
+    Rule("H40", "split-inline-cluster", equal("CLUSTER", 1),
+         "an inline split-K reduction counts the slices of each CTA tile: clusters of one CTA",
+         when=equal("SPLIT_INLINE", 1)),
+    Rule("H41", "split-inline-cooperative", equal("PINGPONG", 0),
+         "an inline split-K reduction sums the slices in the consumers' registers: a ping-pong "
+         "consumer holds a whole tile and spills (ptxas: 3.6 KB at 128x128)",
+         when=equal("SPLIT_INLINE", 1)),
     Rule("H38", "flush-range", one_of("FLUSH", (1, 2, 4, 8)),
          "3xTF32 adds the tensor core's sums into the FP32 accumulators every 1, 2, 4 or 8 "
          "chunks of K"),
@@ -126,30 +136,33 @@ WGMMA_RULES: tuple[Rule, ...] = (
 _DUAL = equal("DUAL", 1)
 _OVERLAP = equal("OVERLAP", 1)
 WGMMA_FEATURE_RULES: tuple[Rule, ...] = (
-    Rule("H39", "dual-k-major-b", equal("B_MN_MAJOR", 0),
+    Rule("H42", "dual-k-major-b", equal("B_MN_MAJOR", 0),
          "a dual GEMM reads Bg and Bu as nn.Linear weights, N x K with K contiguous (layout "
          "'?c?')", when=_DUAL),
-    Rule("H40", "dual-split-k", equal("SPLIT_K", 1),
+    Rule("H43", "dual-split-k", equal("SPLIT_K", 1),
          "a dual GEMM's epilogue combines both whole products: no split-K", when=_DUAL),
-    Rule("H41", "dual-native", equal("MATH_3XTF32", 0),
+    Rule("H44", "dual-native", equal("MATH_3XTF32", 0),
          "a dual GEMM multiplies in the inputs' own precision (no 3xTF32)", when=_DUAL),
-    Rule("H42", "overlap-persistent", equal("PERSISTENT", 1),
+    Rule("H45", "overlap-persistent", equal("PERSISTENT", 1),
          "the epilogue of tile i overlaps the main loop of the CTA's next tile: a persistent "
          "kernel", when=_OVERLAP),
-    Rule("H43", "overlap-tma-store", equal("STORE_TMA", 1),
+    Rule("H46", "overlap-tma-store", equal("STORE_TMA", 1),
          "the deferred part of the epilogue runs on the staged tile that the TMA store writes",
          when=_OVERLAP),
-    Rule("H44", "overlap-16bit", equal("OUT_16BIT", 1),
+    Rule("H47", "overlap-16bit", equal("OUT_16BIT", 1),
          "the pre-activation is staged in C's 16-bit dtype", when=_OVERLAP),
-    Rule("H45", "overlap-cooperative", equal("PINGPONG", 0),
+    Rule("H48", "overlap-cooperative", equal("PINGPONG", 0),
          "ping-pong already overlaps one warpgroup's epilogue with the other's main loop",
          when=_OVERLAP),
-    Rule("H46", "overlap-deferrable", equal("EPI_DEFERRABLE", 1),
+    Rule("H49", "overlap-deferrable", equal("EPI_DEFERRABLE", 1),
          "the overlap defers the activation: the epilogue needs one whose argument holds every "
          "accumulator (gelu(acc + bias), not acc + bias)", when=_OVERLAP),
-    Rule("H47", "overlap-passes", multiple_of("DEFER_UNITS_TOTAL", ("WARPGROUP", "DEFER_UNITS")),
+    Rule("H50", "overlap-passes", multiple_of("DEFER_UNITS_TOTAL", ("WARPGROUP", "DEFER_UNITS")),
          "each deferred pass takes DEFER_UNITS 16-byte units of a consumer's staged tile per "
          "thread", when=_OVERLAP),
+    Rule("H51", "tree-split-inline", equal("SPLIT_INLINE", 0),
+         "an epilogue tree, the dual GEMM and the overlap render the epilogue from the tree's "
+         "program, which has no inline split-K reduction: split-K through <name>_reduce"),
 )
 """Rules of the features a config may add to the family's table (an epilogue tree, the dual
 GEMM, the overlap): part of a config's table, and its kernel's asserts, only when it uses one

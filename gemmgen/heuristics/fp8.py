@@ -1,0 +1,146 @@
+"""Which FP8 kernel runs a problem: the tuning database's winner for the shape and scaling,
+else a preset of the fp8 family chosen by shape and fitted to it.
+
+- M <= 128 (decode, memory-bound): a 64-row (M <= 64) or 128-row tile, and K split so that the
+  work units fill the SMs (each slice keeps at least ``MIN_SLICE_BLOCKS`` K blocks); the
+  column tile that fills more SMs wins (measured: 64 x 2112 x 7168 blockwise, 64 x 128 tiles
+  split 7 ways, 17.0 us, against 29.7 us unsplit).
+- Larger M, fast accumulation: 128 x 256 tiles (fp8_tensor_fast, fp8_row_fast).
+- Larger M, promoted: 128 x 128 tiles with two partial sets (fp8_tensor_promoted,
+  fp8_block_prom2).
+
+Nothing here needs a GPU.
+"""
+from __future__ import annotations
+
+import math
+
+from ..model.presets import PRESETS
+from . import cost
+from .select import Choice
+from .tunedb import TuneDB
+
+DECODE_M = 128
+"""M up to which the problem is treated as memory-bound (decode shapes)."""
+MIN_SLICE_BLOCKS = 8
+"""K blocks (of 128) a split-K slice keeps at least. At 64 x 2112 x 7168 the prototype measured
+27.0 us for 64 x 256 tiles split 14 ways (4 blocks a slice; row-wise, fast) and 17.0 us for
+64 x 128 tiles split 7 ways (8 blocks; blockwise, promoted): with 8 the rule picks the latter
+shape for both."""
+MAX_SPLIT = 16
+
+
+def tune_dtype(a: str, b: str, scaling: str, fast: bool) -> str:
+    """The tuning database's dtype field of an FP8 problem: ``e4m3e4m3:block:promoted``."""
+    return f"{a}{b}:{scaling}:{'fast' if fast else 'promoted'}"
+
+
+def base_preset(m: int, scaling: str, fast: bool) -> str:
+    """The preset an FP8 problem starts from, by M, scaling and accumulation."""
+    if m <= DECODE_M:
+        return "fp8_row_decode" if fast else "fp8_block_decode"
+    if fast:
+        return "fp8_row_fast" if scaling == "row" else "fp8_tensor_fast"
+    return "fp8_block_prom2" if scaling == "block" else "fp8_tensor_promoted"
+
+
+def split_for(tiles: int, k: int, sms: int = cost.SMS) -> int:
+    """Slices of K that bring ``tiles`` work units closest to the SMs without a second wave,
+    each slice keeping at least MIN_SLICE_BLOCKS K blocks; 1 when the tiles fill half the SMs."""
+    if tiles * 2 > sms:
+        return 1
+    blocks = math.ceil(k / 128)
+    best = 1
+    for s in range(2, MAX_SPLIT + 1):
+        if tiles * s > sms or blocks / s < MIN_SLICE_BLOCKS:
+            break
+        best = s
+    return best
+
+
+def _decode(cfg, m: int, n: int, k: int, sms: int, reasons: list):
+    """The decode preset fitted to M, N and K: 64 rows (fast accumulation, or M <= 64) or 128
+    (promoted, M > 64: measured 2657 against 2238 GB/s at 128 x 7168 x 16384 for 128 x 128
+    split 2 against 64 x 128 unsplit; fast, 64 x 256 split 2 measured 2725 against 2414 for
+    128 x 256 split 4), the column tile (of BN and 128) that fills more SMs after splitting K,
+    and the split."""
+    bm, cons = (64, 1) if m <= 64 or cfg.promote == 0 else (128, 2)
+    options = []
+    for bn in dict.fromkeys((cfg.bn, 128)):
+        tiles = math.ceil(m / bm) * math.ceil(n / bn)
+        split = split_for(tiles, k, sms)
+        options.append((min(tiles * split, sms), bn, split, tiles))
+    _units, bn, split, tiles = max(options, key=lambda o: (o[0], o[1]))
+    changes = {"bm": bm, "bn": bn, "consumers": cons, "split_k": split,
+                   "regs_consumer": 240 if cons == 1 else 232}
+    changes["stages"] = _deepest(cfg.replace(check=False, **changes))
+    reasons.append(f"M = {m} <= {DECODE_M}: memory-bound; {bm} x {bn} tiles ({tiles}), K split "
+                   f"{split} ways -> {tiles * split} work units for {sms} SMs")
+    return changes
+
+
+def _deepest(cfg, most: int = 9) -> int:
+    """The most stages (up to ``most``) whose ring fits shared memory: a memory-bound kernel
+    keeps as many loads in flight as it can."""
+    for stages in range(most, 1, -1):
+        if not cfg.replace(check=False, stages=stages).violations():
+            return stages
+    return cfg.stages
+
+
+def choose_fp8(m: int, n: int, k: int, scaling: str, fast: bool, a_dtype: str = "e4m3",
+               b_dtype: str = "e4m3", out: str = "bf16", epilogue: str = "none",
+               sms: int = cost.SMS, db: TuneDB | None = None, gpu: str = "") -> Choice:
+    """The ``Choice`` for one FP8 problem (see the module docstring). ``fast``: fast
+    accumulation (tensor and row scaling only); otherwise promoted every 128 K elements.
+    Raises ``ValueError`` for fast accumulation with block scaling."""
+    if fast and scaling == "block":
+        raise ValueError("block scaling needs promoted accumulation (fast_accum=False): its "
+                         "scales change every 128 K elements")
+    fields = {"dtype": a_dtype, "b_dtype": b_dtype, "out": out, "scaling": scaling, "epilogue": epilogue}
+    if db is not None:
+        row, how = db.lookup(gpu, tune_dtype(a_dtype, b_dtype, scaling, fast), m, n, k, "rcr",
+                             ["fp8"])
+        if row is not None:
+            from ..model.families import config_from_dict
+            cfg = config_from_dict(row["config"]).replace(check=False, **fields)
+            if not cfg.violations():
+                return Choice(cfg, how, False, [f"fp8 family, tuned ({how} shape)"])
+    name = base_preset(m, scaling, fast)
+    base = PRESETS[name].config
+    reasons = [(f"fp8 family, preset {name} ({scaling} scaling, "
+                f"{'fast' if fast else 'promoted'} accumulation)")]
+    changes = dict(fields)
+    if fast:
+        changes.update(promote=0, partials=1)
+    elif base.promote == 0:
+        changes.update(promote=128, partials=2, bn=128, stages=7)
+    if m <= DECODE_M:
+        changes.update(_decode(base.replace(check=False, **changes), m, n, k, sms, reasons))
+    cfg = base.replace(check=False, **changes)
+    if cfg.violations():  # e.g. a wide tile the promoted register budget cannot hold
+        bad = ", ".join(v.rule.id for v in cfg.violations())
+        raise ValueError(f"no fp8 kernel for {m}x{n}x{k} {scaling} ({bad})")
+    how = "default, shaped" if m <= DECODE_M else "default"
+    return Choice(cfg, how, False, reasons)
+
+
+def explain_fp8(m: int, n: int, k: int, scaling: str = "tensor", fast: bool = True,
+                a_dtype: str = "e4m3", b_dtype: str = "e4m3", out: str = "bf16",
+                a_k_major: bool = True, b_k_major: bool = True, sms: int = cost.SMS) -> str:
+    """Text: the FP8 kernel ``gemmgen.gemm`` would run for this problem and why, with the cost
+    model's time for it and for the transposing packs of operands that are not K-major."""
+    ch = choose_fp8(m, n, k, scaling, fast, a_dtype, b_dtype, out, sms=sms)
+    cfg = ch.config
+    lines = [(f"{m}x{n}x{k} {a_dtype} x {b_dtype} -> {out}, {scaling} scaling, "
+              f"{'fast' if fast else 'promoted'} accumulation:"), f"  kernel  {cfg.name}",
+             f"  how     {ch.how}", f"  config  {cfg.brief()}"]
+    lines += [f"  - {r}" for r in ch.reasons]
+    packs = {name: shape for name, shape, ok in (("A", (m, k), a_k_major), ("B", (n, k), b_k_major))
+             if not ok}
+    est = cost.fp8_estimate(m, n, k, scaling, packs, split=cfg.split_k)
+    if packs:
+        lines.append(f"  - {' and '.join(packs)} not K-major: FP8 wgmma reads K-major operands "
+                     f"only, so the module's transposing pack copies them first")
+    lines.append(f"  predicted: {est}")
+    return "\n".join(lines)

@@ -1,0 +1,72 @@
+"""Tuning results of grouped problems: a JSON file of entries keyed by GPU, dtypes, grouping,
+layout, group count, rows, N, K and the rows' distribution, each with every measured
+candidate and the winner. ``gemmgen tune --groups`` writes it; the dispatch of
+``grouped_gemm`` reads it (``winner``): a problem's tuned winner on the uniform distribution
+(what the host assumes without the offsets), else on any tuned distribution.
+
+The file: $GEMMGEN_GROUPED_DB, else ``grouped_tune.json`` beside the tuning database.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from .tunedb import TuneDBError, default_path as tune_db_path
+
+
+def default_path() -> Path:
+    if os.environ.get("GEMMGEN_GROUPED_DB"):
+        return Path(os.environ["GEMMGEN_GROUPED_DB"])
+    return tune_db_path().with_name("grouped_tune.json")
+
+
+def key(gpu: str, dtype: str, out: str, grouping: str, layout: str, groups: int, rows: int,
+        n: int, k: int, dist: str) -> str:
+    """``gpu|dtype>out|grouping|layout|G=groups|rowsxNxK|dist``."""
+    return f"{gpu}|{dtype}>{out}|{grouping}|{layout}|G={groups}|{rows}x{n}x{k}|{dist}"
+
+
+def load(path: Path | None = None) -> dict:
+    """{key: entry} of the file (empty when it does not exist). Raises ``TuneDBError`` naming
+    the file when it is not a grouped tuning file."""
+    path = Path(path or default_path())
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TuneDBError(f"cannot read grouped tuning file {path}: {exc}") from None
+    entries = data.get("entries") if isinstance(data, dict) else None
+    if not isinstance(entries, dict) or not all(
+            isinstance(e, dict) and isinstance(e.get("candidates"), dict)
+            for e in entries.values()):
+        raise TuneDBError(f"{path} is not a gemmgen grouped tuning file: delete it or set "
+                          f"$GEMMGEN_GROUPED_DB")
+    return entries
+
+
+def store(entry_key: str, entry: dict, path: Path | None = None) -> Path:
+    """Add or replace one entry, writing the file atomically; its path."""
+    path = Path(path or default_path())
+    entries = load(path)
+    entries[entry_key] = entry
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".grouped_tune.", suffix=".json", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"version": 1, "entries": entries}, f, indent=1)
+    os.replace(tmp, path)
+    return path
+
+
+def winner(entries: dict, gpu: str, dtype: str, out: str, grouping: str, layout: str,
+           groups: int, rows: int, n: int, k: int) -> tuple[dict, str] | None:
+    """(the winner's config as a dict, its distribution) tuned for this problem: the uniform
+    distribution's first, else any; None when nothing was tuned for it."""
+    found = []
+    for dist in ["uniform"] + sorted({e.get("dist", "") for e in entries.values()}):
+        e = entries.get(key(gpu, dtype, out, grouping, layout, groups, rows, n, k, dist))
+        if e and e.get("winner") in e["candidates"]:
+            found.append((e["candidates"][e["winner"]]["config"], dist))
+    return found[0] if found else None

@@ -1,0 +1,278 @@
+"""The fp8 family's configuration: fields, identity and derived figures."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ...config import EPILOGUES, LAYOUTS, ConfigBase, div
+from ...dtypes import ELEM_BYTES, FP8_DTYPES
+from .env import Fp8Env
+from .rules import (
+    ALIGN_SLACK,
+    BARRIER_BYTES,
+    C_SWIZZLE,
+    FLAG_BYTES,
+    FP8_RULES,
+    REG_RESERVE,
+    REGISTER_FILE,
+    SCALINGS,
+    STORES,
+    WARPGROUP,
+    WGMMA_M,
+)
+
+SCALE_TAGS = {"tensor": "tensor", "row": "row", "block": "block"}
+
+
+@dataclass(frozen=True, slots=True)
+class Fp8Config(Fp8Env, ConfigBase):
+    """A Hopper FP8 GEMM kernel: D[M,N] = act(dequant(A[M,K] @ B[K,N]) + bias), A and B FP8
+    (e4m3 or e5m2) read K-major by TMA into 128-byte-swizzled shared memory, wgmma
+    ``m64nBNk32`` with fp32 accumulators, scales applied in fp32. sm_90a only.
+
+    Fields:
+    - ``bm, bn``: block tile; ``bk`` = 128 (one 128-byte swizzle row of K per stage).
+    - ``dtype``: A's FP8 dtype (``a_dtype``); ``b_dtype``: B's (e4m3 x e4m3 for inference,
+      e5m2 x e4m3 and e4m3 x e5m2 for gradients); ``out``: D (bf16, fp16 or fp32).
+    - ``scaling``: "tensor" (one fp32 scale per operand), "row" (per row of A, per column of
+      B; a stride of 0 broadcasts one), "block" (DeepSeek-V3: one per 1 x 128 of A, one per
+      128 x 128 of B). Scales multiply (dequantize): D = sum_k (A sa)(B sb).
+    - ``promote``: K elements the tensor core sums before the partial sums are added to fp32
+      registers (a multiple of 128; blockwise applies its scales there), or 0 for fast
+      accumulation: the tensor core sums all of K (its accumulator keeps about 14 bits).
+    - ``partials``: partial accumulator sets when promoted: 2 issues the next K block's wgmmas
+      before promoting the last one (the promotion overlaps the tensor core).
+    - ``consumers``: consumer warpgroups (1 or 2) splitting each tile's rows; a producer
+      warpgroup issues the TMA loads (always).
+    - ``stages``: depth of the shared-memory ring (full/empty mbarrier pairs).
+    - ``cluster_m, cluster_n``: CTAs per cluster along M (they share the B tile through TMA
+      multicast) and along N (they share A).
+    - ``group``: persistent grid, tiles in groups of ``group`` tile rows walked column by
+      column (L2 reuse of A's row panels).
+    - ``regs_producer, regs_consumer``: ``setmaxnreg`` counts.
+    - ``store``: "direct" (guarded stores from registers) or "tma" (each consumer stages its
+      rows in 128-byte-swizzled shared memory and one TMA store per 128-byte column chunk
+      writes them while the next tile's main loop runs).
+    - ``split_k``: slices of K. Each slice writes its fp32 partial tile to a workspace; the
+      last slice to arrive (per-tile counters) adds them in slice order (deterministic) and
+      stores D: no second kernel.
+    - ``layout``: "rcr" only (K-major A and B, row-major D); ``epilogue``: as the other
+      families (bias per column, in D's dtype); ``m, n, k``: shape specialization.
+
+    Raises ``ConfigError`` listing every broken rule of ``FP8_RULES`` with its numbers.
+    """
+
+    bm: int = 128
+    bn: int = 128
+    bk: int = 128
+    dtype: str = "e4m3"
+    b_dtype: str = "e4m3"
+    out: str = "bf16"
+    scaling: str = "tensor"
+    promote: int = 0
+    partials: int = 1
+    consumers: int = 2
+    stages: int = 7
+    cluster_m: int = 1
+    cluster_n: int = 1
+    group: int = 8
+    regs_producer: int = 40
+    regs_consumer: int = 232
+    store: str = "direct"
+    split_k: int = 1
+    layout: str = "rcr"
+    epilogue: str = "none"
+    m: int | None = None
+    n: int | None = None
+    k: int | None = None
+
+    family = "fp8"
+    template = "fp8.cu.j2"
+    rules = FP8_RULES
+    acc = "fp32"
+    min_blocks = 1
+    field_types: ClassVar[dict] = {"dtype": str, "b_dtype": str, "out": str, "scaling": str, "store": str,
+                   "layout": str, "epilogue": str}
+    choices: ClassVar[dict] = {"dtype": FP8_DTYPES, "b_dtype": FP8_DTYPES, "out": ("bf16", "fp16", "fp32"),
+               "scaling": SCALINGS, "store": STORES, "layout": LAYOUTS, "epilogue": EPILOGUES}
+    optional = frozenset({"m", "n", "k"})
+    fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype", "b_dtype", "out",
+                       "scaling", "promote")
+    search_domain: ClassVar[dict] = {
+        "bm": (64, 128, 256), "bn": (64, 96, 112, 128, 160, 192, 256), "consumers": (1, 2),
+        "stages": (3, 4, 5, 6, 7, 8, 9), "cluster_m": (1, 2), "cluster_n": (1, 2),
+        "partials": (1, 2), "group": (1, 8, 16), "regs_producer": (24, 40),
+        "regs_consumer": (232, 240), "store": STORES, "split_k": (1, 2, 4, 7, 8),
+    }
+
+    # ---- identity -------------------------------------------------------------------------
+    @property
+    def a_dtype(self) -> str:
+        """A's FP8 dtype (the ``dtype`` field)."""
+        return self.dtype
+
+    @property
+    def accumulation(self) -> str:
+        """"fast", or "promoted every <promote>" with the partial sets."""
+        if not self.promote:
+            return "fast"
+        return f"promoted every {self.promote}" + (" x2 partials" if self.partials == 2 else "")
+
+    @property
+    def name(self) -> str:
+        """Every field in a fixed order, scaling and promotion first; the kernel symbol, file
+        name and cache key."""
+        acc = "fast" if not self.promote else f"p{self.promote}" + (
+            f"x{self.partials}" if self.partials > 1 else "")
+        return (f"gemm_fp8_{self.dtype}{self.b_dtype}_{SCALE_TAGS.get(self.scaling, 'x')}_{acc}"
+                f"_{self.bm}x{self.bn}x{self.bk}_c{self.consumers}_st{self.stages}"
+                f"_cl{self.cluster_m}x{self.cluster_n}_g{self.group}"
+                f"_r{self.regs_producer}x{self.regs_consumer}_{self.store}_out{self.out}"
+                f"{f'_sk{self.split_k}' if self.split_k > 1 else ''}{self.feature_suffix()}")
+
+    def feature_suffix(self) -> str:
+        """ConfigBase's suffix without the layout, which is always rcr here."""
+        out = "" if self.epilogue == "none" else f"_e{self.epilogue}"
+        if self.specialized:
+            out += "_s" + "x".join(str(v) if v else d for v, d in
+                                   ((self.m, "M"), (self.n, "N"), (self.k, "K")))
+        if self.layout != "rcr":
+            out += f"_l{self.layout}"
+        return out
+
+    def tile_shape(self) -> tuple:
+        return (self.bm, self.bn, self.consumers, self.cluster_m, self.cluster_n)
+
+    def brief(self) -> str:
+        return (f"block {self.bm}x{self.bn}x{self.bk}  {self.dtype} x {self.b_dtype} -> {self.out}"
+                f"  {self.scaling} scaling  {self.accumulation}  {self.consumers} consumer WG"
+                f"  stages {self.stages}  cluster {self.cluster_m}x{self.cluster_n}  "
+                f"store {self.store}{f'  split-K {self.split_k}' if self.split_k > 1 else ''}")
+
+    # ---- derived figures ------------------------------------------------------------------
+    @property
+    def out_bytes(self) -> int:
+        return ELEM_BYTES.get(self.out, 4)
+
+    @property
+    def threads(self) -> int:
+        """Threads per block: 128 per consumer warpgroup plus the producer warpgroup."""
+        return WARPGROUP * (self.consumers + 1)
+
+    @property
+    def consumer_rows(self) -> int:
+        """Rows of the tile one consumer warpgroup computes: BM / consumers."""
+        return div(self.bm, self.consumers)
+
+    @property
+    def m_iters(self) -> int:
+        """64-row wgmma slices per consumer warpgroup."""
+        return div(self.consumer_rows, WGMMA_M)
+
+    @property
+    def acc_regs(self) -> int:
+        """Live fp32 accumulator registers per consumer thread: m_iters x BN/2 for fast
+        accumulation; promoted, the final sums plus each partial set."""
+        base = self.m_iters * self.bn // 2
+        return base * (1 + self.partials if self.promote else 1)
+
+    @property
+    def promote_stages(self) -> int:
+        """Stages (K blocks of 128) the tensor core sums between promotions."""
+        return max(1, div(self.promote, self.bk))
+
+    @property
+    def a_stage_bytes(self) -> int:
+        return self.bm * self.bk
+
+    @property
+    def b_stage_bytes(self) -> int:
+        return self.bn * self.bk
+
+    @property
+    def stage_bytes(self) -> int:
+        """Bytes TMA lands in one stage of this CTA (the full barrier's transactions)."""
+        return self.a_stage_bytes + self.b_stage_bytes
+
+    @property
+    def c_chunk(self) -> int:
+        """Elements of D in one 128-byte staging row."""
+        return C_SWIZZLE // self.out_bytes
+
+    @property
+    def c_smem_bytes(self) -> int:
+        """The TMA store's staging tile (BM x BN of D), 0 for direct stores."""
+        return self.bm * self.bn * self.out_bytes if self.store == "tma" else 0
+
+    @property
+    def c_smem_offset(self) -> int:
+        """The staging tile starts after the stages, on a 1024-byte swizzle atom."""
+        return -(-self.stages * self.stage_bytes // ALIGN_SLACK) * ALIGN_SLACK
+
+    @property
+    def barrier_bytes(self) -> int:
+        return 2 * self.stages * BARRIER_BYTES
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory: stages, staging tile, barriers, split-K flags and the slack
+        for aligning the base to 1024 bytes."""
+        return (self.c_smem_offset + self.c_smem_bytes + self.barrier_bytes + FLAG_BYTES
+                + ALIGN_SLACK)
+
+    @property
+    def static_smem_bytes(self) -> int:
+        return 0
+
+    @property
+    def dynamic_smem_bytes(self) -> int:
+        return self.smem_bytes
+
+    @property
+    def cluster(self) -> int:
+        return self.cluster_m * self.cluster_n
+
+    @property
+    def entry_regs(self) -> int:
+        """Registers per thread the block launches with, as ptxas (nvcc 13.0) sets them for a
+        kernel with setmaxnreg: the __launch_bounds__(threads, 1) cap in steps of 8 (248 at
+        most), but no more than the largest setmaxnreg count (the prototype's 256-thread
+        kernels report 240 registers, its 384-thread ones 168)."""
+        cap = min(248, div(REGISTER_FILE, self.threads) // 8 * 8)
+        return min(cap, max(self.regs_producer, self.regs_consumer))
+
+    def registers_needed(self) -> int:
+        return self.acc_regs + REG_RESERVE
+
+    def launch_registers(self) -> int:
+        return self.entry_regs
+
+    def register_cap(self) -> int:
+        return self.regs_consumer
+
+    def split_slices(self, k: int) -> list[tuple[int, int]]:
+        """(first K block, K blocks) of each split-K slice: ceil(blocks / SPLIT_K) each, the
+        last ones shorter or empty (an empty slice adds zeros)."""
+        blocks = -(-k // self.bk)
+        per = -(-blocks // self.split_k)
+        return [(min(blocks, s * per), max(0, min(blocks, (s + 1) * per) - s * per))
+                for s in range(self.split_k)]
+
+    def tiles(self, m: int, n: int) -> tuple[int, int]:
+        """(cluster tiles along M, along N) of an M x N output."""
+        return (-(-m // (self.bm * self.cluster_m)), -(-n // (self.bn * self.cluster_n)))
+
+    def grid(self, m: int, n: int) -> tuple[int, int, int]:
+        """Work units (cluster tiles x split-K slices) x CLUSTER CTAs; the persistent launch
+        caps x at the SMs in whole clusters (``Fp8Kernel.grid``)."""
+        tm, tn = self.tiles(m, n)
+        return (tm * tn * self.split_k * self.cluster, 1, 1)
+
+    def workspace_bytes(self, m: int, n: int) -> tuple[int, int]:
+        """Split-K workspace (fp32 partial tiles of every CTA tile and slice) and counters
+        (one int per CTA tile and consumer), in bytes; (0, 0) without split-K."""
+        if self.split_k == 1:
+            return 0, 0
+        tm, tn = self.tiles(m, n)
+        cta_tiles = tm * self.cluster_m * tn * self.cluster_n
+        return cta_tiles * self.split_k * self.bm * self.bn * 4, cta_tiles * self.consumers * 4

@@ -1,0 +1,142 @@
+"""What the fp8 family's template and emitted header read from a config: the named quantities
+(``env``, which the rules check too), the kernel's compile-time constants, its C++ and PTX
+types, the wgmma inline-asm operand numbers and the header's derived figures."""
+from __future__ import annotations
+
+from ...arch import get_arch
+from ...config import div
+from ...dtypes import CTYPES
+from .rules import (
+    ALIGN_SLACK,
+    BLOCK,
+    C_SWIZZLE,
+    PACK_THREADS,
+    PACK_TILE,
+    PTX_TYPES,
+    REG_RESERVE,
+    SMEM_OPTIN,
+    SWIZZLE,
+    WARPGROUP,
+    WGMMA_K,
+    WGMMA_M,
+)
+
+
+class Fp8Env:
+    """Mixed into ``Fp8Config``: everything here derives from its fields and geometry."""
+
+    __slots__ = ()
+
+    def env(self) -> dict[str, int]:
+        """The named quantities the rules and the template's constants use."""
+        return {
+            "BM": self.bm, "BN": self.bn, "BK": self.bk, "SWIZZLE": SWIZZLE, "BLOCK": BLOCK,
+            "WGMMA_M": WGMMA_M, "WGMMA_K": WGMMA_K, "CONSUMERS": self.consumers,
+            "CONSUMER_ROWS": self.consumer_rows, "M_ITERS": self.m_iters,
+            "STAGES": self.stages, "THREADS": self.threads, "WARPGROUP": WARPGROUP,
+            "SMEM_BYTES": self.smem_bytes, "SMEM_OPTIN": SMEM_OPTIN,
+            "ACC_REGS": self.acc_regs, "ACC_BUDGET": self.regs_consumer - REG_RESERVE,
+            "REGS_PRODUCER": self.regs_producer, "REGS_CONSUMER": self.regs_consumer,
+            "REG_POOL": (self.regs_producer + self.consumers * self.regs_consumer) * WARPGROUP,
+            "ENTRY_REGS": self.entry_regs, "K_MAJOR": int(self.layout == "rcr"),
+            "PROMOTE": self.promote, "PROMOTE_STAGES": self.promote_stages,
+            "PARTIALS": self.partials, "SCALE_TENSOR": int(self.scaling == "tensor"),
+            "SCALE_ROW": int(self.scaling == "row"), "SCALE_BLOCK": int(self.scaling == "block"),
+            "BLOCK_PROMOTED": int(self.scaling == "block" and self.promote > 0),
+            "SPLIT_K": self.split_k, "CLUSTER_M": self.cluster_m, "CLUSTER_N": self.cluster_n,
+            "CLUSTER": self.cluster, "GROUP": self.group,
+            "STORE_TMA": int(self.store == "tma"), "OUT_BYTES": self.out_bytes,
+            "C_CHUNK": self.c_chunk, "A_BOX_ROWS": div(self.bm, self.cluster_n),
+            "B_BOX_ROWS": div(self.bn, self.cluster_m),
+            **self.feature_env(),
+        }
+
+    def template_constants(self) -> dict[str, int]:
+        """Every compile-time constant the kernel declares: the env plus shared-memory offsets,
+        descriptor strides and wgmma shape figures (bytes)."""
+        e = self.env()
+        bar = self.c_smem_offset + self.c_smem_bytes
+        return {**e, "ACC": self.bn // 2, "K_STEPS": div(self.bk, WGMMA_K),
+                "A_STAGE_BYTES": self.a_stage_bytes, "B_STAGE_BYTES": self.b_stage_bytes,
+                "STAGE_BYTES": self.stage_bytes, "A_SMEM_OFFSET": 0,
+                "B_SMEM_OFFSET": self.stages * self.a_stage_bytes,
+                "C_SMEM_OFFSET": self.c_smem_offset, "BAR_OFFSET": bar,
+                "FLAG_OFFSET": bar + self.barrier_bytes, "ALIGN_SLACK": ALIGN_SLACK,
+                "A_BOX_BYTES": e["A_BOX_ROWS"] * self.bk, "B_BOX_BYTES": e["B_BOX_ROWS"] * self.bk,
+                "A_M64_BYTES": WGMMA_M * self.bk, "A_CONSUMER_BYTES": self.consumer_rows * self.bk,
+                "DESC_SBO": 8 * SWIZZLE, "K_STEP_BYTES": WGMMA_K,
+                "EMPTY_ARRIVALS": self.consumers * self.cluster,
+                "FAST": int(self.promote == 0),
+                "B_SCALE_SPLIT": int(self.scaling == "block" and BLOCK % self.bn != 0),
+                "C_CHUNKS": div(self.bn, self.c_chunk) if self.store == "tma" else 0,
+                "C_CHUNK_BYTES": self.consumer_rows * C_SWIZZLE, "C_SWIZZLE_ROW": C_SWIZZLE,
+                "C_CONSUMER_BYTES": self.consumer_rows * self.bn * self.out_bytes,
+                "PACK_TILE": PACK_TILE, "PACK_THREADS": PACK_THREADS,
+                "BAR_CONSUMER_BASE": 1}
+
+    def ctypes(self) -> dict[str, str]:
+        """C++ types of A, B and D and the PTX types of the wgmma inputs."""
+        return {"a_t": CTYPES.get(self.dtype, "__nv_fp8_e4m3"),
+                "b_t": CTYPES.get(self.b_dtype, "__nv_fp8_e4m3"),
+                "out_t": CTYPES.get(self.out, "float"),
+                "ptx_a": PTX_TYPES.get(self.dtype, "e4m3"),
+                "ptx_b": PTX_TYPES.get(self.b_dtype, "e4m3")}
+
+    @property
+    def flops_per_byte(self) -> dict[str, float]:
+        """FLOP per byte of A and B moved into shared memory, per CTA (global; multicast
+        shares count once per cluster) and per consumer (shared)."""
+        cm, cn = self.bm * self.cluster_m, self.bn * self.cluster_n
+        per_cta = (cm * self.bn / self.cluster_m + self.bm * cn / self.cluster_n) / self.cluster
+        glob = 2 * self.bm * self.bn / max(per_cta, 1)
+        shared = 2 * self.consumer_rows * self.bn / max(self.consumer_rows + self.bn, 1)
+        return {"global": glob, "shared": shared}
+
+    def figures(self, arch: str = "sm_90") -> dict:
+        """The derived figures the emitted header and ``gemmgen list`` report."""
+        return {"threads": self.threads, "warpgroups": self.threads // WARPGROUP,
+                "smem_bytes_dynamic": self.smem_bytes, "stage_bytes": self.stage_bytes,
+                "c_staging_bytes": self.c_smem_bytes, "acc_regs_per_consumer": self.acc_regs,
+                "consumer_registers": self.regs_consumer, "entry_registers": self.entry_regs,
+                "wgmma": f"m64n{self.bn}k32.f32.{self.dtype}.{self.b_dtype} x {self.m_iters} "
+                         f"x 4 per consumer per stage",
+                "accumulation": self.accumulation,
+                "flops_per_byte": {k: round(v, 3) for k, v in self.flops_per_byte.items()},
+                f"blocks_per_sm_{get_arch(arch).name}": self.blocks_per_sm(arch)}
+
+    @property
+    def header_lines(self) -> list[str]:
+        """What the kernel computes, for the emitted header: operands, scaling, accumulation."""
+        scaling = {
+            "tensor": "one fp32 scale per operand: scale_a[0], scale_b[0]",
+            "row": "scale_a[m * sa_m] per row of A, scale_b[n * sb_n] per column of B (a stride "
+                   "of 0 broadcasts one)",
+            "block": "DeepSeek-V3: scale_a[m * sa_m + kb * sa_k] per 1 x 128 of A, "
+                     "scale_b[nb * sb_n + kb * sb_k] per 128 x 128 of B (kb = k / 128, nb = n / 128)",
+        }[self.scaling]
+        acc = ("fast: the tensor core sums all of K, the scales are applied in the epilogue"
+               if not self.promote else
+               f"promoted: every {self.promote} K elements the tensor core's partial sums are "
+               f"added to fp32 registers" + (", the block scales applied there"
+                                             if self.scaling == "block" else "")
+               + (f"; {self.partials} partial sets" if self.partials > 1 else ""))
+        return [(f"D[M,N] = act(sum_k (A[m,k] sa) (B[k,n] sb) + bias[n]): A {self.dtype} (M x K, "
+                 f"row-major, lda), B {self.b_dtype} (K x N column-major, i.e. N rows of K, ldb),"),
+                f"fp32 accumulation, D {self.out} (row-major, ldd).",
+                f"Scaling {self.scaling}: {scaling}.", f"Accumulation {acc}."]
+
+    def launch_summary(self) -> str:
+        cl = f", cluster = ({self.cluster}, 1, 1)" if self.cluster > 1 else ""
+        return (f"grid = (min(units, SMs / {self.cluster} * {self.cluster}), 1, 1) over units = "
+                f"ceil(M/{self.bm * self.cluster_m}) * ceil(N/{self.bn * self.cluster_n}) * "
+                f"{self.split_k} * {self.cluster}{cl}, block = ({self.threads}, 1, 1); tensor "
+                f"maps of A, B and D are the first three parameters")
+
+    @property
+    def wgmma_asm(self) -> dict:
+        """Operand numbers of the wgmma inline asm: accumulators %0..%(n-1), then descriptor
+        A, descriptor B and the scale-d flag."""
+        n = self.bn // 2
+        return {"acc": n, "desc_a": n, "desc_b": n + 1, "scale_d": n + 2,
+                "acc_operands": [f"%{i}" for i in range(n)],
+                "acc_constraints": [f'"+f"(d[{i}])' for i in range(n)]}

@@ -1,0 +1,241 @@
+"""The grouped family's configuration: fields, identity and derived figures."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ...config import LAYOUTS, WARP_SIZE, ConfigBase, div
+from ...dtypes import ELEM_BYTES
+from ..wgmma.rules import (
+    ALIGN_SLACK,
+    BARRIER_BYTES,
+    REG_RESERVE,
+    REGISTER_FILE,
+    WARPGROUP,
+    WGMMA_K_BYTES,
+    WGMMA_M,
+)
+from .env import GroupedEnv
+from .rules import C_SWIZZLE, GROUPED_RULES, GROUPINGS
+
+
+@dataclass(frozen=True, slots=True)
+class GroupedConfig(GroupedEnv, ConfigBase):
+    """A Hopper grouped GEMM for mixture-of-experts: G groups in one persistent launch, read
+    through one tensor map per operand with offset arithmetic, scheduled on the device from a
+    group-offset array (no host copy, so a CUDA graph can capture it). sm_90a only.
+
+    - ``grouping`` "m": C[rows of g] = A[rows of g] @ B[g] for groups of rows that share N and K
+      (MoE forward and dgrad). The rows come as ``offs`` (cumulative row ends, as
+      ``torch._grouped_mm`` takes them) or as a padded batch with per-group row counts on the
+      device (masked: CUDA-graph decode). B is [G, K, N] (layout "rrr") or [G, N, K] ("rcr").
+    - ``grouping`` "k": C[g] = A[:, cols of g] @ B[rows of g] for groups of the reduction
+      dimension (the weight gradient, dW_g = X_g^T dY_g): A column-major, B row-major (layout
+      "crr"), C [G, M, N]; the tail of each group's last K tile is zeroed in shared memory.
+
+    Fields: ``bm, bn, bk`` the block tile (BK x element size = 128 bytes); ``dtype`` A and B
+    (fp16, bf16); ``out`` C (the input dtype or fp32); ``consumers`` cooperative consumer
+    warpgroups (1: 64-row tiles for small groups, 2: each takes BM/2 rows); ``stages`` the
+    TMA ring; ``group`` M tiles per raster group inside a group of rows; ``regs_producer,
+    regs_consumer`` the setmaxnreg counts; ``layout`` A, B, C each r or c.
+
+    The main loop is the wgmma family's (producer warpgroup, mbarrier ring, wgmma from
+    128-byte-swizzled shared memory); the scheduler and the epilogue (staged through shared
+    memory, TMA-stored when the tile lies inside its group, else copied with row guards) are
+    this family's. Raises ``ConfigError`` listing every broken rule of ``GROUPED_RULES``.
+    """
+
+    bm: int = 128
+    bn: int = 256
+    bk: int = 64
+    dtype: str = "bf16"
+    out: str = "bf16"
+    consumers: int = 2
+    stages: int = 3
+    group: int = 8
+    regs_producer: int = 40
+    regs_consumer: int = 232
+    grouping: str = "m"
+    layout: str = "rcr"
+
+    family = "grouped"
+    template = "grouped.cu.j2"
+    rules = GROUPED_RULES
+    acc = "fp32"
+    min_blocks = 1
+    m = n = k = None           # groups differ in an extent: no shape specialization
+    epilogue = "none"          # C = A @ B per group
+    field_types: ClassVar[dict] = {"dtype": str, "out": str, "grouping": str, "layout": str}
+    choices: ClassVar[dict] = {"dtype": ("fp16", "bf16"), "out": ("fp16", "bf16", "fp32"),
+                               "grouping": GROUPINGS, "layout": LAYOUTS}
+    optional = frozenset()
+    fixed_in_search = ("dtype", "out", "grouping", "layout")
+    search_domain: ClassVar[dict] = {
+        "bm": (64, 128, 256), "bn": (64, 128, 192, 256), "consumers": (1, 2),
+        "stages": (2, 3, 4, 5, 6), "group": (1, 8, 16), "regs_producer": (0, 24, 40),
+        "regs_consumer": (0, 232, 240)}
+
+    # ---- identity -------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """Every field in a fixed order; the kernel symbol, file name and cache key."""
+        return (f"gemm_grouped_{self.grouping}_{self.dtype}_{self.bm}x{self.bn}x{self.bk}"
+                f"_c{self.consumers}_st{self.stages}_g{self.group}"
+                f"_r{self.regs_producer}x{self.regs_consumer}_out{self.out}_l{self.layout}")
+
+    def tile_shape(self) -> tuple:
+        return (self.bm, self.bn, self.bk, self.consumers)
+
+    def brief(self) -> str:
+        what = "M-grouped (forward/dgrad)" if self.grouping == "m" else "K-grouped (wgrad)"
+        return (f"{what}  block {self.bm}x{self.bn}x{self.bk}  {self.consumers} consumer WG "
+                f"+ producer  stages {self.stages}  raster {self.group}  out {self.out}  "
+                f"layout {self.layout}")
+
+    # ---- derived figures ------------------------------------------------------------------
+    @property
+    def elem_bytes(self) -> int:
+        return ELEM_BYTES.get(self.dtype, 2)
+
+    @property
+    def out_bytes(self) -> int:
+        return ELEM_BYTES.get(self.out, 4)
+
+    @property
+    def wgmma_k(self) -> int:
+        """K of one wgmma: 16 for fp16/bf16."""
+        return WGMMA_K_BYTES // self.elem_bytes
+
+    @property
+    def threads(self) -> int:
+        """A producer warpgroup and the consumer warpgroups."""
+        return WARPGROUP * (self.consumers + 1)
+
+    @property
+    def warps(self) -> int:
+        return self.threads // WARP_SIZE
+
+    @property
+    def consumer_rows(self) -> int:
+        """Rows of a tile one consumer warpgroup computes: BM / consumers."""
+        return div(self.bm, self.consumers)
+
+    @property
+    def m_iters(self) -> int:
+        return div(self.consumer_rows, WGMMA_M)
+
+    @property
+    def acc_regs(self) -> int:
+        """fp32 accumulators per consumer thread: m_iters x BN/2."""
+        return self.m_iters * self.bn // 2
+
+    @property
+    def sw_elems(self) -> int:
+        """Elements in one 128-byte swizzle row."""
+        return div(C_SWIZZLE, self.elem_bytes)
+
+    @property
+    def a_mn_major(self) -> bool:
+        """A column-major (M contiguous): the K-grouped kernel's A, X^T."""
+        return self.layout[0] == "c"
+
+    @property
+    def b_mn_major(self) -> bool:
+        """B row-major (N contiguous): [G, K, N] experts, or the K-grouped kernel's dY."""
+        return self.layout[1] == "r"
+
+    def _box(self, rows: int, mn_major: bool) -> dict:
+        if mn_major:
+            return {"box": (self.sw_elems, self.bk), "count": div(rows, self.sw_elems)}
+        return {"box": (self.bk, rows), "count": 1}
+
+    @property
+    def a_box(self) -> dict:
+        """A's TMA box (inner, outer) in elements and the boxes per stage."""
+        return self._box(self.bm, self.a_mn_major)
+
+    @property
+    def b_box(self) -> dict:
+        return self._box(self.bn, self.b_mn_major)
+
+    @property
+    def a_stage_bytes(self) -> int:
+        return self.bm * self.bk * self.elem_bytes
+
+    @property
+    def b_stage_bytes(self) -> int:
+        return self.bn * self.bk * self.elem_bytes
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.a_stage_bytes + self.b_stage_bytes
+
+    @property
+    def c_chunk(self) -> int:
+        """Elements of C in one 128-byte staging row."""
+        return C_SWIZZLE // self.out_bytes
+
+    @property
+    def c_chunks(self) -> int:
+        return div(self.bn, self.c_chunk)
+
+    @property
+    def c_smem_bytes(self) -> int:
+        """C staging: each consumer's rows x BN in C's dtype."""
+        return self.consumers * self.consumer_rows * self.bn * self.out_bytes
+
+    @property
+    def barrier_bytes(self) -> int:
+        return 2 * self.stages * BARRIER_BYTES
+
+    @property
+    def c_smem_offset(self) -> int:
+        """The C staging tiles start after the stages, on a 1024-byte swizzle atom."""
+        return -(-self.stages * self.stage_bytes // ALIGN_SLACK) * ALIGN_SLACK
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.c_smem_offset + self.c_smem_bytes + self.barrier_bytes + ALIGN_SLACK
+
+    @property
+    def static_smem_bytes(self) -> int:
+        return 0
+
+    @property
+    def dynamic_smem_bytes(self) -> int:
+        return self.smem_bytes
+
+    @property
+    def cluster(self) -> int:
+        """No clusters: the wgmma macros this family imports read it."""
+        return 1
+
+    @property
+    def setmaxnreg(self) -> bool:
+        """setmaxnreg moves registers from the producer to the consumers (0, 0: it does not)."""
+        return bool(self.regs_producer or self.regs_consumer)
+
+    @property
+    def entry_regs(self) -> int:
+        return min(255, div(REGISTER_FILE, self.threads) // 8 * 8)
+
+    def registers_needed(self) -> int:
+        return self.acc_regs + REG_RESERVE
+
+    def launch_registers(self) -> int:
+        return self.entry_regs
+
+    @property
+    def consumer_regs(self) -> int:
+        """Registers a consumer thread has: REGS_CONSUMER, or the entry cap without setmaxnreg."""
+        return self.regs_consumer if self.setmaxnreg else self.entry_regs
+
+    def register_cap(self) -> int:
+        return self.consumer_regs
+
+    def tiles_n(self, n: int) -> int:
+        return -(-n // self.bn)
+
+    def grid(self, m: int, n: int) -> tuple[int, int, int]:
+        """Tiles of one M x N group (the persistent launch caps them at the SMs)."""
+        return (-(-m // self.bm) * self.tiles_n(n), 1, 1)

@@ -1,0 +1,108 @@
+"""What the grouped family's template and emitted header read from a config: the named
+quantities (``env``, which the rules check too), the kernel's compile-time constants, its C++
+and PTX types, the wgmma inline-asm operand numbers and the header's derived figures."""
+from __future__ import annotations
+
+from ...arch import get_arch
+from ...config import div, tile_intensity
+from ...dtypes import CTYPES
+from ..wgmma.rules import ALIGN_SLACK, PTX_TYPES, REG_RESERVE, WARPGROUP, WGMMA_K_BYTES, WGMMA_M
+from .rules import C_SWIZZLE, SMEM_OPTIN
+
+TILE_UNIT_BYTES = 16
+"""The guarded epilogue copies C in 16-byte units (one swizzle unit of the staging tile)."""
+
+
+class GroupedEnv:
+    """Mixed into ``GroupedConfig``: everything here derives from its fields and geometry."""
+
+    __slots__ = ()
+
+    def env(self) -> dict[str, int]:
+        """The named quantities the rules and the template's constants use."""
+        a, b = self.a_box, self.b_box
+        return {
+            "BM": self.bm, "BN": self.bn, "BK": self.bk, "ELEM_BYTES": self.elem_bytes,
+            "OUT_BYTES": self.out_bytes, "CONSUMERS": self.consumers, "STAGES": self.stages,
+            "GROUP": self.group, "SW_ELEMS": self.sw_elems,
+            "REGS_PRODUCER": self.regs_producer, "REGS_CONSUMER": self.regs_consumer,
+            "REG_POOL": (self.regs_producer + self.consumers * self.regs_consumer) * WARPGROUP,
+            "ENTRY_REGS": self.entry_regs, "ACC_BUDGET": self.consumer_regs - REG_RESERVE,
+            "SETMAXNREG": int(self.setmaxnreg),
+            "GROUPING_K": int(self.grouping == "k"),
+            "DTYPE_FP16": int(self.dtype == "fp16"), "DTYPE_BF16": int(self.dtype == "bf16"),
+            "OUT_FP16": int(self.out == "fp16"), "OUT_BF16": int(self.out == "bf16"),
+            "A_MN_MAJOR": int(self.a_mn_major), "B_MN_MAJOR": int(self.b_mn_major),
+            "LAYOUT_C_COL": int(self.layout[2] == "c"),
+            "WGMMA_M": WGMMA_M, "WGMMA_N": self.bn, "WGMMA_K": self.wgmma_k,
+            "K_STEPS": div(self.bk, self.wgmma_k), "CONSUMER_ROWS": self.consumer_rows,
+            "M_ITERS": self.m_iters, "ACC_REGS": self.acc_regs, "THREADS": self.threads,
+            "WARPGROUP": WARPGROUP,
+            "A_BOX_INNER": a["box"][0], "A_BOX_ROWS": a["box"][1], "A_BOXES": a["count"],
+            "B_BOX_INNER": b["box"][0], "B_BOX_ROWS": b["box"][1], "B_BOXES": b["count"],
+            "A_STAGE_BYTES": self.a_stage_bytes, "B_STAGE_BYTES": self.b_stage_bytes,
+            "STAGE_BYTES": self.stage_bytes, "C_CHUNK": self.c_chunk,
+            "C_CHUNKS": self.c_chunks, "C_SMEM_BYTES": self.c_smem_bytes,
+            "SMEM_BYTES": self.smem_bytes, "SMEM_OPTIN": SMEM_OPTIN,
+        }
+
+    def template_constants(self) -> dict[str, int]:
+        """Every compile-time constant the kernel declares: the env plus shared-memory offsets,
+        wgmma descriptor strides (bytes; the wgmma family's formulas) and the epilogue's
+        copy geometry."""
+        e = self.env()
+        sbo = 8 * C_SWIZZLE
+        mn_lbo = self.bk * C_SWIZZLE
+        units = div(self.bn * self.out_bytes, TILE_UNIT_BYTES)
+        return {**e, "A_SMEM_OFFSET": 0, "B_SMEM_OFFSET": self.stages * self.a_stage_bytes,
+                "C_SMEM_OFFSET": self.c_smem_offset,
+                "BAR_OFFSET": self.c_smem_offset + self.c_smem_bytes,
+                "ALIGN_SLACK": ALIGN_SLACK,
+                "A_BOX_BYTES": e["A_BOX_INNER"] * e["A_BOX_ROWS"] * self.elem_bytes,
+                "B_BOX_BYTES": e["B_BOX_INNER"] * e["B_BOX_ROWS"] * self.elem_bytes,
+                "DESC_SBO": sbo,
+                "A_DESC_LBO": mn_lbo if self.a_mn_major else 16,
+                "B_DESC_LBO": mn_lbo if self.b_mn_major else 16,
+                "A_K_STEP_BYTES": 16 * C_SWIZZLE if self.a_mn_major else WGMMA_K_BYTES,
+                "B_K_STEP_BYTES": 16 * C_SWIZZLE if self.b_mn_major else WGMMA_K_BYTES,
+                "A_M64_BYTES": WGMMA_M * self.bk * self.elem_bytes,
+                "SWIZZLE_MODE": 1, "ROW_BYTES": C_SWIZZLE,
+                "ACC_PER_WGMMA": self.bn // 2,
+                "C_CONSUMER_BYTES": self.consumer_rows * self.bn * self.out_bytes,
+                "C_CHUNK_BYTES": self.consumer_rows * C_SWIZZLE,
+                "UNIT_BYTES": TILE_UNIT_BYTES, "UNIT_ELEMS": div(TILE_UNIT_BYTES, self.out_bytes),
+                "UNITS_PER_ROW": units, "UNITS_PER_CHUNK": div(C_SWIZZLE, TILE_UNIT_BYTES),
+                "TAIL_UNITS": div(self.stage_bytes, TILE_UNIT_BYTES),
+                "BAR_STORE_BASE": 1, "BAR_TAIL": 1 + self.consumers}
+
+    def ctypes(self) -> dict[str, str]:
+        return {"in_t": CTYPES.get(self.dtype, "half"), "out_t": CTYPES.get(self.out, "float"),
+                "ptx_in": PTX_TYPES.get(self.dtype, "f16")}
+
+    @property
+    def flops_per_byte(self) -> dict[str, float]:
+        return {"global": tile_intensity(self.bm, self.bn, self.elem_bytes),
+                "shared": tile_intensity(self.consumer_rows, self.bn, self.elem_bytes)}
+
+    def figures(self, arch: str = "sm_90") -> dict:
+        return {"threads": self.threads, "warpgroups": self.threads // WARPGROUP,
+                "smem_bytes_dynamic": self.smem_bytes, "stage_bytes": self.stage_bytes,
+                "c_staging_bytes": self.c_smem_bytes, "acc_regs_per_consumer": self.acc_regs,
+                "consumer_registers": self.consumer_regs, "entry_registers": self.entry_regs,
+                "wgmma": f"m64n{self.bn}k{self.wgmma_k} x {self.m_iters} per consumer",
+                "flops_per_byte": {k: round(v, 3) for k, v in self.flops_per_byte.items()},
+                f"blocks_per_sm_{get_arch(arch).name}": self.blocks_per_sm(arch)}
+
+    def launch_summary(self) -> str:
+        return (f"grid = (min(SMs, an upper bound of the tiles), 1, 1) over the tiles of every "
+                f"group ({self.bm}x{self.bn} each), block = ({self.threads}, 1, 1); tensor maps "
+                f"of A, B and C are the first three parameters, the group offsets the fourth")
+
+    @property
+    def wgmma_asm(self) -> dict:
+        """Operand numbers of the wgmma inline asm: accumulators %0..%(n-1), then descriptor
+        A, descriptor B and the scale-d flag."""
+        n = self.bn // 2
+        return {"acc": n, "desc_a": n, "desc_b": n + 1, "scale_d": n + 2,
+                "acc_operands": [f"%{i}" for i in range(n)],
+                "acc_constraints": [f'"+f"(d[{i}])' for i in range(n)]}

@@ -1,0 +1,98 @@
+"""The grouped family's ladder presets, search space and descriptor."""
+from __future__ import annotations
+
+import itertools
+
+from ...config import Family, Preset
+from ...dtypes import ELEM_BYTES
+from .config import GroupedConfig
+
+_BASE = {"bm": 128, "bn": 256, "bk": 64, "dtype": "bf16", "out": "bf16", "consumers": 2,
+         "stages": 3, "group": 8, "regs_producer": 40, "regs_consumer": 232, "grouping": "m",
+         "layout": "rcr"}
+_SMALL = {**_BASE, "bm": 64, "consumers": 1, "stages": 4, "regs_producer": 0,
+          "regs_consumer": 0}
+
+
+def _c(**kw) -> GroupedConfig:
+    return GroupedConfig(**{**_BASE, **kw})
+
+
+PRESETS: tuple[Preset, ...] = (
+    Preset("grouped_small", GroupedConfig(**_SMALL),
+           "one persistent launch for every group: a device-side scheduler walks the group "
+           "offsets (no host copy: CUDA-graph capturable), TMA reads each group's rows from one "
+           "tensor map by offset arithmetic; 64-row tiles with one consumer waste little on "
+           "small groups, and rows past a group's end are masked in the epilogue",
+           "DeepGEMM m_grouped contiguous/masked scheduler; FlashInfer small per-expert M"),
+    Preset("grouped_bf16", _c(),
+           "128x256 tiles, two cooperative consumers (setmaxnreg 40/232), 3 stages: the "
+           "wgmma_bf16 main loop; tiles inside their group are TMA-stored, the group's last "
+           "tile is copied from the staging tile with row guards",
+           "wgmma_bf16 preset; CUTLASS example 57 (grouped GEMM); DeepGEMM m_grouped_bf16"),
+    Preset("grouped_dgrad", _c(layout="rrr"),
+           "the data gradient dA = dC @ B^T: B is the experts' [G, N, K] weights as stored, "
+           "read N-major (MN-major wgmma B operand)", "torch._grouped_mm backward"),
+    Preset("grouped_wgrad", _c(grouping="k", layout="crr"),
+           "K-grouped: dB[g] = A[:, rows of g] @ dC[rows of g] for the weight gradient, the "
+           "reduction running over each group's rows; the tail of a group's last K tile is "
+           "zeroed in shared memory before the wgmma reads it",
+           "DeepGEMM k_grouped_wgrad; torch._grouped_mm 2D x 2D"),
+    Preset("grouped_fp16", _c(dtype="fp16", out="fp16"),
+           "the 128x256 grouped kernel on fp16 inputs and output", "grouped_bf16 in fp16"),
+)
+
+SPACE = {"tile": ((64, 128, 1), (64, 256, 1), (128, 128, 2), (128, 256, 2), (256, 128, 2)),
+         "stages": (3, 4, 5, 6), "group": (8, 16)}
+
+
+def space(dtype: str = "bf16", grouping: str = "m", layout: str | None = None,
+          out: str | None = None) -> list[GroupedConfig]:
+    """Every configuration of the grouped search space that passes the rules: tiles 64x128,
+    64x256 (one consumer), 128x128, 128x256, 256x128 (two), 3 to 6 stages where they fit,
+    raster groups of 8 or 16 tile rows; C in the input dtype unless ``out``; ``layout`` the
+    grouping's default (rcr for "m", crr for "k")."""
+    layout = layout or ("rcr" if grouping == "m" else "crr")
+    out_dtype = out or dtype
+    found = []
+    for (bm, bn, cons), st, group in itertools.product(SPACE["tile"], SPACE["stages"],
+                                                       SPACE["group"]):
+        regs = (40, 232) if cons == 2 else (0, 0)
+        cfg = GroupedConfig.unchecked(bm=bm, bn=bn, bk=128 // ELEM_BYTES[dtype], dtype=dtype,
+                                      out=out_dtype, consumers=cons, stages=st, group=group,
+                                      regs_producer=regs[0], regs_consumer=regs[1],
+                                      grouping=grouping, layout=layout)
+        if not cfg.violations():
+            found.append(cfg)
+    return found
+
+
+def _adjust(values: dict, given: set) -> dict:
+    """Follow --grouping and --dtype: the grouping's layout and C in the input dtype unless
+    the command line says otherwise."""
+    if "grouping" in given and "layout" not in given:
+        values = {**values, "layout": "rcr" if values["grouping"] == "m" else "crr"}
+    if "dtype" in given and "out" not in given:
+        values = {**values, "out": values["dtype"]}
+    return values
+
+
+FAMILY = Family(
+    name="grouped", config=GroupedConfig,
+    summary="Hopper grouped GEMM for mixture-of-experts: one persistent launch over every "
+            "group, offsets read on the device; sm_90a only",
+    dtypes=("fp16", "bf16"), presets=PRESETS,
+    defaults={"fp16": "grouped_fp16", "bf16": "grouped_bf16"},
+    flag_defaults={},
+    field_help={
+        "grouping": "m (groups differ in M: forward, dgrad) or k (groups differ in K: wgrad)",
+        "bm": "block tile rows (M): 64 per consumer warpgroup and more",
+        "bn": "block tile columns (N) = wgmma N: 8 to 256 in steps of 8",
+        "bk": "block tile depth (K): 128 bytes / element size",
+        "consumers": "consumer warpgroups (1 or 2, cooperative)",
+        "stages": "TMA ring depth", "group": "M tile rows per raster group inside a group",
+        "regs_producer": "setmaxnreg count of the producer (0: none)",
+        "regs_consumer": "setmaxnreg count of the consumers (0: none)",
+    },
+    space=space, min_cc=90, max_cc=90, arch_suffix="a", adjust=_adjust, tma=True,
+    problem="grouped")

@@ -1,0 +1,178 @@
+"""``gemmgen.grouped_gemm``: many products in one persistent launch (mixture-of-experts), chosen
+by ``gemmgen.heuristics.grouped``, built once per process and launched from a plan per operand
+signature: the first call checks everything (``grouped_operands``) and builds the recipe with
+``Ref``s for A, B, C and the offsets; a later call with the same signature (shapes, strides,
+dtypes, device; not the addresses, not the offsets' values) only patches and launches. Nothing
+is copied to the host, so a call on a captured stream becomes part of a CUDA graph.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..heuristics import grouped_db
+from ..heuristics.grouped import GroupedChoice, choose
+from ..model.dtypes import dtype_name_of
+from ..model.families import config_from_dict
+from . import driver
+from .build import build
+from .device import device_identity
+from .grouped_operands import GroupedArgs, check_grouped
+from .launch import allocator
+from .operands import OperandError, describe
+from .plans import _sync_cupy_producers, signature
+from .recipe import Recipe, Ref
+
+_PLANS: dict[tuple, object] = {}
+_KERNELS: dict[tuple, tuple] = {}
+PLAN_CACHE = 4096
+
+
+def _device(x) -> int:
+    mod = type(x).__module__.split(".")[0]
+    if mod == "torch":
+        return x.device.index or 0
+    if mod == "cupy":
+        return x.device.id
+    ptr = describe(x, "A", dtype_name_of(x)).ptr
+    return driver.device_of(ptr) if ptr else 0
+
+
+@dataclass
+class GroupedPlan:
+    """A checked grouped call for one operand signature: the kernel, its recipe (operands 0 A,
+    1 B, 2 C, 3 offsets or counts), how to make C and the choice's reasons."""
+
+    kernel: object
+    choice: GroupedChoice
+    recipe: Recipe
+    new_out: object
+    cupy: bool
+
+    def run(self, A, B, index, out, stream=None):
+        c = out if out is not None else self.new_out()
+        if self.cupy:
+            _sync_cupy_producers(A, B, index, out)
+        ptrs = tuple(_address(x) for x in (A, B, c, index))
+        with driver.on_device(self.recipe.device):
+            self.recipe.run(ptrs, driver.stream_handle(stream))
+        self.kernel.last_path = self.recipe.path
+        return c
+
+
+def _address(x) -> int:
+    if x is None:
+        return 0
+    if type(x).__module__.startswith("torch"):
+        return x.data_ptr()
+    if type(x).__module__.startswith("cupy"):
+        return x.data.ptr
+    return int(x.__cuda_array_interface__["data"][0] or 0)
+
+
+def _choice(args: GroupedArgs, expected_m, config, device: int) -> GroupedChoice:
+    """The configuration for checked arguments: ``config`` as given (checked against the
+    problem), else the dispatch heuristic's (``gemmgen.heuristics.grouped.choose``)."""
+    if config is not None:
+        want = (args.grouping, args.layout, args.dtype, args.out)
+        have = (config.grouping, config.layout, config.dtype, config.out)
+        if getattr(config, "family", "") != "grouped" or want != have:
+            raise OperandError(f"config: {getattr(config, 'name', config)} computes (grouping, "
+                               f"layout, dtype, out) = {have}; these operands need {want}")
+        return GroupedChoice(config, "given", ["the configuration passed as config="])
+    gpu, cc = device_identity(device)
+    if cc != 90:
+        raise OperandError(f"grouped_gemm runs on sm_90 (H100/H200); this device is sm_{cc}")
+    rows = args.rows if args.mode == "offs" else args.groups * (expected_m or args.rows)
+    tuned = grouped_db.winner(_tuned(), gpu, args.dtype, args.out, args.grouping, args.layout,
+                              args.groups, rows, args.n, args.k)
+    if tuned is not None:
+        return GroupedChoice(config_from_dict(tuned[0]), "tuned",
+                             [(f"tuned on this problem ({tuned[1]} rows per group), "
+                               f"{grouped_db.default_path()}")])
+    sms = driver.device_attribute(device, "sms")
+    return choose(args.dtype, args.grouping, args.layout, args.out, args.groups, rows, args.n,
+                  args.k, None, sms)
+
+
+_TUNED: list = []
+
+
+def _tuned() -> dict:
+    """The grouped tuning file's entries, read once per process (none when unreadable)."""
+    if not _TUNED:
+        try:
+            _TUNED.append(grouped_db.load())
+        except Exception:  # noqa: BLE001 - an unreadable file only loses the tuned choice
+            _TUNED.append({})
+    return _TUNED[0]
+
+
+def plan_grouped(A, B, offs=None, out=None, counts=None, out_dtype=None, expected_m=None,
+                 config=None) -> GroupedPlan:
+    """The plan of one operand signature: every check, the choice and build of the kernel,
+    and its recipe with the operands' addresses as ``Ref``s. Raises as ``grouped_gemm``."""
+    args = check_grouped(A, B, offs, out, counts, out_dtype)
+    device = _device(A)
+    choice = _choice(args, expected_m, config, device)
+    key = (choice.config.name, *device_identity(device))
+    if key not in _KERNELS:
+        with driver.on_device(device):
+            _KERNELS[key] = build(choice.config)
+    kernel = _KERNELS[key]
+    new_out = allocator(A, args.out_shape, args.out, False)
+    c = args.c or describe(new_out(), "out", args.out)
+    refs = [Ref(i, p) for i, p in enumerate((args.a.ptr, args.b.ptr, c.ptr, args.index_ptr))]
+    stride_c = c.batch_stride if c.batch and c.batch > 1 else 0
+    problem = args.problem(refs[0], refs[1], refs[2], refs[3] if args.index_ptr else 0,
+                           c.lds["r"], stride_c)
+    with driver.on_device(device):
+        recipe = kernel.launches(problem, device)
+    kinds = {type(x).__module__.split(".")[0] for x in (A, B, offs, counts, out) if x is not None}
+    return GroupedPlan(kernel, choice, recipe, new_out, "cupy" in kinds)
+
+
+def grouped_gemm(A, B, offs=None, out=None, *, counts=None, expected_m: int | None = None,
+                 out_dtype=None, config=None, stream=None):
+    """Grouped GEMM for mixture-of-experts in one launch, with ``torch._grouped_mm``'s
+    conventions (PyTorch CUDA tensors or CuPy arrays, fp16 or bf16; the offsets int32 on the
+    device):
+
+    - A [T, K], B [G, K, N], ``offs`` [G] (cumulative row ends): C[offs[g-1]:offs[g]] =
+      A[offs[g-1]:offs[g]] @ B[g] -> [T, N]; rows past offs[G-1] are written as zeros.
+    - A [G, M, K], B [G, K, N]: C[g] = A[g] @ B[g] -> [G, M, N]; with ``counts`` [G] only the
+      first counts[g] rows of each group are computed and written (masked layout, for
+      CUDA-graph decode; ``expected_m`` hints the typical count for the kernel's choice).
+    - A [M, T] (column-major, e.g. ``X.t()``), B [T, N], ``offs`` [G] over T: C[g] =
+      A[:, offs[g-1]:offs[g]] @ B[offs[g-1]:offs[g]] -> [G, M, N] (the weight gradient); an
+      empty group gives zeros.
+
+    B's matrices may be K- or N-contiguous ([G, N, K] weights passed as ``W.transpose(1, 2)``
+    need no copy). ``out`` (row-major, the result's shape) is written in place, else a new
+    array like A is returned; ``out_dtype`` is the input dtype (default) or fp32. ``config``
+    forces a grouped-family configuration. ``stream``: None (the legacy default stream), a
+    PyTorch or CuPy stream or a raw handle; the call allocates nothing but the output and
+    never synchronizes, so it can be captured in a CUDA graph (warm up once first: the first
+    call of a signature may compile). Offsets that decrease or exceed T are clamped on the
+    device (the groups they describe are then empty or shorter), never read out of bounds.
+
+    Raises ``OperandError`` naming the argument (kind, dtype, rank, shape, layout, a stride or
+    address TMA cannot read, offsets of the wrong dtype or length), ``BuildError`` when the
+    kernel does not compile, ``DriverError`` without a GPU.
+    """
+    index = offs if offs is not None else counts
+    sigs = tuple(signature(x) for x in (A, B, offs, counts, out))
+    key = (*sigs, str(out_dtype), expected_m, config)
+    plan = _PLANS.get(key) if None not in sigs else None
+    if plan is None:
+        plan = plan_grouped(A, B, offs, out, counts, out_dtype, expected_m, config)
+        if None not in sigs:
+            if len(_PLANS) >= PLAN_CACHE:
+                _PLANS.clear()
+            _PLANS[key] = plan
+    return plan.run(A, B, index, out, stream)
+
+
+def chosen_grouped(A, B, offs=None, counts=None, out_dtype=None, expected_m=None):
+    """The ``GroupedPlan`` ``grouped_gemm`` keeps for these operands (out=None), or None."""
+    sigs = tuple(signature(x) for x in (A, B, offs, counts, None))
+    return _PLANS.get((*sigs, str(out_dtype), expected_m, None))

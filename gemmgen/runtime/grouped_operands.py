@@ -1,0 +1,226 @@
+"""Arguments of ``grouped_gemm``: which grouped problem the operands' ranks name, and every
+check of A, B, the offsets (or counts) and the output, each failure an ``OperandError`` naming
+the argument. Pure Python: nothing here touches the GPU (the CPU tests pass objects with a
+``__cuda_array_interface__``).
+
+The problems, as ``torch._grouped_mm`` takes them:
+
+- A 2-D [T, K], B 3-D [G, K, N], ``offs`` [G]: rows offs[g-1]..offs[g] of A times B[g] -> C
+  [T, N] (MoE forward and dgrad). B's matrices may be K- or N-contiguous.
+- A 3-D [G, M, K], B 3-D [G, K, N]: C[g] = A[g] @ B[g] -> [G, M, N]; with ``counts`` [G]
+  only the first counts[g] rows of each (masked: CUDA-graph decode).
+- A 2-D [M, T], B 2-D [T, N], ``offs`` [G]: columns offs[g-1]..offs[g] of A times those rows
+  of B -> C [G, M, N] (K-grouped: the weight gradient). A column-major (a transposed view of
+  a [T, M] tensor), B row-major.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model.dtypes import dtype_name_of, torch_dtype_name
+from .grouped_kernel import GroupedProblem
+from .operands import Operand, OperandError, describe
+
+IN_DTYPES = ("fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class GroupedArgs:
+    """Checked operands of one grouped call: the problem's ``grouping`` ("m" or "k") and
+    ``mode`` ("offs" or "masked"), dtypes, extents (``rows`` as ``GroupedProblem`` has them),
+    the layout the kernel needs (A, B, C), the described operands and the output's shape."""
+
+    grouping: str
+    mode: str
+    dtype: str
+    out: str
+    groups: int
+    rows: int
+    n: int
+    k: int
+    layout: str
+    a: Operand
+    b: Operand
+    c: Operand | None
+    index_ptr: int
+    out_shape: tuple
+
+    def problem(self, a, b, c, index, ldc: int, stride_c: int) -> GroupedProblem:
+        """The ``GroupedProblem`` with these pointers (ints or ``Ref``s) for A, B, C and the
+        offsets, and C's leading dimension and matrix stride."""
+        lda = self.a.lds[self.layout[0]]
+        ldb = self.b.lds[self.layout[1]]
+        stride_a = _stride(self.a, self.a.shape[0] * lda)
+        stride_b = _stride(self.b, 0)
+        return GroupedProblem(self.grouping, self.mode, self.groups, self.rows, self.n, self.k,
+                              a, lda, b, ldb, c, ldc, index, stride_a, stride_b, stride_c)
+
+
+def _stride(op: Operand, default: int) -> int:
+    if op.batch is None:
+        return 0
+    return op.batch_stride if op.batch > 1 else default
+
+
+def out_dtype_name(out_dtype, dtype: str) -> str:
+    """The C dtype: ``dtype`` when None, else a name (fp16, bf16, fp32), a torch dtype or a
+    NumPy dtype; it must be ``dtype`` or fp32."""
+    if out_dtype is None:
+        return dtype
+    name = out_dtype if isinstance(out_dtype, str) else torch_dtype_name(out_dtype)
+    if name is None:
+        try:
+            name = {"float32": "fp32", "float16": "fp16"}.get(np.dtype(out_dtype).name)
+        except TypeError:
+            name = None
+    if name not in (dtype, "fp32"):
+        raise OperandError(f"out_dtype: {out_dtype!r}; a {dtype} grouped GEMM writes {dtype} "
+                           f"or fp32")
+    return name
+
+
+def index_array(x, name: str, length: int) -> int:
+    """The device address of a 1-D int32 array of ``length`` values (``offs`` or
+    ``counts``): a CUDA PyTorch tensor or an object with ``__cuda_array_interface__``,
+    contiguous. Raises ``OperandError`` naming ``name``."""
+    mod = type(x).__module__.split(".")[0]
+    if mod == "torch" and hasattr(x, "data_ptr"):
+        if not x.is_cuda:
+            raise OperandError(f"{name} is a CPU tensor: the offsets stay on the GPU (no host "
+                               f"copy, so the call can be captured in a CUDA graph); move it")
+        shape, typestr = tuple(x.shape), {"torch.int32": "<i4"}.get(str(x.dtype), str(x.dtype))
+        strides, ptr = tuple(s * x.element_size() for s in x.stride()), x.data_ptr()
+    elif hasattr(x, "__cuda_array_interface__"):
+        cai = x.__cuda_array_interface__
+        shape, typestr = tuple(cai["shape"]), cai["typestr"]
+        strides, ptr = tuple(cai.get("strides") or (4,) * len(shape)), int(cai["data"][0] or 0)
+    else:
+        raise OperandError(f"{name}: expected an int32 device array (a CUDA PyTorch tensor or "
+                           f"a CuPy array); got {type(x).__name__}")
+    if typestr not in ("<i4", "int32"):
+        raise OperandError(f"{name} has dtype {typestr}; it must be int32")
+    if len(shape) != 1 or shape[0] != length:
+        raise OperandError(f"{name} must hold one int32 per group ({length}); got shape "
+                           f"{shape}")
+    if length > 1 and strides[0] != 4:
+        raise OperandError(f"{name} must be contiguous; got a stride of {strides[0]} bytes")
+    return ptr
+
+
+def _operand(x, name: str, dtype: str) -> Operand:
+    op = describe(x, name, dtype)
+    if op.kind == "numpy":
+        raise OperandError(f"{name} is a NumPy array: grouped_gemm takes device arrays "
+                           f"(PyTorch CUDA tensors, CuPy arrays)")
+    return op
+
+
+def _need(op: Operand, layout: str, what: str) -> None:
+    if layout not in op.lds:
+        raise OperandError(f"{op.name} must be {what}; its strides are neither (make it "
+                           f"contiguous in that order)")
+
+
+def _check_out(out, shape: tuple, dtype: str) -> Operand | None:
+    if out is None:
+        return None
+    c = _operand(out, "out", dtype)
+    got = (c.batch, *c.shape) if c.batch is not None else c.shape
+    if tuple(got) != tuple(shape):
+        raise OperandError(f"out has shape {tuple(got)}; the result is {tuple(shape)}")
+    if c.readonly:
+        raise OperandError("out is read-only; the kernel writes its result there")
+    _need(c, "r", "row-major")
+    return c
+
+
+def check_grouped(A, B, offs=None, out=None, counts=None, out_dtype=None) -> GroupedArgs:
+    """Describe and cross-check a grouped call (see the module docstring). Raises
+    ``OperandError`` naming the argument: kinds, dtypes, ranks, shapes, layouts, the offsets'
+    or counts' dtype and length, the output's shape and dtype."""
+    for name, x in (("A", A), ("B", B)):
+        if getattr(x, "ndim", len(getattr(x, "shape", ()))) not in (2, 3):
+            raise OperandError(f"{name} must be 2-D or 3-D; got shape "
+                               f"{tuple(getattr(x, 'shape', ()))}")
+    try:
+        dtype = dtype_name_of(A)
+    except ValueError:
+        dtype = None
+    if dtype not in IN_DTYPES:
+        raise OperandError(f"A has dtype {getattr(A, 'dtype', '?')}; grouped_gemm takes "
+                           f"float16 or bfloat16")
+    out_name = out_dtype_name(out_dtype, dtype)
+    a, b = _operand(A, "A", dtype), _operand(B, "B", dtype)
+    ranks = (2 if a.batch is None else 3, 2 if b.batch is None else 3)
+    if ranks == (2, 3):
+        return _m_offs(a, b, offs, out, counts, dtype, out_name)
+    if ranks == (3, 3):
+        return _masked(a, b, offs, out, counts, dtype, out_name)
+    if ranks == (2, 2):
+        return _k_grouped(a, b, offs, out, counts, dtype, out_name)
+    raise OperandError("A 3-D with B 2-D (groups along N) is not supported: pass A 2-D with "
+                       "B 3-D and offs (M-grouped), both 3-D (batched or masked), or both 2-D "
+                       "with offs (K-grouped)")
+
+
+def _m_offs(a, b, offs, out, counts, dtype, out_name) -> GroupedArgs:
+    (t, k), (g, (k2, n)) = a.shape, (b.batch, b.shape)
+    if k != k2:
+        raise OperandError(f"A is {t}x{k} and B's matrices are {k2}x{n}: A's columns ({k}) "
+                           f"must equal B's rows ({k2})")
+    if offs is None or counts is not None:
+        raise OperandError("offs is required with A 2-D and B 3-D (the groups' cumulative row "
+                           "ends, int32, one per group); counts is for 3-D A")
+    _need(a, "r", "row-major (K contiguous)")
+    lay_b = "c" if "c" in b.lds else "r"
+    ptr = index_array(offs, "offs", g)
+    c = _check_out(out, (t, n), out_name)
+    return GroupedArgs("m", "offs", dtype, out_name, g, t, n, k, "r" + lay_b + "r", a, b, c,
+                       ptr, (t, n))
+
+
+def _masked(a, b, offs, out, counts, dtype, out_name) -> GroupedArgs:
+    (g, (m, k)), (g2, (k2, n)) = (a.batch, a.shape), (b.batch, b.shape)
+    if g != g2:
+        raise OperandError(f"A holds {g} matrices and B {g2}: one per group each")
+    if k != k2:
+        raise OperandError(f"A's matrices are {m}x{k} and B's {k2}x{n}: A's columns ({k}) "
+                           f"must equal B's rows ({k2})")
+    if offs is not None:
+        raise OperandError("offs is for A 2-D (rows grouped by offsets); with A 3-D pass "
+                           "counts (rows used per group) or nothing")
+    _need(a, "r", "row-major (K contiguous)")
+    lay_b = "c" if "c" in b.lds else "r"
+    ptr = index_array(counts, "counts", g) if counts is not None else 0
+    c = _check_out(out, (g, m, n), out_name)
+    return GroupedArgs("m", "masked", dtype, out_name, g, m, n, k, "r" + lay_b + "r", a, b, c,
+                       ptr, (g, m, n))
+
+
+def _k_grouped(a, b, offs, out, counts, dtype, out_name) -> GroupedArgs:
+    (m, t), (t2, n) = a.shape, b.shape
+    if t != t2:
+        raise OperandError(f"A is {m}x{t} and B is {t2}x{n}: A's columns ({t}) must equal B's "
+                           f"rows ({t2}), the dimension the groups split")
+    if offs is None or counts is not None:
+        raise OperandError("offs is required with A and B 2-D (the groups' cumulative ends "
+                           "along A's columns and B's rows, int32)")
+    _need(a, "c", "column-major (a transposed view of a row-major [T, M] tensor)")
+    _need(b, "r", "row-major (N contiguous)")
+    g = _length(offs)
+    if g < 1:
+        raise OperandError(f"offs must be 1-D with at least one group; got shape "
+                           f"{tuple(getattr(offs, 'shape', ()))}")
+    ptr = index_array(offs, "offs", g)
+    c = _check_out(out, (g, m, n), out_name)
+    return GroupedArgs("k", "offs", dtype, out_name, g, m, n, t, "crr", a, b, c, ptr,
+                       (g, m, n))
+
+
+def _length(x) -> int:
+    shape = getattr(x, "shape", None)
+    if shape is None and hasattr(x, "__cuda_array_interface__"):
+        shape = x.__cuda_array_interface__["shape"]
+    return int(shape[0]) if shape is not None and len(shape) == 1 else -1

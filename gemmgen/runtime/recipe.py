@@ -1,0 +1,148 @@
+"""Launch recipes: the launches one GEMM call makes, with the places its operands' addresses go.
+
+A kernel's launches (helper kernels, the GEMM) for one operand signature never change but for
+the operands' addresses. A ``Recipe`` keeps each launch's function, grid, block, shared memory
+and packed parameter block, plus ``Patch``es: where an operand's address (plus a byte offset)
+goes, as a raw pointer or as the global address of a tensor map. A repeated call only patches
+and launches: ``run`` does that from Python, and the compiled PyTorch launcher
+(``gemmgen.torch``) from C++, reading ``Recipe.to_bytes()``.
+
+Operands are numbered by the caller (``gemm``: 0 A, 1 B, 2 C, 3 bias); a ``Ref`` names one
+while the launches are built.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from . import driver
+
+PATCH_POINTER, PATCH_MAP = 0, 1
+FORMAT_VERSION = 1
+"""``to_bytes`` layout version, checked by the C++ launcher."""
+
+
+@dataclass(frozen=True)
+class Ref:
+    """Operand ``index``'s address plus ``delta`` bytes; ``value`` is its address at the call
+    that builds the recipe (encoded into the first parameter block)."""
+
+    index: int
+    value: int
+    delta: int = 0
+
+    def __int__(self) -> int:
+        return self.value + self.delta
+
+    def __index__(self) -> int:
+        return self.value + self.delta
+
+    def shifted(self, nbytes: int) -> "Ref":
+        return Ref(self.index, self.value, self.delta + nbytes)
+
+
+@dataclass(frozen=True)
+class Patch:
+    """At byte ``offset`` of a parameter block: operand ``index``'s address + ``delta``,
+    written as a 64-bit pointer (``kind`` PATCH_POINTER) or as the global address of the
+    128-byte tensor map there (PATCH_MAP, ``cuTensorMapReplaceAddress``)."""
+
+    offset: int
+    kind: int
+    index: int
+    delta: int
+
+
+@dataclass
+class Launch:
+    """One kernel launch: ``function`` (a ``driver.Function`` on the recipe's device), grid,
+    block, dynamic shared memory (bytes), the parameter block and its patches."""
+
+    function: driver.Function
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    params: bytes
+    patches: tuple[Patch, ...] = ()
+
+    @property
+    def smem(self) -> int:
+        return self.function.dynamic_smem
+
+
+@dataclass
+class Recipe:
+    """The launches of one call, in order, on ``device``; ``path`` says what they do (e.g.
+    "tma + split-K 2") and ``keep`` holds what must live as long as the recipe (workspaces)."""
+
+    device: int
+    launches: list[Launch]
+    path: str = ""
+    keep: list = field(default_factory=list, repr=False)
+
+    def run(self, ptrs: tuple[int, ...], stream: int | None = None) -> None:
+        """Patch in the operands' addresses ``ptrs`` (by operand index) and launch on the raw
+        stream handle ``stream``; the current context must be ``device``'s."""
+        for ln in self.launches:
+            params = ln.params
+            if ln.patches:
+                params = bytearray(params)
+                for p in ln.patches:
+                    addr = ptrs[p.index] + p.delta
+                    if p.kind == PATCH_POINTER:
+                        struct.pack_into("<Q", params, p.offset, addr)
+                    else:
+                        params[p.offset:p.offset + 128] = driver.replace_map_address(
+                            bytes(params[p.offset:p.offset + 128]), addr)
+                params = bytes(params)
+            driver.launch(ln.function.handle, ln.grid, ln.block, ln.smem, params, stream)
+
+    def to_bytes(self, order: tuple[int, ...] = (0, 1, 2, 3)) -> bytes:
+        """The recipe for the C++ launcher (little-endian): a header (version, launch count),
+        then per launch: CUfunction handle (u64), grid and block (6 x u32), shared memory
+        (u32), parameter bytes (u32 length + bytes), patches (u32 count + count x (offset u32,
+        kind u32, index u32, delta i64)). Operand ``i`` of the recipe is the launcher's
+        operand ``order[i]``."""
+        out = bytearray(struct.pack("<II", FORMAT_VERSION, len(self.launches)))
+        for ln in self.launches:
+            out += struct.pack("<Q6IIi", ln.function.handle, *ln.grid, *ln.block, ln.smem,
+                               len(ln.params))
+            out += ln.params
+            out += struct.pack("<I", len(ln.patches))
+            for p in ln.patches:
+                out += struct.pack("<IIIq", p.offset, p.kind, order[p.index], p.delta)
+        return bytes(out)
+
+
+def pack(fmt: struct.Struct, offsets: tuple[int, ...], values: tuple) -> tuple[bytes, tuple]:
+    """(parameter block, patches) of ``values`` packed by ``fmt`` whose fields sit at
+    ``offsets``: a ``Ref`` is packed as its current address and patched as a pointer; a
+    ``MapRef`` as its encoded tensor map and patched as one."""
+    plain, patches = [], []
+    for v, off in zip(values, offsets):
+        if isinstance(v, Ref):
+            patches.append(Patch(off, PATCH_POINTER, v.index, v.delta))
+            plain.append(int(v))
+        elif isinstance(v, MapRef):
+            patches.append(Patch(off, PATCH_MAP, v.ref.index, v.ref.delta))
+            plain.append(v.data)
+        else:
+            plain.append(v)
+    return fmt.pack(*plain), tuple(patches)
+
+
+@dataclass(frozen=True)
+class MapRef:
+    """An encoded tensor map (``data``, 128 bytes) whose global address is ``ref``."""
+
+    data: bytes
+    ref: Ref
+
+
+def field_offsets(fmt: struct.Struct) -> tuple[int, ...]:
+    """Offset of each field of a struct without explicit padding codes (``"@iiifP..."``, native
+    alignment), as nvcc lays out kernel parameters."""
+    code = fmt.format
+    prefix = code[0] if code[0] in "@=<>!" else ""
+    fields = code[len(prefix):]
+    return tuple(struct.calcsize(prefix + fields[:i + 1]) - struct.calcsize(prefix + fields[i])
+                 for i in range(len(fields)))

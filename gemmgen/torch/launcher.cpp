@@ -1,0 +1,436 @@
+// gemmgen's compiled launcher for PyTorch: the CUDA kernels of the ops gemmgen::gemm and
+// gemmgen::scaled_mm (FP8) and gemmgen::grouped_mm.
+//
+// A call looks its operand signature up (op, device, dtypes, sizes, strides, 16-byte alignment,
+// attributes) in a table of recipes; a hit allocates the output, patches the operands' addresses
+// into the recipe's parameter blocks (raw pointers, and tensor maps through
+// cuTensorMapReplaceAddress) and launches with cuLaunchKernel on PyTorch's current stream: no
+// Python runs. A miss calls the Python op gemmgen::_plan (through the dispatcher), which checks
+// the operands, chooses and builds the kernel and returns the recipe as bytes
+// (gemmgen/runtime/recipe.py, Recipe.to_bytes). Operands the kernels do not take go to the
+// Python op gemmgen::_reference on every call.
+//
+// Built by gemmgen.torch on first use with the host C++ compiler, against PyTorch's headers
+// only (no CUDA headers: libcuda is opened with dlopen), into gemmgen's cache directory.
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
+
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace gemmgen_launcher {
+
+constexpr uint32_t kFormatVersion = 1;     // Recipe.to_bytes
+constexpr uint32_t kReference = 0xFFFFFFFFu;  // "launch count" of a recipe that calls _reference
+constexpr uint32_t kPatchPointer = 0, kPatchMap = 1;
+constexpr size_t kMapBytes = 128;
+constexpr uint32_t kMaxOperands = 8;  // addresses one recipe may patch in
+
+// ---- the driver, through dlopen ------------------------------------------------------------
+using CUresult = int;
+using LaunchFn = CUresult (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              unsigned, void*, void**, void**);
+using ReplaceFn = CUresult (*)(void*, void*);
+using ErrorNameFn = CUresult (*)(CUresult, const char**);
+
+struct Driver {
+    LaunchFn launch = nullptr;
+    ReplaceFn replace_address = nullptr;
+    ErrorNameFn error_name = nullptr;
+};
+
+const Driver& driver() {
+    static const Driver d = [] {
+        Driver out;
+        void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+        TORCH_CHECK(lib != nullptr, "gemmgen launcher: cannot open libcuda.so.1: ", dlerror());
+        out.launch = reinterpret_cast<LaunchFn>(dlsym(lib, "cuLaunchKernel"));
+        out.replace_address = reinterpret_cast<ReplaceFn>(dlsym(lib, "cuTensorMapReplaceAddress"));
+        out.error_name = reinterpret_cast<ErrorNameFn>(dlsym(lib, "cuGetErrorName"));
+        TORCH_CHECK(out.launch && out.replace_address && out.error_name,
+                    "gemmgen launcher: libcuda.so.1 lacks cuLaunchKernel or "
+                    "cuTensorMapReplaceAddress (CUDA 12 or newer is needed)");
+        return out;
+    }();
+    return d;
+}
+
+void check(CUresult result, const char* call) {
+    if (result == 0) return;
+    const char* name = "?";
+    driver().error_name(result, &name);
+    TORCH_CHECK(false, "gemmgen launcher: ", call, " failed: ", name, " (", result, ")");
+}
+
+// ---- recipes -------------------------------------------------------------------------------
+struct Patch {
+    uint32_t offset, kind, index;
+    int64_t delta;
+};
+
+struct Launch {
+    void* function = nullptr;
+    uint32_t grid[3] = {1, 1, 1}, block[3] = {1, 1, 1}, smem = 0;
+    std::vector<uint8_t> params;
+    std::vector<Patch> patches;
+};
+
+struct Recipe {
+    bool reference = false;
+    std::vector<Launch> launches;
+};
+
+template <typename T>
+T take(const uint8_t*& p, const uint8_t* end) {
+    TORCH_CHECK(p + sizeof(T) <= end, "gemmgen launcher: truncated recipe");
+    T v;
+    std::memcpy(&v, p, sizeof(T));
+    p += sizeof(T);
+    return v;
+}
+
+std::shared_ptr<const Recipe> parse(const at::Tensor& bytes) {
+    TORCH_CHECK(bytes.device().is_cpu() && bytes.scalar_type() == at::kByte && bytes.is_contiguous(),
+                "gemmgen launcher: the planner must return a contiguous CPU uint8 tensor");
+    const uint8_t* p = bytes.data_ptr<uint8_t>();
+    const uint8_t* end = p + bytes.numel();
+    auto out = std::make_shared<Recipe>();
+    TORCH_CHECK(take<uint32_t>(p, end) == kFormatVersion, "gemmgen launcher: recipe format "
+                "version mismatch (rebuild the launcher)");
+    const uint32_t count = take<uint32_t>(p, end);
+    if (count == kReference) {
+        out->reference = true;
+        return out;
+    }
+    out->launches.resize(count);
+    for (auto& ln : out->launches) {
+        ln.function = reinterpret_cast<void*>(take<uint64_t>(p, end));
+        for (auto& g : ln.grid) g = take<uint32_t>(p, end);
+        for (auto& b : ln.block) b = take<uint32_t>(p, end);
+        ln.smem = take<uint32_t>(p, end);
+        const uint32_t n = take<uint32_t>(p, end);
+        TORCH_CHECK(p + n <= end, "gemmgen launcher: truncated recipe");
+        ln.params.assign(p, p + n);
+        p += n;
+        ln.patches.resize(take<uint32_t>(p, end));
+        for (auto& pt : ln.patches) {
+            pt.offset = take<uint32_t>(p, end);
+            pt.kind = take<uint32_t>(p, end);
+            pt.index = take<uint32_t>(p, end);
+            pt.delta = take<int64_t>(p, end);
+            const size_t width = pt.kind == kPatchMap ? kMapBytes : sizeof(uint64_t);
+            TORCH_CHECK(pt.offset + width <= n && pt.index < kMaxOperands,
+                        "gemmgen launcher: bad patch");
+        }
+    }
+    return out;
+}
+
+// ---- operand signatures ----------------------------------------------------------------------
+void append(std::string& key, int64_t v) {
+    key.append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+void append(std::string& key, const at::Tensor& t) {
+    if (!t.defined()) {
+        append(key, -1);
+        return;
+    }
+    append(key, static_cast<int64_t>(t.scalar_type()));
+    append(key, static_cast<int64_t>(t.device().type()) * 1024 + t.device().index());
+    append(key, t.dim());
+    for (int64_t d = 0; d < t.dim(); ++d) {
+        append(key, t.size(d));
+        append(key, t.stride(d));
+    }
+    append(key, (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16) == 0);
+}
+
+// Whether the last two dimensions of x are row-major / column-major (gemmgen.torch's _is_row
+// and _is_col).
+bool is_row(const at::Tensor& x) {
+    const int64_t rows = x.size(-2), cols = x.size(-1), s0 = x.stride(-2), s1 = x.stride(-1);
+    return (cols <= 1 || s1 == 1) && (rows <= 1 || s0 >= std::max<int64_t>(cols, 1));
+}
+
+bool is_col(const at::Tensor& x) {
+    const int64_t rows = x.size(-2), cols = x.size(-1), s0 = x.stride(-2), s1 = x.stride(-1);
+    return (rows <= 1 || s0 == 1) && (cols <= 1 || s1 >= std::max<int64_t>(rows, 1));
+}
+
+// The operand as the kernels read it: itself when row- or column-major, else a contiguous copy
+// (as gemmgen.torch's Python path does).
+at::Tensor row_or_col(const at::Tensor& x) {
+    if (x.dim() != 2) return x;
+    return is_row(x) || is_col(x) ? x : x.contiguous();
+}
+
+class Table {
+public:
+    std::shared_ptr<const Recipe> find(const std::string& key) const {
+        std::shared_lock<std::shared_mutex> lock(mutex_);
+        auto it = recipes_.find(key);
+        return it == recipes_.end() ? nullptr : it->second;
+    }
+    void insert(const std::string& key, std::shared_ptr<const Recipe> recipe) {
+        std::unique_lock<std::shared_mutex> lock(mutex_);
+        if (recipes_.size() >= kLimit) recipes_.clear();
+        recipes_.emplace(key, std::move(recipe));
+    }
+    size_t size() const {
+        std::shared_lock<std::shared_mutex> lock(mutex_);
+        return recipes_.size();
+    }
+    void clear() {
+        std::unique_lock<std::shared_mutex> lock(mutex_);
+        recipes_.clear();
+    }
+
+private:
+    static constexpr size_t kLimit = 16384;
+    mutable std::shared_mutex mutex_;
+    std::unordered_map<std::string, std::shared_ptr<const Recipe>> recipes_;
+};
+
+Table& table() {
+    static Table t;
+    return t;
+}
+
+// ---- launching ------------------------------------------------------------------------------
+// Patch the operands' addresses ``ptrs`` into each launch's parameter block and launch it on
+// ``stream`` (the current context must be the recipe's device's: the caller's DeviceGuard).
+void run(const Recipe& recipe, const uint64_t* ptrs, void* stream) {
+    alignas(128) static thread_local uint8_t block[4096];
+    for (const auto& ln : recipe.launches) {
+        TORCH_CHECK(ln.params.size() <= sizeof(block), "gemmgen launcher: parameter block too large");
+        std::memcpy(block, ln.params.data(), ln.params.size());
+        for (const auto& pt : ln.patches) {
+            const uint64_t addr = ptrs[pt.index] + static_cast<uint64_t>(pt.delta);
+            if (pt.kind == kPatchPointer) {
+                std::memcpy(block + pt.offset, &addr, sizeof(addr));
+            } else {  // a tensor map: 64-byte aligned in a copy, its address replaced
+                alignas(64) uint8_t map[kMapBytes];
+                std::memcpy(map, block + pt.offset, kMapBytes);
+                check(driver().replace_address(map, reinterpret_cast<void*>(addr)),
+                      "cuTensorMapReplaceAddress");
+                std::memcpy(block + pt.offset, map, kMapBytes);
+            }
+        }
+        size_t size = ln.params.size();
+        void* extra[] = {reinterpret_cast<void*>(1), block, reinterpret_cast<void*>(2), &size,
+                         reinterpret_cast<void*>(0)};  // BUFFER_POINTER, BUFFER_SIZE, END
+        check(driver().launch(ln.function, ln.grid[0], ln.grid[1], ln.grid[2], ln.block[0],
+                              ln.block[1], ln.block[2], ln.smem, stream, nullptr, extra),
+              "cuLaunchKernel");
+    }
+}
+
+uint64_t address(const at::Tensor& t) {
+    return t.defined() ? reinterpret_cast<uint64_t>(t.data_ptr()) : 0;
+}
+
+// The recipe of ``key`` from the table, or from ``plan`` (a call of the op's Python planner,
+// which checks the operands and raises for bad ones) on a miss, kept for the next call.
+template <typename Plan>
+std::shared_ptr<const Recipe> recipe_for(const std::string& key, Plan&& plan) {
+    auto recipe = table().find(key);
+    if (!recipe) {
+        recipe = parse(plan());
+        table().insert(key, recipe);
+    }
+    return recipe;
+}
+
+void* current_stream(const c10::Device& device) {
+    return c10::impl::getDeviceGuardImpl(device.type())->getStream(device).native_handle();
+}
+
+// gemmgen::gemm(a, b, bias, epilogue): operands 0 a, 1 b, 2 the output, 3 bias.
+at::Tensor gemm_cuda(const at::Tensor& a_in, const at::Tensor& b_in,
+                     const std::optional<at::Tensor>& bias_in, c10::string_view epilogue);
+
+// gemmgen::linear(x, weight, bias, activation): F.linear's contract, x (..., K), weight
+// (N, K), through gemm on the flattened x and the weight's transposed view.
+at::Tensor linear_cuda(const at::Tensor& x, const at::Tensor& weight,
+                       const std::optional<at::Tensor>& bias, c10::string_view activation) {
+    TORCH_CHECK(activation == "none" || activation == "relu" || activation == "gelu",
+                "activation: unknown '", std::string(activation), "'; known: none, relu, gelu");
+    TORCH_CHECK(x.dim() >= 1 && weight.dim() == 2, "x must have at least 1 dimension and "
+                "weight 2; got ", x.dim(), " and ", weight.dim());
+    std::string epilogue = bias.has_value() ? "bias" : "";
+    if (activation != "none") epilogue += (epilogue.empty() ? "" : "_") + std::string(activation);
+    if (epilogue.empty()) epilogue = "none";
+    const at::Tensor a = x.dim() == 2 ? x : x.reshape({-1, x.size(-1)});
+    at::Tensor y = gemm_cuda(a, weight.t(), bias, epilogue);
+    if (x.dim() == 2) return y;
+    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+    shape.back() = weight.size(0);
+    return y.view(shape);
+}
+
+at::Tensor gemm_cuda(const at::Tensor& a_in, const at::Tensor& b_in,
+                     const std::optional<at::Tensor>& bias_in, c10::string_view epilogue) {
+    const at::Tensor a = row_or_col(a_in), b = row_or_col(b_in);
+    const at::Tensor bias = bias_in.has_value() ? bias_in->contiguous() : at::Tensor();
+    c10::DeviceGuard guard(a.device());
+    std::string key = "gemm";
+    key.push_back('\0');
+    key.append(epilogue.data(), epilogue.size());
+    key.push_back('\0');
+    append(key, a);
+    append(key, b);
+    append(key, bias);
+    const bool shaped = a.dim() == 2 && b.dim() == 2;
+    at::Tensor out = at::empty({shaped ? a.size(0) : 0, shaped ? b.size(1) : 0}, a.options());
+    auto recipe = recipe_for(key, [&] {
+        static auto plan = c10::Dispatcher::singleton().findSchemaOrThrow("gemmgen::_plan", "")
+            .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                              c10::string_view, const at::Tensor&)>();
+        std::optional<at::Tensor> bias_arg;
+        if (bias.defined()) bias_arg = bias;
+        return plan.call(a, b, bias_arg, epilogue, out);
+    });
+    if (recipe->reference) {
+        static auto reference = c10::Dispatcher::singleton()
+            .findSchemaOrThrow("gemmgen::_reference", "")
+            .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
+                              const std::optional<at::Tensor>&, c10::string_view)>();
+        return reference.call(a_in, b_in, bias_in, epilogue);
+    }
+    if (recipe->launches.empty()) return out;
+    const uint64_t ptrs[kMaxOperands] = {address(a), address(b), address(out), address(bias)};
+    run(*recipe, ptrs, current_stream(a.device()));
+    return out;
+}
+
+// gemmgen::scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum): operands 0 a,
+// 1 b, 2 the output, 3 bias, 4 scale_a, 5 scale_b. The planner (gemmgen::_scaled_mm_plan)
+// repacks operands that are not K-major inside the recipe, so a and b are passed as they are.
+at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                          const at::Tensor& scale_b, const std::optional<at::Tensor>& bias_in,
+                          std::optional<at::ScalarType> out_dtype, bool use_fast_accum) {
+    const at::Tensor bias = bias_in.has_value() ? bias_in->contiguous() : at::Tensor();
+    const at::ScalarType out_type = out_dtype.value_or(at::kBFloat16);
+    c10::DeviceGuard guard(a.device());
+    std::string key = "scaled_mm";
+    key.push_back('\0');
+    append(key, static_cast<int64_t>(out_type));
+    append(key, static_cast<int64_t>(use_fast_accum));
+    for (const at::Tensor* t : {&a, &b, &scale_a, &scale_b, &bias}) append(key, *t);
+    const bool shaped = a.dim() == 2 && b.dim() == 2;
+    at::Tensor out = at::empty({shaped ? a.size(0) : 0, shaped ? b.size(1) : 0},
+                               a.options().dtype(out_type));
+    auto recipe = recipe_for(key, [&] {
+        static auto plan = c10::Dispatcher::singleton()
+            .findSchemaOrThrow("gemmgen::_scaled_mm_plan", "")
+            .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                              const at::Tensor&, const std::optional<at::Tensor>&,
+                              std::optional<at::ScalarType>, bool, const at::Tensor&)>();
+        std::optional<at::Tensor> bias_arg;
+        if (bias.defined()) bias_arg = bias;
+        return plan.call(a, b, scale_a, scale_b, bias_arg, out_dtype, use_fast_accum, out);
+    });
+    if (recipe->reference) {
+        static auto reference = c10::Dispatcher::singleton()
+            .findSchemaOrThrow("gemmgen::_scaled_mm_reference", "")
+            .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                              const at::Tensor&, const std::optional<at::Tensor>&,
+                              std::optional<at::ScalarType>, bool)>();
+        return reference.call(a, b, scale_a, scale_b, bias_in, out_dtype, use_fast_accum);
+    }
+    if (recipe->launches.empty()) return out;
+    const uint64_t ptrs[kMaxOperands] = {address(a), address(b), address(out), address(bias),
+                                         address(scale_a), address(scale_b)};
+    run(*recipe, ptrs, current_stream(a.device()));
+    return out;
+}
+
+// gemmgen::grouped_mm(a, b, offs, out_dtype): operands 0 a, 1 b, 2 the output, 3 offs. The
+// operands are laid out as gemmgen.torch.grouped.prepare does (the token matrix row-major,
+// the K-grouped a column-major and b row-major, b's matrices either way), the output's shape
+// follows torch._grouped_mm's forms; the planner checks everything else.
+at::Tensor grouped_mm_cuda(const at::Tensor& a_in, const at::Tensor& b_in,
+                           const std::optional<at::Tensor>& offs_in,
+                           std::optional<at::ScalarType> out_dtype) {
+    const bool ranks = a_in.dim() >= 2 && a_in.dim() <= 3 && b_in.dim() >= 2 && b_in.dim() <= 3;
+    at::Tensor a = a_in, b = b_in;
+    if (ranks && a.dim() == 2 && b.dim() == 2) {
+        if (!is_col(a)) a = a.t().contiguous().t();
+        if (!is_row(b)) b = b.contiguous();
+    } else if (ranks) {
+        if (!is_row(a)) a = a.contiguous();
+        if (!is_row(b) && !is_col(b)) b = b.contiguous();
+    }
+    const at::Tensor offs = offs_in.has_value() ? offs_in->contiguous() : at::Tensor();
+    c10::DeviceGuard guard(a.device());
+    std::string key = "grouped_mm";
+    key.push_back('\0');
+    append(key, out_dtype.has_value() ? static_cast<int64_t>(*out_dtype) : -1);
+    append(key, a);
+    append(key, b);
+    append(key, offs);
+    std::vector<int64_t> shape{0};
+    if (ranks && a.dim() == 2 && b.dim() == 3) shape = {a.size(0), b.size(2)};
+    if (ranks && a.dim() == 3 && b.dim() == 3) shape = {a.size(0), a.size(1), b.size(2)};
+    if (ranks && a.dim() == 2 && b.dim() == 2 && offs.defined() && offs.dim() == 1)
+        shape = {offs.size(0), a.size(0), b.size(1)};
+    if (ranks && a.dim() == 3 && b.dim() == 2) shape = {a.size(1), b.size(1)};
+    at::Tensor out = at::empty(shape, a.options().dtype(out_dtype.value_or(a.scalar_type())));
+    std::optional<at::Tensor> offs_arg;
+    if (offs.defined()) offs_arg = offs;
+    auto recipe = recipe_for(key, [&] {
+        static auto plan = c10::Dispatcher::singleton()
+            .findSchemaOrThrow("gemmgen::_grouped_plan", "")
+            .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                              std::optional<at::ScalarType>, const at::Tensor&)>();
+        return plan.call(a, b, offs_arg, out_dtype, out);
+    });
+    if (recipe->reference) {
+        static auto reference = c10::Dispatcher::singleton()
+            .findSchemaOrThrow("gemmgen::_grouped_reference", "")
+            .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
+                              const std::optional<at::Tensor>&, std::optional<at::ScalarType>)>();
+        return reference.call(a_in, b_in, offs_in, out_dtype);
+    }
+    if (recipe->launches.empty()) return out;
+    const uint64_t ptrs[kMaxOperands] = {address(a), address(b), address(out), address(offs)};
+    run(*recipe, ptrs, current_stream(a.device()));
+    return out;
+}
+
+}  // namespace gemmgen_launcher
+
+TORCH_LIBRARY_IMPL(gemmgen, CUDA, m) {
+    m.impl("gemm", &gemmgen_launcher::gemm_cuda);
+    m.impl("linear", &gemmgen_launcher::linear_cuda);
+    m.impl("scaled_mm", &gemmgen_launcher::scaled_mm_cuda);
+    m.impl("grouped_mm", &gemmgen_launcher::grouped_mm_cuda);
+}
+
+// For tests and tools: recipes held, and a way to drop them (torch.ops.gemmgen_launcher.*).
+int64_t recipes_held() {
+    return static_cast<int64_t>(gemmgen_launcher::table().size());
+}
+
+int64_t clear_recipes() {
+    gemmgen_launcher::table().clear();
+    return 0;
+}
+
+TORCH_LIBRARY(gemmgen_launcher, m) {
+    m.def("recipes_held() -> int", &recipes_held);
+    m.def("clear_recipes() -> int", &clear_recipes);
+}

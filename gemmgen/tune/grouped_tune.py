@@ -1,0 +1,119 @@
+"""Tuning a grouped problem (GPU, PyTorch): every configuration of the grouped search space on
+one distribution of rows over the groups, each verified against float64 on sampled groups of a
+NaN-poisoned output before it is timed; the winner is stored in the grouped tuning file
+(``gemmgen.heuristics.grouped_db``), which ``grouped_gemm``'s dispatch reads. A failure is a
+candidate's status, never a crash.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+from ..compile.cache import compile_many
+from ..heuristics import grouped_db
+from ..heuristics.grouped import offsets, row_counts
+from ..model.families.grouped import space
+from ..runtime.device import device_arch
+from ..runtime.grouped_api import grouped_gemm
+from .bench import tflops
+from .suite_moe import time_calls
+from .suite_rows import why
+from .verify import tolerance
+
+SAMPLED = 4  # groups checked against float64 per candidate: the largest, the ends, one more
+
+
+def _operands(torch, dtype, grouping, layout, groups, rows, n, k, counts):
+    """A, B, the offsets and C for the problem (B as the layout asks)."""
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    offs = torch.tensor(offsets(counts), dtype=torch.int32, device="cuda")
+    if grouping == "k":  # A = X^T (M x T, column-major), B = dY (T x N)
+        a = torch.randn(k, rows, device="cuda").to(dt).t()
+        b = torch.randn(k, n, device="cuda").to(dt)
+        return a, b, offs, (groups, rows, n)
+    a = torch.randn(rows, k, device="cuda").to(dt)
+    w = torch.randn(groups, n, k, device="cuda").to(dt)
+    b = w.transpose(1, 2) if layout[1] == "c" else w.transpose(1, 2).contiguous()
+    return a, b, offs, (rows, n)
+
+
+def _error(torch, out, a, b, counts, grouping) -> float:
+    """The worst relative error of sampled groups against float64; inf when the output holds
+    a NaN (a poisoned element the kernel did not write)."""
+    if not bool(torch.isfinite(out).all()):
+        return math.inf
+    ends = offsets(counts)
+    live = [g for g, c in enumerate(counts) if c]
+    picks = sorted({max(live, key=lambda g: counts[g]), live[0], live[-1],
+                    live[len(live) // 2]}) if live else []
+    worst = 0.0
+    for g in picks[:SAMPLED]:
+        s, e = ends[g] - counts[g], ends[g]
+        if grouping == "k":
+            ref, got = a[:, s:e].double() @ b[s:e].double(), out[g]
+        else:
+            e = min(e, s + 4096)
+            ref, got = a[s:e].double() @ b[g].double(), out[s:e]
+        worst = max(worst, float(torch.linalg.norm(got.double() - ref)
+                                 / torch.linalg.norm(ref)))
+    return worst
+
+
+def tune_grouped(dtype: str, groups: int, rows: int, n: int, k: int, dist: str = "uniform",
+                 grouping: str = "m", layout: str | None = None, out: str | None = None,
+                 budget: float = 600.0, max_configs: int | None = None, path=None,
+                 progress=None) -> tuple[str, dict]:
+    """Measure the space on this GPU and store the entry; (key, entry). ``rows``: the rows of
+    all groups (M-grouped) or M (K-grouped, where ``k`` is the rows of all groups)."""
+    import torch
+    layout = layout or ("rcr" if grouping == "m" else "crr")
+    out = out or dtype
+    configs = space(dtype, grouping, layout, out)[:max_configs]
+    compile_many(configs, device_arch())
+    counts = row_counts(dist, rows if grouping == "m" else k, groups, seed=0)
+    a, b, offs, shape = _operands(torch, dtype, grouping, layout, groups, rows, n, k, counts)
+    c = torch.empty(shape, device="cuda", dtype=a.dtype if out != "fp32" else torch.float32)
+    deadline = time.monotonic() + budget
+    results = {}
+    for cfg in configs:
+        if time.monotonic() > deadline:
+            break
+        try:
+            c.fill_(float("nan"))
+            grouped_gemm(a, b, offs, c, config=cfg, out_dtype=out)
+            torch.cuda.synchronize()
+            err = _error(torch, c, a, b, counts, grouping)
+            ok = err <= tolerance(k if grouping == "m" else max(counts), dtype, "fp32", out)
+            timing = time_calls(torch, lambda cfg=cfg: grouped_gemm(a, b, offs, c, config=cfg,
+                                                                    out_dtype=out), 0.1) if ok \
+                else None
+            rate = tflops(rows, n, k, timing.median) if timing else 0.0  # 2 rows N K either way
+            results[cfg.name] = {"config": cfg.as_dict(), "status": "ok" if ok else "wrong",
+                                 "rel_error": err, "tflops": round(rate, 3),
+                                 "time_ms": round(timing.median * 1e3, 5) if timing else None}
+        except Exception as exc:  # noqa: BLE001 - a failure is a candidate's status
+            results[cfg.name] = {"config": cfg.as_dict(), "status": "error", "error": why(exc),
+                                 "tflops": 0.0}
+        if progress:
+            progress(1)
+    good = {name: r for name, r in results.items() if r["status"] == "ok"}
+    gpu = torch.cuda.get_device_name()
+    entry = {"gpu": gpu, "dtype": dtype, "out": out, "grouping": grouping, "layout": layout,
+             "groups": groups, "rows": rows, "n": n, "k": k, "dist": dist,
+             "counts": counts if len(counts) <= 512 else None, "candidates": results,
+             "winner": max(good, key=lambda name: good[name]["tflops"]) if good else None}
+    entry_key = grouped_db.key(gpu, dtype, out, grouping, layout, groups, rows, n, k, dist)
+    grouped_db.store(entry_key, entry, path)
+    return entry_key, entry
+
+
+def show(entry: dict, limit: int = 12) -> str:
+    """The entry's candidates, fastest first, then the failures."""
+    lines = [(f"{entry['gpu']}  {entry['dtype']}->{entry['out']}  {entry['grouping']}-grouped "
+              f"{entry['layout']}  G={entry['groups']} rows={entry['rows']} N={entry['n']} "
+              f"K={entry['k']} ({entry['dist']})  winner: {entry.get('winner')}")]
+    ranked = sorted(entry["candidates"].items(), key=lambda kv: -kv[1].get("tflops", 0.0))
+    for name, r in ranked[:limit]:
+        lines.append(f"  {r.get('tflops', 0):8.1f} TFLOP/s  {r['status']:<6} {name}"
+                     + (f"  ({r['error']})" if r.get("error") else ""))
+    return "\n".join(lines)

@@ -1,0 +1,226 @@
+"""On a Hopper GPU: the fp8 family end to end. Every preset on odd shapes (NumPy through PyCUDA),
+every scaling and accumulation mode through gemmgen.gemm and gemmgen.torch.scaled_mm (PyTorch
+tensors, D poisoned with NaN, verified against float64 on the dequantized inputs), the
+transposing pack, split-K repeated calls, bias and output dtypes, e5m2, the GPU quantization
+against its reference, CUDA-graph capture, torch.compile, and the error of promoted and fast
+accumulation beside torch._scaled_mm's on the same data (K = 16384, wide dynamic range).
+
+Set GEMMGEN_FP8_ERRORS=<file> to write the error comparison as JSON."""
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from gemmgen import PRESETS
+from gemmgen.tune.fp8_verify import CASES, fp8_tolerance, sweep_fp8
+
+pytestmark = pytest.mark.gpu
+FP8 = [name for name, p in PRESETS.items() if p.config.family == "fp8"]
+
+
+@pytest.fixture(scope="module")
+def hopper():
+    """Skip off Hopper; else compile at once, in parallel nvcc processes, the kernels that
+    gemmgen.gemm chooses for the tests below (the session's cache starts empty)."""
+    from gemmgen.compile.cache import compile_many
+    from gemmgen.heuristics.fp8 import choose_fp8
+    from gemmgen.runtime.device import device_arch, device_cc, sm_count
+    if device_cc() != 90:
+        pytest.skip("the fp8 family runs on sm_90 (Hopper) only")
+    wanted = [(m, n, k, sc, fast, "bf16", "e4m3") for m, n, k in SHAPES for sc, fast in MODES]
+    wanted += [(300, 264, 520, sc, False, out, "e4m3") for sc in ("tensor", "row", "block")
+               for out in ("bf16", "fp16", "fp32")]
+    wanted += [(512, 1024, 16384, sc, fast, "bf16", "e4m3") for sc, fast in MODES]
+    configs = {}
+    for m, n, k, sc, fast, out, a in wanted:
+        cfg = choose_fp8(m, n, k, sc, fast, a, "e4m3", out, sms=sm_count()).config
+        configs[cfg.name] = cfg
+    done = compile_many(list(configs.values()), device_arch())
+    bad = [str(d) for d in done if isinstance(d, Exception)]
+    assert not bad, bad
+
+
+@pytest.fixture(scope="module")
+def kernels(hopper):
+    """Every preset, compiled at once by parallel nvcc processes."""
+    from gemmgen.runtime.build import build_many
+    built = build_many([PRESETS[n].config for n in FP8])
+    bad = [str(k) for k in built if isinstance(k, Exception)]
+    assert not bad, bad
+    return dict(zip(FP8, built))
+
+
+@pytest.mark.parametrize("name", FP8)
+def test_preset_on_odd_shapes(kernels, name):
+    results = sweep_fp8(name, kernels[name], CASES, seed=1)
+    assert all(r.passed for r in results), [r for r in results if not r.passed]
+    paths = {(r.m, r.n, r.k): r.path for r in results}
+    assert "pack A+B" in paths[(257, 131, 300)], paths  # rows of 300 bytes: TMA needs 16
+    assert paths[(128, 256, 512)].startswith("fp8"), paths
+
+
+# ---- PyTorch tensors through gemmgen.gemm and gemmgen.torch.scaled_mm ----------------------
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+OUT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+MODES = [("tensor", True), ("tensor", False), ("row", True), ("row", False), ("block", False)]
+SHAPES = [(257, 131, 300), (1, 2112, 1024), (129, 520, 1000), (64, 2112, 7168)]
+
+
+def _wide(rows, cols, gen):
+    """Normals times 2^a per row (a in [-2, 2]) and 2^b per 128 columns (b in [-1, 1])."""
+    x = torch.randn(rows, cols, device="cuda", generator=gen)
+    a = torch.rand(rows, 1, device="cuda", generator=gen) * 4 - 2
+    b = (torch.rand(1, -(-cols // 128), device="cuda", generator=gen) * 2 - 1)
+    return x * torch.exp2(a + b.repeat_interleave(128, dim=1)[:, :cols])
+
+
+def _data(m, n, k, scaling, seed=0, a_dtype=E4M3, b_dtype=E4M3):
+    """(a M x K, b K x N column-major, scale_a, scale_b, float64 reference) in the shapes
+    scaled_mm takes, quantized by gemmgen.torch.quantize on the GPU."""
+    import gemmgen.torch as gt
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x, w = _wide(m, k, gen), _wide(n, k, gen)
+    block_a, block_w = {"tensor": (None, None), "row": ("row", "row"),
+                        "block": ((1, 128), (128, 128))}[scaling]
+    a, sa = gt.quantize(x, block_a, a_dtype)
+    q, sw = gt.quantize(w, block_w, b_dtype)
+    ref = gt.dequantize(a, sa, block_a).double() @ gt.dequantize(q, sw, block_w).double().t()
+    sb = sw.t() if scaling != "tensor" else sw   # row: (1, N); block: (KB, NB) view
+    return a, q.t(), sa, sb, ref
+
+
+def _err(out, ref) -> float:
+    out = out.double()
+    if not bool(torch.isfinite(out).all()):
+        return math.inf
+    return float(torch.linalg.norm(out - ref) / torch.linalg.norm(ref))
+
+
+@pytest.mark.parametrize("scaling, fast", MODES)
+@pytest.mark.parametrize("m, n, k", SHAPES)
+def test_gemm_every_scaling_and_accumulation(hopper, scaling, fast, m, n, k):
+    import gemmgen
+    a, b, sa, sb, ref = _data(m, n, k, scaling)
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    gemmgen.gemm(a, b, d, scale_a=sa, scale_b=sb, fast_accum=fast)
+    err = _err(d, ref)
+    assert err <= fp8_tolerance(k, "bf16", fast), (scaling, fast, err)
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "row", "block"])
+def test_scaled_mm_in_every_layout_and_output(hopper, scaling):
+    import gemmgen.torch as gt
+    m, n, k = 300, 264, 520
+    a, b, sa, sb, ref = _data(m, n, k, scaling, seed=3)
+    for a_, b_ in ((a, b), (a.t().contiguous().t(), b), (a, b.contiguous())):  # repacked ones
+        for out in OUT.values():
+            y = gt.scaled_mm(a_, b_, sa, sb, out_dtype=out)
+            assert y.dtype == out and _err(y, ref) <= fp8_tolerance(k, "bf16", False)
+    bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+    y = gt.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, bias=bias)
+    assert _err(y, ref + bias.double()) <= fp8_tolerance(k, "bf16", False)
+
+
+def test_e5m2_times_e4m3_into_fp32(hopper):
+    import gemmgen
+    a, b, sa, sb, ref = _data(257, 131, 640, "row", seed=5, a_dtype=E5M2)
+    d = gemmgen.gemm(a, b, scale_a=sa, scale_b=sb, out_dtype="fp32", fast_accum=True)
+    assert d.dtype == torch.float32 and _err(d, ref) <= fp8_tolerance(640, "fp32", True)
+
+
+def test_python_scales_and_repeated_split_k_calls(hopper):
+    import gemmgen
+    from gemmgen.runtime.fp8_api import chosen_fp8
+    a, b, sa, sb, ref = _data(64, 2112, 7168, "tensor", seed=7)
+    first = gemmgen.gemm(a, b, scale_a=float(sa), scale_b=float(sb))
+    for _ in range(3):  # the split-K counters are back at zero after each launch
+        again = gemmgen.gemm(a, b, scale_a=float(sa), scale_b=float(sb))
+        assert torch.equal(first, again)
+    kernel, choice = chosen_fp8(a, b, float(sa), float(sb))
+    assert kernel.config.split_k > 1 and "split-K" in kernel.last_path
+    assert _err(first, ref) <= fp8_tolerance(7168, "bf16", False)
+
+
+@pytest.mark.parametrize("block", [(1, 128), (128, 128), "row", None])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_quantize_matches_its_reference(hopper, block, dtype):
+    import gemmgen.torch as gt
+    x = _wide(300, 520, torch.Generator(device="cuda").manual_seed(11)).to(dtype)
+    q, s = gt.quantize(x, block)
+    rq, rs = gt.quantize_reference(x, block)
+    assert tuple(s.shape) == tuple(rs.shape) and s.stride() == rs.stride()
+    assert torch.equal(s, rs)
+    assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8))
+
+
+def test_graph_capture_and_compile(hopper):
+    import gemmgen.torch as gt
+    a, b, sa, sb, ref = _data(256, 512, 1024, "block", seed=13)
+    y0 = gt.scaled_mm(a, b, sa, sb)   # warm up: plans and builds outside capture
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = gt.scaled_mm(a, b, sa, sb)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, y0)
+    fn = torch.compile(lambda a, b: gt.scaled_mm(a, b, sa, sb), fullgraph=True)
+    assert torch.equal(fn(a, b), y0)
+
+
+def _torch_block_scales(sa, sb):
+    """The blockwise layouts torch._scaled_mm (2.11) takes: a (M, KB) M-major, b (KB, NB)."""
+    return sa.t().contiguous().t(), sb
+
+
+def test_error_beside_torch_scaled_mm(hopper):
+    """Promoted accumulation's error is at most cuBLASLt's blockwise error on the same data
+    (K = 16384, wide dynamic range); fast accumulation's is reported."""
+    import gemmgen.torch as gt
+    m, n, k = 512, 1024, 16384
+    rows = {}
+    for scaling in ("tensor", "row", "block"):
+        a, b, sa, sb, ref = _data(m, n, k, scaling, seed=17)
+        for fast in ((True, False) if scaling != "block" else (False,)):
+            rows[f"gemmgen {scaling} {'fast' if fast else 'promoted'}"] = _err(
+                gt.scaled_mm(a, b, sa, sb, use_fast_accum=fast), ref)
+            try:
+                tsa, tsb = _torch_block_scales(sa, sb) if scaling == "block" else (sa, sb)
+                y = torch._scaled_mm(a, b, tsa, tsb, out_dtype=torch.bfloat16,
+                                     use_fast_accum=fast)
+                rows[f"torch._scaled_mm {scaling} {'fast' if fast else 'accurate'}"] = _err(y, ref)
+            except RuntimeError as exc:
+                rows[f"torch._scaled_mm {scaling}"] = f"unsupported: {str(exc)[:80]}"
+    path = os.environ.get("GEMMGEN_FP8_ERRORS")
+    if path:
+        with open(path, "w") as f:
+            json.dump({"M": m, "N": n, "K": k, "rel_error": rows}, f, indent=1)
+    print(json.dumps(rows, indent=1))
+    ours = rows["gemmgen block promoted"]
+    theirs = rows.get("torch._scaled_mm block accurate")
+    if isinstance(theirs, float):
+        assert ours <= theirs * 1.05, rows
+    assert rows["gemmgen tensor promoted"] <= rows["gemmgen tensor fast"] * 1.05, rows
+
+
+def test_launcher_runs_repeated_calls_without_python(hopper):
+    import gemmgen.torch as gt
+    if not gt.LAUNCHER:
+        pytest.skip(f"compiled launcher not loaded: {gt.launcher.why_not()}")
+    a, b, sa, sb, _ = _data(128, 256, 512, "row", seed=19)
+    before = torch.ops.gemmgen_launcher.recipes_held()
+    y = gt.scaled_mm(a, b, sa, sb)
+    assert torch.ops.gemmgen_launcher.recipes_held() == before + 1
+    assert torch.equal(gt.scaled_mm(a, b, sa, sb), y)
+    assert torch.ops.gemmgen_launcher.recipes_held() == before + 1
+
+
+def test_numpy_operands_round_trip(hopper):
+    import gemmgen
+    from gemmgen.tune.fp8_verify import compare, operands
+    A, B, sa, sb, ref = operands(np.random.default_rng(23), 100, 300, 256, "block")
+    D = gemmgen.gemm(A, B, scale_a=sa, scale_b=sb, out_dtype="fp32")
+    err, bad = compare(D, ref)
+    assert bad == 0 and err <= fp8_tolerance(256, "fp32", False)

@@ -1,0 +1,188 @@
+"""On a GPU (H100/H200) with PyTorch: gemmgen.grouped_gemm and gemmgen::grouped_mm against a
+float64 reference per group, over empty groups, 1-row groups, groups that are not a multiple of
+the tile and a 90% skew, into NaN-poisoned outputs (a skipped element stays NaN, a row written
+past its group shows), every preset, the masked and K-grouped forms, autograd, and capture in
+a CUDA graph whose replays follow new offsets."""
+import math
+
+import pytest
+
+from gemmgen.heuristics.grouped import offsets, row_counts
+from gemmgen.tune.verify import tolerance
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+    pytest.skip("needs an sm_90 GPU (H100/H200) for PyTorch", allow_module_level=True)
+
+import gemmgen  # noqa: E402
+import gemmgen.torch as gt  # noqa: E402
+from gemmgen import PRESETS, grouped_gemm  # noqa: E402
+
+GROUPED = {n: p.config for n, p in PRESETS.items() if p.config.family == "grouped"}
+DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+COUNTS = {
+    "uniform": row_counts("uniform", 1024, 8),
+    "empty": [0, 130, 0, 0, 1, 255, 0, 64],
+    "one-row": [1] * 7 + [300],
+    "ragged": [129, 127, 65, 63, 191, 257],
+    "skew90": row_counts("skew90", 2000, 16),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled():
+    """The presets and the configurations the dispatch picks here, compiled at once."""
+    from gemmgen.compile.cache import compile_many
+    done = compile_many(list(GROUPED.values()), arch="sm_90a")
+    errors = [d for d in done if isinstance(d, Exception)]
+    assert not errors, errors
+
+
+def _offs(counts):
+    return torch.tensor(offsets(counts), dtype=torch.int32, device="cuda")
+
+
+def _nan(shape, dtype):
+    return torch.full(shape, float("nan"), dtype=dtype, device="cuda")
+
+
+def _check(out, ref, k, dtype, out_dtype, what):
+    """Relative Frobenius error against the float64 reference within the K-dependent bound;
+    an empty reference must come out as exact zeros."""
+    got = out.double()
+    assert bool(torch.isfinite(got).all()), f"{what}: NaN or inf left in the output"
+    norm = float(torch.linalg.norm(ref))
+    if norm == 0.0:
+        assert float(got.abs().max()) == 0.0, f"{what}: not zero"
+        return
+    err = float(torch.linalg.norm(got - ref)) / norm
+    assert err <= tolerance(k, dtype, "fp32", out_dtype), (what, err)
+
+
+def _m_operands(counts, n, k, dtype, b_layout, extra=21):
+    g, t = len(counts), sum(counts) + extra
+    a = torch.randn(t, k, device="cuda").to(DT[dtype])
+    w = torch.randn(g, n, k, device="cuda").to(DT[dtype])     # the experts' [G, N, K] weights
+    b = w.transpose(1, 2) if b_layout == "c" else w.transpose(1, 2).contiguous()
+    return a, b, _offs(counts)
+
+
+@pytest.mark.parametrize("dist", list(COUNTS))
+@pytest.mark.parametrize("preset", ["grouped_bf16", "grouped_small", "grouped_dgrad",
+                                    "grouped_fp16"])
+def test_m_grouped_per_group_against_float64(preset, dist):
+    cfg = GROUPED[preset]
+    a, b, offs = _m_operands(COUNTS[dist], 384, 320, cfg.dtype, cfg.layout[1])
+    out = _nan((a.shape[0], 384), DT[cfg.out])
+    got = grouped_gemm(a, b, offs, out, config=cfg)
+    torch.cuda.synchronize()
+    assert got is out
+    ref = gt.reference(a.double(), b.double(), offs)
+    for g, (s, e) in enumerate(zip([0] + offsets(COUNTS[dist])[:-1], offsets(COUNTS[dist]))):
+        _check(out[s:e], ref[s:e], 320, cfg.dtype, cfg.out, f"{preset} {dist} group {g}")
+    _check(out[e:], ref[e:], 320, cfg.dtype, cfg.out, "rows past offs[-1] (zeros)")
+
+
+def test_fp32_output_and_the_dispatchs_choice():
+    a, b, offs = _m_operands(COUNTS["ragged"], 512, 256, "bf16", "c")
+    out = grouped_gemm(a, b, offs, out_dtype="fp32")
+    assert out.dtype == torch.float32 and out.shape == (a.shape[0], 512)
+    _check(out, gt.reference(a.double(), b.double(), offs), 256, "bf16", "fp32", "fp32 out")
+    again = grouped_gemm(a, b, offs, out_dtype="fp32")  # the plan's fast path
+    torch.cuda.synchronize()
+    assert torch.equal(again, out)
+
+
+def test_masked_rows_past_the_counts_are_untouched():
+    cfg = GROUPED["grouped_bf16"]
+    counts = [0, 1, 200, 256, 17, 129]
+    g, m, n, k = len(counts), 256, 384, 192
+    a = torch.randn(g, m, k, device="cuda").bfloat16()
+    b = torch.randn(g, n, k, device="cuda").bfloat16().transpose(1, 2)
+    cnt = torch.tensor(counts, dtype=torch.int32, device="cuda")
+    out = _nan((g, m, n), torch.bfloat16)
+    grouped_gemm(a, b, out=out, counts=cnt, expected_m=128)
+    torch.cuda.synchronize()
+    ref = torch.bmm(a.double(), b.double())
+    for i, c in enumerate(counts):
+        _check(out[i, :c], ref[i, :c], k, "bf16", "bf16", f"masked group {i}")
+        assert bool(torch.isnan(out[i, c:]).all()), f"group {i}: rows past its count written"
+    full = grouped_gemm(a, b, config=cfg)  # no counts: every row (torch._grouped_mm's 3-D x 3-D)
+    _check(full, ref, k, "bf16", "bf16", "batched")
+
+
+@pytest.mark.parametrize("dist, out_dtype", [("empty", "bf16"), ("ragged", "bf16"),
+                                             ("skew90", "bf16"), ("ragged", "fp32")])
+def test_k_grouped_weight_gradient(dist, out_dtype):
+    counts = COUNTS[dist]
+    t, m, n = sum(counts), 320, 384
+    x = torch.randn(t, m, device="cuda").bfloat16()       # tokens x in_features
+    dy = torch.randn(t, n, device="cuda").bfloat16()      # tokens x out_features
+    offs = _offs(counts)
+    out = _nan((len(counts), m, n), DT[out_dtype])
+    grouped_gemm(x.t(), dy, offs, out, out_dtype=out_dtype)
+    torch.cuda.synchronize()
+    ref = gt.reference(x.t().double(), dy.double(), offs)
+    for g, c in enumerate(counts):
+        _check(out[g], ref[g], max(c, 1), "bf16", out_dtype,
+               f"wgrad {dist} group {g} ({c} rows)")
+
+
+def test_cuda_graph_replays_follow_new_offsets():
+    """The offsets are read on the device: a captured call, replayed after the offsets
+    changed in place, computes the new grouping (nothing was copied to the host)."""
+    a, b, offs = _m_operands(COUNTS["uniform"], 256, 256, "bf16", "c", extra=0)
+    out = torch.empty(a.shape[0], 256, dtype=torch.bfloat16, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        grouped_gemm(a, b, offs, out, stream=stream.cuda_stream)  # warm-up: build and plan
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        grouped_gemm(a, b, offs, out, stream=stream.cuda_stream)
+    for counts in (COUNTS["uniform"], [0, 1000, 0, 0, 1, 23, 0, 0], [128] * 4 + [0] * 4):
+        offs.copy_(_offs(counts))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = gt.reference(a.double(), b.double(), offs)
+        _check(out, ref, 256, "bf16", "bf16", f"replay with counts {counts}")
+
+
+def test_op_forward_backward_and_graph():
+    counts = COUNTS["empty"]
+    t = sum(counts) + 5
+    x = torch.randn(t, 256, device="cuda").bfloat16().requires_grad_()
+    w = torch.randn(len(counts), 384, 256, device="cuda").bfloat16().requires_grad_()
+    offs = _offs(counts)
+    y = gt.grouped_mm(x, w.transpose(1, 2), offs)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    yd = gt.reference(xd, wd.transpose(1, 2), offs)
+    yd.backward(dy.double())
+    _check(y.detach(), yd.detach(), 256, "bf16", "bf16", "op forward")
+    _check(x.grad, xd.grad, 384, "bf16", "bf16", "dA (through the op)")
+    for g, c in enumerate(counts):
+        _check(w.grad[g], wd.grad[g], max(c, 1), "bf16", "bf16", f"dB group {g} (K-grouped)")
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad():
+        gt.grouped_mm(x, w.transpose(1, 2), offs)  # warm-up outside capture
+        with torch.cuda.graph(graph):
+            captured = gt.grouped_mm(x, w.transpose(1, 2), offs)
+        graph.replay()
+    torch.cuda.synchronize()
+    _check(captured, yd.detach(), 256, "bf16", "bf16", "op in a CUDA graph")
+
+
+def test_op_matches_torch_grouped_mm():
+    if not hasattr(torch, "_grouped_mm"):
+        pytest.skip("this PyTorch has no _grouped_mm")
+    a, b, offs = _m_operands(row_counts("random", 4096, 8, seed=3), 1024, 512, "bf16", "c", 0)
+    ours, theirs = gt.grouped_mm(a, b, offs), torch._grouped_mm(a, b, offs)
+    err = float(torch.linalg.norm(ours.double() - theirs.double()) /
+                torch.linalg.norm(theirs.double()))
+    assert math.isfinite(err) and err < 2 * tolerance(512, "bf16", "fp32", "bf16"), err
+    assert gemmgen.grouped_gemm is grouped_gemm

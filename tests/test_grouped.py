@@ -1,0 +1,416 @@
+"""The grouped family without a GPU: presets and rules, the tile scheduler (the template's C++
+compiled for the host and run beside its Python mirror over empty, 1-row, ragged and skewed
+groups), static evidence (ptxas, SASS) of every preset, TMA geometry, the dispatch choice,
+explain, and grouped_gemm's argument errors."""
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from gemmgen import PRESETS, BuildError, grouped_gemm, render
+from gemmgen.codegen.render import _env
+from gemmgen.compile.nvcc import sass, tool_path
+from gemmgen.heuristics import grouped as hg
+from gemmgen.model.families import families_for
+from gemmgen.model.families.grouped import GroupedConfig
+from gemmgen.runtime.grouped_kernel import PARAM_KINDS, GroupedKernel, GroupedProblem
+from gemmgen.runtime.grouped_operands import check_grouped
+from gemmgen.runtime.operands import OperandError
+from gemmgen.runtime.tma import ParamPacker, param_layout
+
+GROUPED = {n: p.config for n, p in PRESETS.items() if p.config.family == "grouped"}
+ARCH = "sm_90a"
+
+
+def test_presets_and_the_family_stay_out_of_gemms_choice():
+    assert set(GROUPED) == {"grouped_small", "grouped_bf16", "grouped_dgrad", "grouped_wgrad",
+                            "grouped_fp16"}
+    assert all(c.name.startswith("gemm_grouped_") and not c.violations() for c in GROUPED.values())
+    assert "grouped" not in {f.name for f in families_for("bf16", 90)}
+    c = GROUPED["grouped_bf16"]
+    assert (c.threads, c.consumer_rows, c.acc_regs, c.entry_regs) == (384, 64, 128, 168)
+    assert c.smem_bytes == 1024 * (-(-3 * c.stage_bytes // 1024)) + 2 * 64 * 256 * 2 + 48 + 1024
+    k = GROUPED["grouped_wgrad"].template_constants()
+    assert (k["A_MN_MAJOR"], k["B_MN_MAJOR"], k["A_BOXES"], k["B_BOXES"]) == (1, 1, 2, 4)
+    assert (k["A_DESC_LBO"], k["A_K_STEP_BYTES"], k["TAIL_UNITS"]) == (64 * 128, 2048,
+                                                                       c.stage_bytes // 16)
+
+
+def _unchecked(preset: str, **changes) -> GroupedConfig:
+    return GROUPED[preset].replace(check=False, **changes)
+
+
+def test_layout_rules_name_the_way_out():
+    bad = _unchecked("grouped_bf16", layout="crr")
+    assert [v.rule.name for v in bad.violations()] == ["a-layout"]
+    assert "row-major (layout 'r??')" in str(bad.violations()[0])
+
+
+# ---- the scheduler: the template's C++ on the host against the Python mirror ----------------
+HARNESS = """
+#include <algorithm>
+#include <cstdio>
+using std::max;
+using std::min;
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+static int __ldg(const int* p) { return *p; }
+constexpr int BM = %(bm)d, BN = %(bn)d, BK = %(bk)d, GROUP = %(group)d;
+%(scheduler)s
+int main() {
+    int mode, groups, rows, n, k, grid, null;
+    if (scanf("%%d %%d %%d %%d %%d %%d %%d", &mode, &groups, &rows, &n, &k, &grid, &null) != 7)
+        return 2;
+    static int offs[4096];
+    for (int g = 0; g < groups; ++g) if (scanf("%%d", &offs[g]) != 1) return 2;
+    for (int cta = 0; cta < grid; ++cta) {
+        Sched s;
+        s.offs = null ? nullptr : offs;
+        s.groups = groups; s.rows = rows; s.tiles_n = (n + BN - 1) / BN; s.mode = mode;
+        %(k_field)s
+        Tile t;
+        for (int i = cta; s.next(i, t); i += grid)
+            printf("%%d %%d %%d %%d %%d %%d %%d %%d %%d %%d\\n", cta, t.g, t.m0, t.n0, t.row, t.z,
+                   t.valid, t.k0, t.nk, t.tail);
+    }
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def host_scheduler(tmp_path_factory):
+    """cfg -> a function running the template's scheduler on the host (g++)."""
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    built = {}
+
+    def run(cfg, mode, offs, rows, n, k, grid, groups=None):
+        if cfg.name not in built:
+            src = HARNESS % {"bm": cfg.bm, "bn": cfg.bn, "bk": cfg.bk, "group": cfg.group,
+                             "scheduler": _env().get_template("_grouped_scheduler.cu.j2")
+                             .make_module({"cfg": cfg}).scheduler(),
+                             "k_field": "s.k_tiles = (k + BK - 1) / BK;" if cfg.grouping == "m"
+                             else "s.k_total = k;"}
+            d = tmp_path_factory.mktemp("sched")
+            (d / "s.cpp").write_text(src)
+            subprocess.run([cxx, "-O1", "-std=c++17", "-o", str(d / "s"), str(d / "s.cpp")],
+                           check=True, capture_output=True)
+            built[cfg.name] = d / "s"
+        null = offs is None
+        offs = [0] * groups if null else offs
+        text = f"{mode} {len(offs)} {rows} {n} {k} {grid} {int(null)}\n" + " ".join(map(str, offs))
+        out = subprocess.run([str(built[cfg.name])], input=text, capture_output=True,
+                             text=True, check=True).stdout
+        return [tuple(map(int, line.split())) for line in out.splitlines()]
+    return run
+
+
+def _python(cfg, mode, offs, rows, n, k, grid, groups=None):
+    if cfg.grouping == "k":
+        tiles = list(hg.tiles_k_grouped(cfg, offs, rows, n, k))
+    else:
+        tiles = list(hg.tiles_m_grouped(cfg, offs, rows, n, k, mode == 1, groups))
+    return [(cta, *(getattr(t, f) for f in ("g", "m0", "n0", "row", "z", "valid", "k0", "nk",
+                                             "tail")))
+            for cta, ts in enumerate(hg.per_cta(tiles, grid)) for t in ts]
+
+
+COUNTS = {
+    "uniform": hg.row_counts("uniform", 1000, 8),
+    "empty groups": [0, 130, 0, 0, 1, 255, 0, 64],
+    "one-row groups": [1] * 9 + [300],
+    "not a multiple of the tile": [129, 127, 65, 63, 191, 257],
+    "90% skew": hg.row_counts("skew90", 5000, 16),
+    "all empty": [0, 0, 0],
+}
+
+
+def _check_m_cover(cfg, counts, tiles, n):
+    """Every row of every group written exactly once per column tile, nothing past a group's
+    end, the rows past offs[G-1] (here none: offs[-1] < rows below) zero-filled."""
+    ends = hg.offsets(counts)
+    rows = ends[-1] + 37  # rows past offs[G-1]: the zero-filled group
+    written = {}
+    for t in tiles:
+        _, g, m0, n0, row, z, valid, k0, nk, tail = t
+        begin = ends[g - 1] if 0 < g <= len(counts) else (0 if g == 0 else ends[-1])
+        assert row == begin + m0 and valid > 0 and z == 0
+        for r in range(row, row + min(valid, cfg.bm)):
+            written[(r, n0)] = written.get((r, n0), 0) + 1
+        assert nk == (0 if g == len(counts) else -(-64 // cfg.bk))
+    assert set(written.values()) == {1}
+    assert {r for r, _ in written} == set(range(rows))
+    assert {c for _, c in written} == set(range(0, n, cfg.bn))
+
+
+@pytest.mark.parametrize("name", list(COUNTS))
+@pytest.mark.parametrize("preset", ["grouped_bf16", "grouped_small"])
+def test_m_grouped_schedule_matches_and_covers(host_scheduler, name, preset):
+    cfg = GROUPED[preset]
+    counts, n = COUNTS[name], 600
+    offs = hg.offsets(counts)
+    rows = offs[-1] + 37
+    for grid in (1, 7, 132):
+        got = host_scheduler(cfg, 0, offs, rows, n, 64, grid)
+        assert got == _python(cfg, 0, offs, rows, n, 64, grid), (name, grid)
+    _check_m_cover(cfg, counts, got, n)
+
+
+def test_offsets_are_clamped_on_the_device(host_scheduler):
+    """Offsets past the rows, or decreasing, never make a tile leave [0, rows)."""
+    cfg = GROUPED["grouped_bf16"]
+    for offs in ([50, 10, 300, 5000], [-5, 100, 90, 100], [1 << 30] * 3):
+        got = host_scheduler(cfg, 0, offs, 400, 256, 64, 5)
+        assert got == _python(cfg, 0, offs, 400, 256, 64, 5)
+        assert all(0 <= t[4] and t[4] + min(t[6], cfg.bm) <= 400 for t in got)
+
+
+def test_masked_schedule(host_scheduler):
+    cfg = GROUPED["grouped_bf16"]
+    counts = [0, 1, 200, 256, 300, 17]  # 300 > rows: clamped to the matrix
+    got = host_scheduler(cfg, 1, counts, 256, 512, 64, 11)
+    assert got == _python(cfg, 1, counts, 256, 512, 64, 11)
+    per = {g: sum(min(t[6], cfg.bm) for t in got if t[1] == g and t[3] == 0) for g in range(6)}
+    assert per == {0: 0, 1: 1, 2: 200, 3: 256, 4: 256, 5: 17}
+    assert all(t[5] == t[1] and t[4] == t[2] for t in got)  # z = group, row = m0
+    full = host_scheduler(cfg, 1, None, 130, 256, 64, 4, groups=3)  # no counts: every row
+    assert full == _python(cfg, 1, None, 130, 256, 64, 4, groups=3)
+    assert sum(min(t[6], cfg.bm) for t in full) == 3 * 130
+
+
+def test_k_grouped_schedule_covers_each_groups_rows(host_scheduler):
+    cfg = GROUPED["grouped_wgrad"]
+    counts = [0, 1, 64, 65, 1000, 0, 127]
+    offs = hg.offsets(counts)
+    got = host_scheduler(cfg, 0, offs, 300, 512, offs[-1], 13)
+    assert got == _python(cfg, 0, offs, 300, 512, offs[-1], 13)
+    for t in got:
+        _, g, m0, n0, row, z, valid, k0, nk, tail = t
+        size = counts[g]
+        assert (k0, nk) == (offs[g] - size, -(-size // cfg.bk)) and z == g and row == m0
+        if nk:
+            assert 0 < tail <= cfg.bk and (nk - 1) * cfg.bk + tail == size
+    assert len(got) == len(counts) * 3 * 2  # ceil(300/128) x ceil(512/256) tiles per group
+
+
+# ---- static evidence --------------------------------------------------------------------------
+def _variants() -> list:
+    base = GROUPED["grouped_bf16"]
+    return [base.replace(out="fp32", bn=128), base.replace(bm=256, bn=128, stages=3),
+            GROUPED["grouped_small"].replace(bn=128, stages=6),
+            GROUPED["grouped_wgrad"].replace(out="fp32", bn=128)]
+
+
+@pytest.fixture(scope="module")
+def compiled(nvcc):
+    from gemmgen.compile.cache import compile_many
+    configs = list(GROUPED.values()) + _variants()
+    out = {}
+    for cfg, done in zip(configs, compile_many(configs, arch=ARCH)):
+        if isinstance(done, BuildError):
+            pytest.fail(f"{cfg.name}: {done}")
+        out[cfg.name] = (cfg, done[0], done[1])
+    return out
+
+
+def test_no_spills_no_stack_and_the_parameter_table(compiled):
+    for name, (cfg, cubin, res) in compiled.items():
+        assert res.spills == 0 and res.stack_bytes == 0, (name, res)
+        layout = param_layout(cubin, name)
+        assert len(layout.offsets) == len(PARAM_KINDS)
+        assert layout.offsets[:3] == (112, 240, 368), "tensor maps 128-byte aligned in c[0x0]"
+        ParamPacker(layout, PARAM_KINDS)
+
+
+def test_sass_has_hgmma_tma_and_no_local_memory(compiled):
+    if tool_path("cuobjdump") is None:
+        pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+    for name, (cfg, cubin, _) in compiled.items():
+        text = sass(cubin)
+        assert "HGMMA" in text and "UTMALDG" in text and "UTMASTG" in text, name
+        assert not re.search(r"\b(LDL|STL)\b", text), f"{name} uses local memory"
+        assert ("STSM" in text) == (cfg.out_bytes == 2), name
+        assert ("USETMAXREG" in text) == cfg.setmaxnreg, name
+
+
+def test_a_broken_rule_is_the_static_assert_that_fires(nvcc):
+    from gemmgen.compile.nvcc import compile_source
+    cfg = _unchecked("grouped_bf16", stages=5)
+    with pytest.raises(BuildError) as info:
+        compile_source(render(cfg, ARCH), (ARCH,), name=cfg.name)
+    assert info.value.static_assert_ids() == {"G08"}
+
+
+def test_tensor_maps_and_alignment_problems(compiled):
+    cfg, cubin, res = compiled[GROUPED["grouped_bf16"].name]
+    k = GroupedKernel(cfg, ARCH, cubin, res)
+    p = GroupedProblem("m", "offs", 8, 1000, 4096, 7168, 1 << 20, 7168, 1 << 30, 7168,
+                       1 << 32, 4096, 1 << 34, stride_b=4096 * 7168)
+    a, b, c = k.maps(p)
+    assert a.dims == (7168, 1000, 1) and a.box == (64, 128, 1)
+    assert b.dims == (7168, 4096, 8) and b.box == (64, 256, 1)  # [G, N, K]: K contiguous
+    assert c.dims == (4096, 1000, 1) and c.box == (64, 64, 1)
+    assert k.problems(p) == []
+    odd = GroupedProblem("m", "offs", 8, 1000, 4100, 7170, (1 << 20) + 2, 7170, 1 << 30, 7170,
+                         1 << 32, 4100, 1 << 34)
+    text = "; ".join(k.problems(odd))
+    assert "A's address is not 16-byte aligned" in text and "B's group stride is 0" in text
+    assert "C's rows hold N = 4100 values, not a multiple of 8 (16 bytes)" in text
+    assert k.grid(p, 132) == (132, 1, 1)
+    assert k.grid(GroupedProblem("m", "masked", 2, 64, 256, 64, 0, 64, 0, 64, 0, 256, 0), 132) \
+        == (2, 1, 1)
+
+
+# ---- choice and explain -----------------------------------------------------------------------
+def test_choice_follows_the_groups():
+    few = hg.choose("bf16", "m", "rcr", "bf16", 8, 8192, 14336, 4096)
+    assert (few.config.bm, few.config.bn) == (128, 256)
+    wgrad = hg.choose("bf16", "k", "crr", "bf16", 8, 4096, 14336, 8192)
+    assert wgrad.config.grouping == "k" and (wgrad.config.bm, wgrad.config.bn) == (128, 256)
+    fp32 = hg.choose("bf16", "k", "crr", "fp32", 8, 4096, 14336, 8192).config
+    assert fp32.out == "fp32" and not fp32.violations() and fp32.bn < 256
+    for layout, out in (("rcr", "fp32"), ("rrr", "bf16"), ("rrr", "fp32")):
+        cfg = hg.choose("bf16", "m", layout, out, 64, 8192, 2048, 1024).config
+        assert (cfg.layout, cfg.out) == (layout, out) and not cfg.violations()
+    text = hg.explain_grouped("bf16", 256, 32768, 4096, 7168, "skew90")
+    assert "skew90: rows per group min 12" in text and "schedule:" in text and "*" in text
+
+
+def test_distributions():
+    assert hg.row_counts("uniform", 10, 4) == [3, 3, 2, 2]
+    assert hg.row_counts("skew90", 1000, 5) == [900, 25, 25, 25, 25]
+    assert hg.row_counts("empty", 90, 8) == [15, 15, 15, 0, 15, 15, 15, 0]
+    assert sum(hg.row_counts("random", 999, 7, seed=1)) == 999
+    with pytest.raises(ValueError, match="unknown distribution"):
+        hg.row_counts("zipf", 10, 2)
+
+
+# ---- argument errors (fake device arrays: no GPU) -----------------------------------------------
+class Dev:
+    """A device array as __cuda_array_interface__ describes it (never dereferenced)."""
+
+    def __init__(self, shape, typestr="<f2", strides=None, ptr=1 << 20):
+        self.shape, self.ndim = tuple(shape), len(shape)
+        self.dtype = np.dtype(typestr)
+        self.__cuda_array_interface__ = {"shape": self.shape, "typestr": typestr,
+                                         "strides": strides, "data": (ptr, False), "version": 3}
+
+
+def _t(shape):
+    return Dev(shape)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: check_grouped(Dev((64, 32), "<f4"), _t((2, 32, 16)), Dev((2,), "<i4")),
+     "A has dtype float32; grouped_gemm takes float16 or bfloat16"),
+    (lambda: check_grouped(_t((64, 32)), _t((2, 16, 16)), Dev((2,), "<i4")),
+     "A's columns (32) must equal B's rows (16)"),
+    (lambda: check_grouped(_t((64, 32)), _t((2, 32, 16))), "offs is required"),
+    (lambda: check_grouped(_t((64, 32)), _t((2, 32, 16)), Dev((2,), "<i8")),
+     "offs has dtype <i8; it must be int32"),
+    (lambda: check_grouped(_t((64, 32)), _t((2, 32, 16)), Dev((3,), "<i4")),
+     "offs must hold one int32 per group (2)"),
+    (lambda: check_grouped(_t((64, 32)), _t((2, 32, 16)), Dev((2,), "<i4"), _t((64, 15))),
+     "out has shape (64, 15); the result is (64, 16)"),
+    (lambda: check_grouped(Dev((64, 32), strides=(2, 128)), _t((2, 32, 16)), Dev((2,), "<i4")),
+     "A must be row-major"),
+    (lambda: check_grouped(_t((2, 64, 32)), _t((3, 32, 16))), "A holds 2 matrices and B 3"),
+    (lambda: check_grouped(_t((2, 64, 32)), _t((2, 32, 16)), Dev((2,), "<i4")),
+     "with A 3-D pass counts"),
+    (lambda: check_grouped(_t((64, 32)), _t((32, 16)), Dev((2,), "<i4")),
+     "A must be column-major"),
+    (lambda: check_grouped(_t((2, 64, 32)), _t((32, 16))), "A 3-D with B 2-D"),
+    (lambda: check_grouped(_t((64,)), _t((2, 32, 16))), "A must be 2-D or 3-D"),
+    (lambda: check_grouped(np.zeros((64, 32), np.float16), _t((2, 32, 16)), Dev((2,), "<i4")),
+     "A is a NumPy array"),
+    (lambda: check_grouped(_t((64, 32)), _t((2, 32, 16)), Dev((2,), "<i4"), out_dtype="fp16x"),
+     "out_dtype: 'fp16x'"),
+])
+def test_argument_errors_name_the_argument(call, message):
+    with pytest.raises(OperandError) as info:
+        call()
+    assert message in str(info.value)
+
+
+def test_the_three_problems_are_recognized():
+    m = check_grouped(_t((64, 32)), Dev((2, 32, 16), strides=(1024, 2, 64)), Dev((2,), "<i4"))
+    assert (m.grouping, m.mode, m.layout, m.groups, m.rows, m.n, m.k) == ("m", "offs", "rcr", 2,
+                                                                        64, 16, 32)
+    masked = check_grouped(_t((4, 64, 32)), _t((4, 32, 16)), counts=Dev((4,), "<i4"),
+                           out_dtype="fp32")
+    assert (masked.mode, masked.layout, masked.out, masked.out_shape) == (
+        "masked", "rrr", "fp32", (4, 64, 16))
+    k = check_grouped(Dev((48, 640), strides=(2, 96)), _t((640, 16)), Dev((3,), "<i4"))
+    assert (k.grouping, k.layout, k.groups, k.rows, k.k, k.out_shape) == ("k", "crr", 3, 48, 640,
+                                                                        (3, 48, 16))
+    p = k.problem(1, 2, 3, 4, 16, 48 * 16)
+    assert (p.lda, p.ldb, p.stride_c, p.k) == (48, 16, 768, 640)
+
+
+def test_torch_cpu_offsets_are_refused():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(OperandError, match="offs is a CPU tensor"):
+        check_grouped(_t((64, 32)), _t((2, 32, 16)), torch.tensor([10, 64], dtype=torch.int32))
+    with pytest.raises(OperandError, match="A is a CPU torch tensor"):
+        grouped_gemm(torch.zeros(64, 32, dtype=torch.bfloat16),
+                     torch.zeros(2, 32, 16, dtype=torch.bfloat16),
+                     torch.tensor([10, 64], dtype=torch.int32))
+
+
+def test_explain_on_the_command_line():
+    from click.testing import CliRunner
+
+    from gemmgen.cli.main import main
+    run = CliRunner()
+    out = run.invoke(main, ["explain", "8192", "14336", "4096", "--groups", "8", "--dtype",
+                            "bf16", "--dist", "skew65"])
+    assert out.exit_code == 0, out.output
+    assert "gemm_grouped_m_bf16_128x256x64" in out.output and "skew65" in out.output
+    wgrad = run.invoke(main, ["explain", "4096", "14336", "8192", "--groups", "8",
+                              "--grouping", "k", "--dtype", "bf16"])
+    assert wgrad.exit_code == 0 and "K-grouped" in wgrad.output
+    bad = run.invoke(main, ["explain", "64", "64", "64", "--groups", "2", "--dtype", "fp32"])
+    assert bad.exit_code == 2 and "fp16 or bf16" in bad.output
+
+
+def test_tuned_winners_are_keyed_by_groups_and_distribution(tmp_path):
+    from gemmgen.heuristics import grouped_db
+    cfg = GROUPED["grouped_small"]
+    entry = {"dist": "skew90", "winner": cfg.name,
+             "candidates": {cfg.name: {"config": cfg.as_dict(), "tflops": 500.0}}}
+    path = tmp_path / "g.json"
+    key = grouped_db.key("H200", "bf16", "bf16", "m", "rcr", 8, 8192, 14336, 4096, "skew90")
+    assert key == "H200|bf16>bf16|m|rcr|G=8|8192x14336x4096|skew90"
+    grouped_db.store(key, entry, path)
+    entries = grouped_db.load(path)
+    found = grouped_db.winner(entries, "H200", "bf16", "bf16", "m", "rcr", 8, 8192, 14336, 4096)
+    assert found == (cfg.as_dict(), "skew90")
+    assert grouped_db.winner(entries, "H200", "bf16", "bf16", "m", "rcr", 16, 8192, 14336,
+                             4096) is None
+    uniform = {**entry, "dist": "uniform", "winner": GROUPED["grouped_bf16"].name,
+               "candidates": {GROUPED["grouped_bf16"].name:
+                              {"config": GROUPED["grouped_bf16"].as_dict(), "tflops": 600.0}}}
+    grouped_db.store(key.replace("skew90", "uniform"), uniform, path)
+    found = grouped_db.winner(grouped_db.load(path), "H200", "bf16", "bf16", "m", "rcr", 8,
+                              8192, 14336, 4096)
+    assert found[1] == "uniform", "the host assumes an even split: the uniform entry first"
+    (tmp_path / "bad.json").write_text("[]")
+    with pytest.raises(Exception, match="not a gemmgen grouped tuning file"):
+        grouped_db.load(tmp_path / "bad.json")
+
+
+def test_tune_groups_checks_its_arguments_before_the_gpu():
+    from click.testing import CliRunner
+
+    from gemmgen.cli.main import main
+    out = CliRunner().invoke(main, ["tune", "--m", "64", "--n", "64", "--k", "64", "--groups",
+                                    "2", "--dtype", "fp32"])
+    assert out.exit_code == 2 and "fp16 or bf16" in out.output
+    out = CliRunner().invoke(main, ["tune", "--m", "64", "--n", "64", "--k", "64", "--groups",
+                                    "2", "--dtype", "bf16", "--dist", "zipf"])
+    assert out.exit_code == 2 and "unknown distribution" in out.output

@@ -1,0 +1,177 @@
+"""Launch recipes without a GPU: which bytes of each parameter block hold which operand's
+address (as a pointer or inside a tensor map), the serialized form the compiled launcher
+reads, and the launcher's build."""
+import struct
+
+import pytest
+
+from gemmgen import PRESETS
+from gemmgen.codegen.render import render
+from gemmgen.compile.cache import compile_cached
+from gemmgen.runtime import kernel as kernel_mod, recipe as rc, tma_kernel
+from gemmgen.runtime.kernel import _PARAMS, Kernel
+from gemmgen.runtime.recipe import PATCH_MAP, PATCH_POINTER, Ref
+from gemmgen.runtime.tma import param_layout
+
+
+class FakeFunction:
+    def __init__(self, handle, smem=0):
+        self.handle, self.dynamic_smem = handle, smem
+
+
+def _fake_functions(monkeypatch):
+    made = {}
+
+    def function(self, device=None, suffix=""):
+        return made.setdefault(suffix, FakeFunction(0x1000 + len(made),
+                                                    0 if suffix else self.config.dynamic_smem_bytes))
+    monkeypatch.setattr(Kernel, "function", function)
+    return made
+
+
+def test_field_offsets_are_nvccs():
+    native = [struct.calcsize("@" + kernel_mod.SIGNATURE[:i + 1])
+              - struct.calcsize("@" + kernel_mod.SIGNATURE[i])
+              for i in range(len(kernel_mod.SIGNATURE))]
+    assert list(rc.field_offsets(_PARAMS)) == native
+
+
+def test_plain_kernel_recipe_patches_every_operand(nvcc, monkeypatch):
+    cfg = PRESETS["warptile_tuned"].config
+    cubin, _ = compile_cached(render(cfg, "sm_80"), "sm_80", cfg.name)
+    _fake_functions(monkeypatch)
+    k = Kernel(cfg, "sm_80", cubin)
+    refs = [Ref(i, 0x10000 * (i + 1)) for i in range(4)]
+    r = k.launches(300, 200, 100, 1.0, refs[0], 100, refs[1], 200, 0.5, refs[2], 200,
+                   0, 0, 0, refs[3], 1, device=0)
+    (ln,) = r.launches
+    offsets = param_layout(cubin, cfg.name).offsets
+    # M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, strides, bias: A is field 4, B 6, C 9, bias 14
+    assert {(p.offset, p.kind, p.index) for p in ln.patches} == {
+        (offsets[4], PATCH_POINTER, 0), (offsets[6], PATCH_POINTER, 1),
+        (offsets[9], PATCH_POINTER, 2), (offsets[14], PATCH_POINTER, 3)}
+    assert ln.params == _PARAMS.pack(300, 200, 100, 1.0, 0x10000, 100, 0x20000, 200, 0.5,
+                                     0x30000, 200, 0, 0, 0, 0x40000)
+    assert ln.grid == (-(-200 // cfg.bn), -(-300 // cfg.bm), 1)
+    empty = k.launches(0, 200, 100, 1.0, refs[0], 100, refs[1], 200, 0.0, refs[2], 200,
+                       device=0)
+    assert empty.launches == [], "an empty output launches nothing"
+
+
+def _tma_kernel(monkeypatch, preset, **changes):
+    cfg = PRESETS[preset].config.replace(**changes)
+    cubin, _ = compile_cached(render(cfg, "sm_90a"), "sm_90a", cfg.name)
+    _fake_functions(monkeypatch)
+    monkeypatch.setattr(tma_kernel.driver, "device_attribute", lambda dev, name: 132)
+    monkeypatch.setattr(tma_kernel, "encode", lambda spec, name="": bytes([spec.ptr % 251]) * 128)
+
+    class Buffer:
+        def __init__(self, n):
+            self.ptr, self.nbytes = 0x7000000 + n, n
+    monkeypatch.setattr(tma_kernel.TmaKernel, "workspace",
+                        lambda self, dev, tag, nbytes, zero=False: Buffer(nbytes))
+    return tma_kernel.TmaKernel(cfg, "sm_90a", cubin), param_layout(cubin, cfg.name).offsets
+
+
+def test_tma_recipe_patches_the_tensor_maps_and_pointers(nvcc, monkeypatch):
+    k, offsets = _tma_kernel(monkeypatch, "wgmma_tma_store")
+    refs = [Ref(i, 0x100000 * (i + 1)) for i in range(3)]
+    r = k.launches(4096, 4096, 4096, 1.0, refs[0], 4096, refs[1], 4096, 0.0, refs[2], 4096,
+                   device=0)
+    (gemm,) = r.launches
+    assert r.path == "tma"
+    # tensor maps of A, B, C are parameters 0-2; the pointers A 7, B 9, C 12, bias 17
+    maps = {(p.offset, p.index) for p in gemm.patches if p.kind == PATCH_MAP}
+    ptrs = {(p.offset, p.index) for p in gemm.patches if p.kind == PATCH_POINTER}
+    assert maps == {(offsets[0], 0), (offsets[1], 1), (offsets[2], 2)}
+    assert ptrs == {(offsets[7], 0), (offsets[9], 1), (offsets[12], 2)}
+    assert gemm.grid == (132, 1, 1) and gemm.smem == k.config.dynamic_smem_bytes
+
+
+def test_split_k_recipe_writes_partials_to_the_workspace_and_reduces_into_c(nvcc, monkeypatch):
+    k, offsets = _tma_kernel(monkeypatch, "wgmma_tma_store", store="direct", split_k=2)
+    refs = [Ref(i, 0x100000 * (i + 1)) for i in range(4)]
+    r = k.launches(128, 4096, 8192, 1.0, refs[0], 8192, refs[1], 4096, 0.0, refs[2], 4096,
+                   0, 0, 0, refs[3], 1, device=0)
+    gemm, reduce = r.launches
+    assert r.path == "tma + split-K 2"
+    assert not [p for p in gemm.patches if p.index in (2, 3)], "the GEMM writes the workspace"
+    assert {p.index for p in reduce.patches} == {2, 3}, "the reduction writes C and reads bias"
+    helper = tma_kernel.HELPER_OFFSETS["reduce"]  # ws, ldp, slice, m, n, alpha, beta, C, ...
+    assert {(p.offset, p.index) for p in reduce.patches} == {(helper[7], 2), (helper[10], 3)}
+
+
+def test_inline_split_k_is_one_launch_that_writes_c_itself(nvcc, monkeypatch):
+    k, offsets = _tma_kernel(monkeypatch, "wgmma_tma_store", store="direct", split_k=4,
+                             split_inline=True)
+    refs = [Ref(i, 0x100000 * (i + 1)) for i in range(4)]
+    r = k.launches(64, 1024, 8192, 1.0, refs[0], 8192, refs[1], 1024, 0.5, refs[2], 1024,
+                   0, 0, 0, refs[3], 1, device=0)
+    (gemm,) = r.launches
+    assert r.path == "tma + split-K 4 inline"
+    ptrs = {(p.offset, p.index) for p in gemm.patches if p.kind == PATCH_POINTER}
+    assert ptrs == {(offsets[7], 0), (offsets[9], 1), (offsets[12], 2), (offsets[17], 3)}
+    ws, ld, stride, sem = (struct.unpack_from(code, gemm.params, offsets[19 + i])[0]
+                           for i, code in enumerate(("<Q", "<i", "<q", "<Q")))
+    assert ld == 1024 and stride == 64 * 1024 and ws and sem and ws != sem
+
+
+def test_unaligned_a_is_repacked_with_the_callers_address_patched(nvcc, monkeypatch):
+    k, _ = _tma_kernel(monkeypatch, "wgmma_tma_store")
+    a = Ref(0, 0x100002)  # off 16-byte alignment
+    r = k.launches(4096, 4096, 4095, 1.0, a, 4095, Ref(1, 0x200000), 4096, 0.0,
+                   Ref(2, 0x300000), 4096, device=0)
+    pack, gemm = r.launches
+    assert r.path == "tma + repack A"
+    assert [(p.index, p.offset) for p in pack.patches] == [(0, 0)], "pack reads the caller's A"
+    assert 0 not in {p.index for p in gemm.patches}, "the GEMM reads the padded copy"
+
+
+def test_serialized_recipe_matches_the_launchers_format(nvcc, monkeypatch):
+    k, _ = _tma_kernel(monkeypatch, "wgmma_tma_store", store="direct", split_k=2)
+    refs = [Ref(i, 0x100000 * (i + 1)) for i in range(4)]
+    r = k.launches(128, 4096, 8192, 1.0, refs[0], 8192, refs[1], 4096, 0.0, refs[2], 4096,
+                   0, 0, 0, refs[3], 1, device=0)
+    data = r.to_bytes((1, 0, 2, 3))
+    version, count = struct.unpack_from("<II", data)
+    assert (version, count) == (rc.FORMAT_VERSION, 2)
+    at = 8
+    for ln in r.launches:
+        handle, *dims, smem, n = struct.unpack_from("<Q6IIi", data, at)
+        at += struct.calcsize("<Q6IIi")
+        assert (handle, tuple(dims), smem) == (ln.function.handle, ln.grid + ln.block, ln.smem)
+        assert data[at:at + n] == ln.params
+        at += n
+        (npatch,) = struct.unpack_from("<I", data, at)
+        at += 4
+        got = [struct.unpack_from("<IIIq", data, at + 20 * i) for i in range(npatch)]
+        at += 20 * npatch
+        assert got == [(p.offset, p.kind, (1, 0, 2, 3)[p.index], p.delta) for p in ln.patches]
+    assert at == len(data)
+
+
+def test_launcher_builds_with_the_host_compiler():
+    """The compiled launcher of gemmgen::gemm builds and loads where a C++ compiler and
+    PyTorch's headers exist (here: PyTorch's CPU build; the CUDA kernel it registers runs
+    only on a GPU)."""
+    torch = pytest.importorskip("torch")
+    from gemmgen.torch import launcher
+    if launcher.compiler() is None:
+        pytest.skip("no C++ compiler")
+    path = launcher.build()
+    assert path.is_file() and path == launcher.library_path(launcher.compiler())
+    torch.ops.load_library(str(path))
+    assert torch.ops.gemmgen_launcher.recipes_held() == 0
+
+
+def test_without_a_compiler_the_op_keeps_a_python_cuda_implementation(monkeypatch, tmp_path):
+    torch = pytest.importorskip("torch")
+    import gemmgen.torch as gt
+    from gemmgen.torch import launcher
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CXX", raising=False)
+    with pytest.raises(RuntimeError, match="no C\\+\\+ compiler"):
+        launcher.build()
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("gemmgen::gemm", "CUDA")
+    a, b = torch.randn(5, 3), torch.randn(3, 4)
+    assert torch.allclose(gt.gemm(a, b), a @ b)
