@@ -192,7 +192,9 @@ def test_sass_has_wgmma_and_tma_and_no_local_memory(compiled):
 WGMMA_VALUES = {
     "bm": [64, 128, 192, 256], "bn": [64, 128, 200, 256], "stages": [2, 3, 4, 5],
     "consumers": [1, 2], "pingpong": [False, True], "cluster_m": [1, 2],
-    "layout": ["rrr", "crc", "rcr"], "epilogue": ["none", "bias_gelu"],
+    "layout": ["rrr", "crc", "rcr"],
+    "epilogue": ["none", "bias_gelu", "silu(acc*row_scale*col_scale + bias) + R", "silu(gate)*up"],
+    "dual": [False, True], "overlap": [False, True],
     "store": ["tma", "direct"], "regs_consumer": [232, 240], "split_k": [1, 3],
     "math": ["native", "3xtf32"],
 }

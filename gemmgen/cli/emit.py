@@ -16,9 +16,12 @@ import click
 from ..codegen.render import emit as emit_file, render
 from ..compile.nvcc import compile_source
 from ..model.arch import ARCHS, cc_of, fit_problem
-from ..model.config import ConfigError
+from ..model.config import EPILOGUES, ConfigError
 from ..model.dtypes import FP8_DTYPES
+from ..model.epilogue import Epilogue, EpilogueError
+from ..model.epilogue_rules import EPILOGUE_RULES
 from ..model.families import FAMILIES
+from ..model.families.wgmma.rules import WGMMA_FEATURE_RULES
 from ..model.presets import PRESETS
 from ..model.registers import register_cap, registers_needed
 from ..model.suggest import changed_fields
@@ -130,10 +133,30 @@ def _report_invalid(err: ConfigError, values: dict) -> None:
             click.echo(f"  {flags:<28} -> {s.name}", err=True)
 
 
+class EpilogueParam(click.ParamType):
+    """``--epilogue``: one of today's names or an epilogue expression, parsed (never
+    evaluated) into its canonical spelling; a bad one is a usage error naming the token."""
+
+    name = "EXPR"
+
+    def convert(self, value, param, ctx):
+        try:
+            return Epilogue.parse(value).spelling
+        except EpilogueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+EPILOGUE_HELP = (f"fused epilogue: {', '.join(EPILOGUES)}, or an expression such as "
+                 "'silu(acc*row_scale*col_scale + bias) + R' (wgmma only)")
+
+
 def _field_options(func):
     """One click option per config field of any family."""
     for field, spec in reversed(FIELD_SPECS.items()):
-        if spec["type"] is bool:
+        if field == "epilogue":
+            func = click.option("--epilogue", field, default=None, type=EpilogueParam(),
+                                help=EPILOGUE_HELP)(func)
+        elif spec["type"] is bool:
             flag = f"{_flag_name(field)}/--no-{field.replace('_', '-')}"
             func = click.option(flag, field, default=None, help=_help(field))(func)
         elif spec["type"] is str:
@@ -257,7 +280,11 @@ def list_presets(names: bool, as_json: bool) -> None:
 @main.command()
 def rules() -> None:
     """Show the validation rules (each is also a static_assert in the emitted kernel)."""
-    for family, fam in FAMILIES.items():
-        click.echo(f"{family}:")
-        for rule in fam.config.rules:
+    tables = [(f"{family}:", fam.config.rules) for family, fam in FAMILIES.items()]
+    tables += [("epilogue trees (wgmma; other families: E00):", EPILOGUE_RULES),
+               ("wgmma features (dual, overlap; with a tree or either feature):",
+                WGMMA_FEATURE_RULES)]
+    for title, table in tables:
+        click.echo(title)
+        for rule in table:
             click.echo(f"  {rule.id}  {rule.name:<20} {rule.formula():<44} {rule.why}")

@@ -37,7 +37,7 @@ def _env() -> jinja2.Environment:
 
 
 def _header(cfg: ConfigBase, arch: str) -> dict:
-    fields = [(k, v) for k, v in cfg.as_dict().items()]
+    fields = [(k, v) for k, v in cfg.header_dict().items()]
     figures = []
     for key, value in cfg.figures(arch).items():
         if isinstance(value, dict):
@@ -67,7 +67,7 @@ def render(cfg: ConfigBase, arch: str = "sm_90") -> str:
     return template.render(
         cfg=cfg, name=cfg.name, ns=f"{cfg.name}_cfg", h=_header(cfg, arch),
         constants=list(cfg.template_constants().items()), types=cfg.ctypes(),
-        asserts=[rule.static_assert() for rule in cfg.rules])
+        asserts=[rule.static_assert() for rule in cfg.rule_table()])
 
 
 def render_template(template: str, **context) -> str:

@@ -5,9 +5,11 @@ import dataclasses
 import json
 import numbers
 from dataclasses import dataclass, field, fields
-from typing import Callable
+from typing import Callable, ClassVar
 
 from .arch import get_arch
+from .epilogue import Epilogue, EpilogueError
+from .epilogue_rules import FOREIGN_RULES, epilogue_env
 from .rules import Rule, Violation, violations
 from .suggest import nearest
 
@@ -20,7 +22,9 @@ INT32_MAX = 2 ** 31 - 1
 LAYOUTS = tuple(a + b + c for a in "rc" for b in "rc" for c in "rc")
 """A, B, C each row-major (r) or column-major (c): "rrr" is C = A @ B on C-ordered arrays."""
 EPILOGUES = ("none", "bias", "relu", "gelu", "bias_relu", "bias_gelu")
-"""Applied in registers before the store: D = act(alpha*A@B + beta*C + bias[col])."""
+"""Applied in registers before the store: D = act(alpha*A@B + beta*C + bias[col]). Every
+family takes these names; the wgmma family also takes epilogue trees
+(``gemmgen.model.epilogue``), written as expressions."""
 
 
 def tile_intensity(m: int, n: int, elem_bytes: int) -> float:
@@ -78,9 +82,13 @@ class ConfigBase:
     choices: dict[str, tuple] = {}
     optional: frozenset[str] = frozenset()
     search_domain: dict[str, tuple] = {}
+    quiet: ClassVar[dict[str, object]] = {}
+    """Fields left out of the emitted header and its JSON line while they hold these values
+    (features added later, so the sources of kernels without them stay byte for byte)."""
 
     def __post_init__(self) -> None:
         self._coerce_integers()
+        self._canonical_epilogue()
         problems = self._type_problems()
         if problems:
             raise ConfigTypeError(problems)
@@ -89,8 +97,37 @@ class ConfigBase:
             raise ConfigError(found, nearest(self), base=self)
 
     def violations(self) -> list[Violation]:
-        """Every rule of the family's table this config breaks (empty when valid)."""
-        return violations(self.rules, self.env())
+        """Every rule of the family's table (and of the features it uses) this config breaks
+        (empty when valid)."""
+        return violations(self.rule_table(), self.env())
+
+    def rule_table(self) -> tuple[Rule, ...]:
+        """The rules this config obeys and its kernel asserts: the family's table, plus the
+        tables of the features it uses (``feature_rules``)."""
+        return self.rules + self.feature_rules()
+
+    def feature_rules(self) -> tuple[Rule, ...]:
+        """Rules of the features this config uses beyond the family's table: here, a family
+        that renders only today's epilogues refuses a tree (E00)."""
+        return FOREIGN_RULES if self.epilogue_tree else ()
+
+    @property
+    def epilogue_tree(self) -> bool:
+        """The epilogue is a tree, not one of today's six names."""
+        try:
+            return Epilogue.parse(self.epilogue).is_tree
+        except EpilogueError:
+            return False
+
+    def _canonical_epilogue(self) -> None:
+        """Store the epilogue in its canonical spelling (a shorthand where the tree is one);
+        a family whose epilogue is a class constant (grouped) has nothing to store."""
+        if "epilogue" not in self.__dataclass_fields__:
+            return
+        try:
+            object.__setattr__(self, "epilogue", Epilogue.parse(self.epilogue).spelling)
+        except (EpilogueError, TypeError):
+            pass  # reported by _type_problems
 
     @classmethod
     def unchecked(cls, **values):
@@ -138,13 +175,25 @@ class ConfigBase:
             elif f.name in self.choices and v not in self.choices[f.name]:
                 allowed = ", ".join(map(repr, self.choices[f.name]))
                 out.append(f"{f.name} must be one of {allowed}, got {v!r}")
+            elif f.name == "epilogue":
+                try:
+                    Epilogue.parse(v)
+                except EpilogueError as exc:
+                    out.append(f"epilogue must be one of {', '.join(EPILOGUES)} or an epilogue "
+                               f"expression: {exc}")
         return out
 
     def as_dict(self) -> dict:
         return {"family": self.family, **{f.name: getattr(self, f.name) for f in fields(self)}}
 
+    def header_dict(self) -> dict:
+        """``as_dict()`` without the ``quiet`` fields that hold their quiet value: what the
+        emitted header lists and its JSON line holds."""
+        return {k: v for k, v in self.as_dict().items()
+                if not (k in self.quiet and v == self.quiet[k])}
+
     def to_json(self) -> str:
-        return json.dumps(self.as_dict(), sort_keys=False, separators=(", ", ": "))
+        return json.dumps(self.header_dict(), sort_keys=False, separators=(", ", ": "))
 
     def env(self) -> dict[str, int]:
         raise NotImplementedError
@@ -178,7 +227,8 @@ class ConfigBase:
     def feature_suffix(self) -> str:
         """Name suffix for non-default features: _l<layout>, _e<epilogue>, _s<M>x<N>x<K>."""
         out = "" if self.layout == "rrr" else f"_l{self.layout}"
-        out += "" if self.epilogue == "none" else f"_e{self.epilogue}"
+        epi = Epilogue.parse(self.epilogue).name
+        out += "" if epi == "none" else f"_e{epi}"
         if self.specialized:
             out += "_s" + "x".join(str(v) if v else d for v, d in
                                    ((self.m, "M"), (self.n, "N"), (self.k, "K")))
@@ -191,15 +241,19 @@ class ConfigBase:
     def feature_env(self) -> dict[str, int]:
         """Constants of the shared features: layout flags, epilogue, specialized extents and
         whether each extent is a whole number of tiles (then its bounds checks vanish)."""
-        act = 2 if self.epilogue.endswith("gelu") else 1 if self.epilogue.endswith("relu") else 0
+        epi = Epilogue.parse(self.epilogue)
+        short = epi.shorthand or ""
+        act = 2 if short.endswith("gelu") else 1 if short.endswith("relu") else 0
         env = {"LAYOUT_A_COL": int(self.layout[0] == "c"), "LAYOUT_B_COL": int(self.layout[1] == "c"),
                "LAYOUT_C_COL": int(self.layout[2] == "c"),
-               "EPI_BIAS": int(self.epilogue.startswith("bias")), "EPI_ACT": act,
+               "EPI_BIAS": int(short.startswith("bias")), "EPI_ACT": act,
                "EPI_FAST_TANH": int(self.out in ("fp16", "bf16"))}
         for dim, tile in (("m", self.bm), ("n", self.bn), ("k", self.bk)):
             v = getattr(self, dim)
             env[f"{dim.upper()}_SPEC"] = v or 0
             env[f"{dim.upper()}_FULL"] = int(bool(v) and tile > 0 and v % tile == 0)
+        if self.feature_rules():
+            env.update(epilogue_env(epi, self.out, int(getattr(self, "dual", False))))
         return env
 
 

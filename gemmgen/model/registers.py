@@ -24,8 +24,13 @@ def registers_needed(cfg) -> int:
 
 def spill_risk(cfg) -> str | None:
     """Why ptxas would likely spill ``cfg`` (the estimate exceeds the register cap that its
-    threads and min_blocks leave), or None. Keeps spilling configurations out of the tuning
+    threads and min_blocks leave, or the family's ``cfg.stack_risk()`` names a stack frame
+    ptxas would give it whatever its registers), or None. Keeps spilling configurations out of the tuning
     space and out of suggestions."""
+    stack = getattr(cfg, "stack_risk", None)
+    reason = stack() if callable(stack) else None
+    if reason:
+        return reason
     need, cap = registers_needed(cfg), register_cap(cfg)
     if need <= cap:
         return None

@@ -5,7 +5,6 @@ import itertools
 import math
 
 from .registers import spill_risk
-from .rules import violations
 
 # A suggestion changes at most MAX_CHANGES fields, each to a value of the family's search_domain.
 MAX_CHANGES = 3
@@ -33,7 +32,7 @@ def nearest(cfg, count: int = 3) -> list:
             options = [[v for v in domain[f] if v != base[f]] for f in chosen]
             for values in itertools.product(*options):
                 trial = cls.unchecked(**{**base, **dict(zip(chosen, values))})
-                if violations(cls.rules, trial.env()) or spill_risk(trial):
+                if trial.violations() or spill_risk(trial):
                     continue
                 dist = sum(_distance(f, base[f], v) for f, v in zip(chosen, values))
                 found.setdefault(trial.name, (dist, trial))

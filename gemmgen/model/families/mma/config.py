@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...arch import get_arch
-from ...config import EPILOGUES, LAYOUTS, WARP_SIZE, ConfigBase, div, tile_intensity
+from ...config import LAYOUTS, WARP_SIZE, ConfigBase, div, tile_intensity
 from ...dtypes import CTYPES, ELEM_BYTES
 from .rules import C_PAD_FLOATS, CHUNK_BYTES, MMA_RULES, MMA_SHAPES, PTX_TYPES
 
@@ -62,7 +62,7 @@ class MmaConfig(ConfigBase):
                    "vector": bool, "cp_async": bool, "acc_smem": bool, "frag_db": bool,
                    "ldmatrix": bool, "staged_c": bool}
     choices = {"dtype": ("fp16", "bf16", "tf32"), "acc": ("fp32",),
-               "out": ("fp32", "fp16", "bf16"), "layout": LAYOUTS, "epilogue": EPILOGUES}
+               "out": ("fp32", "fp16", "bf16"), "layout": LAYOUTS}
     optional = frozenset({"m", "n", "k"})
     fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype")
     search_domain = {
@@ -270,8 +270,23 @@ class MmaConfig(ConfigBase):
                 f"stages {self.stages}  swizzle {self.swizzle}  skew {self.skew}")
 
     def registers_needed(self) -> int:
-        """Registers per thread estimated before compiling: accumulators, one or two K steps
-        of A and B fragments (6 per m16 x n16 pair), addressing. Not calibrated like WMMA's."""
+        """Registers per thread estimated before compiling: the accumulators, one K step of A
+        and B fragments (4 per m16 and 2 per n8 tile), 2 per 16-byte copy of a stage, and 28
+        of addressing and loop state (29 for TF32); then what ptxas keeps live across the unrolled K tile:
+        a TF32 operand read without ldmatrix (32-bit shared loads, an M- or N-major tile) holds
+        its fragment words for every k step, and with 4 or more k steps each copy of an M- or
+        N-major tile holds 2 more. Calibrated against ptxas (CUDA 13, sm_90) by the spill
+        sweep (benchmarks/investigations/spill_sweep.py; benchmarks/results/spill_sweep.json):
+        no spilling kernel of the space in any layout and epilogue is left in, the nearest 5
+        registers over the cap, at the cost of some false alarms among warp tiles of 64 x 64
+        with 4 k steps (the old estimate, 1 K step of fragments, let kernels of 1264 spill
+        bytes through)."""
         fm, fn = self.frags
-        frag = (4 * fm + 2 * fn) * (2 if self.frag_db else 1)
-        return self.acc_regs + frag + 24 + self.loads("A") + self.loads("B")
+        frag = 4 * fm + 2 * fn
+        steps = div(self.bk, self.mnk[2])
+        words = 0 if self.dtype != "tf32" else (4 * fm * (not self.ldsm("A"))
+                                                  + 2 * fn * (not self.ldsm("B")))
+        mn_loads = (self.loads("A") * (self.layout[0] == "c")
+                    + self.loads("B") * (self.layout[1] == "r"))
+        return (self.acc_regs + frag + 2 * (self.loads("A") + self.loads("B")) + 28
+                + (self.dtype == "tf32") + words * steps + 2 * mn_loads * (steps >= 4))

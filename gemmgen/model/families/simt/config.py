@@ -4,8 +4,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...arch import get_arch
-from ...config import EPILOGUES, LAYOUTS, WARP_SIZE, ConfigBase, div as _div, tile_intensity
+from ...config import LAYOUTS, WARP_SIZE, ConfigBase, div as _div, tile_intensity
+from ...epilogue import Epilogue
 from .rules import FLOAT_BYTES, LANES_M, LANES_N, SIMT_RULES, SMEM_ALIGN
+
+HEADROOM = {(True, False, False): 6, (True, True, False): 15, (True, True, True): 40,
+            (False, True, True): 4}
+"""Registers the estimate adds, by (double-buffered and held to 128 registers: stages 2 and
+min_blocks >= 2; an epilogue other than none, bias or relu; frag_db): one more than the most
+any kernel of that kind spilled by in the spill sweep (``registers_needed``), 0 where none
+did; 40 for the double-buffered frag_db kind with a heavy epilogue, whose spread (32 so far)
+kept growing as the sweep went on: in effect it leaves that kind out."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +82,7 @@ class SimtConfig(ConfigBase):
     field_types = {"transpose_a": bool, "thread_order": str, "layout": str, "epilogue": str,
                    "store": str, "swizzle_a": bool, "frag_db": bool, "peel": bool,
                    "align": str}
-    choices = {"thread_order": ("n", "m"), "layout": LAYOUTS, "epilogue": EPILOGUES,
+    choices = {"thread_order": ("n", "m"), "layout": LAYOUTS,
                "store": ("direct", "smem"), "align": ("matrix", "row")}
     optional = frozenset({"wm", "wn", "m", "n", "k"})
     search_domain = {
@@ -311,11 +320,34 @@ class SimtConfig(ConfigBase):
         exactly the cap). The last steps' fields add what they keep live: a second set of
         fragments (frag_db), 4 registers of staging addresses (store smem) and 8 for the
         unchecked copy's own addresses (peel); these terms are not part of that calibration
-        (checked against ptxas on a dozen configs around the new presets)."""
+        (checked against ptxas on a dozen configs around the new presets).
+
+        The spill sweep (benchmarks/investigations/spill_sweep.py, CUDA 13, sm_90; results in
+        benchmarks/results/spill_sweep.json) found kernels spilling under this estimate in
+        some layouts and epilogues and not in others: double-buffered ones held to 128
+        registers (stages 2, min_blocks 2), most with GELU or bias+ReLU, and frag_db ones
+        with them. HEADROOM adds, per kind, one register more than the most any of them
+        spilled by, so none the sweep compiled is left in; the price is false alarms near
+        the cap, the presets simt_cs and simt_swizzle among them (124 estimated, 128 of 128
+        registers used)."""
         frags = self.tm * self.wm_iter + self.tn * self.wn_iter
         loads = self.a_loads + self.b_loads
         live_k = 2 * frags * max(0, min(self.bk, 64) - 16) // 16
         rows_a = 0 if self.transpose_a else 4 * self.tm * self.wm_iter
+        heavy = Epilogue.parse(self.epilogue).spelling not in ("none", "bias", "relu")
+        kind = (self.stages == 2 and self.min_blocks >= 2, heavy, self.frag_db)
+        headroom = HEADROOM.get(kind, 0)
         return (self.acc_regs + frags * (1 + self.frag_db) + loads * (self.vec + 3) + live_k
                 + rows_a + 4 * self.layout.count("c") + 8 + 4 * (self.store == "smem")
-                + 8 * self.peel)
+                + 8 * self.peel + headroom)
+
+    def stack_risk(self) -> str | None:
+        """Why ptxas would likely give the kernel a stack frame whatever its registers, or
+        None: double-buffered fragments (frag_db) with a K tile of 32 or more, whose
+        unrolled K loop ptxas may leave rolled, indexing the fragment buffers at run time
+        (local memory: 18 of the 56 such kernels of the spill sweep, several with no spill
+        at all)."""
+        if self.frag_db and self.bk >= 32:
+            return ("frag_db with BK >= 32: ptxas may keep the fragment buffers in local "
+                    "memory (a stack frame)")
+        return None

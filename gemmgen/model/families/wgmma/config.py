@@ -2,18 +2,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from ...config import EPILOGUES, LAYOUTS, WARP_SIZE, ConfigBase, div
+from ...config import LAYOUTS, WARP_SIZE, ConfigBase, div
 from ...dtypes import ELEM_BYTES
+from ...epilogue_rules import EPILOGUE_RULES
 from .env import WgmmaEnv
 from .rules import (
     ALIGN_SLACK,
     BARRIER_BYTES,
     C_SWIZZLE,
     MATHS,
+    OVERLAP_RESERVE,
     REG_RESERVE,
     REGISTER_FILE,
     WARPGROUP,
+    WGMMA_FEATURE_RULES,
     WGMMA_K_BYTES,
     WGMMA_M,
     WGMMA_RULES,
@@ -63,7 +67,21 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
       on tf32 tensor cores; any caller layout (the pack transposes).
     - ``flush``: with 3xTF32, chunks of K whose products the tensor core sums before they are
       added to the accumulators in FP32 (round to nearest; the tensor core truncates).
-    - ``layout``, ``epilogue``, ``m, n, k``: as in the other families.
+    - ``layout``, ``epilogue``, ``m, n, k``: as in the other families; ``epilogue`` also takes
+      an epilogue tree (``gemmgen.model.epilogue``), e.g. ``silu(acc*row_scale*col_scale +
+      bias) + R``, whose device arguments come in one trailing ``EpilogueArgs`` parameter
+      (docs-notes/epilogue_abi.md).
+    - ``dual``: one kernel reads A once and computes two products, gate = A @ Bg and up = A @
+      Bu, into two accumulator sets; its epilogue combines them (``silu(gate)*up``: SwiGLU).
+      Bg and Bu are nn.Linear weights (N x K, K-major: layout ``?c?``), read through B's tensor
+      map as z = 2 x batch entry + 0 (gate) or 1 (up). A stage holds A, Bg and Bu.
+    - ``overlap``: the epilogue of tile i overlaps the main loop of the CTA's next tile. Each
+      consumer computes the pre-activation in registers, stages it in C's dtype (where the
+      TMA store reads it) and starts the next tile at once; between that tile's wgmma batches
+      it applies the rest (activation, residual, casts, aux, amax) to the staged tile in
+      passes of DEFER_UNITS 16-byte units per thread, then issues the TMA store, which drains
+      under the rest of the main loop. The activation then sees the pre-activation rounded to
+      C's dtype (as an unfused GEMM followed by the activation does).
 
     Raises ``ConfigError`` listing every broken rule of ``WGMMA_RULES`` with its numbers.
     """
@@ -95,6 +113,8 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
     m: int | None = None
     n: int | None = None
     k: int | None = None
+    dual: bool = False
+    overlap: bool = False
 
     family = "wgmma"
     template = "wgmma.cu.j2"
@@ -104,12 +124,14 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
     field_types = {"dtype": str, "out": str, "pingpong": bool, "producer": bool,
                    "split_inline": bool,
                    "persistent": bool, "raster": str, "store": str, "math": str, "layout": str,
-                   "epilogue": str}
+                   "epilogue": str, "dual": bool, "overlap": bool}
     choices = {"dtype": ("fp16", "bf16", "tf32"), "out": ("fp16", "bf16", "fp32"),
                "raster": ("grouped", "snake"), "store": ("tma", "direct"), "math": MATHS,
-               "layout": LAYOUTS, "epilogue": EPILOGUES}
+               "layout": LAYOUTS}
     optional = frozenset({"m", "n", "k"})
-    fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype", "out", "math")
+    fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype", "out", "math", "dual",
+                       "overlap")
+    quiet: ClassVar[dict[str, object]] = {"dual": False, "overlap": False}
     search_domain = {
         "bm": (64, 128, 192, 256), "bn": (64, 96, 128, 160, 192, 224, 256), "bk": (16, 32, 64),
         "consumers": (1, 2), "pingpong": (False, True), "producer": (False, True),
@@ -132,7 +154,8 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
                 f"_out{self.out}{f'_sk{self.split_k}' if self.split_k > 1 else ''}"
                 f"{'i' if self.split_inline else ''}"
                 f"{'_3xtf32' if self.math == '3xtf32' else ''}"
-                f"{f'_f{self.flush}' if self.flush != 1 else ''}{self.feature_suffix()}")
+                f"{f'_f{self.flush}' if self.flush != 1 else ''}{'_dual' if self.dual else ''}"
+                f"{'_ov' if self.overlap else ''}{self.feature_suffix()}")
 
     def tile_shape(self) -> tuple:
         return (self.bm, self.bn, self.bk, self.consumers, self.pingpong, self.cluster_m,
@@ -147,7 +170,20 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
                 f"store {self.store}  out {self.out}"
                 f"{f'  split-K {self.split_k}' if self.split_k > 1 else ''}"
                 f"{' inline' if self.split_inline else ''}"
-                f"{'  3xTF32' if self.math == '3xtf32' else ''}")
+                f"{'  3xTF32' if self.math == '3xtf32' else ''}"
+                f"{'  dual' if self.dual else ''}{'  overlap' if self.overlap else ''}")
+
+    # ---- features beyond the family's table -------------------------------------------------
+    @property
+    def extended(self) -> bool:
+        """The config uses a feature added after the family's table (an epilogue tree, the dual
+        GEMM or the overlap): its kernel renders the epilogue from the tree's program."""
+        return self.epilogue_tree or self.dual or self.overlap
+
+    def feature_rules(self) -> tuple:
+        """The epilogue rules (E01-E11) and the wgmma feature rules (H42-H51), for a config
+        that uses a feature (``extended``); none otherwise."""
+        return EPILOGUE_RULES + WGMMA_FEATURE_RULES if self.extended else ()
 
     # ---- derived figures ------------------------------------------------------------------
     @property
@@ -186,8 +222,9 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
     @property
     def acc_regs(self) -> int:
         """fp32 accumulator registers per consumer thread: m_iters x BN/2, twice that with
-        3xTF32 (a chunk's products gather in a second set before the FP32 add)."""
-        return self.m_iters * self.bn // 2 * (2 if self.math == "3xtf32" else 1)
+        3xTF32 (a chunk's products gather in a second set before the FP32 add) or for the
+        dual GEMM (gate and up)."""
+        return self.m_iters * self.bn // 2 * (2 if self.math == "3xtf32" or self.dual else 1)
 
     @property
     def sw_elems(self) -> int:
@@ -244,6 +281,11 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
 
     @property
     def b_stage_bytes(self) -> int:
+        """B's part of a stage: one BN x BK tile, or the dual GEMM's two (Bg, then Bu)."""
+        return self.b_part_bytes * (2 if self.dual else 1)
+
+    @property
+    def b_part_bytes(self) -> int:
         return self.bn * self.bk * self.elem_bytes
 
     @property
@@ -315,8 +357,10 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
         return self.regs_consumer if self.setmaxnreg else self.entry_regs
 
     def registers_needed(self) -> int:
-        """Registers a consumer thread needs: accumulators plus REG_RESERVE."""
-        return self.acc_regs + REG_RESERVE
+        """Registers a consumer thread needs: accumulators plus REG_RESERVE, plus
+        OVERLAP_RESERVE for the deferred passes that run beside the next tile's
+        accumulators."""
+        return self.acc_regs + REG_RESERVE + (OVERLAP_RESERVE if self.overlap else 0)
 
     def launch_registers(self) -> int:
         """Registers per thread the block launches with: the __launch_bounds__(threads, 1)

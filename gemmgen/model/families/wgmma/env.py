@@ -6,9 +6,20 @@ from __future__ import annotations
 from ...arch import get_arch
 from ...config import div, tile_intensity
 from ...dtypes import CTYPES
+from ...epilogue_program import program
+from ...epilogue_rules import (
+    EPILOGUE_ARGS,
+    EPILOGUE_ARGS_BYTES,
+    deferral,
+    epilogue_of,
+    residual_col,
+    residual_dtype,
+)
 from .rules import (
     ALIGN_SLACK,
     C_SWIZZLE,
+    DEFER_UNITS,
+    OVERLAP_RESERVE,
     PACK_ROWS,
     PACK_TILE,
     PTX_TYPES,
@@ -66,7 +77,18 @@ class WgmmaEnv:
             "SMEM_BYTES": self.smem_bytes, "SMEM_OPTIN": SMEM_OPTIN,
             **self.feature_env(),
             **({"K_SPEC": self.packed_k(self.k)} if self.k and self.math == "3xtf32" else {}),
+            **(self._feature_env() if self.extended else {}),
         }
+
+    def _feature_env(self) -> dict[str, int]:
+        """Named quantities of the features beyond the family's table (only for configs
+        that use one, so other kernels declare the constants they always did)."""
+        units = div(self.consumer_rows * self.bn * self.out_bytes, 16) if self.store == "tma" else 0
+        return {"DUAL": int(self.dual), "OVERLAP": int(self.overlap),
+                "B_PART_BYTES": self.b_part_bytes, "DEFER_UNITS": DEFER_UNITS,
+                "DEFER_UNITS_TOTAL": units,
+                "ACC_BUDGET": self.consumer_regs - REG_RESERVE
+                - (OVERLAP_RESERVE if self.overlap else 0)}
 
     def template_constants(self) -> dict[str, int]:
         """Every compile-time constant the kernel declares: the env plus shared-memory offsets
@@ -99,12 +121,36 @@ class WgmmaEnv:
                 "ACC_PER_WGMMA": self.bn // 2,
                 "C_CONSUMER_BYTES": c_rows * self.bn * self.out_bytes if self.store == "tma" else 0,
                 "C_CHUNK_BYTES": (c_rows if self.layout[2] == "r" else self.bn) * C_SWIZZLE,
-                "BAR_STORE_BASE": 1, "BAR_ORDER_BASE": 1 + self.consumers}
+                "BAR_STORE_BASE": 1, "BAR_ORDER_BASE": 1 + self.consumers,
+                **(self._feature_constants(e) if self.extended else {})}
+
+    def _feature_constants(self, e: dict[str, int]) -> dict[str, int]:
+        return {"DEFER_PASSES": div(e["DEFER_UNITS_TOTAL"], WARPGROUP * DEFER_UNITS),
+                "EPI_ARGS_BYTES": EPILOGUE_ARGS_BYTES,
+                "R_COL": int(residual_col(epilogue_of(self), self.layout[2]))}
+
+    def epilogue_view(self) -> dict:
+        """What the template reads to render an epilogue tree: the program of the whole tree
+        (``pre``), or with ``overlap`` the pre-activation's program (``pre``) and that of the
+        rest on the staged values (``post``); the EpilogueArgs fields when the tree needs
+        them; the tree for the header."""
+        epi = epilogue_of(self)
+        cut = deferral(epi) if self.overlap else None
+        pre = program(cut[0] if cut else epi.root)
+        return {"tree": self.extended, "expr": epi.expr, "lines": epi.tree_lines(),
+                "pre": pre, "post": program(cut[1]) if cut else None,
+                "args": EPILOGUE_ARGS if self.extended and self.env()["EPI_ARGS"] else (),
+                "alpha": bool(epi.count("alpha")), "amax": bool(epi.count("amax")),
+                "beta": bool(epi.count("beta_c"))}
 
     def ctypes(self) -> dict[str, str]:
         """C++ types the template declares and the PTX type of the wgmma inputs."""
-        return {"in_t": CTYPES.get(self.dtype, "half"), "out_t": CTYPES.get(self.out, "float"),
-                "ptx_in": PTX_TYPES.get(self.dtype, "f16")}
+        types = {"in_t": CTYPES.get(self.dtype, "half"), "out_t": CTYPES.get(self.out, "float"),
+                 "ptx_in": PTX_TYPES.get(self.dtype, "f16")}
+        if self.extended:
+            r = residual_dtype(epilogue_of(self), self.out)
+            types["r_t"] = CTYPES.get(r, "__nv_fp8_e4m3")
+        return types
 
     @property
     def flops_per_byte(self) -> dict[str, float | None]:

@@ -20,6 +20,8 @@ MATHS = ("native", "3xtf32")
 PACK_TILE = 32                     # the pack kernels move 32 x 32 element tiles
 PACK_ROWS = 8                      # ... with 32 x 8 threads
 PTX_TYPES = {"fp16": "f16", "bf16": "bf16", "tf32": "tf32"}
+DEFER_UNITS = 2                    # overlap: 16-byte units of the staged tile per thread per pass
+OVERLAP_RESERVE = 24               # overlap: registers of a deferred pass beside the accumulators
 SMEM_OPTIN = get_arch("sm_90").smem_per_block_optin
 """The largest dynamic shared memory one block may opt in to on the only arch this family
 runs on (sm_90a: 232,448 bytes)."""
@@ -130,3 +132,38 @@ WGMMA_RULES: tuple[Rule, ...] = (
          "3xTF32 adds the tensor core's sums into the FP32 accumulators every 1, 2, 4 or 8 "
          "chunks of K"),
 )
+
+_DUAL = equal("DUAL", 1)
+_OVERLAP = equal("OVERLAP", 1)
+WGMMA_FEATURE_RULES: tuple[Rule, ...] = (
+    Rule("H42", "dual-k-major-b", equal("B_MN_MAJOR", 0),
+         "a dual GEMM reads Bg and Bu as nn.Linear weights, N x K with K contiguous (layout "
+         "'?c?')", when=_DUAL),
+    Rule("H43", "dual-split-k", equal("SPLIT_K", 1),
+         "a dual GEMM's epilogue combines both whole products: no split-K", when=_DUAL),
+    Rule("H44", "dual-native", equal("MATH_3XTF32", 0),
+         "a dual GEMM multiplies in the inputs' own precision (no 3xTF32)", when=_DUAL),
+    Rule("H45", "overlap-persistent", equal("PERSISTENT", 1),
+         "the epilogue of tile i overlaps the main loop of the CTA's next tile: a persistent "
+         "kernel", when=_OVERLAP),
+    Rule("H46", "overlap-tma-store", equal("STORE_TMA", 1),
+         "the deferred part of the epilogue runs on the staged tile that the TMA store writes",
+         when=_OVERLAP),
+    Rule("H47", "overlap-16bit", equal("OUT_16BIT", 1),
+         "the pre-activation is staged in C's 16-bit dtype", when=_OVERLAP),
+    Rule("H48", "overlap-cooperative", equal("PINGPONG", 0),
+         "ping-pong already overlaps one warpgroup's epilogue with the other's main loop",
+         when=_OVERLAP),
+    Rule("H49", "overlap-deferrable", equal("EPI_DEFERRABLE", 1),
+         "the overlap defers the activation: the epilogue needs one whose argument holds every "
+         "accumulator (gelu(acc + bias), not acc + bias)", when=_OVERLAP),
+    Rule("H50", "overlap-passes", multiple_of("DEFER_UNITS_TOTAL", ("WARPGROUP", "DEFER_UNITS")),
+         "each deferred pass takes DEFER_UNITS 16-byte units of a consumer's staged tile per "
+         "thread", when=_OVERLAP),
+    Rule("H51", "tree-split-inline", equal("SPLIT_INLINE", 0),
+         "an epilogue tree, the dual GEMM and the overlap render the epilogue from the tree's "
+         "program, which has no inline split-K reduction: split-K through <name>_reduce"),
+)
+"""Rules of the features a config may add to the family's table (an epilogue tree, the dual
+GEMM, the overlap): part of a config's table, and its kernel's asserts, only when it uses one
+of them, so the kernels without them keep their sources."""

@@ -54,6 +54,16 @@ PRESETS: tuple[Preset, ...] = (
                                   "cluster_m": 2}),
            "2-CTA clusters along M: each CTA loads half of the shared B tile and TMA multicasts "
            "it to both", "fast.cu kernels 8-9; CUTLASS multicast TMA"),
+    Preset("wgmma_overlap", _c(**{**_BASE, "bn": 256, "stages": 3, "producer": True,
+                                  "consumers": 2, "regs_producer": 40, "regs_consumer": 232,
+                                  "persistent": True, "group": 8, "store": "tma",
+                                  "epilogue": "bias_gelu", "overlap": True}),
+           "bias+GELU with the epilogue hidden behind the main loop: each consumer stages the "
+           "pre-activation (alpha*acc + beta*C + bias, in C's dtype) and starts its next tile at "
+           "once; GELU runs on the staged tile between that tile's wgmma batches, then the TMA "
+           "store drains under the rest of its main loop",
+           "FlashAttention-3's intra-warpgroup pipelining (softmax of one block beside the "
+           "next block's wgmmas); CUTLASS sm90 TMA-store epilogue"),
     Preset("wgmma_bf16", _c(**{**_BASE, "bn": 256, "stages": 3, "producer": True,
                                "consumers": 2, "regs_producer": 40, "regs_consumer": 232,
                                "persistent": True, "group": 8, "store": "tma",

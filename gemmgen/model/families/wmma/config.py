@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...arch import get_arch
-from ...config import EPILOGUES, LAYOUTS, WARP_SIZE, ConfigBase, div, tile_intensity
+from ...config import LAYOUTS, WARP_SIZE, ConfigBase, div, tile_intensity
 from ...dtypes import CTYPES, ELEM_BYTES
 from .rules import FRAG_CTYPES, LOAD_BYTES, SHAPES, WMMA_RULES
 
@@ -50,8 +50,7 @@ class WmmaConfig(ConfigBase):
     field_types = {"shape": str, "dtype": str, "acc": str, "out": str, "layout": str,
                    "epilogue": str}
     choices = {"shape": tuple(SHAPES), "dtype": ("fp16", "bf16", "tf32"),
-               "acc": ("fp32", "fp16"), "out": ("fp32", "fp16", "bf16"), "layout": LAYOUTS,
-               "epilogue": EPILOGUES}
+               "acc": ("fp32", "fp16"), "out": ("fp32", "fp16", "bf16"), "layout": LAYOUTS}
     optional = frozenset({"m", "n", "k"})
     fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype")
     search_domain = {
@@ -228,11 +227,19 @@ class WmmaConfig(ConfigBase):
         compiling: 1.4 per accumulator register (fragment layout and the staged epilogue),
         the A and B fragments of a K step (1/8 more per further step of the unrolled K
         tile, up to 4; TF32 fragments twice and BF16 1.75 times as costly, for their
-        conversions), and one per 16-byte copy. Calibrated against ptxas (CUDA 13, sm_90)
-        on 201 configurations of the search space and around the presets, in random layouts
-        and epilogues: it calls 182 right (6 spills missed, 13 false alarms, most of them
-        kernels that ptxas fits at exactly the cap)."""
+        conversions), and one per 16-byte copy; then what the layouts add: a row-major
+        (N-major) B of 16-bit data costs 6 registers and, except with the m32n8k16 shape, 2
+        more per copy of it; a column-major (M-major) A half a register per copy. First
+        calibrated on 201 configurations; the layout terms come from the spill sweep (CUDA
+        13, sm_90; benchmarks/investigations/spill_sweep.py, results in
+        benchmarks/results/spill_sweep.json), where one tile spilled in the layouts with a
+        row-major B and not in the others. No spilling kernel the sweep compiled is left in;
+        the price is false alarms near the cap, the preset wmma_bf16 among them (254 of 255
+        registers: it fits, with no register to spare)."""
         steps = min(div(self.bk, self.mnk[2]), 4)
         scale = 8 + max(steps - 1, 0) + 8 * (self.dtype == "tf32") + 6 * (self.dtype == "bf16")
+        b_row = self.layout[1] == "r" and self.dtype != "tf32"
+        layout = (-(-self.a_loads * (self.layout[0] == "c") // 2) + 6 * b_row
+                  + 2 * self.b_loads * (b_row and self.shape != "m32n8k16"))
         return (14 * self.acc_regs // 10 + self.frag_regs * scale // 8
-                + self.a_loads + self.b_loads)
+                + self.a_loads + self.b_loads + layout)
