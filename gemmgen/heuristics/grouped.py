@@ -5,7 +5,8 @@ model of a configuration on a distribution, the dispatch heuristic and ``explain
 The schedule here is the one ``templates/_grouped_scheduler.cu.j2`` runs on the device: a
 persistent CTA takes tiles ``blockIdx.x, blockIdx.x + gridDim.x, ...`` of the list "tiles of
 group 0, then of group 1, ...", each group's tiles in raster order (GROUP tile rows walked
-column by column). Offsets are clamped exactly as the kernel clamps them.
+column by column), or (M-grouped, order "ends") of that list taken from both ends. Offsets are
+clamped exactly as the kernel clamps them.
 """
 from __future__ import annotations
 
@@ -109,9 +110,24 @@ def grid_bound(cfg: GroupedConfig, groups: int, rows: int, n: int, masked: bool 
 
 def tiles_m_grouped(cfg: GroupedConfig, offs: list[int] | None, rows: int, n: int, k: int,
                     masked: bool = False, groups: int | None = None):
-    """Every tile of an M-grouped problem in the kernel's order (a generator): ``offs`` the
-    cumulative row ends (or, ``masked``, per-group row counts; None with ``groups``: every
-    row of every matrix), ``rows`` the rows of A and C (masked: of each matrix)."""
+    """Every tile of an M-grouped problem in the kernel's order (an iterator; ``cfg.order``
+    "ends": ``ends_order`` of the forward one): ``offs`` the cumulative row ends (or,
+    ``masked``, per-group row counts; None with ``groups``: every row of every matrix),
+    ``rows`` the rows of A and C (masked: of each matrix)."""
+    tiles = _forward_m(cfg, offs, rows, n, k, masked, groups)
+    return iter(ends_order(list(tiles))) if cfg.order == "ends" else tiles
+
+
+def ends_order(seq: list) -> list:
+    """Order "ends" of a forward tile sequence of T tiles: index t takes ``seq[t // 2]`` for
+    even t (from the front) and ``seq[T - 1 - (t - 1) // 2]`` for odd t (from the back)."""
+    last = len(seq) - 1
+    return [seq[t // 2] if t % 2 == 0 else seq[last - (t - 1) // 2] for t in range(len(seq))]
+
+
+def _forward_m(cfg: GroupedConfig, offs: list[int] | None, rows: int, n: int, k: int,
+               masked: bool, groups: int | None):
+    """The forward order: the tiles of group 0, then of group 1, ... (a generator)."""
     if offs is None:
         offs = [rows] * (groups or 0)
     groups = len(offs)

@@ -92,6 +92,11 @@ class ConfigBase:
         """Every rule of the family's table this config breaks (empty when valid)."""
         return violations(self.rules, self.env())
 
+    def rendered_rules(self) -> tuple[Rule, ...]:
+        """The rules the rendered source checks as static_asserts: every rule (a family may
+        leave out one its config cannot break, so that adding the rule keeps older sources)."""
+        return self.rules
+
     @classmethod
     def unchecked(cls, **values):
         """Build without validation (for tests and for rendering invalid configs on purpose)."""
