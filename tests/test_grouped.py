@@ -336,6 +336,25 @@ def test_choice_follows_the_groups():
         assert (cfg.layout, cfg.out) == (layout, out) and not cfg.violations()
     text = hg.explain_grouped("bf16", 256, 32768, 4096, 7168, "skew90")
     assert "skew90: rows per group min 12" in text and "schedule:" in text and "*" in text
+    assert "tile order (wave model, uncalibrated): forward" in text
+    assert "the dispatch keeps forward" in text
+
+
+def test_the_wave_model_sees_the_order_and_the_dispatch_keeps_forward():
+    cfg = GROUPED["grouped_bf16"]
+    ends = cfg.replace(order="ends")
+    for dist in ("uniform", "skew90"):
+        assert hg.choose("bf16", "m", "rcr", "bf16", 256, 32768, 4096, 7168,
+                         hg.row_counts(dist, 32768, 256)).config.order == "forward"
+    even = hg.row_counts("uniform", 32768, 256)
+    fwd_s, ends_s = (hg.predict_waves(c, even, 4096, 7168) for c in (cfg, ends))
+    assert abs(fwd_s / ends_s - 1) < 0.02, "uniform: every wave alike in either order"
+    skew = hg.row_counts("skew90", 32768, 256)
+    assert hg.predict_waves(ends, skew, 4096, 7168) < 0.9 * hg.predict_waves(cfg, skew, 4096,
+                                                                           7168)
+    assert all(c.order == "forward" for c in hg.candidates("bf16", "m", "rcr", "bf16"))
+    assert {c.order for c in hg.space("bf16")} == {"forward", "ends"}
+    assert {c.order for c in hg.space("bf16", "k")} == {"forward"}
 
 
 def test_distributions():
