@@ -238,6 +238,7 @@ GROUPED_BREAKERS = {
     "a-layout": ("grouped_bf16", {"layout": "ccr"}),
     "k-grouped-b": ("grouped_wgrad", {"layout": "ccr"}),
     "c-row-major": ("grouped_bf16", {"layout": "rcc"}),
+    "ends-order-m-grouped": ("grouped_wgrad", {"order": "ends"}),
 }
 BREAKERS = {"simt": SIMT_BREAKERS, "wmma": WMMA_BREAKERS, "wgmma": WGMMA_BREAKERS,
             "mma": MMA_BREAKERS, "fp8": FP8_BREAKERS, "grouped": GROUPED_BREAKERS}

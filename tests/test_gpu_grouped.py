@@ -71,7 +71,7 @@ def _m_operands(counts, n, k, dtype, b_layout, extra=21):
 
 @pytest.mark.parametrize("dist", list(COUNTS))
 @pytest.mark.parametrize("preset", ["grouped_bf16", "grouped_small", "grouped_dgrad",
-                                    "grouped_fp16"])
+                                    "grouped_fp16", "grouped_bf16_ends"])
 def test_m_grouped_per_group_against_float64(preset, dist):
     cfg = GROUPED[preset]
     a, b, offs = _m_operands(COUNTS[dist], 384, 320, cfg.dtype, cfg.layout[1])
@@ -95,15 +95,16 @@ def test_fp32_output_and_the_dispatchs_choice():
     assert torch.equal(again, out)
 
 
-def test_masked_rows_past_the_counts_are_untouched():
-    cfg = GROUPED["grouped_bf16"]
+@pytest.mark.parametrize("ends", [False, True])
+def test_masked_rows_past_the_counts_are_untouched(ends):
+    cfg = GROUPED["grouped_bf16_ends" if ends else "grouped_bf16"]
     counts = [0, 1, 200, 256, 17, 129]
     g, m, n, k = len(counts), 256, 384, 192
     a = torch.randn(g, m, k, device="cuda").bfloat16()
     b = torch.randn(g, n, k, device="cuda").bfloat16().transpose(1, 2)
     cnt = torch.tensor(counts, dtype=torch.int32, device="cuda")
     out = _nan((g, m, n), torch.bfloat16)
-    grouped_gemm(a, b, out=out, counts=cnt, expected_m=128)
+    grouped_gemm(a, b, out=out, counts=cnt, expected_m=128, config=cfg if ends else None)
     torch.cuda.synchronize()
     ref = torch.bmm(a.double(), b.double())
     for i, c in enumerate(counts):

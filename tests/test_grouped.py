@@ -25,8 +25,8 @@ ARCH = "sm_90a"
 
 
 def test_presets_and_the_family_stay_out_of_gemms_choice():
-    assert set(GROUPED) == {"grouped_small", "grouped_bf16", "grouped_dgrad", "grouped_wgrad",
-                            "grouped_fp16"}
+    assert set(GROUPED) == {"grouped_small", "grouped_bf16", "grouped_bf16_ends", "grouped_dgrad",
+                            "grouped_wgrad", "grouped_fp16"}
     assert all(c.name.startswith("gemm_grouped_") and not c.violations() for c in GROUPED.values())
     assert "grouped" not in {f.name for f in families_for("bf16", 90)}
     c = GROUPED["grouped_bf16"]
@@ -148,10 +148,14 @@ def _check_m_cover(cfg, counts, tiles, n):
     assert {c for _, c in written} == set(range(0, n, cfg.bn))
 
 
+ORDERS = ("forward", "ends")
+
+
 @pytest.mark.parametrize("name", list(COUNTS))
 @pytest.mark.parametrize("preset", ["grouped_bf16", "grouped_small"])
-def test_m_grouped_schedule_matches_and_covers(host_scheduler, name, preset):
-    cfg = GROUPED[preset]
+@pytest.mark.parametrize("order", ORDERS)
+def test_m_grouped_schedule_matches_and_covers(host_scheduler, name, preset, order):
+    cfg = GROUPED[preset].replace(order=order)
     counts, n = COUNTS[name], 600
     offs = hg.offsets(counts)
     rows = offs[-1] + 37
@@ -161,17 +165,19 @@ def test_m_grouped_schedule_matches_and_covers(host_scheduler, name, preset):
     _check_m_cover(cfg, counts, got, n)
 
 
-def test_offsets_are_clamped_on_the_device(host_scheduler):
+@pytest.mark.parametrize("order", ORDERS)
+def test_offsets_are_clamped_on_the_device(host_scheduler, order):
     """Offsets past the rows, or decreasing, never make a tile leave [0, rows)."""
-    cfg = GROUPED["grouped_bf16"]
+    cfg = GROUPED["grouped_bf16"].replace(order=order)
     for offs in ([50, 10, 300, 5000], [-5, 100, 90, 100], [1 << 30] * 3):
         got = host_scheduler(cfg, 0, offs, 400, 256, 64, 5)
         assert got == _python(cfg, 0, offs, 400, 256, 64, 5)
         assert all(0 <= t[4] and t[4] + min(t[6], cfg.bm) <= 400 for t in got)
 
 
-def test_masked_schedule(host_scheduler):
-    cfg = GROUPED["grouped_bf16"]
+@pytest.mark.parametrize("order", ORDERS)
+def test_masked_schedule(host_scheduler, order):
+    cfg = GROUPED["grouped_bf16"].replace(order=order)
     counts = [0, 1, 200, 256, 300, 17]  # 300 > rows: clamped to the matrix
     got = host_scheduler(cfg, 1, counts, 256, 512, 64, 11)
     assert got == _python(cfg, 1, counts, 256, 512, 64, 11)
@@ -181,6 +187,57 @@ def test_masked_schedule(host_scheduler):
     full = host_scheduler(cfg, 1, None, 130, 256, 64, 4, groups=3)  # no counts: every row
     assert full == _python(cfg, 1, None, 130, 256, 64, 4, groups=3)
     assert sum(min(t[6], cfg.bm) for t in full) == 3 * 130
+
+
+def _visited(tiles) -> list:
+    """The tiles a schedule ran, without the CTA, sorted (a repeated tile stays twice)."""
+    return sorted(t[1:] for t in tiles)
+
+
+GARBAGE = [[3, 900, 2, 2, 1 << 30, -7, 64], [-1, -1, 0], [400, 10, 20, 30, 1000, 999],
+           [0] * 5 + [1, 1, 2] + [0]]
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_ends_order_runs_every_tile_exactly_once(host_scheduler, masked):
+    """Order "ends" runs exactly the tiles of the forward order, each once, whatever the
+    offsets (empty, 1-row, ragged, skewed, decreasing, negative, past the rows) and the grid
+    (odd grids alternate a CTA between the two ends); each CTA's front tiles come in forward
+    order and its back tiles in reverse (both cursors only move one way)."""
+    fwd, ends = GROUPED["grouped_bf16"], GROUPED["grouped_bf16_ends"]
+    rng = np.random.default_rng(5)
+    cases = [hg.offsets(c) for c in COUNTS.values()] + GARBAGE
+    cases += [sorted(rng.integers(0, 700, 9).tolist()) for _ in range(3)]
+    mode, rows = int(masked), 300 if masked else 700
+    for offs in cases:
+        want = _visited(host_scheduler(fwd, mode, offs, rows, 384, 64, 1))
+        assert len(set(want)) == len(want)
+        index = {t: i for i, t in enumerate(t[1:] for t in host_scheduler(fwd, mode, offs, rows,
+                                                                            384, 64, 1))}
+        for grid in (1, 2, 5, 132):
+            got = host_scheduler(ends, mode, offs, rows, 384, 64, grid)
+            assert _visited(got) == want, (offs, grid)
+            for cta in range(grid):
+                seq = [index[t[1:]] for t in got if t[0] == cta]
+                ts = range(cta, cta + grid * len(seq), grid)
+                front = [i for i, t in zip(seq, ts) if t % 2 == 0]
+                back = [i for i, t in zip(seq, ts) if t % 2 == 1]
+                assert front == sorted(front) and back == sorted(back, reverse=True)
+
+
+def test_ends_order_mirror():
+    assert hg.ends_order(list(range(7))) == [0, 6, 1, 5, 2, 4, 3]
+    assert hg.ends_order(list(range(6))) == [0, 5, 1, 4, 2, 3]
+    assert hg.ends_order([]) == []
+    cfg = GROUPED["grouped_bf16_ends"]
+    assert cfg.name.endswith("_lrcr_oends") and "order" in cfg.as_dict()
+    assert "order" not in GROUPED["grouped_bf16"].as_dict()
+    assert "_o" not in GROUPED["grouped_bf16"].name.rsplit("_l", 1)[1]
+    assert [v.rule.id for v in GROUPED["grouped_wgrad"].replace(
+        order="ends", check=False).violations()] == ["G25"]
+    forward = render(GROUPED["grouped_bf16"], ARCH)
+    assert "ORDER_ENDS" not in forward and "G25" not in forward
+    assert "constexpr int ORDER_ENDS = 1;" in render(cfg, ARCH)
 
 
 def test_k_grouped_schedule_covers_each_groups_rows(host_scheduler):
@@ -279,6 +336,25 @@ def test_choice_follows_the_groups():
         assert (cfg.layout, cfg.out) == (layout, out) and not cfg.violations()
     text = hg.explain_grouped("bf16", 256, 32768, 4096, 7168, "skew90")
     assert "skew90: rows per group min 12" in text and "schedule:" in text and "*" in text
+    assert "tile order (wave model, uncalibrated): forward" in text
+    assert "the dispatch keeps forward" in text
+
+
+def test_the_wave_model_sees_the_order_and_the_dispatch_keeps_forward():
+    cfg = GROUPED["grouped_bf16"]
+    ends = cfg.replace(order="ends")
+    for dist in ("uniform", "skew90"):
+        assert hg.choose("bf16", "m", "rcr", "bf16", 256, 32768, 4096, 7168,
+                         hg.row_counts(dist, 32768, 256)).config.order == "forward"
+    even = hg.row_counts("uniform", 32768, 256)
+    fwd_s, ends_s = (hg.predict_waves(c, even, 4096, 7168) for c in (cfg, ends))
+    assert abs(fwd_s / ends_s - 1) < 0.02, "uniform: every wave alike in either order"
+    skew = hg.row_counts("skew90", 32768, 256)
+    assert hg.predict_waves(ends, skew, 4096, 7168) < 0.9 * hg.predict_waves(cfg, skew, 4096,
+                                                                           7168)
+    assert all(c.order == "forward" for c in hg.candidates("bf16", "m", "rcr", "bf16"))
+    assert {c.order for c in hg.space("bf16")} == {"forward", "ends"}
+    assert {c.order for c in hg.space("bf16", "k")} == {"forward"}
 
 
 def test_distributions():

@@ -67,7 +67,7 @@ def render(cfg: ConfigBase, arch: str = "sm_90") -> str:
     return template.render(
         cfg=cfg, name=cfg.name, ns=f"{cfg.name}_cfg", h=_header(cfg, arch),
         constants=list(cfg.template_constants().items()), types=cfg.ctypes(),
-        asserts=[rule.static_assert() for rule in cfg.rule_table()])
+        asserts=[rule.static_assert() for rule in cfg.rendered_rules()])
 
 
 def render_template(template: str, **context) -> str:

@@ -5,7 +5,8 @@ model of a configuration on a distribution, the dispatch heuristic and ``explain
 The schedule here is the one ``templates/_grouped_scheduler.cu.j2`` runs on the device: a
 persistent CTA takes tiles ``blockIdx.x, blockIdx.x + gridDim.x, ...`` of the list "tiles of
 group 0, then of group 1, ...", each group's tiles in raster order (GROUP tile rows walked
-column by column). Offsets are clamped exactly as the kernel clamps them.
+column by column), or (M-grouped, order "ends") of that list taken from both ends. Offsets are
+clamped exactly as the kernel clamps them.
 """
 from __future__ import annotations
 
@@ -109,9 +110,24 @@ def grid_bound(cfg: GroupedConfig, groups: int, rows: int, n: int, masked: bool 
 
 def tiles_m_grouped(cfg: GroupedConfig, offs: list[int] | None, rows: int, n: int, k: int,
                     masked: bool = False, groups: int | None = None):
-    """Every tile of an M-grouped problem in the kernel's order (a generator): ``offs`` the
-    cumulative row ends (or, ``masked``, per-group row counts; None with ``groups``: every
-    row of every matrix), ``rows`` the rows of A and C (masked: of each matrix)."""
+    """Every tile of an M-grouped problem in the kernel's order (an iterator; ``cfg.order``
+    "ends": ``ends_order`` of the forward one): ``offs`` the cumulative row ends (or,
+    ``masked``, per-group row counts; None with ``groups``: every row of every matrix),
+    ``rows`` the rows of A and C (masked: of each matrix)."""
+    tiles = _forward_m(cfg, offs, rows, n, k, masked, groups)
+    return iter(ends_order(list(tiles))) if cfg.order == "ends" else tiles
+
+
+def ends_order(seq: list) -> list:
+    """Order "ends" of a forward tile sequence of T tiles: index t takes ``seq[t // 2]`` for
+    even t (from the front) and ``seq[T - 1 - (t - 1) // 2]`` for odd t (from the back)."""
+    last = len(seq) - 1
+    return [seq[t // 2] if t % 2 == 0 else seq[last - (t - 1) // 2] for t in range(len(seq))]
+
+
+def _forward_m(cfg: GroupedConfig, offs: list[int] | None, rows: int, n: int, k: int,
+               masked: bool, groups: int | None):
+    """The forward order: the tiles of group 0, then of group 1, ... (a generator)."""
     if offs is None:
         offs = [rows] * (groups or 0)
     groups = len(offs)
@@ -190,12 +206,50 @@ def predict(cfg: GroupedConfig, counts: list[int], n: int, k: int, sms: int = co
                       {"compute": compute, "memory": memory, "launch": cost.LAUNCH_SECONDS})
 
 
+def predict_waves(cfg: GroupedConfig, counts: list[int], n: int, k: int,
+                  sms: int = cost.SMS) -> float:
+    """Seconds of an M-grouped schedule in the kernel's order (``cfg.order``), wave by wave:
+    waves of ``sms`` consecutive tiles (one per CTA, the CTAs in step), each taking the longer
+    of one tile's main loop (as ``predict``) and the bytes its tiles read and write at
+    ``BANDWIDTH``: A's tile rows once per (group, M block) and B's slice once per (group, N
+    tile) in the wave (the L2 serves the wave's other readers), C's valid rows; plus a
+    launch. Unlike ``predict`` it sees which groups run together: under skewed routing the
+    forward order runs the heavy group's compute-bound waves, then the light groups'
+    memory-bound ones; "ends" mixes both in each wave. Uncalibrated: ``explain`` shows it,
+    the dispatch does not use it."""
+    rate = cost.RATE.get(("wgmma", cfg.dtype), 700e12) * TILE_EFFICIENCY.get(
+        (cfg.bm, cfg.bn), 0.7)
+    tile_s = 2.0 * cfg.bm * cfg.bn * k / (rate / sms)
+    item, out_item = ELEM_BYTES[cfg.dtype], ELEM_BYTES[cfg.out]
+    tiles = list(tiles_m_grouped(cfg, offsets(counts), sum(counts), n, k))
+    seconds = cost.LAUNCH_SECONDS
+    for w in range(0, len(tiles), sms):
+        wave = tiles[w:w + sms]
+        a_rows = {(t.g, t.m0): min(t.valid, cfg.bm) for t in wave}
+        b_cols = {(t.g, t.n0): min(cfg.bn, n - t.n0) for t in wave}
+        c_out = sum(min(t.valid, cfg.bm) * min(cfg.bn, n - t.n0) for t in wave)
+        moved = (sum(a_rows.values()) + sum(b_cols.values())) * k * item + c_out * out_item
+        seconds += max(tile_s, moved / BANDWIDTH)
+    return seconds
+
+
+def _order_line(cfg: GroupedConfig, counts: list[int], n: int, k: int, sms: int) -> str:
+    """explain's line on the tile order: both orders of ``cfg`` in the wave model."""
+    fwd, ends = (predict_waves(cfg.replace(order=o), counts, n, k, sms)
+                 for o in ("forward", "ends"))
+    return (f"  - tile order (wave model, uncalibrated): forward {fwd * 1e6:.0f} us, ends "
+            f"{ends * 1e6:.0f} us ({fwd / ends:.2f}x); the dispatch keeps {cfg.order}, "
+            f"a config with order='ends' (preset grouped_bf16_ends) opts in")
+
+
 def candidates(dtype: str, grouping: str, layout: str, out: str) -> list[GroupedConfig]:
     """One configuration per tile shape of the search space: the deepest ring that fits,
-    raster groups of 8 tile rows."""
+    raster groups of 8 tile rows, the forward order."""
     best: dict[tuple, GroupedConfig] = {}
     for cfg in space(dtype, grouping, layout, out):
         key = (cfg.bm, cfg.bn)
+        if cfg.order != "forward":
+            continue
         if cfg.group == 8 and (key not in best or cfg.stages > best[key].stages):
             best[key] = cfg
     return list(best.values())
@@ -296,6 +350,7 @@ def explain_grouped(dtype: str, groups: int, rows: int, n: int, k: int, dist: st
     lines.append(f"  - schedule: {len(tiles)} tiles on {grid} CTAs; K tiles per CTA min "
                  f"{min(load)}, max {max(load)} (balance {balance:.2f})")
     if grouping == "m":
+        lines.append(_order_line(cfg, counts, n, k, sms))
         preds = [predict(c, counts, n, k, sms) for c in candidates(dtype, grouping, layout, out)]
         for p in sorted(preds, key=_rank):
             mark = "*" if p.config == cfg else " "

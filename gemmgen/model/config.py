@@ -129,6 +129,12 @@ class ConfigBase:
         except (EpilogueError, TypeError):
             pass  # reported by _type_problems
 
+    def rendered_rules(self) -> tuple[Rule, ...]:
+        """The rules the rendered source checks as static_asserts: the whole ``rule_table`` (a
+        family may leave out one its config cannot break, so that adding the rule keeps older
+        sources)."""
+        return self.rule_table()
+
     @classmethod
     def unchecked(cls, **values):
         """Build without validation (for tests and for rendering invalid configs on purpose)."""

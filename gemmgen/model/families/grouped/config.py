@@ -16,7 +16,7 @@ from ..wgmma.rules import (
     WGMMA_M,
 )
 from .env import GroupedEnv
-from .rules import C_SWIZZLE, GROUPED_RULES, GROUPINGS
+from .rules import C_SWIZZLE, GROUPED_RULES, GROUPINGS, ORDERS
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +57,7 @@ class GroupedConfig(GroupedEnv, ConfigBase):
     regs_consumer: int = 232
     grouping: str = "m"
     layout: str = "rcr"
+    order: str = "forward"
 
     family = "grouped"
     template = "grouped.cu.j2"
@@ -65,9 +66,10 @@ class GroupedConfig(GroupedEnv, ConfigBase):
     min_blocks = 1
     m = n = k = None           # groups differ in an extent: no shape specialization
     epilogue = "none"          # C = A @ B per group
-    field_types: ClassVar[dict] = {"dtype": str, "out": str, "grouping": str, "layout": str}
+    field_types: ClassVar[dict] = {"dtype": str, "out": str, "grouping": str, "layout": str,
+                                   "order": str}
     choices: ClassVar[dict] = {"dtype": ("fp16", "bf16"), "out": ("fp16", "bf16", "fp32"),
-                               "grouping": GROUPINGS, "layout": LAYOUTS}
+                               "grouping": GROUPINGS, "layout": LAYOUTS, "order": ORDERS}
     optional = frozenset()
     fixed_in_search = ("dtype", "out", "grouping", "layout")
     search_domain: ClassVar[dict] = {
@@ -81,7 +83,22 @@ class GroupedConfig(GroupedEnv, ConfigBase):
         """Every field in a fixed order; the kernel symbol, file name and cache key."""
         return (f"gemm_grouped_{self.grouping}_{self.dtype}_{self.bm}x{self.bn}x{self.bk}"
                 f"_c{self.consumers}_st{self.stages}_g{self.group}"
-                f"_r{self.regs_producer}x{self.regs_consumer}_out{self.out}_l{self.layout}")
+                f"_r{self.regs_producer}x{self.regs_consumer}_out{self.out}_l{self.layout}"
+                + ("" if self.order == "forward" else f"_o{self.order}"))
+
+    def as_dict(self) -> dict:
+        """The fields, ``order`` only when it is not "forward" (its default)."""
+        out = ConfigBase.as_dict(self)
+        if out["order"] == "forward":
+            del out["order"]
+        return out
+
+    def rendered_rules(self) -> tuple:
+        """Every rule but G25 (ends-order-m-grouped) for a "forward" config, whose source
+        then declares no ORDER_ENDS: it cannot break that rule."""
+        if self.order == "forward":
+            return tuple(r for r in self.rule_table() if r.id != "G25")
+        return self.rule_table()
 
     def tile_shape(self) -> tuple:
         return (self.bm, self.bn, self.bk, self.consumers)
@@ -90,7 +107,8 @@ class GroupedConfig(GroupedEnv, ConfigBase):
         what = "M-grouped (forward/dgrad)" if self.grouping == "m" else "K-grouped (wgrad)"
         return (f"{what}  block {self.bm}x{self.bn}x{self.bk}  {self.consumers} consumer WG "
                 f"+ producer  stages {self.stages}  raster {self.group}  out {self.out}  "
-                f"layout {self.layout}")
+                f"layout {self.layout}" + ("" if self.order == "forward" else
+                                           f"  order {self.order}"))
 
     # ---- derived figures ------------------------------------------------------------------
     @property

@@ -29,7 +29,7 @@ class GroupedEnv:
             "REG_POOL": (self.regs_producer + self.consumers * self.regs_consumer) * WARPGROUP,
             "ENTRY_REGS": self.entry_regs, "ACC_BUDGET": self.consumer_regs - REG_RESERVE,
             "SETMAXNREG": int(self.setmaxnreg),
-            "GROUPING_K": int(self.grouping == "k"),
+            "GROUPING_K": int(self.grouping == "k"), "ORDER_ENDS": int(self.order == "ends"),
             "DTYPE_FP16": int(self.dtype == "fp16"), "DTYPE_BF16": int(self.dtype == "bf16"),
             "OUT_FP16": int(self.out == "fp16"), "OUT_BF16": int(self.out == "bf16"),
             "A_MN_MAJOR": int(self.a_mn_major), "B_MN_MAJOR": int(self.b_mn_major),
@@ -51,6 +51,8 @@ class GroupedEnv:
         wgmma descriptor strides (bytes; the wgmma family's formulas) and the epilogue's
         copy geometry."""
         e = self.env()
+        if not e["ORDER_ENDS"]:  # a "forward" kernel's source stays as before the field
+            del e["ORDER_ENDS"]
         sbo = 8 * C_SWIZZLE
         mn_lbo = self.bk * C_SWIZZLE
         units = div(self.bn * self.out_bytes, TILE_UNIT_BYTES)

@@ -7,6 +7,10 @@ from ..wgmma.rules import C_SWIZZLE, MAX_BOX, REGISTER_FILE, SMEM_OPTIN
 GROUPINGS = ("m", "k")
 """``grouping``: "m" (groups share N and K and differ in M: MoE forward and dgrad) or "k"
 (groups share M and N and differ in K: the weight gradient)."""
+ORDERS = ("forward", "ends")
+"""``order`` of the M-grouped tiles: "forward" (tile t of the sequence "group 0's tiles, then
+group 1's, ...") or "ends" (even t from the front of that sequence, odd t from its back, so
+about half the CTAs work through the first groups while the others work through the last)."""
 ROW_BYTES = 128                    # one K row of a stage (BK x element size): a 128-byte swizzle row
 MAX_STAGES = 16
 _STEPS8 = tuple(range(24, 257, 8))
@@ -69,7 +73,10 @@ GROUPED_RULES: tuple[Rule, ...] = (
          when=_K_GROUPED),
     Rule("G24", "c-row-major", equal("LAYOUT_C_COL", 0),
          "C is row-major: the groups' rows (or matrices) one after another"),
+    Rule("G25", "ends-order-m-grouped", equal("GROUPING_K", 0),
+         "order 'ends' takes tiles from both ends of the M-grouped tile sequence; the "
+         "K-grouped scheduler has one order", when=equal("ORDER_ENDS", 1)),
 )
 """Every rule of the grouped family, in the order ``violations`` reports them."""
 
-__all__ = ["C_SWIZZLE", "GROUPED_RULES", "GROUPINGS", "ROW_BYTES", "SMEM_OPTIN"]
+__all__ = ["C_SWIZZLE", "GROUPED_RULES", "GROUPINGS", "ORDERS", "ROW_BYTES", "SMEM_OPTIN"]

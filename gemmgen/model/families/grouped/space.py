@@ -30,6 +30,13 @@ PRESETS: tuple[Preset, ...] = (
            "wgmma_bf16 main loop; tiles inside their group are TMA-stored, the group's last "
            "tile is copied from the staging tile with row guards",
            "wgmma_bf16 preset; CUTLASS example 57 (grouped GEMM); DeepGEMM m_grouped_bf16"),
+    Preset("grouped_bf16_ends", _c(order="ends"),
+           "grouped_bf16 with the tiles taken from both ends of the group sequence (even tile "
+           "indices from the front, odd ones from the back): under skewed routing about half "
+           "the CTAs run the heavy expert's compute-bound tiles while the others stream the "
+           "light experts' weights, instead of one phase after the other",
+           "grouped_bf16; measured 292 vs 472 TFLOP/s (skew90 vs uniform, DeepSeek-V3 gate_up, "
+           "H200) with the forward order"),
     Preset("grouped_dgrad", _c(layout="rrr"),
            "the data gradient dA = dC @ B^T: B is the experts' [G, N, K] weights as stored, "
            "read N-major (MN-major wgmma B operand)", "torch._grouped_mm backward"),
@@ -51,7 +58,8 @@ def space(dtype: str = "bf16", grouping: str = "m", layout: str | None = None,
     """Every configuration of the grouped search space that passes the rules: tiles 64x128,
     64x256 (one consumer), 128x128, 128x256, 256x128 (two), 3 to 6 stages where they fit,
     raster groups of 8 or 16 tile rows; C in the input dtype unless ``out``; ``layout`` the
-    grouping's default (rcr for "m", crr for "k")."""
+    grouping's default (rcr for "m", crr for "k"). M-grouped: each in the "forward" order,
+    then each again in the "ends" order."""
     layout = layout or ("rcr" if grouping == "m" else "crr")
     out_dtype = out or dtype
     found = []
@@ -64,6 +72,8 @@ def space(dtype: str = "bf16", grouping: str = "m", layout: str | None = None,
                                       grouping=grouping, layout=layout)
         if not cfg.violations():
             found.append(cfg)
+    if grouping == "m":
+        found += [cfg.replace(order="ends") for cfg in found]
     return found
 
 
@@ -93,6 +103,8 @@ FAMILY = Family(
         "stages": "TMA ring depth", "group": "M tile rows per raster group inside a group",
         "regs_producer": "setmaxnreg count of the producer (0: none)",
         "regs_consumer": "setmaxnreg count of the consumers (0: none)",
+        "order": "M-grouped tile order: forward (group by group) or ends (even tiles from "
+                 "the front, odd ones from the back)",
     },
     space=space, min_cc=90, max_cc=90, arch_suffix="a", adjust=_adjust, tma=True,
     problem="grouped")
