@@ -1,8 +1,9 @@
 """On a Hopper GPU: every epilogue-tree node against float64 on odd shapes in every layout, the
 dual GEMM (SwiGLU), the overlap, amax and aux, and the swapped small-M path.
 
-NOT RUNNABLE YET: the runtime that passes an epilogue's device arguments is being rewritten.
-This file is written against the intended API; what it assumes is listed here, and every call
+Written against the API below before the runtime took trees; the runtime now implements it
+(gemmgen.runtime.epilogue_args, tree_api, dual; CPU checks in tests/test_epilogue_runtime.py),
+except the swap, which gemm does not take for a tree (the vectors keep their sides). Every call
 goes through ``_gemm`` and ``_kernel`` below, so adapting it is a change in one place:
 
 - ``gemmgen.gemm(A, B, C=None, *, alpha=1.0, beta=0.0, bias=None, epilogue=EXPR,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ..model.families import config_from_dict, families_for
 from ..model.presets import PRESETS
 from . import shipped
-from .shapes import shaped
+from .shapes import keeps_sides, shaped
 from .tunedb import TuneDB
 
 MATHS = ("native", "3xtf32")
@@ -51,7 +51,7 @@ def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
         row = shipped.lookup(gpu, dtype, m, n, k, layout, names)
         how = "table" if row is not None else None
     candidates = []
-    if row is not None and not (row.get("swap") and epilogue.startswith("bias")):
+    if row is not None and not (row.get("swap") and keeps_sides(epilogue)):
         candidates.append((config_from_dict(row["config"]), how, bool(row.get("swap"))))
     if not fams:
         raise ValueError(f"no kernel family takes dtype {dtype!r}"

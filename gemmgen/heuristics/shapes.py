@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from ..model.epilogue import Epilogue
 from . import cost
 
 FLIP = {"r": "c", "c": "r"}
@@ -60,16 +61,23 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
     return out, "default, shaped" if changes else "default", swap, reasons
 
 
+def keeps_sides(epilogue: str) -> bool:
+    """The operands must not be swapped: a bias runs along N, and an epilogue tree's row and
+    column operands would need the transposed tree (not passed yet)."""
+    return epilogue.startswith("bias") or Epilogue.parse(epilogue).is_tree
+
+
 def _swap(m, n, layout, epilogue, reasons) -> tuple:
     """(swap, M, N, layout) of the kernel: a small M (and a larger N, no bias) computes
     C^T = B^T A^T, so M goes to wgmma's N."""
-    if m <= SWAP_M and n > m and not epilogue.startswith("bias"):
+    if m <= SWAP_M and n > m and not keeps_sides(epilogue):
         layout = FLIP[layout[1]] + FLIP[layout[0]] + FLIP[layout[2]]
         reasons.append(f"M = {m} is small: computing C^T = B^T A^T puts it on wgmma's N, which "
                        f"can be as narrow as 8 (wgmma's M is 64 per warpgroup); layout {layout}")
         return True, n, m, layout
-    if m <= SWAP_M and epilogue.startswith("bias"):
-        reasons.append(f"M = {m} is small, but the bias runs along N: operands not swapped")
+    if m <= SWAP_M and keeps_sides(epilogue):
+        reasons.append(f"M = {m} is small, but the bias runs along N (an epilogue tree's "
+                       f"operands keep their sides too): operands not swapped")
     return False, m, n, layout
 
 
@@ -127,6 +135,7 @@ def _split(cfg, m, n, k, batch, best, tiles, changes, reasons) -> int:
         split = 1
     if split > 1:  # inline where it compiles clean: not ping-pong, not a wide column-major C
         inline = not cfg.pingpong and (changes.get("layout", cfg.layout)[2] == "r" or best[1] < 128)
+        inline = inline and not getattr(cfg, "extended", False)  # H51: trees reduce apart
         changes.update(split_k=split, split_inline=inline)
         reasons.append(f"{tiles} tiles fill {100 * tiles / cost.SMS:.0f}% of {cost.SMS} SMs: "
                        f"K split into {split} slices; the last slice of each tile to finish "

@@ -13,14 +13,15 @@ import numpy as np
 
 from ..heuristics.select import decide, math_dtype
 from ..heuristics.tunedb import TuneDB
-from ..model.config import EPILOGUES
 from ..model.dtypes import ELEM_BYTES, dtype_name_of, stored_as
 from . import driver
 from .build import build
 from .device import device_identity, require_gpu
+from .epilogue_args import parse_epilogue
 from .fp8_api import fp8_gemm, is_fp8
 from .operands import OperandError, check_scalars, describe
 from .plans import make_plan, signature, transposed
+from .tree_api import tree_gemm
 
 _KERNELS: dict[tuple, tuple] = {}
 _PLANS: dict[tuple, object] = {}
@@ -103,7 +104,7 @@ def _c_aligned(C, dt: str, m: int, n: int) -> bool:
 def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
          epilogue: str | None = None, dtype: str | None = None, db: str | None = None,
          math: str = "native", stream=None, scale_a=None, scale_b=None, out_dtype=None,
-         fast_accum: bool = False):
+         fast_accum: bool = False, **tree):
     """C = act(alpha * A @ B + beta * C + bias) with the best known gemmgen kernel for this
     GPU and shape.
 
@@ -128,6 +129,7 @@ def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
     FP8 (Hopper; A and B float8, ``scale_a``, ``scale_b``, ``out_dtype``, ``fast_accum``):
     see ``gemmgen.runtime.fp8_api.fp8_gemm``.
 
+    Epilogue trees and the dual GEMM (operands as keywords): ``gemmgen.runtime.tree_api``.
     Raises ``OperandError`` for bad arguments, ``ValueError`` for an unknown epilogue or an
     unsupported dtype, ``BuildError`` when a kernel does not compile, ``ImportError`` without
     PyCUDA and ``RuntimeError`` without a CUDA driver or device.
@@ -138,11 +140,11 @@ def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
                         bias=bias, fast_accum=fast_accum, epilogue=epilogue, dtype=dtype, db=db,
                         stream=stream, alpha=alpha, beta=beta)
     alpha, beta = check_scalars(alpha, beta)
-    if epilogue is not None and epilogue not in EPILOGUES:
-        raise ValueError(f"unknown epilogue {epilogue!r}; known: {', '.join(EPILOGUES)}")
+    if (epi := parse_epilogue(epilogue)) and (epi.is_tree or tree.get("up") is not None):
+        return _tree_call(A, B, C, epi, alpha, beta, bias, dtype, db, math, stream, tree)
+    epilogue = _plain_epilogue(epi, tree)
     sigs = (signature(A), signature(B), signature(C), signature(bias))
-    fast = None not in sigs
-    if fast:
+    if None not in sigs:  # the fast path
         key = (*sigs, alpha, beta, epilogue, dtype, db, math)
         plan = _PLANS.get(key)
         if plan is None:  # checked in full, chosen and built once per signature
@@ -159,6 +161,28 @@ def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
     if choice.swap:
         return C if C is not None else transposed(out)
     return out
+
+
+def _tree_call(A, B, C, epi, alpha, beta, bias, dtype, db, math, stream, tree: dict):
+    """``gemm`` with an epilogue tree or the dual GEMM (``tree_api.tree_gemm``)."""
+    if math != "native":
+        raise ValueError("epilogue trees run in the inputs' own precision (math='native')")
+    dt, m, n, k, batch = _problem(A, B, dtype, math)
+    problem = (dt, m, n, k, batch, layout_of(A, B, C, dt), _c_aligned(C, dt, m, n),
+               operand_device(A, B, C))
+    return tree_gemm(A, B, C, epi, problem, alpha=alpha, beta=beta, bias=bias, db=db,
+                     stream=stream, **tree)
+
+
+def _plain_epilogue(epi, tree: dict) -> str | None:
+    """One of EPILOGUES (perhaps written as its expression), or None; ``OperandError`` for
+    tree operands it does not read."""
+    given = [k for k, v in tree.items() if v is not None]
+    if given:
+        raise OperandError(f"{', '.join(given)} given, but epilogue "
+                           f"{epi.spelling if epi else None!r} reads none of them (an epilogue "
+                           f"tree does: e.g. 'acc*row_scale + R')")
+    return epi.spelling if epi is not None else None
 
 
 def _choice(A, B, C, bias, epilogue, dtype, db, math) -> tuple:

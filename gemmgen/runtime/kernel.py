@@ -110,6 +110,7 @@ class Kernel:
         recipe.run((), driver.stream_handle(stream))
 
     def __call__(self, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
-                 stream=None):
-        """C = act(alpha * A @ B + beta * C + bias); see ``gemmgen.runtime.launch.launch``."""
-        return launch(self, A, B, C, alpha=alpha, beta=beta, bias=bias, stream=stream)
+                 stream=None, **tree):
+        """C = act(alpha * A @ B + beta * C + bias), or the kernel's epilogue tree with its
+        operands as keywords; see ``gemmgen.runtime.launch.launch``."""
+        return launch(self, A, B, C, alpha=alpha, beta=beta, bias=bias, stream=stream, **tree)

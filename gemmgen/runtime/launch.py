@@ -8,6 +8,7 @@ import numpy as np
 from ..model.dtypes import numpy_dtype
 from . import driver
 from .device import pycuda_context
+from .epilogue_args import EXTRA, check_epilogue, tree_of
 from .operands import GemmArgs, OperandError, check_gemm, check_scalars, describe
 
 GRID_LIMIT_YZ = 65535
@@ -15,7 +16,7 @@ DEFAULT_STREAMS = (None, 0, 1, 2)  # CUDA array interface: none, legacy, per-thr
 
 
 def launch(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
-           stream=None):
+           stream=None, **extra):
     """C = act(alpha * A @ B + beta * C + bias) with ``kernel``, in the kernel's layout and dtypes.
 
     A (M x K), B (K x N), C (M x N), or 3-D batches of them (a 2-D operand is broadcast over
@@ -28,12 +29,24 @@ def launch(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=
 
     Raises ``OperandError`` naming a bad argument (alpha and beta must be real numbers), a
     shape that differs from the kernel's specialization, or a grid beyond CUDA's limits.
+
+    An epilogue tree's operands come as keywords (``row_scale``, ``col_scale``, ``row_bias``,
+    ``R``, ``aux``, ``amax``; ``up``: the dual GEMM's second weight, laid out as B), device
+    arrays only (``gemmgen.runtime.epilogue_args``).
     """
     cfg = kernel.config
     alpha, beta = check_scalars(alpha, beta)
+    unknown = set(extra) - set(EXTRA)
+    if unknown:
+        raise TypeError(f"unexpected keyword arguments {sorted(unknown)}")
     args = check_gemm(A, B, C, beta=beta, dtype=cfg.dtype, out=cfg.out, layout=cfg.layout,
-                      bias=bias, needs_bias=cfg.epilogue.startswith("bias"))
+                      bias=bias, needs_bias=needs_bias(cfg))
     check_launch(kernel, args)
+    epi = check_epilogue(cfg, extra, args.m, args.n, args.batch)
+    up = check_up(cfg, extra.get("up"), args)
+    if args.a.kind == "numpy" and (epi is not None or up is not None):
+        raise OperandError("an epilogue tree's operands and the dual GEMM take device arrays "
+                           "(PyTorch, CuPy), not NumPy arrays")
     if args.a.kind == "numpy":
         with pycuda_context():
             return _launch_host(kernel, args, alpha, beta, C, bias)
@@ -48,7 +61,47 @@ def launch(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=
             kernel.launch_raw(args.m, args.n, args.k, alpha, args.a.ptr, args.ld(args.a, 0),
                               args.b.ptr, args.ld(args.b, 1), beta, c.ptr, c.lds[cfg.layout[2]],
                               batch_stride(args.a), batch_stride(args.b), batch_stride(c),
-                              args.bias.ptr if args.bias else 0, args.batch or 1, stream)
+                              args.bias.ptr if args.bias else 0, args.batch or 1, stream,
+                              **_tree_keywords(epi, up, refs=False))
+    return out
+
+
+def needs_bias(cfg) -> bool:
+    """The kernel reads the bias parameter: a name starting with "bias", or a tree's bias."""
+    tree = tree_of(cfg)
+    return bool(tree.count("bias")) if tree is not None else cfg.epilogue.startswith("bias")
+
+
+def check_up(cfg, up, args: GemmArgs):
+    """The dual GEMM's second weight: required exactly for a dual kernel, with B's dtype,
+    shape and layout; (Operand, leading dimension, batch stride) or None."""
+    if not getattr(cfg, "dual", False):
+        if up is not None:
+            raise OperandError("up given, but this kernel is not a dual GEMM")
+        return None
+    if up is None:
+        raise OperandError("up is required: a dual GEMM multiplies A by B (gate) and by up")
+    op = describe(up, "up", cfg.dtype)
+    if op.shape != args.b.shape:
+        raise OperandError(f"up has shape {op.shape}; B (gate) is {args.b.shape}")
+    if cfg.layout[1] not in op.lds:
+        raise OperandError("up must be laid out as B: K x N column-major (an nn.Linear "
+                           "weight's transpose)")
+    if op.batch and args.batch and op.batch not in (1, args.batch):
+        raise OperandError(f"up holds a batch of {op.batch}; the GEMM's is {args.batch}")
+    return op, op.lds[cfg.layout[1]], batch_stride(op)
+
+
+def _tree_keywords(epi, up, refs: bool) -> dict:
+    """``launch_raw``/``launches`` keywords of the tree's struct and the dual's up."""
+    from .epilogue_args import UP_INDEX
+    from .recipe import Ref
+    out = {}
+    if epi is not None:
+        out["epi"] = epi.block(refs)
+    if up is not None:
+        op, ld, stride = up
+        out["up"] = (Ref(UP_INDEX, op.ptr) if refs else op.ptr, ld, stride)
     return out
 
 

@@ -116,7 +116,8 @@ class Recipe:
 def pack(fmt: struct.Struct, offsets: tuple[int, ...], values: tuple) -> tuple[bytes, tuple]:
     """(parameter block, patches) of ``values`` packed by ``fmt`` whose fields sit at
     ``offsets``: a ``Ref`` is packed as its current address and patched as a pointer; a
-    ``MapRef`` as its encoded tensor map and patched as one."""
+    ``MapRef`` as its encoded tensor map and patched as one; a ``Block`` as its bytes, with
+    its own patches moved to its offset."""
     plain, patches = [], []
     for v, off in zip(values, offsets):
         if isinstance(v, Ref):
@@ -125,9 +126,27 @@ def pack(fmt: struct.Struct, offsets: tuple[int, ...], values: tuple) -> tuple[b
         elif isinstance(v, MapRef):
             patches.append(Patch(off, PATCH_MAP, v.ref.index, v.ref.delta))
             plain.append(v.data)
+        elif isinstance(v, Block):
+            patches += [Patch(off + p.offset, p.kind, p.index, p.delta) for p in v.patches]
+            plain.append(v.data)
         else:
             plain.append(v)
     return fmt.pack(*plain), tuple(patches)
+
+
+@dataclass(frozen=True)
+class Block:
+    """A struct parameter packed as bytes (``data``, e.g. ``EpilogueArgs``) with the patches of
+    the pointers inside it (offsets from its start); ``pack`` places them at the parameter's
+    offset."""
+
+    data: bytes
+    patches: tuple[Patch, ...] = ()
+
+    @classmethod
+    def of(cls, fmt: struct.Struct, values) -> "Block":
+        data, patches = pack(fmt, field_offsets(fmt), tuple(values))
+        return cls(data, patches)
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,10 @@ from typing import Callable
 from ..heuristics.cost import stored_shape, unaligned
 from ..model.dtypes import ELEM_BYTES
 from . import driver
+from .dual import dual_b
+from .epilogue_args import STRUCT as EPI_STRUCT, takes_args, tree_of
 from .kernel import Kernel
-from .recipe import Launch, MapRef, Recipe, Ref, field_offsets, pack
+from .recipe import Block, Launch, MapRef, Recipe, Ref, field_offsets, pack
 from .tma import MapSpec, ParamPacker, TmaError, encode, operand_map, param_layout
 
 # The kernel's parameters, in order: tensor maps of A, B, C; M, N, K, alpha, A, lda, B, ldb,
@@ -55,9 +57,16 @@ class TmaKernel(Kernel):
     def __post_init__(self):
         super().__post_init__()
         layout = param_layout(self.cubin, self.config.name)
-        kinds = PARAM_KINDS + (SPLIT_INLINE_KINDS if self.config.split_inline else ())
+        self._tree = tree_of(self.config)
+        epi_kind = (f"{EPI_STRUCT.size}s",) if takes_args(self.config) else ()
+        kinds = PARAM_KINDS + (SPLIT_INLINE_KINDS if self.config.split_inline else ()) + epi_kind
         self._packer = ParamPacker(layout, kinds)
         self._offsets = layout.offsets
+        self._epi = bool(epi_kind)
+        if self._epi and self.config.split_k > 1:  # <name>_reduce takes the struct too
+            reduce = param_layout(self.cubin, self.config.name + "_reduce")
+            self._reduce = ParamPacker(reduce, tuple(HELPER_SIGNATURES["reduce"].replace(
+                "P", "Q")) + epi_kind), reduce.offsets
         self._fallback = None
         self._recipes: dict[tuple, Recipe] = {}
         self._block = (self.config.threads, 1, 1)
@@ -119,17 +128,19 @@ class TmaKernel(Kernel):
     def launch_raw(self, m: int, n: int, k: int, alpha: float, a_ptr: int, lda: int, b_ptr: int,
                    ldb: int, beta: float, c_ptr: int, ldc: int, stride_a: int = 0,
                    stride_b: int = 0, stride_c: int = 0, bias_ptr: int = 0, batch: int = 1,
-                   stream=None) -> None:
+                   stream=None, epi: Block | None = None, up: tuple | None = None) -> None:
         """One call on device pointers of the current context's device (no operand checks;
         asynchronous). Recipes are cached by the whole argument list, so a repeated call (the
         same buffers, or a caching allocator's reused ones) is one dict lookup and the
-        launches."""
+        launches. ``epi``: the packed ``EpilogueArgs`` of a tree that needs them; ``up``: the
+        dual GEMM's (Bu pointer, ld, batch stride)."""
         dev = driver.current_device()
-        key = (m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a, stride_b,
-               stride_c, bias_ptr, batch, dev)
+        args = (m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a, stride_b,
+                stride_c, bias_ptr, batch)
+        key = (*args, epi, up, dev)
         recipe = self._recipes.get(key)
         if recipe is None:
-            recipe = self.launches(*key[:-1], device=dev)
+            recipe = self.launches(*args, device=dev, **_extras(epi, up))
             if len(self._recipes) >= LAUNCH_CACHE:
                 self._recipes.clear()
             self._recipes[key] = recipe
@@ -137,25 +148,36 @@ class TmaKernel(Kernel):
         recipe.run((), driver.stream_handle(stream))
 
     def launches(self, m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a=0,
-                 stride_b=0, stride_c=0, bias_ptr=0, batch=1, device=None) -> Recipe:
+                 stride_b=0, stride_c=0, bias_ptr=0, batch=1, device=None, epi=None,
+                 up=None) -> Recipe:
         """The ``Recipe`` of one call (pointers: ints or ``Ref``s): the helper launches, the
         GEMM, and the path taken; the fallback kernel's recipe when TMA cannot describe an
-        operand."""
+        operand (for an epilogue tree: the same tree with direct stores). ``epi`` and ``up``:
+        as in ``launch_raw`` (pointers inside ``epi`` may be ``Ref``s)."""
         dev = driver.current_device() if device is None else device
         args = (m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a, stride_b,
                 stride_c, bias_ptr, batch)
         try:
-            return self._recipe(dev, *args)
+            return self._recipe(dev, *args, epi=epi, up=up)
         except TmaError as exc:
-            fb = self.fallback.launches(*args, device=dev)
+            if self._tree is not None and self.fallback.name == self.name:
+                raise
+            fb = self.fallback.launches(*args, device=dev, **_extras(epi, up))
             return Recipe(dev, fb.launches, f"fallback: {exc}", fb.keep)
 
     def _recipe(self, dev, m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a,
-                stride_b, stride_c, bias_ptr, batch) -> Recipe:
+                stride_b, stride_c, bias_ptr, batch, epi=None, up=None) -> Recipe:
         cfg = self.config
         before, after, path, keep = [], [], ["tma"], []
-        reads = k > 0 and alpha != 0
+        # A and B are read unless K == 0, or alpha == 0 where the epilogue reads alpha
+        reads = k > 0 and (alpha != 0 or (self._tree is not None and not self._tree.count("alpha")))
         k_run = cfg.packed_k(k)
+        b_spec = None
+        if cfg.dual and reads:
+            (b_ptr, ldb, stride_b), b_spec, note = dual_b(
+                self, dev, before, keep, k, n, batch, (b_ptr, ldb, stride_b), up or (0, 0, 0),
+                PACK_THREADS, MAX_GRID_Y)
+            path += [note] if note else []
         if reads and cfg.math == "3xtf32":
             (a_ptr, lda, stride_a), (b_ptr, ldb, stride_b) = self._split3(
                 dev, before, keep, m, n, k, batch, a_ptr, lda, stride_a, b_ptr, ldb, stride_b)
@@ -171,11 +193,13 @@ class TmaKernel(Kernel):
             extra = self._split_inline(dev, keep, m, n, batch)
             path.append(f"split-K {cfg.split_k} inline")
         elif cfg.split_k > 1:
-            c_ptr, ldc, stride_c = self._split_k(dev, after, keep, m, n, batch, alpha, out)
+            c_ptr, ldc, stride_c = self._split_k(dev, after, keep, m, n, batch, alpha, out, epi)
             beta, bias_ptr, alpha = 0.0, 0, 1.0 if alpha != 0 else 0.0
             path.append(f"split-K {cfg.split_k}")
-        maps = self._maps(m, n, k_run, alpha, a_ptr, lda, b_ptr, ldb, c_ptr, ldc, stride_a,
-                          stride_b, stride_c, batch)
+        if self._epi:
+            extra += (epi if epi is not None else Block(bytes(EPI_STRUCT.size)),)
+        maps = self._maps(m, n, k_run, reads, a_ptr, lda, b_ptr, ldb, c_ptr, ldc, stride_a,
+                          stride_b, stride_c, batch, b_spec)
         params, patches = pack(self._packer.struct, self._offsets,
                                (*maps, m, n, k_run, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr,
                                 ldc, stride_a, stride_b, stride_c, bias_ptr, batch, *extra))
@@ -184,15 +208,15 @@ class TmaKernel(Kernel):
         launches = before + ([gemm] if m and n else []) + after
         return Recipe(dev, launches, " + ".join(path), keep)
 
-    def _maps(self, m, n, k, alpha, a_ptr, lda, b_ptr, ldb, c_ptr, ldc, stride_a, stride_b,
-              stride_c, batch) -> tuple:
+    def _maps(self, m, n, k, reads, a_ptr, lda, b_ptr, ldb, c_ptr, ldc, stride_a, stride_b,
+              stride_c, batch, b_spec=None) -> tuple:
         """The three tensor maps of the GEMM kernel itself (A and B as the kernel reads them:
         K-major after a 3xTF32 split), each a ``MapRef`` where its address is a ``Ref``.
         Raises ``TmaError`` naming the operand TMA cannot describe."""
         ta = tb = tc = NO_MAP
-        if k > 0 and alpha != 0:  # otherwise the kernel reads neither A nor B
+        if reads:  # otherwise the kernel reads neither A nor B
             ta = _encoded(self._a_map(a_ptr, m, k, lda, batch, stride_a), "A", a_ptr)
-            tb = _encoded(self._b_map(b_ptr, k, n, ldb, batch, stride_b), "B", b_ptr)
+            tb = _encoded(b_spec or self._b_map(b_ptr, k, n, ldb, batch, stride_b), "B", b_ptr)
         if self.config.store == "tma":
             tc = _encoded(self._c_map(c_ptr, m, n, ldc, batch, stride_c), "C", c_ptr)
         return ta, tb, tc
@@ -211,7 +235,7 @@ class TmaKernel(Kernel):
         packs = {name: self._pack_shape(name, m, n, k, batch, stride)
                  for name, stride in (("A", stride_a), ("B", stride_b)) if name in bad}
         best = unaligned(m, n, k, batch, self.config.dtype, packs)[0]
-        if best.path != "repack":
+        if best.path != "repack" and self._tree is None:  # a tree's fallback repacks too
             reasons = "; ".join(p for name, spec in bad.items() for p in spec.problems(name))
             raise TmaError(f"{reasons} (repack predicted slower: {best})")
         if "A" in bad:
@@ -286,7 +310,7 @@ class TmaKernel(Kernel):
         keep += [buf, counters]
         return buf.ptr, ldp, slice_, counters.ptr
 
-    def _split_k(self, dev, after: list, keep: list, m, n, batch, alpha, out) -> tuple:
+    def _split_k(self, dev, after: list, keep: list, m, n, batch, alpha, out, epi=None) -> tuple:
         """Queue the split-K reduction into the caller's C; the workspace the GEMM writes its
         partial sums to, as (pointer, leading dimension, slice stride)."""
         cfg = self.config
@@ -298,10 +322,21 @@ class TmaKernel(Kernel):
         buf = self.workspace(dev, "split-K", slice_ * batch * cfg.split_k * 4)
         keep.append(buf)
         grid = (-(-inner // REDUCE_THREADS), min(outer, MAX_GRID_Y), batch)
-        after.append(self._helper(dev, "reduce", grid, (REDUCE_THREADS, 1, 1),
-                                  (buf.ptr, ldp, slice_, m, n, alpha_, beta, c_ptr, ldc,
-                                   stride_c, bias_ptr, batch)))
+        args = (buf.ptr, ldp, slice_, m, n, alpha_, beta, c_ptr, ldc, stride_c, bias_ptr, batch)
+        if self._epi:  # the tree's struct, at the offset the cubin gives it
+            packer, offsets = self._reduce
+            params, patches = pack(packer.struct, offsets, (*args, epi or Block(
+                bytes(EPI_STRUCT.size))))
+            after.append(Launch(self.function(dev, "reduce"), grid, (REDUCE_THREADS, 1, 1),
+                                params, patches))
+        else:
+            after.append(self._helper(dev, "reduce", grid, (REDUCE_THREADS, 1, 1), args))
         return buf.ptr, ldp, slice_
+
+
+def _extras(epi, up) -> dict:
+    """The tree keywords of ``launches`` where given (a fallback without a tree takes none)."""
+    return {k: v for k, v in (("epi", epi), ("up", up)) if v is not None}
 
 
 def _encoded(spec: MapSpec, name: str, ptr):

@@ -122,7 +122,11 @@ def fallback(cfg: WgmmaConfig):
     computes, for operands TMA cannot describe: a row or batch stride that is not a multiple
     of 16 bytes, or a base address off 16-byte alignment. With 3xTF32, whose pack takes any
     operand, only a C that a TMA store cannot take falls back: to the SIMT preset
-    warptile_tuned, which keeps float32 accuracy (WMMA's tf32 would not)."""
+    warptile_tuned, which keeps float32 accuracy (WMMA's tf32 would not). A config with an
+    epilogue tree, the dual GEMM or the overlap (which no other family renders) falls back to
+    itself with direct stores and no overlap: its runtime repacks A and B instead."""
+    if cfg.extended:
+        return cfg.replace(store="direct", overlap=False)
     if cfg.math == "3xtf32":
         simt = next(p.config for p in SIMT_PRESETS if p.name == "warptile_tuned")
         return simt.replace(layout=cfg.layout, epilogue=cfg.epilogue, m=cfg.m, n=cfg.n, k=cfg.k)

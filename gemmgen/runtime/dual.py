@@ -1,0 +1,43 @@
+"""The dual GEMM's B operand (docs-notes/epilogue_abi.md section 5): Bg and Bu, nn.Linear
+weights (K x N column-major views, K contiguous), read through B's tensor map as a 3-D box at
+z = 2 x batch entry + 0 (gate) or 1 (up). Read in place when Bu lies a positive multiple of
+16 bytes after Bg with the same leading dimension (one weight pair, e.g. a fused gate_up
+weight); otherwise both are packed into a [batch][2][N][K] workspace first (slower, works for
+any pair)."""
+from __future__ import annotations
+
+from ..model.dtypes import ELEM_BYTES
+from .tma import MapSpec
+
+
+def dual_b(kernel, dev, before: list, keep: list, k: int, n: int, batch: int, b: tuple,
+           up: tuple, pack_threads: int, max_grid_y: int) -> tuple:
+    """((pointer, ld, batch-stride flag) of B for the kernel's parameters, the tensor map's
+    ``MapSpec``, the path note). ``b`` and ``up``: (pointer, ld, batch stride) of Bg and Bu;
+    pointers may be ``Ref``s (the map's address is Bg's, patched per call; the distance to Bu
+    is then part of the caller's signature)."""
+    cfg = kernel.config
+    item = ELEM_BYTES[cfg.dtype]
+    box = (*kernel._b_box, 1)
+    (b_ptr, ldb, sb), (u_ptr, ldu, su) = b, up
+    d = int(u_ptr) - int(b_ptr)  # bytes from Bg to Bu
+    if not sb and not su and ldb == ldu and d > 0:
+        spec = MapSpec(cfg.dtype, int(b_ptr), (max(k, 1), max(n, 1), 2), (ldb * item, d), box,
+                       cfg.swizzle)
+        if not spec.problems("B"):
+            return (b_ptr, ldb, 0), spec, ""
+    vec = 16 // item
+    ld_new = -(-k // vec) * vec
+    nb = batch if (sb or su) else 1
+    per = 2 * n * ld_new
+    buf = kernel.workspace(dev, "dual B", per * nb * item)
+    keep.append(buf)
+    units = -(-k // vec)  # 16-byte vectors per row
+    grid = (-(-units // pack_threads), min(n, max_grid_y), nb)
+    for part, (ptr, ld, stride) in enumerate(((b_ptr, ldb, sb), (u_ptr, ldu, su))):
+        dst = buf.ptr + part * n * ld_new * item
+        before.append(kernel._helper(dev, "pack", grid, (pack_threads, 1, 1),
+                                     (ptr, ld, stride, dst, ld_new, per if nb > 1 else 0, n, k)))
+    spec = MapSpec(cfg.dtype, buf.ptr, (max(k, 1), max(n, 1), 2 * nb),
+                   (ld_new * item, n * ld_new * item), box, cfg.swizzle)
+    return (buf.ptr, ld_new, per if nb > 1 else 0), spec, "pack B+up"
