@@ -52,14 +52,14 @@ def cp():
     return cupy
 
 
-def _gemm(A, B, **kw):
+def _gemm(A, B, C=None, **kw):
     import gemmgen
-    return gemmgen.gemm(A, B, **kw)
+    return gemmgen.gemm(A, B, C, **kw)
 
 
-def _kernel(cfg, A, B, **kw):
+def _kernel(cfg, A, B, C=None, **kw):
     import gemmgen
-    return gemmgen.build(cfg)(A, B, **kw)
+    return gemmgen.build(cfg)(A, B, C, **kw)
 
 
 def _operands(cp, m, n, k, layout, dtype="fp16", r_dtype=None, r_col=None, seed=0):
