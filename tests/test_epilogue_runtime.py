@@ -159,3 +159,14 @@ def test_trees_are_never_swapped_and_reduce_apart():
     assert not small.config.split_inline
     plain = decide(None, "NVIDIA H200", "fp16", 8, 4096, 4096, 90, "rrr", "none")
     assert plain.swap
+
+
+def test_a_residual_of_a_column_major_c_is_spelled_column_major():
+    from gemmgen.model.epilogue import Epilogue
+    from gemmgen.runtime.tree_api import explicit_r_layout
+    got = {t: explicit_r_layout(Epilogue.parse(t)).expr for t in (
+        "acc + R", "acc + R(dtype='fp32')", "acc + R(layout='r')", "gelu(acc + bias)")}
+    assert got == {"acc + R": "acc + R(layout='c')",
+                   "acc + R(dtype='fp32')": "acc + R(layout='c', dtype='fp32')",
+                   "acc + R(layout='r')": "acc + R(layout='r')",
+                   "gelu(acc + bias)": "gelu(acc + bias)"}

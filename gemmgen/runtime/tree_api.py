@@ -6,6 +6,8 @@ and launched with the tree's operands (``row_scale``, ``col_scale``, ``row_bias`
 takes the same tree with direct stores (``TmaKernel``'s fallback for a tree)."""
 from __future__ import annotations
 
+import re
+
 from ..heuristics.select import decide
 from ..heuristics.tunedb import TuneDB
 from ..model.epilogue import Epilogue
@@ -61,5 +63,16 @@ def tree_gemm(A, B, C, epi: Epilogue, problem: tuple, *, alpha=1.0, beta=0.0, bi
     ``problem``: (dtype, M, N, K, batch, layout, C 16-byte aligned, device) as ``gemm``
     finds them."""
     dt, m, n, k, batch, lay, c_aligned, device = problem
+    if lay[2] == "c":
+        epi = explicit_r_layout(epi)
     kernel, _ = tree_kernel(epi, dt, m, n, k, lay, c_aligned, batch, device, db)
     return kernel(A, B, C, alpha=alpha, beta=beta, bias=bias, stream=stream, **tree)
+
+
+def explicit_r_layout(epi: Epilogue) -> Epilogue:
+    """``epi`` with a residual R that follows a column-major C spelled ``R(layout='c')``. The
+    kernel reads an R of C's layout wrongly when C is column-major (8 GPU cases of
+    tests/test_gpu_epilogue.py on an H200), and right when the layout is spelled out."""
+    expr = re.sub(r"\bR\b(?!\()", "R(layout='c')", epi.expr)
+    expr = re.sub(r"\bR\((?![^)]*layout=)", "R(layout='c', ", expr)
+    return epi if expr == epi.expr else Epilogue.parse(expr)
