@@ -276,7 +276,7 @@ FP8_VALUES = {
 }
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_python_verdict_equals_nvcc_verdict(nvcc, data):
     """A configuration compiles for sm_90a exactly when the model accepts it, and the

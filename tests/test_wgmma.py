@@ -200,7 +200,7 @@ WGMMA_VALUES = {
 }
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_python_verdict_equals_nvcc_verdict(nvcc, data):
     """A configuration compiles for sm_90a exactly when the model accepts it, and the
