@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import numbers
 from dataclasses import dataclass, field, fields
@@ -310,6 +311,9 @@ class Family:
     problem: str = "gemm"
     adjust: Callable[[dict, set], dict] = field(default=lambda values, given: values)
 
+    def __post_init__(self):
+        object.__setattr__(self, "space", _cached_space(self.space))
+
     def arch_for(self, cc: int) -> str:
         """The nvcc target for a device of compute capability ``cc`` (major*10+minor), e.g.
         ``sm_90a`` for the wgmma family on an H100. Raises ``ValueError`` naming the arch the
@@ -319,3 +323,17 @@ class Family:
             need += " exactly" if self.max_cc == self.min_cc else " or newer"
             raise ValueError(f"the {self.name} family needs {need}; sm_{cc} cannot run it")
         return f"sm_{cc}{self.arch_suffix}"
+
+
+def _cached_space(space: Callable) -> Callable:
+    """``space`` enumerated once per argument list (configs are frozen): a new list each call.
+    The SIMT space alone takes seconds to check against its rules."""
+    if getattr(space, "cached", False):
+        return space
+    once = functools.lru_cache(maxsize=None)(lambda *args, **kw: tuple(space(*args, **kw)))
+
+    @functools.wraps(space)
+    def cached(*args, **kw):
+        return list(once(*args, **kw))
+    cached.cached = True
+    return cached
