@@ -9,7 +9,20 @@ import pytest
 
 # Compiled cubins go to a fresh directory per test session, so no test depends on (or fills)
 # the user's cache; within the session, kernels compiled once are shared between tests.
+# pytest-xdist's workers share one directory (its test run id names it), so a kernel one worker
+# compiled is a cache hit for the other.
+_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+if _RUN:
+    _SHARED = Path(tempfile.gettempdir()) / f"gemmgen-test-cache-{_RUN}"
+    _SHARED.mkdir(exist_ok=True)
+    os.environ.setdefault("GEMMGEN_CACHE_DIR", str(_SHARED))
 os.environ.setdefault("GEMMGEN_CACHE_DIR", tempfile.mkdtemp(prefix="gemmgen-test-cache-"))
+
+# The files whose fixtures compile the most, first: pytest-xdist (--dist loadfile) hands files
+# out in collection order, and a heavy file started last leaves one core idle at the end.
+HEAVY_FIRST = ("test_nvcc.py", "test_wgmma.py", "test_mma.py", "test_fp8.py",
+               "test_nvcc_variants.py", "test_epilogue_render.py", "test_tune.py",
+               "test_grouped.py", "test_spill_sample.py", "test_simt_ladder.py")
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/breakers.py
 
@@ -29,6 +42,8 @@ def _gpu_missing() -> str | None:
 
 
 def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda i: rank.get(i.path.name, len(rank)))  # stable: order kept within
     gpu_items = [i for i in items if "gpu" in i.keywords]
     if not gpu_items:
         return
