@@ -1,13 +1,16 @@
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 
-.PHONY: install test test-gpu bench generate docs docs-tables clean
+.PHONY: install test test-all test-gpu bench generate docs docs-tables clean
 
 install:            ## install gemmgen (editable) with the test tools; PyTorch's CPU build if no torch
 	$(PIP) install -q -e '.[dev]'
 	$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
 
 test:               ## tests that need no GPU (nvcc compiles run where nvcc is installed)
+	$(PYTHON) -m pytest -q -n auto --dist loadfile -m "not slow"
+
+test-all:           ## every test that needs no GPU, the wider nvcc samples included
 	$(PYTHON) -m pytest -q -n auto --dist loadfile
 
 test-gpu:           ## tests that need a GPU and PyCUDA

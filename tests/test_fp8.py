@@ -276,6 +276,7 @@ FP8_VALUES = {
 }
 
 
+@pytest.mark.slow
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_python_verdict_equals_nvcc_verdict(nvcc, data):

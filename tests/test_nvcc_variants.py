@@ -58,6 +58,7 @@ def assert_nvcc_agrees(cfg) -> None:
         assert report["sm_90"].smem_bytes == cfg.static_smem_bytes
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cfg=near_presets(SimtConfig, FIELD_VALUES))
 def test_python_verdict_equals_nvcc_verdict(nvcc, cfg):
@@ -73,13 +74,16 @@ WMMA_VALUES = {
 }
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cfg=near_presets(WmmaConfig, WMMA_VALUES))
 def test_python_verdict_equals_nvcc_verdict_wmma(nvcc, cfg):
     assert_nvcc_agrees(cfg)
 
 
-@pytest.mark.parametrize("preset", ["warptile_tuned", "wmma_pipeline", "wmma_tf32"])
+@pytest.mark.parametrize("preset", [pytest.param("warptile_tuned", marks=pytest.mark.slow),
+                                    "wmma_pipeline",
+                                    pytest.param("wmma_tf32", marks=pytest.mark.slow)])
 def test_every_layout_and_epilogue_compiles(nvcc, preset):
     """One preset per family and dtype, each layout and each epilogue, as one translation unit."""
     configs = pairwise_variants(PRESETS[preset].config)
@@ -120,6 +124,7 @@ SPILL_SAMPLE = [
 ]
 
 
+@pytest.mark.slow
 def test_register_estimate_agrees_with_ptxas_on_a_sample(nvcc):
 
     from gemmgen.model.registers import register_cap, registers_needed, spill_risk

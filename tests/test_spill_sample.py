@@ -40,9 +40,15 @@ def _pick(rng: random.Random, family: str):
             return trial
 
 
+FIXED_SEED = 2007497774
+
+
 def test_a_random_sample_of_every_space_compiles_without_spills(nvcc):
     from gemmgen.compile.cache import compile_many
-    seed = int(os.environ.get("GEMMGEN_SPILL_SEED", random.randrange(2 ** 31)))
+    # A fixed sample in CI (the seed that once found a spilling ping-pong split-K kernel);
+    # GEMMGEN_SPILL_SEED=random draws a new one, any number replays that sample.
+    given = os.environ.get("GEMMGEN_SPILL_SEED", str(FIXED_SEED))
+    seed = random.randrange(2 ** 31) if given == "random" else int(given)
     rng = random.Random(seed)
     configs = [_pick(rng, f) for f in FAMILIES for _ in range(PER_FAMILY)]
     bad = []

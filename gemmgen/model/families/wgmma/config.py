@@ -362,6 +362,15 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
         accumulators."""
         return self.acc_regs + REG_RESERVE + (OVERLAP_RESERVE if self.overlap else 0)
 
+    def stack_risk(self) -> str | None:
+        """Why ptxas would likely spill whatever the estimate says, or None: a ping-pong
+        consumer (a whole tile's accumulators in one warpgroup) storing split-K partial sums
+        to a column-major C (40 bytes of spill stores at 128x128, split-K 4, rcc, GELU: a
+        CI spill sample on sm_90a)."""
+        if self.pingpong and self.split_k > 1 and self.layout[2] == "c":
+            return "ping-pong with split-K partials stored to a column-major C"
+        return None
+
     def launch_registers(self) -> int:
         """Registers per thread the block launches with: the __launch_bounds__(threads, 1)
         cap (setmaxnreg then moves them between warpgroups)."""
