@@ -194,7 +194,7 @@ VARIANTS = (pairwise_variants(MmaConfig(64, 64, 32, 32, 32, out="fp16", stages=3
 
 @pytest.fixture(scope="module")
 def static_evidence(nvcc):
-    """Every preset for the four archs and the layout variants for sm_80, in three nvcc calls
+    """Every preset for ARCHS and the layout variants for sm_80, in three nvcc calls
     run side by side (CI has two cores)."""
     if tool_path("cuobjdump") is None:
         pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
