@@ -6,6 +6,7 @@ from __future__ import annotations
 from ...arch import get_arch
 from ...config import div
 from ...dtypes import CTYPES
+from ..wgmma.env import wgmma_asm
 from .rules import (
     ALIGN_SLACK,
     BLOCK,
@@ -134,9 +135,5 @@ class Fp8Env:
 
     @property
     def wgmma_asm(self) -> dict:
-        """Operand numbers of the wgmma inline asm: accumulators %0..%(n-1), then descriptor
-        A, descriptor B and the scale-d flag."""
-        n = self.bn // 2
-        return {"acc": n, "desc_a": n, "desc_b": n + 1, "scale_d": n + 2,
-                "acc_operands": [f"%{i}" for i in range(n)],
-                "acc_constraints": [f'"+f"(d[{i}])' for i in range(n)]}
+        """Operand numbers of the wgmma inline asm (``wgmma.env.wgmma_asm``)."""
+        return wgmma_asm(self.bn)

@@ -31,6 +31,16 @@ from .rules import (
 )
 
 
+def wgmma_asm(bn: int) -> dict:
+    """Operand numbers of the inline asm of a wgmma of ``bn`` columns (fp32 accumulators,
+    bn / 2 per thread): accumulators %0..%(n-1), then descriptor A, descriptor B and the
+    scale-d flag. The wgmma, fp8 and grouped templates share it."""
+    n = bn // 2
+    return {"acc": n, "desc_a": n, "desc_b": n + 1, "scale_d": n + 2,
+            "acc_operands": [f"%{i}" for i in range(n)],
+            "acc_constraints": [f'"+f"(d[{i}])' for i in range(n)]}
+
+
 class WgmmaEnv:
     """Mixed into ``WgmmaConfig``: everything here derives from its fields and geometry."""
 
@@ -184,9 +194,5 @@ class WgmmaEnv:
 
     @property
     def wgmma_asm(self) -> dict:
-        """Operand numbers of the wgmma inline asm: accumulators %0..%(n-1), then descriptor
-        A, descriptor B and the scale-d flag."""
-        n = self.bn // 2
-        return {"acc": n, "desc_a": n, "desc_b": n + 1, "scale_d": n + 2,
-                "acc_operands": [f"%{i}" for i in range(n)],
-                "acc_constraints": [f'"+f"(d[{i}])' for i in range(n)]}
+        """Operand numbers of the wgmma inline asm (``wgmma.env.wgmma_asm``)."""
+        return wgmma_asm(self.bn)
