@@ -52,6 +52,25 @@ def _budget(ctx, param, value):
     return value
 
 
+def _group_options(groups_help: str):
+    """--groups (help ``groups_help``), --grouping and --dist: the grouped problem of ``tune``
+    and ``explain``."""
+    options = (
+        click.option("--groups", type=click.IntRange(1, 65535), default=None, help=groups_help),
+        click.option("--grouping", type=click.Choice(["m", "k"]), default="m",
+                     show_default=True,
+                     help="with --groups: groups differ in M (forward, dgrad) or in K (wgrad)"),
+        click.option("--dist", default="uniform", show_default=True,
+                     help=f"with --groups: rows per group, one of {', '.join(DISTRIBUTIONS)} or "
+                          f"skew<percent> (one group with that share)"))
+
+    def apply(fn):
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+    return apply
+
+
 @main.command()
 @click.option("--m", "m", type=EXTENT, default=None, help="rows of A and C")
 @click.option("--n", "n", type=EXTENT, default=None, help="columns of B and C")
@@ -84,13 +103,8 @@ def _budget(ctx, param, value):
 @click.option("--show", is_flag=True, help="print the stored entry for this shape; no tuning")
 @click.option("--explain", is_flag=True, help="say why the winner beat the runner-up")
 @click.option("--plot", "plot_path", type=OutputPath(), help="draw the search")
-@click.option("--groups", type=click.IntRange(1, 65535), default=None,
-              help="tune a grouped problem (gemmgen.grouped_gemm) of this many groups: --m is "
-                   "the rows of all groups (K-grouped: M, and --k the rows of all groups)")
-@click.option("--grouping", type=click.Choice(["m", "k"]), default="m", show_default=True,
-              help="with --groups: groups differ in M (forward, dgrad) or in K (wgrad)")
-@click.option("--dist", default="uniform", show_default=True,
-              help="with --groups: rows per group (uniform, skew<percent>, empty, random)")
+@_group_options("tune a grouped problem (gemmgen.grouped_gemm) of this many groups: --m is "
+                "the rows of all groups (K-grouped: M, and --k the rows of all groups)")
 def tune(m, n, k, shapes_path, dtype, scaling, fast_accum, family, layout, budget, max_configs,
          db_path, devices, jobs, show, explain, plot_path, groups, grouping, dist) -> None:
     """Search the validated configuration space on the GPU for one shape (--m --n --k), or for
@@ -292,14 +306,8 @@ def _stored(db, req) -> dict:
 @click.option("--gpu", default="NVIDIA H200", show_default=True,
               help="GPU name the tuning database is keyed by")
 @click.option("--db", type=click.Path(dir_okay=False), help="tuning database (default: none)")
-@click.option("--groups", type=click.IntRange(1, 65535), default=None,
-              help="a grouped problem (gemmgen.grouped_gemm) of this many groups: M is the "
-                   "rows of all groups (--grouping m) or, with --grouping k, K is")
-@click.option("--grouping", type=click.Choice(["m", "k"]), default="m", show_default=True,
-              help="with --groups: groups differ in M (forward, dgrad) or in K (wgrad)")
-@click.option("--dist", default="uniform", show_default=True,
-              help=f"with --groups: rows per group, one of {', '.join(DISTRIBUTIONS)} or "
-                   f"skew<percent> (one group with that share)")
+@_group_options("a grouped problem (gemmgen.grouped_gemm) of this many groups: M is the rows "
+                "of all groups (--grouping m) or, with --grouping k, K is")
 @click.pass_context
 def explain(ctx, m, n, k, dtype, scaling, fast_accum, math_, layout, epilogue, lda, ldb, ldc,
             batch, cc, gpu, db, groups, grouping, dist) -> None:
