@@ -161,12 +161,34 @@ def test_trees_are_never_swapped_and_reduce_apart():
     assert plain.swap
 
 
-def test_a_residual_of_a_column_major_c_is_spelled_column_major():
+def test_a_residual_is_read_in_the_layout_it_is_given_in():
+    """R follows C's layout unless the tree spells one; an R given in the other layout is
+    spelled as given, so the kernel reads it as it is (a column-major R beside a row-major C
+    was refused before)."""
+    import numpy as np
+
     from gemmgen.model.epilogue import Epilogue
-    from gemmgen.runtime.tree_api import explicit_r_layout
-    got = {t: explicit_r_layout(Epilogue.parse(t)).expr for t in (
-        "acc + R", "acc + R(dtype='fp32')", "acc + R(layout='r')", "gelu(acc + bias)")}
-    assert got == {"acc + R": "acc + R(layout='c')",
-                   "acc + R(dtype='fp32')": "acc + R(layout='c', dtype='fp32')",
-                   "acc + R(layout='r')": "acc + R(layout='r')",
-                   "gelu(acc + bias)": "gelu(acc + bias)"}
+    from gemmgen.runtime.tree_api import r_layout_of_operand
+    row = np.zeros((6, 5), np.float16)
+    col = np.asfortranarray(row)
+
+    def spelled(tree, R, c_layout):
+        return r_layout_of_operand(Epilogue.parse(tree), R, c_layout).expr
+    assert spelled("acc + R", col, "r") == "acc + R(layout='c')"
+    assert spelled("acc + R", row, "c") == "acc + R(layout='r')"
+    assert spelled("acc + R(dtype='fp32')", col.astype(np.float32), "r") == \
+        "acc + R(layout='c', dtype='fp32')"
+    assert spelled("acc + R", col, "c") == "acc + R"
+    assert spelled("acc + R", row, "r") == "acc + R"
+    assert spelled("acc + R(layout='r')", col, "r") == "acc + R(layout='r')"
+    assert spelled("gelu(acc + bias)", None, "r") == "gelu(acc + bias)"
+
+
+def test_a_tree_kernel_writes_c_in_the_dtype_c_has():
+    from gemmgen.model.presets import PRESETS
+    from gemmgen.runtime.tree_api import _with_out
+    cfg = PRESETS["wgmma_tma_store"].config.replace(epilogue="amax(acc*col_scale + bias)",
+                                                    check=False)  # fp16 C: amax needs fp32
+    assert _with_out(cfg, None) is cfg and _with_out(cfg, cfg.out) is cfg
+    wide = _with_out(cfg, "fp32")
+    assert wide.out == "fp32" and wide.dtype == cfg.dtype and not wide.violations()

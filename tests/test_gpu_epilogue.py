@@ -118,7 +118,7 @@ def test_every_node_against_float64_on_odd_shapes(cp, layout, tree):
         aux = cp.empty_like(dev["C"]) if epi.count("aux") else None
         kw = {name: dev[name] for name in ("row_scale", "col_scale", "row_bias", "bias", "R")
               if epi.count(name)}
-        out = _gemm(dev["A"], dev["B"], dev["C"].copy(), alpha=alpha, beta=beta,
+        out = _gemm(dev["A"], dev["B"], dev["C"].copy(order="K"), alpha=alpha, beta=beta,
                     epilogue=tree, aux=aux, **kw)
         ref, rec = evaluate(epi, {**leaves, "alpha": alpha, "beta": beta})
         assert _rel(out, ref) <= _tol(tree, k), (tree, layout, m, n, k, _rel(out, ref))
@@ -135,7 +135,8 @@ def test_truly_odd_extents(cp, tree):
     dev, leaves = _operands(cp, m, n, k, "rrr", seed=6)
     epi = Epilogue.parse(tree)
     kw = {name: dev[name] for name in ("row_scale", "col_scale", "bias", "R") if epi.count(name)}
-    out = _gemm(dev["A"], dev["B"], dev["C"].copy(), alpha=1.0, beta=0.5, epilogue=tree, **kw)
+    out = _gemm(dev["A"], dev["B"], dev["C"].copy(order="K"), alpha=1.0, beta=0.5,
+                epilogue=tree, **kw)
     ref, _ = evaluate(epi, {**leaves, "alpha": 1.0, "beta": 0.5})
     assert _rel(out, ref) <= _tol(tree, k)
 
@@ -181,7 +182,7 @@ def test_overlap_matches_float64_with_the_staged_pre_activation(cp, tree, layout
     dev, leaves = _operands(cp, m, n, k, layout, seed=3)
     epi = Epilogue.parse(tree)
     kw = {name: dev[name] for name in ("row_scale", "col_scale", "bias", "R") if epi.count(name)}
-    out = _kernel(cfg, dev["A"], dev["B"], dev["C"].copy(), alpha=1.0, beta=0.0, **kw)
+    out = _kernel(cfg, dev["A"], dev["B"], dev["C"].copy(order="K"), alpha=1.0, beta=0.0, **kw)
     ref, _ = evaluate(epi, {**leaves, "alpha": 1.0, "beta": 0.0}, staged="fp16")
     assert _rel(out, ref) <= _tol(tree, k), (tree, layout)
 

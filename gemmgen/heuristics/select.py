@@ -33,7 +33,8 @@ class Choice:
 
 
 def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
-           cc: int | None = None, layout: str = "rrr", epilogue: str = "none"):
+           cc: int | None = None, layout: str = "rrr", epilogue: str = "none",
+           out: str | None = None):
     """(config, how) for one problem: how is "exact" or "nearest" (a winner of the tuning
     database ``db``), "table" (a winner of the table shipped for ``gpu``: same N and K, the
     nearest bucket of M) or "default" (a family's preset), the config
@@ -62,13 +63,28 @@ def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
             continue  # tuned on another kind of GPU
         # a swapped entry is laid out for C^T = B^T A^T already
         trial = cfg.replace(layout=cfg.layout if swap else layout, epilogue=epilogue,
-                            check=False)
+                            **({"out": out} if out else {}), check=False)
         problems = trial._type_problems()  # e.g. an unknown epilogue name
         if problems:
             raise ValueError("; ".join(problems))
+        if out and out != cfg.out:
+            trial = writing(trial, out)
         if not trial.violations():
             return trial, how_ + (", swapped" if swap else "")
     raise ValueError(f"no {dtype} kernel takes layout {layout!r} with epilogue {epilogue!r}")
+
+
+def writing(cfg, out: str):
+    """``cfg`` writing C as ``out`` (an fp32 C of fp16 inputs, say): the same kernel, with as
+    many pipeline stages as still fit shared memory beside the wider C it stages (down to 2).
+    Checked with ``violations()``; the config with the most stages that passes, else the
+    config with ``out`` as it is (its violations say why)."""
+    wide = cfg.replace(out=out, check=False)
+    stages = getattr(cfg, "stages", None)
+    if stages is None or not wide.violations():
+        return wide
+    return next((t for t in (wide.replace(stages=s, check=False) for s in range(stages, 1, -1))
+                 if not t.violations()), wide)
 
 
 def math_dtype(dtype: str, math_: str) -> str:
@@ -92,12 +108,14 @@ def tight_lds(layout: str, m: int, n: int, k: int) -> tuple[int, int, int]:
 
 def decide(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
            cc: int | None = None, layout: str = "rrr", epilogue: str = "none",
-           c_aligned: bool = True, math_: str = "native", batch: int = 1) -> Choice:
+           c_aligned: bool = True, math_: str = "native", batch: int = 1,
+           out: str | None = None) -> Choice:
     """The ``Choice`` for one problem: ``choose``'s kernel (a tuned winner is taken as it
     is), then, for a default wgmma preset, the shape rules of
     ``gemmgen.heuristics.shapes``.
     ``c_aligned``: C's address and leading dimension are multiples of 16 bytes (else a TMA
-    store cannot take it). ``math_="3xtf32"`` (dtype tf32) takes preset wgmma_3xtf32 where
+    store cannot take it). ``out``: C's dtype where it is not the inputs' own (an fp32 C of
+    fp16 inputs). ``math_="3xtf32"`` (dtype tf32) takes preset wgmma_3xtf32 where
     wgmma runs, else the SIMT fp32 kernel (IEEE float32 is at least as accurate). Raises
     ``ValueError`` as ``choose`` does, or for an unknown ``math_``."""
     math_dtype(dtype, math_)  # the checks
@@ -110,7 +128,7 @@ def decide(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
                 why.append("C is not 16-byte aligned: direct stores (the preset's own)")
             return Choice(cfg, "default", False, why)
         dtype = "fp32"
-    cfg, how = choose(db, gpu, dtype, m, n, k, cc, layout, epilogue)
+    cfg, how = choose(db, gpu, dtype, m, n, k, cc, layout, epilogue, out)
     swap = how.endswith(", swapped")
     how = how.removesuffix(", swapped")
     reasons = [f"{cfg.family} family, " + {"exact": "tuned for this shape",

@@ -109,10 +109,12 @@ def _matrix(x, name: str, dtype: str, m: int, n: int, col: bool, batch: int | No
     return op, op.lds[want], (op.batch_stride if op.batch and op.batch > 1 else 0)
 
 
-def check_epilogue(cfg, given: dict, m: int, n: int, batch: int | None) -> EpiOperands | None:
+def check_epilogue(cfg, given: dict, m: int, n: int, batch: int | None,
+                   host: bool = False) -> EpiOperands | None:
     """Check the tree operands ``given`` (name -> array or None) against ``cfg``'s tree:
-    each one the tree reads is required, none other may be given. None when the kernel takes
-    no ``EpilogueArgs``. Raises ``OperandError`` naming the argument."""
+    each one the tree reads is required, none other may be given; device arrays, or NumPy
+    arrays when ``host`` (the NumPy path, which copies them). None when the kernel takes no
+    ``EpilogueArgs``. Raises ``OperandError`` naming the argument."""
     epi = tree_of(cfg)
     present = {k: v for k, v in given.items() if v is not None and k != "up"}
     if epi is None:
@@ -148,7 +150,7 @@ def check_epilogue(cfg, given: dict, m: int, n: int, batch: int | None) -> EpiOp
             raise OperandError("amax must be a one-element float32 device array (zeroed by "
                                "the caller; the kernel atomicMax-es its bits)")
         ops["amax"] = describe(x.reshape(1, 1), "amax", "fp32")
-    if any(op.kind == "numpy" for op in ops.values()):
+    if not host and any(op.kind == "numpy" for op in ops.values()):
         raise OperandError(f"{', '.join(k for k, op in ops.items() if op.kind == 'numpy')}: "
                            f"epilogue operands must be device arrays (PyTorch, CuPy)")
     if "row_scale" in ops and "row_bias" in ops and (

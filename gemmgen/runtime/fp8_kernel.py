@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import driver
-from .fp8_launch import launch_fp8
+from .fp8_blas import call_fp8
 from .fp8_operands import Matrix, Scale
 from .kernel import Kernel
 from .recipe import Launch, MapRef, Recipe, Ref, field_offsets, pack
@@ -194,9 +194,14 @@ class Fp8Kernel(Kernel):
         before.append(Launch(self.function(dev, "pack"), grid, (threads, 1, 1), params, patches))
         return Matrix(buf.ptr, ld_new, True)
 
-    def __call__(self, A, B, scale_a=1.0, scale_b=1.0, D=None, *, bias=None, stream=None):
-        """D = act(dequant(A @ B) + bias) with this kernel; see ``gemmgen.runtime.fp8_launch``."""
-        return launch_fp8(self, A, B, scale_a, scale_b, D, bias=bias, stream=stream)
+    def __call__(self, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
+                 stream=None, scale_a=1.0, scale_b=1.0):
+        """C = act(alpha * scale_a * scale_b * (A @ B) + beta * C + bias): every kernel's call
+        contract (``Kernel.__call__``), with the FP8 scales as keywords (numbers, row vectors
+        or block grids; see ``gemmgen.runtime.fp8_operands``). See ``gemmgen.runtime.fp8_blas``
+        for how alpha, beta, K = 0 and batches map onto the kernel."""
+        return call_fp8(self, A, B, C, alpha=alpha, beta=beta, bias=bias, stream=stream,
+                        scale_a=scale_a, scale_b=scale_b)
 
 
 def _encoded(spec: MapSpec, name: str, ptr):

@@ -31,8 +31,9 @@ def launch(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=
     shape that differs from the kernel's specialization, or a grid beyond CUDA's limits.
 
     An epilogue tree's operands come as keywords (``row_scale``, ``col_scale``, ``row_bias``,
-    ``R``, ``aux``, ``amax``; ``up``: the dual GEMM's second weight, laid out as B), device
-    arrays only (``gemmgen.runtime.epilogue_args``).
+    ``R``, ``aux``, ``amax``; ``up``: the dual GEMM's second weight, laid out as B), of the
+    operands' kind (``gemmgen.runtime.epilogue_args``); NumPy ones are copied to the GPU in
+    the layout the kernel reads, and the outputs ``aux`` and ``amax`` copied back.
     """
     cfg = kernel.config
     alpha, beta = check_scalars(alpha, beta)
@@ -42,14 +43,17 @@ def launch(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=
     args = check_gemm(A, B, C, beta=beta, dtype=cfg.dtype, out=cfg.out, layout=cfg.layout,
                       bias=bias, needs_bias=needs_bias(cfg))
     check_launch(kernel, args)
-    epi = check_epilogue(cfg, extra, args.m, args.n, args.batch)
-    up = check_up(cfg, extra.get("up"), args)
-    if args.a.kind == "numpy" and (epi is not None or up is not None):
-        raise OperandError("an epilogue tree's operands and the dual GEMM take device arrays "
-                           "(PyTorch, CuPy), not NumPy arrays")
-    if args.a.kind == "numpy":
+    host = args.a.kind == "numpy"
+    given = packed_tree_operands(cfg, extra) if host else extra
+    epi = check_epilogue(cfg, given, args.m, args.n, args.batch, host=host)
+    up = check_up(cfg, given.get("up"), args)
+    if host:
         with pycuda_context():
-            return _launch_host(kernel, args, alpha, beta, C, bias)
+            out = _launch_host(kernel, args, alpha, beta, C, bias, epi, up)
+        for name in ("aux", "amax"):  # the kernel's other outputs, back into the caller's
+            if extra.get(name) is not None:
+                extra[name][...] = given[name]
+        return out
     shape = (args.batch, args.m, args.n) if args.batch else (args.m, args.n)
     with pycuda_context() if args.a.kind == "gpuarray" else nullcontext():
         out = C if C is not None else _empty_like(args.a.obj, shape, cfg.out,
@@ -136,9 +140,50 @@ def to_device(x: np.ndarray, col: bool):
     return gpuarray.to_gpu(packed), max(rows if col else cols, 1), stride
 
 
-def _launch_host(kernel, args: GemmArgs, alpha: float, beta: float, C, bias):
+def packed_tree_operands(cfg, extra: dict) -> dict:
+    """NumPy tree operands as packed arrays in the order the kernel reads them (R in its
+    layout, aux in C's, up in B's, vectors contiguous): each one's memory is then what the GPU
+    gets."""
+    from ..model.epilogue_rules import residual_col
+    epi = tree_of(cfg)
+    col = {"aux": cfg.layout[2] == "c", "up": cfg.layout[1] == "c",
+           "R": epi is not None and residual_col(epi, cfg.layout[2])}
+    return {name: x if not isinstance(x, np.ndarray) else
+            np.swapaxes(np.ascontiguousarray(np.swapaxes(x, -1, -2)), -1, -2)
+            if col.get(name) and x.ndim >= 2 else np.ascontiguousarray(x)
+            for name, x in extra.items()}
+
+
+def _uploaded(epi, up):
+    """The tree's NumPy operands (packed by ``packed_tree_operands``) and up on the GPU:
+    (EpiOperands with device addresses, up, [(device array, host array) of each])."""
+    from dataclasses import replace
+
+    from pycuda import gpuarray
+
+    from .epilogue_args import EpiOperands
+    held = []
+
+    def dev(op):
+        if op.kind != "numpy":
+            return op
+        host = op.obj
+        base = host if host.flags.c_contiguous else np.swapaxes(host, -1, -2)
+        g = gpuarray.to_gpu(np.ascontiguousarray(base))
+        held.append((g, host, base))
+        return replace(op, kind="gpuarray", ptr=_ptr(g))
+    if epi is not None:
+        epi = EpiOperands({k: dev(op) for k, op in epi.ops.items()}, epi.fields)
+    if up is not None:
+        up = (dev(up[0]), *up[1:])
+    return epi, up, held
+
+
+def _launch_host(kernel, args: GemmArgs, alpha: float, beta: float, C, bias, epi=None,
+                 up=None):
     from pycuda import gpuarray
     cfg = kernel.config
+    epi, up, held = _uploaded(epi, up)
     a, lda, sa = to_device(args.a.obj, cfg.layout[0] == "c")
     b, ldb, sb = to_device(args.b.obj, cfg.layout[1] == "c")
     c_col = cfg.layout[2] == "c"
@@ -151,7 +196,9 @@ def _launch_host(kernel, args: GemmArgs, alpha: float, beta: float, C, bias):
     if args.m and args.n:
         kernel.launch_raw(args.m, args.n, args.k, alpha, _ptr(a), lda, _ptr(b), ldb, beta,
                           _ptr(c), ldc, sa, sb, sc, _ptr(bias_dev) if bias_dev is not None else 0,
-                          args.batch or 1)
+                          args.batch or 1, **_tree_keywords(epi, up, refs=False))
+    for g, host, base in held:  # aux and amax are written: their packed copies come back
+        base[...] = g.get()
     result = c.get().view(numpy_dtype(cfg.out))
     result = np.swapaxes(result, -1, -2) if c_col else result
     if C is None:

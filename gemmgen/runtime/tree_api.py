@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import re
 
-from ..heuristics.select import decide
+from ..heuristics.select import decide, writing
 from ..heuristics.tunedb import TuneDB
+from ..model.dtypes import dtype_name_of, stored_as
 from ..model.epilogue import Epilogue
 from ..model.presets import PRESETS
 from . import driver
 from .build import build
 from .device import device_identity
-from .operands import OperandError
+from .operands import OperandError, describe
 
 _KERNELS: dict[tuple, object] = {}
 DUAL_BASE = {"dual": True, "bn": 128, "stages": 4}
@@ -39,40 +40,67 @@ def dual_config(layout: str, epilogue: str, c_aligned: bool = True):
 
 
 def tree_kernel(epi: Epilogue, dt: str, m: int, n: int, k: int, layout: str, c_aligned: bool,
-                batch: int, device: int, db=None):
-    """(Kernel, how) for a tree on ``device``, built once per process and kind of GPU."""
+                batch: int, device: int, db=None, out: str | None = None):
+    """(Kernel, how) for a tree on ``device``, built once per process and kind of GPU.
+    ``out``: C's dtype when it is not the inputs' own (fp32 C of fp16 inputs, say)."""
     gpu, cc = device_identity(device)
-    key = (epi.spelling, dt, m, n, k, layout, c_aligned, batch, str(db or ""), gpu, cc)
+    key = (epi.spelling, dt, m, n, k, layout, c_aligned, batch, str(db or ""), gpu, cc, out)
     if key not in _KERNELS:
         if epi.count("gate"):
             cfg, how = dual_config(layout, epi.spelling, c_aligned), "dual"
         else:
             choice = decide(TuneDB(db), gpu, dt, m, n, k, cc, layout, epi.spelling, c_aligned,
-                            "native", batch)
+                            "native", batch, out)
             if choice.swap:  # decide keeps trees unswapped; a table entry says otherwise
                 raise OperandError("internal: a swapped kernel was chosen for an epilogue tree")
             cfg, how = choice.config, choice.how
+        cfg = _with_out(cfg, out)
         with driver.on_device(device):
             _KERNELS[key] = (build(cfg), how)
     return _KERNELS[key]
+
+
+def _with_out(cfg, out: str | None):
+    """``cfg`` writing C as ``out`` (``gemmgen.heuristics.select.writing``); ``OperandError``
+    where no kernel of its kind can."""
+    if out is None or out == cfg.out:
+        return cfg
+    new = writing(cfg, out)
+    broken = new.violations()
+    if broken:
+        raise OperandError(f"C has dtype {out}; no {cfg.dtype} kernel for this tree writes it: "
+                           + "; ".join(f"{v.rule.id} {v.rule.name}" for v in broken))
+    return new
 
 
 def tree_gemm(A, B, C, epi: Epilogue, problem: tuple, *, alpha=1.0, beta=0.0, bias=None,
               db=None, stream=None, **tree):
     """``gemm`` for an epilogue tree or the dual GEMM (see ``gemmgen.runtime.api.gemm``);
     ``problem``: (dtype, M, N, K, batch, layout, C 16-byte aligned, device) as ``gemm``
-    finds them."""
+    finds them. C's dtype, and a residual R's layout where the tree leaves it to C's, follow
+    the operands given."""
     dt, m, n, k, batch, lay, c_aligned, device = problem
-    if lay[2] == "c":
-        epi = explicit_r_layout(epi)
-    kernel, _ = tree_kernel(epi, dt, m, n, k, lay, c_aligned, batch, device, db)
+    epi = r_layout_of_operand(epi, tree.get("R"), lay[2])
+    out = dtype_name_of(C) if C is not None else None
+    kernel, _ = tree_kernel(epi, dt, m, n, k, lay, c_aligned, batch, device, db,
+                            out if out != stored_as(dt) else None)
     return kernel(A, B, C, alpha=alpha, beta=beta, bias=bias, stream=stream, **tree)
 
 
-def explicit_r_layout(epi: Epilogue) -> Epilogue:
-    """``epi`` with a residual R that follows a column-major C spelled ``R(layout='c')``. The
-    kernel reads an R of C's layout wrongly when C is column-major (8 GPU cases of
-    tests/test_gpu_epilogue.py on an H200), and right when the layout is spelled out."""
-    expr = re.sub(r"\bR\b(?!\()", "R(layout='c')", epi.expr)
-    expr = re.sub(r"\bR\((?![^)]*layout=)", "R(layout='c', ", expr)
-    return epi if expr == epi.expr else Epilogue.parse(expr)
+def r_layout_of_operand(epi: Epilogue, R, c_layout: str) -> Epilogue:
+    """``epi`` with a residual R whose layout the tree leaves to C's spelled as the given R
+    is laid out, where R cannot be read in C's layout (a column-major R beside a row-major
+    C, say): ``R`` becomes ``R(layout='c')``. Trees that spell R's layout stay as written."""
+    nodes = [node for node in epi.root.walk() if node.op == "R"]
+    if R is None or not nodes or nodes[0].attr("layout") is not None:
+        return epi
+    try:
+        lds = describe(R, "R", dtype_name_of(R)).lds
+    except (OperandError, ValueError):
+        return epi  # the launch's own checks name what is wrong with R
+    if c_layout in lds:
+        return epi
+    want = next(iter(lds))
+    expr = re.sub(r"\bR\b(?!\()", f"R(layout='{want}')", epi.expr)
+    expr = re.sub(r"\bR\((?![^)]*layout=)", f"R(layout='{want}', ", expr)
+    return Epilogue.parse(expr)

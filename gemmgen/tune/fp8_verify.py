@@ -124,7 +124,7 @@ def sweep_fp8(label: str, kernel, cases=CASES, seed: int | None = None) -> list[
     for m, n, k in cases:
         A, B, sa, sb, ref = operands(rng, m, n, k, cfg.scaling, cfg.dtype, cfg.b_dtype)
         D = np.full((m, n), np.nan, dtype=numpy_dtype(cfg.out))
-        kernel(A, B, sa, sb, D)
+        kernel(A, B, D, scale_a=sa, scale_b=sb)
         err, _ = compare(D, ref)
         tol = fp8_tolerance(k, cfg.out, not cfg.promote)
         out.append(Fp8Result(label, cfg.scaling, cfg.accumulation, m, n, k, err, tol,

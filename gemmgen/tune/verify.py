@@ -7,7 +7,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..model.dtypes import UNIT_ROUNDOFF, numpy_dtype
+from ..model.dtypes import FP8_DTYPES, UNIT_ROUNDOFF, numpy_dtype
+from .fp8_verify import fp8_tolerance
 
 # (M, N, K, alpha, beta): tiny, prime, tall, skinny, ragged, K = 0, and beta = 0 over NaN.
 CASES: tuple[tuple[int, int, int, float, float], ...] = (
@@ -55,8 +56,12 @@ def tolerance(k: int, dtype: str = "fp32", acc: str = "fp32", out: str = "fp32",
     reference does not (tf32: float32 data rounded to 10 bits); u_out the rounding of C to fp16
     or bf16. fp32 at K = 4096: 3.1e-5; tf32: 2e-3; bf16 out: 7.8e-3. A missing K tile or a
     wrong element gives errors of 1e-2 and more. ``math_="3xtf32"`` (big + small tf32 parts)
-    claims float32 accuracy: it is held to the fp32 bound (u_in = 0).
+    claims float32 accuracy: it is held to the fp32 bound (u_in = 0). FP8 dtypes take
+    ``gemmgen.tune.fp8_verify.fp8_tolerance`` (``math_``: the kernel's accumulation, "fast"
+    or "promoted every ...").
     """
+    if dtype in FP8_DTYPES:  # FP8 products are exact in fp32: fp8_verify's bound
+        return fp8_tolerance(k, out, math_ == "fast")
     u_in = UNIT_ROUNDOFF["tf32"] if dtype == "tf32" and math_ != "3xtf32" else 0.0
     u_out = UNIT_ROUNDOFF[out] if out != "fp32" else 0.0
     return 8 * UNIT_ROUNDOFF[acc] * math.sqrt(k + 1) + 4 * u_in + 2 * u_out
@@ -144,13 +149,14 @@ def compare(out, ref) -> tuple[float, tuple[int, int] | None]:
 
 def random_operands(rng: np.random.Generator, m: int, n: int, k: int, beta: float,
                     dtype: str = "fp32", out: str = "fp32", batch: int | None = None,
-                    broadcast_b: bool = False):
-    """Fresh standard-normal A and B stored as ``dtype`` (rounded from float32) and C as
-    ``out``, 3-D when ``batch`` (B 2-D when ``broadcast_b``); C is all NaN when beta == 0."""
-    ab, c = numpy_dtype(dtype), numpy_dtype(out)
+                    broadcast_b: bool = False, b_dtype: str | None = None):
+    """Fresh standard-normal A stored as ``dtype`` and B as ``b_dtype`` (default ``dtype``),
+    rounded from float32, and C as ``out``, 3-D when ``batch`` (B 2-D when ``broadcast_b``);
+    C is all NaN when beta == 0."""
+    a_t, b_t, c = numpy_dtype(dtype), numpy_dtype(b_dtype or dtype), numpy_dtype(out)
     lead = (batch,) if batch else ()
-    A = rng.standard_normal((*lead, m, k), dtype=np.float32).astype(ab)
-    B = rng.standard_normal((k, n) if broadcast_b else (*lead, k, n), dtype=np.float32).astype(ab)
+    A = rng.standard_normal((*lead, m, k), dtype=np.float32).astype(a_t)
+    B = rng.standard_normal((k, n) if broadcast_b else (*lead, k, n), dtype=np.float32).astype(b_t)
     if beta == 0:
         C = np.full((*lead, m, n), np.nan, dtype=np.float32).astype(c)
     else:
@@ -161,10 +167,11 @@ def random_operands(rng: np.random.Generator, m: int, n: int, k: int, beta: floa
 def check(name: str, run: Runner, m: int, n: int, k: int, alpha: float, beta: float,
           rng: np.random.Generator, dtype: str = "fp32", acc: str = "fp32", out: str = "fp32",
           layout: str = "rrr", epilogue: str = "none", batch: int | None = None,
-          broadcast_b: bool = False, math_: str = "native") -> CaseResult:
+          broadcast_b: bool = False, math_: str = "native", b_dtype: str | None = None
+          ) -> CaseResult:
     """Run one case on fresh random inputs, laid out as ``layout`` says, and compare with the
     float64 reference computed on the same (rounded) inputs with the same epilogue."""
-    A, B, C = random_operands(rng, m, n, k, beta, dtype, out, batch, broadcast_b)
+    A, B, C = random_operands(rng, m, n, k, beta, dtype, out, batch, broadcast_b, b_dtype)
     if alpha == 0 and A.size and B.size:  # BLAS: A and B are not read; NaN proves it
         A.reshape(-1)[::7] = np.nan
         B.reshape(-1)[::5] = np.nan
@@ -181,12 +188,14 @@ def check(name: str, run: Runner, m: int, n: int, k: int, alpha: float, beta: fl
 
 def sweep(name: str, run: Runner, cases=CASES, seed: int | None = None, dtype: str = "fp32",
           acc: str = "fp32", out: str = "fp32", layout: str = "rrr", epilogue: str = "none",
-          batch_cases=(), path_of=None, math_: str = "native") -> list[CaseResult]:
+          batch_cases=(), path_of=None, math_: str = "native", b_dtype: str | None = None
+          ) -> list[CaseResult]:
     """``check`` every case of ``cases`` and of ``batch_cases`` with a generator seeded by
     ``seed`` (random if None). ``path_of()``, when given, names the code path the last run
     took (a TMA kernel's "tma" or "fallback: ..."); it is recorded in each result."""
     rng = np.random.default_rng(seed)
-    common = dict(dtype=dtype, acc=acc, out=out, layout=layout, epilogue=epilogue, math_=math_)
+    common = dict(dtype=dtype, acc=acc, out=out, layout=layout, epilogue=epilogue, math_=math_,
+                  b_dtype=b_dtype)
     res = []
     for case in cases:
         r = check(name, run, *case, rng, **common)
@@ -207,8 +216,9 @@ def sweep_kernel(name: str, kernel, cases=CASES, seed: int | None = None,
                                                                    c.k or 17, 1.0, 0.0)]
         batch_cases = [(3, c.m or 65, c.n or 33, c.k or 17, 1.0, 0.0, False)]
     path_of = (lambda: kernel.last_path) if hasattr(kernel, "last_path") else None
+    math_ = c.accumulation if c.dtype in FP8_DTYPES else getattr(c, "math", "native")
     return sweep(name, device_runner(kernel), cases, seed, c.dtype, c.acc, c.out, c.layout,
-                 c.epilogue, batch_cases, path_of, getattr(c, "math", "native"))
+                 c.epilogue, batch_cases, path_of, math_, getattr(c, "b_dtype", None))
 
 
 def device_runner(kernel) -> Runner:

@@ -1,0 +1,116 @@
+"""Every kernel class keeps one call contract, ``kernel(A, B, C=None, *, alpha, beta, bias,
+stream)``: checked here without a GPU, the FP8 kernels' launch replaced by its NumPy
+equivalent (D = scale_a * scale_b * A @ B + bias), so what is tested is the mapping of alpha,
+beta, K = 0 and batches onto it."""
+import inspect
+
+import numpy as np
+import pytest
+
+from gemmgen import PRESETS
+from gemmgen.runtime import fp8_blas
+from gemmgen.runtime.fp8_kernel import Fp8Kernel
+from gemmgen.runtime.kernel import Kernel
+from gemmgen.runtime.operands import OperandError
+from gemmgen.runtime.tma_kernel import TmaKernel
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+CONTRACT = ["self", "A", "B", "C", "alpha", "beta", "bias", "stream"]
+
+
+@pytest.mark.parametrize("cls", [Kernel, TmaKernel, Fp8Kernel])
+def test_every_kernel_class_takes_the_same_call(cls):
+    params = list(inspect.signature(cls.__call__).parameters)
+    assert params[:len(CONTRACT)] == CONTRACT
+
+
+class FakeFp8:
+    """An fp8 kernel whose launch is NumPy: what the FP8 kernels compute, no more."""
+
+    def __init__(self, epilogue="none"):
+        self.config = PRESETS["fp8_tensor_fast"].config.replace(epilogue=epilogue)
+        self.calls = 0
+
+
+@pytest.fixture
+def fake_launch(monkeypatch):
+    def launch(kernel, A, B, scale_a, scale_b, D, bias=None, stream=None):
+        kernel.calls += 1
+        assert np.isfinite(A.astype(np.float32)).all() and np.isfinite(B.astype(np.float32)).all()
+        value = float(scale_a) * float(scale_b) * (A.astype(np.float64) @ B.astype(np.float64))
+        if bias is not None:
+            value = value + bias.astype(np.float64)
+        if kernel.config.epilogue.endswith("relu"):
+            value = np.maximum(value, 0)
+        out = D if D is not None else np.empty(value.shape, ml_dtypes.bfloat16)
+        out[...] = value.astype(out.dtype)
+        return out
+    monkeypatch.setattr(fp8_blas, "launch_fp8", launch)
+
+
+def operands(rng, m=7, n=5, k=9, batch=None):
+    lead = (batch,) if batch else ()
+    A = rng.standard_normal((*lead, m, k)).astype(ml_dtypes.float8_e4m3fn)
+    B = rng.standard_normal((*lead, k, n)).astype(ml_dtypes.float8_e4m3fn)
+    C = rng.standard_normal((*lead, m, n)).astype(ml_dtypes.bfloat16)
+    return A, B, C
+
+
+def ref(A, B, C, alpha, beta, sa=1.0, sb=1.0):
+    out = alpha * sa * sb * np.matmul(A.astype(np.float64), B.astype(np.float64))
+    return out + beta * C.astype(np.float64) if beta else out
+
+
+def close(got, want):
+    got = got.astype(np.float64)
+    return np.linalg.norm(got - want) <= 2e-2 * max(np.linalg.norm(want), 1e-30)
+
+
+def test_alpha_multiplies_the_scale_and_beta_adds_the_old_c(fake_launch):
+    rng = np.random.default_rng(0)
+    A, B, C = operands(rng)
+    C0 = C.copy()
+    out = fp8_blas.call_fp8(FakeFp8(), A, B, C, alpha=1.5, beta=-0.75, scale_a=2.0, scale_b=0.5)
+    assert out is C and close(C, ref(A, B, C0, 1.5, -0.75, 2.0, 0.5))
+
+
+def test_alpha_zero_and_k_zero_read_neither_a_nor_b(fake_launch):
+    rng = np.random.default_rng(1)
+    A, B, C = operands(rng)
+    A[0, 0] = B[0, 0] = np.nan
+    kernel = FakeFp8()
+    C0 = C.copy()
+    out = fp8_blas.call_fp8(kernel, A, B, C, alpha=0.0, beta=2.0)
+    assert kernel.calls == 0 and close(out, 2.0 * C0.astype(np.float64))
+    empty_a, empty_b = A[:, :0], B[:0]
+    C[...] = np.nan  # beta == 0: C is not read
+    out = fp8_blas.call_fp8(kernel, empty_a, empty_b, C, alpha=1.0, beta=0.0)
+    assert kernel.calls == 0 and not out.astype(np.float32).any()
+
+
+def test_batches_run_one_matrix_at_a_time(fake_launch):
+    rng = np.random.default_rng(2)
+    A, B, C = operands(rng, batch=3)
+    kernel = FakeFp8()
+    out = fp8_blas.call_fp8(kernel, A, B[0], None, alpha=0.5)
+    assert kernel.calls == 3 and out.shape == (3, 7, 5)
+    assert close(out, ref(A, B[0], None, 0.5, 0.0))
+
+
+def test_beta_with_an_activation_is_refused_by_name(fake_launch):
+    rng = np.random.default_rng(3)
+    A, B, C = operands(rng)
+    with pytest.raises(OperandError, match="beta"):
+        fp8_blas.call_fp8(FakeFp8("relu"), A, B, C, beta=1.0)
+    with pytest.raises(OperandError, match="C is required"):
+        fp8_blas.call_fp8(FakeFp8(), A, B, None, beta=1.0)
+
+
+def test_numpy_tree_operands_are_packed_in_the_layout_the_kernel_reads():
+    from gemmgen.runtime.launch import packed_tree_operands
+    cfg = PRESETS["wgmma_tma_store"].config.replace(layout="rrc", epilogue="acc + R",
+                                                    check=False)
+    R = np.arange(12, dtype=np.float16).reshape(3, 4)
+    got = packed_tree_operands(cfg, {"R": R, "col_scale": np.ones(4, np.float32)[::1]})
+    assert got["R"].flags.f_contiguous and np.array_equal(got["R"], R)
+    assert got["col_scale"].flags.c_contiguous
