@@ -106,7 +106,8 @@ def compile_many(configs, arch: str, jobs: int | None = None) -> list:
     """Compile ``configs`` for ``arch`` (``sm_XY``; each family's own target is derived from
     it) with parallel nvcc processes driven from threads (no Python subprocesses, so a user
     script without a ``__main__`` guard is never re-run): a list of (cubin, Resources, target)
-    or BuildError, in the order given."""
+    or BuildError, in the order given. Raises ``UnsafeCacheError`` when the cache directory is
+    unsafe (``compile_cached``)."""
     targets = []
     for cfg in configs:
         try:
