@@ -19,6 +19,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # POSIX
 SIDECAR = ".json"
 """The sidecar of ``<file>`` is ``<file>.json``: {"sha256", "size", ...}."""
 
@@ -129,7 +130,7 @@ def read_file(path: Path) -> bytes | None:
     """The bytes of the regular file ``path``, or None where it is missing, a symlink or not
     a regular file, or unreadable."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return None
     with os.fdopen(fd, "rb") as f:
