@@ -1,11 +1,29 @@
 """Shared fixtures: the gpu marker skips where there is no CUDA device or no PyCUDA; nvcc
 tests skip where nvcc is missing."""
 import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+
+
+def private_test_dir(path: Path) -> Path:
+    """``path``, created mode 0700 unless another worker made it first; refused (RuntimeError)
+    unless it is a real directory of this user that nobody else can write to: its name is
+    predictable, so another user could have made it first to plant cubins."""
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    mine = not hasattr(os, "getuid") or st.st_uid == os.getuid()
+    if not stat.S_ISDIR(st.st_mode) or not mine or stat.S_IMODE(st.st_mode) & 0o077:
+        raise RuntimeError(f"the shared test cache {path} is not a private directory of this "
+                           "user (made by someone else?); remove it, or run without xdist")
+    return path
+
 
 # Compiled cubins go to a fresh directory per test session, so no test depends on (or fills)
 # the user's cache; within the session, kernels compiled once are shared between tests.
@@ -13,8 +31,7 @@ import pytest
 # compiled is a cache hit for the other.
 _RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")
 if _RUN:
-    _SHARED = Path(tempfile.gettempdir()) / f"gemmgen-test-cache-{_RUN}"
-    _SHARED.mkdir(exist_ok=True)
+    _SHARED = private_test_dir(Path(tempfile.gettempdir()) / f"gemmgen-test-cache-{_RUN}")
     os.environ.setdefault("GEMMGEN_CACHE_DIR", str(_SHARED))
 os.environ.setdefault("GEMMGEN_CACHE_DIR", tempfile.mkdtemp(prefix="gemmgen-test-cache-"))
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import stat
@@ -17,6 +18,18 @@ from ..model.config import ConfigBase
 from ..model.families import FAMILIES, config_from_dict
 
 CONFIG_MARK = "// gemmgen-config: "
+STEM_LIMIT = 120
+"""Kernel names up to this many characters are file names as they are; longer ones (deep
+epilogue trees) are shortened by ``file_stem``."""
+
+
+def file_stem(name: str) -> str:
+    """The file name (without suffix) for a kernel named ``name``: the name itself up to
+    ``STEM_LIMIT`` characters, else its first 100 characters, ``-`` and 16 hex digits of its
+    sha256 (file systems refuse names over 255 bytes)."""
+    if len(name) <= STEM_LIMIT:
+        return name
+    return f"{name[:100]}-{hashlib.sha256(name.encode()).hexdigest()[:16]}"
 
 
 def template_dir() -> Path:
@@ -88,7 +101,8 @@ def _family_arch(cfg: ConfigBase, arch: str) -> str:
 
 def emit(cfg: ConfigBase, path: str | os.PathLike | None = None, arch: str = "sm_90") -> Path:
     """Write ``render(cfg, arch)`` to ``path`` (default ``generated/<name>.cu``, creating
-    ``generated/``) and return the path given.
+    ``generated/``; a name too long for a file is shortened by ``file_stem``) and return the
+    path given.
 
     Atomic: a temporary file in the target's directory is renamed into place, so a reader
     never sees a partial file and a failure leaves nothing behind. The file gets the mode a
@@ -97,7 +111,7 @@ def emit(cfg: ConfigBase, path: str | os.PathLike | None = None, arch: str = "sm
     directory of an explicit ``path`` is missing, the path is a directory, or the place is
     not writable.
     """
-    target = Path(path) if path is not None else Path("generated") / f"{cfg.name}.cu"
+    target = Path(path) if path is not None else Path("generated") / f"{file_stem(cfg.name)}.cu"
     source = render(cfg, arch)
     if path is None:
         target.parent.mkdir(parents=True, exist_ok=True)

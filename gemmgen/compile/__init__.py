@@ -1,3 +1,3 @@
-"""Compiling: nvcc and ptxas reports, SASS (``nvcc``), and the on-disk cubin cache
-(``cache``). Imports ``gemmgen.codegen`` and ``gemmgen.model``.
+"""Compiling: nvcc and ptxas reports, SASS (``nvcc``), the on-disk cubin cache (``cache``)
+and its private, checked files (``store``). Imports ``gemmgen.codegen`` and ``gemmgen.model``.
 """

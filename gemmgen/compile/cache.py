@@ -1,31 +1,35 @@
-"""The cubin cache: nvcc output kept on disk, keyed by source, target arch and nvcc version.
+"""The cubin cache: nvcc output kept on disk, keyed by source, target arch and nvcc (its
+path, version and environment).
 
 A second process that needs a kernel it compiled before reads the cubin and ptxas's report
-from ``cache_dir()`` instead of running nvcc.
+from ``cache_dir()`` instead of running nvcc, once the cubin matches the sha256 and size
+recorded beside it (``gemmgen.compile.store``).
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import platformdirs
 
 from .._version import __version__
-from ..codegen.render import render
+from ..codegen.render import file_stem, render
 from ..model.arch import cc_of
 from ..model.config import ConfigBase
 from ..model.families import get_family
-from .nvcc import CUBIN_FLAGS, BuildError, Resources, compile_cubin, nvcc_version
+from . import store
+from .nvcc import CUBIN_FLAGS, BuildError, Resources, compile_cubin, toolchain_key
 
 
 def cache_dir() -> Path:
     """Where compiled cubins are kept: $GEMMGEN_CACHE_DIR, else the user cache directory
-    (platformdirs) + ``/cubin``."""
+    (platformdirs) + ``/cubin``. gemmgen's other cached builds (the PyTorch launcher) and
+    the sources of failed builds (``failed/``) live in folders inside it. It is created mode
+    0700; one that another user owns or that group or others may write to is refused
+    (``gemmgen.compile.store``)."""
     if os.environ.get("GEMMGEN_CACHE_DIR"):
         return Path(os.environ["GEMMGEN_CACHE_DIR"])
     return Path(platformdirs.user_cache_dir("gemmgen")) / "cubin"
@@ -44,49 +48,55 @@ def target_arch(config: ConfigBase, arch: str) -> str:
 def compile_cached(source: str, arch: str, name: str, timeout: float = 300) -> tuple[bytes, Resources]:
     """(cubin, ptxas resources) of ``source`` for ``arch``, from the disk cache or nvcc.
 
-    Raises ``BuildError`` with nvcc's message (and the kept source's path) when it fails."""
-    key = hashlib.sha256(f"{__version__}\n{' '.join(CUBIN_FLAGS)}\n{arch}\n{nvcc_version()}\n"
+    The key holds the source, the arch, gemmgen's version and nvcc's flags, path, version and
+    environment (``toolchain_key``). A cached cubin is served only when it matches the sha256
+    and size recorded beside it; otherwise it is compiled again and replaced.
+
+    Raises ``BuildError`` with nvcc's message (and the kept source's path) when it fails,
+    ``UnsafeCacheError`` (a ``PermissionError``) when the cache directory (or ``failed/`` in
+    it) belongs to another user or is writable by group or others."""
+    key = hashlib.sha256(f"{__version__}\n{' '.join(CUBIN_FLAGS)}\n{arch}\n{toolchain_key()}\n"
                          f"{source}".encode()).hexdigest()[:32]
-    root = cache_dir()
-    cubin_path, meta_path = root / f"{name}-{key}.cubin", root / f"{name}-{key}.json"
-    try:
-        return cubin_path.read_bytes(), Resources(**json.loads(meta_path.read_text()))
-    except (OSError, ValueError, TypeError):
-        pass
+    root = _root()
+    cubin_path = (root or cache_dir()) / f"{file_stem(name)}-{key}.cubin"
+    found = store.read_entry(cubin_path) if root else None
+    if found is not None:
+        try:
+            return found[0], Resources(**found[1]["resources"])
+        except (KeyError, TypeError):
+            pass  # a sidecar of another shape: compile again
     try:
         cubin, res = compile_cubin(source, arch, name, timeout)
     except BuildError as err:
         kept = _keep_source(name, source)
         raise BuildError(kept, err.log, err.command) from None
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        _write_atomic(meta_path, json.dumps(dataclasses.asdict(res)).encode())
-        _write_atomic(cubin_path, cubin)  # last: a cubin on disk has its report beside it
-    except OSError:
-        pass  # an unwritable cache costs a compile next time, nothing more
+    if root is not None:
+        try:
+            store.write_entry(cubin_path, cubin, {"resources": dataclasses.asdict(res)})
+        except OSError:
+            pass  # an unwritable cache costs a compile next time, nothing more
     return cubin, res
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write through a unique temporary file and rename it into place (threads and processes
-    compiling the same kernel each write whole files)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def _root() -> Path | None:
+    """The checked cache root, created if missing; None where it cannot be created (then
+    nothing is cached). Raises ``UnsafeCacheError``."""
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        return store.private_root(cache_dir())
+    except store.UnsafeCacheError:
         raise
+    except OSError:
+        return None
 
 
 def _keep_source(name: str, source: str) -> str:
     """Where a failed build's source is kept for the error message: ``failed/`` in the cache
-    directory."""
-    path = cache_dir() / "failed" / f"{name}.cu"
+    directory. Raises ``UnsafeCacheError`` when that folder or the root is unsafe."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(source)
+        path = store.private_subdir(cache_dir(), "failed") / f"{file_stem(name)}.cu"
+        store.write_file(path, source.encode())
+    except store.UnsafeCacheError:
+        raise
     except OSError:
         return f"{name}.cu (not kept: the cache directory is not writable)"
     return str(path)
@@ -96,7 +106,8 @@ def compile_many(configs, arch: str, jobs: int | None = None) -> list:
     """Compile ``configs`` for ``arch`` (``sm_XY``; each family's own target is derived from
     it) with parallel nvcc processes driven from threads (no Python subprocesses, so a user
     script without a ``__main__`` guard is never re-run): a list of (cubin, Resources, target)
-    or BuildError, in the order given."""
+    or BuildError, in the order given. Raises ``UnsafeCacheError`` when the cache directory is
+    unsafe (``compile_cached``)."""
     targets = []
     for cfg in configs:
         try:

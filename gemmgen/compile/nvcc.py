@@ -4,11 +4,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from ..codegen.render import file_stem
 
 
 class BuildError(RuntimeError):
@@ -99,13 +102,38 @@ def _run_nvcc(args: list[str], src: Path | str, timeout: float) -> str:
         raise FileNotFoundError("nvcc not found on PATH or in $CUDA_HOME/bin")
     cmd = [nvcc, *args, "-Xptxas", "-v", str(src)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        code, out, err = run_group(cmd, timeout)
     except subprocess.TimeoutExpired as exc:
         raise BuildError(src, f"nvcc took longer than {timeout:g} s", cmd) from exc
-    log = proc.stdout + proc.stderr
-    if proc.returncode != 0:
+    log = out + err
+    if code != 0:
         raise BuildError(src, log, cmd)
     return log
+
+
+def run_group(cmd: list[str], timeout: float) -> tuple[int, str, str]:
+    """Run ``cmd`` in a process group of its own: (exit code, stdout, stderr). When it
+    outlasts ``timeout`` seconds (or this process is interrupted) the whole group is killed,
+    the compilers it started (nvcc's cicc and ptxas, c++'s cc1plus and ld) included. Raises
+    ``subprocess.TimeoutExpired`` on a timeout, ``OSError`` when ``cmd`` cannot start."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        _kill_group(proc)
+        raise
+    return proc.returncode, out, err
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc``'s process group (its own session) and reap ``proc``."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.kill()
+    proc.communicate()
 
 
 CUBIN_FLAGS = ("-std=c++17",)
@@ -134,12 +162,29 @@ def slow_path_warnings(log: str) -> list[str]:
     return out
 
 
-@lru_cache(maxsize=1)
+NVCC_ENVIRONMENT = ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "NVCC_CCBIN")
+"""Environment variables nvcc reads that change what it compiles (part of the cache keys)."""
+
+
+def toolchain_key() -> str:
+    """What besides the source decides nvcc's output, for the cache keys: the resolved nvcc
+    path, its version line and the NVCC_ENVIRONMENT variables (unset and empty differ)."""
+    nvcc = nvcc_path()
+    real = os.path.realpath(nvcc) if nvcc else ""
+    env = [f"{k}={os.environ[k]!r}" if k in os.environ else f"{k} unset"
+           for k in NVCC_ENVIRONMENT]
+    return "\n".join([real, nvcc_version(), *env])
+
+
 def nvcc_version() -> str:
     """nvcc's version line (part of the compile cache key), or "" without nvcc."""
     nvcc = nvcc_path()
-    if nvcc is None:
-        return ""
+    return _version_of(os.path.realpath(nvcc)) if nvcc else ""
+
+
+@lru_cache(maxsize=8)
+def _version_of(nvcc: str) -> str:
+    """``nvcc --version``'s last line, once per nvcc binary."""
     try:
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError):
@@ -211,11 +256,11 @@ def compile_source(source: str, archs: tuple[str, ...] = ("sm_90",), name: str =
                    keep_dir: str | os.PathLike | None = None) -> dict[str, Resources]:
     """Write ``source`` to ``<keep_dir or a temp dir>/<name>.cu`` and ``compile_file`` it."""
     if keep_dir is not None:
-        path = Path(keep_dir) / f"{name}.cu"
+        path = Path(keep_dir) / f"{file_stem(name)}.cu"
         path.write_text(source)
         return compile_file(path, archs)
     with tempfile.TemporaryDirectory(prefix="gemmgen-src-") as tmp:
-        path = Path(tmp) / f"{name}.cu"
+        path = Path(tmp) / f"{file_stem(name)}.cu"
         path.write_text(source)
         return compile_file(path, archs)
 
@@ -225,7 +270,8 @@ def compile_cubin(source: str, arch: str = "sm_90", name: str = "kernel",
     """Compile ``source`` to a cubin for one arch: (cubin bytes, ptxas resources). Plain data
     in and out, so it runs in worker processes. Raises ``BuildError`` (a timeout included)."""
     with tempfile.TemporaryDirectory(prefix="gemmgen-cubin-") as tmp:
-        src, out = Path(tmp) / f"{name}.cu", Path(tmp) / f"{name}.cubin"
+        stem = file_stem(name)
+        src, out = Path(tmp) / f"{stem}.cu", Path(tmp) / f"{stem}.cubin"
         src.write_text(source)
         log = _run_nvcc(["-cubin", f"-arch={arch}", *CUBIN_FLAGS, "-o", str(out)], src, timeout)
         report = parse_ptxas(log)

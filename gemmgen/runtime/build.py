@@ -39,7 +39,9 @@ def build(config: ConfigBase, arch: str | None = None, *, source: str | None = N
     Compiled kernels are cached per process by (name, arch, source hash) and cubins on disk
     (``gemmgen.compile.cache.cache_dir()``). Raises ``BuildError`` with nvcc's message and the
     source file's path (or naming the arch a family needs, or the shared memory the device
-    lacks), ``DriverError`` without a CUDA driver or device.
+    lacks), ``DriverError`` without a CUDA driver or device, ``UnsafeCacheError`` (a
+    ``PermissionError``) when the cache directory belongs to another user or is writable by
+    group or others.
     """
     # first: a family the arch cannot run fails here
     arch = target_arch(config, arch or device_arch())
@@ -104,7 +106,8 @@ def load(path: str | os.PathLike, arch: str | None = None) -> Kernel:
     """Compile an emitted ``.cu`` file as it is (hand edits included) and return its Kernel;
     the launch geometry comes from the file's ``// gemmgen-config:`` header line.
 
-    Raises ``ValueError`` for a file without that line, ``BuildError`` if nvcc rejects it.
+    Raises ``ValueError`` for a file without that line, ``BuildError`` if nvcc rejects it,
+    ``UnsafeCacheError`` as ``build`` does.
     """
     path = Path(path)
     source = path.read_text()
@@ -113,7 +116,7 @@ def load(path: str | os.PathLike, arch: str | None = None) -> Kernel:
 
 def build_many(configs, arch: str | None = None, jobs: int | None = None) -> list:
     """Compile ``configs`` in parallel (``gemmgen.compile.cache.compile_many``) and load them here: a list of Kernel
-    or BuildError, in the order given."""
+    or BuildError, in the order given. Raises ``UnsafeCacheError`` as ``build`` does."""
     out = []
     for cfg, done in zip(configs, compile_many(configs, arch or device_arch(), jobs)):
         if isinstance(done, BuildError):

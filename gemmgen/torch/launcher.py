@@ -2,8 +2,11 @@
 
 The C++ source is compiled by the host C++ compiler (``$CXX``, else ``c++``: the compiler nvcc
 itself drives) against PyTorch's headers and libraries, into gemmgen's cache directory, keyed
-by the source, PyTorch's version and C++ ABI and the compiler; a second process loads the
-shared library without compiling. ``load()`` returns None, with the reason in ``why_not()``,
+by the source, PyTorch's version and C++ ABI, the compiler and nvcc's setup (path, version,
+environment); a second process loads the shared library without compiling, once it matches
+the sha256 and size recorded beside it when it was built. The library lives in ``launcher/``
+inside the cache directory, a private folder (mode 0700) that gemmgen checks like the cache
+itself. ``load()`` returns None, with the reason in ``why_not()``,
 where it cannot be built (no compiler, no headers, ``GEMMGEN_LAUNCHER=0``): ``gemmgen.torch``
 then launches from Python, which costs more host time per call.
 """
@@ -19,7 +22,9 @@ from pathlib import Path
 
 import torch
 
+from ..compile import store
 from ..compile.cache import cache_dir
+from ..compile.nvcc import run_group, toolchain_key
 
 SOURCE = Path(__file__).with_name("launcher.cpp")
 BUILD_TIMEOUT = 300
@@ -47,33 +52,44 @@ def command(cxx: str, output: str) -> list[str]:
 
 
 def library_path(cxx: str) -> Path:
-    """Where the built launcher for this source, PyTorch and compiler is kept."""
+    """Where the built launcher for this source, PyTorch, compiler and nvcc setup is kept:
+    ``launcher/`` in gemmgen's cache directory."""
     key = hashlib.sha256("\n".join((SOURCE.read_text(), torch.__version__,
-                                    str(torch._C._GLIBCXX_USE_CXX11_ABI), cxx)).encode())
-    return cache_dir().parent / "launcher" / f"gemmgen_launcher-{key.hexdigest()[:16]}.so"
+                                    str(torch._C._GLIBCXX_USE_CXX11_ABI), cxx,
+                                    toolchain_key())).encode())
+    return cache_dir() / "launcher" / f"gemmgen_launcher-{key.hexdigest()[:16]}.so"
 
 
-def build(cxx: str | None = None) -> Path:
-    """Compile the launcher (if it is not in the cache already) and return the library's
-    path. Raises ``RuntimeError`` with the compiler's message when it fails, or when there is
-    no compiler."""
+def build(cxx: str | None = None, fresh: bool = False) -> Path:
+    """Compile the launcher (unless the cache holds it, matching the sha256 and size recorded
+    beside it, and not ``fresh``) and return the library's path. Raises ``RuntimeError`` with
+    the compiler's message when it fails, or when there is no compiler; ``UnsafeCacheError``
+    (a ``PermissionError``) when the cache directory or its ``launcher/`` folder belongs to
+    another user or is writable by group or others; ``OSError`` when it cannot be written."""
     cxx = cxx or compiler()
     if cxx is None:
         raise RuntimeError("no C++ compiler (set $CXX, or install g++)")
     path = library_path(cxx)
-    if path.is_file():
+    store.private_subdir(cache_dir(), "launcher")
+    if not fresh and store.read_entry(path) is not None:
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".so", dir=path.parent)
     os.close(fd)
     try:
-        done = subprocess.run(command(cxx, tmp), capture_output=True, text=True,
-                              timeout=BUILD_TIMEOUT)
-        if done.returncode != 0:
-            lines = [ln for ln in done.stderr.splitlines() if "error" in ln] or \
-                done.stderr.splitlines()[-3:]
+        try:
+            code, _, err = run_group(command(cxx, tmp), BUILD_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"the C++ compiler took longer than {BUILD_TIMEOUT} s") from None
+        if code != 0:
+            lines = [ln for ln in err.splitlines() if "error" in ln] or err.splitlines()[-3:]
             raise RuntimeError("the C++ compiler failed: " + " | ".join(lines)[:800])
+        data = store.read_file(Path(tmp))
+        if not data:
+            raise RuntimeError("the C++ compiler wrote no library")
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
         os.replace(tmp, path)  # whole files only: another process may be loading it
+        store.seal(path, data)
     finally:
         Path(tmp).unlink(missing_ok=True)
     return path
@@ -81,8 +97,8 @@ def build(cxx: str | None = None) -> Path:
 
 def load() -> Path | None:
     """Build (once) and load the launcher into this process, registering its CUDA kernel for
-    ``gemmgen::gemm``; the library's path, or None with ``why_not()`` set. Idempotent and
-    thread-safe."""
+    ``gemmgen::gemm``; the library's path, or None with ``why_not()`` set. A cached library
+    that fails to load is built again once. Idempotent and thread-safe."""
     with _LOCK:
         if "path" in _STATE or "error" in _STATE:
             return _STATE.get("path")
@@ -91,7 +107,11 @@ def load() -> Path | None:
             return None
         try:
             path = build()
-            torch.ops.load_library(str(path))
+            try:
+                torch.ops.load_library(str(path))
+            except OSError:  # a damaged library the checks let through: build it again
+                path = build(fresh=True)
+                torch.ops.load_library(str(path))
         except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
             _STATE["error"] = str(exc)
             return None
