@@ -13,8 +13,8 @@ test:               ## tests that need no GPU (nvcc compiles run where nvcc is i
 test-all:           ## every test that needs no GPU, the wider nvcc samples included
 	$(PYTHON) -m pytest -q -n auto --dist loadfile
 
-test-gpu:           ## tests that need a GPU and PyCUDA
-	$(PYTHON) -m pytest -q -m gpu
+test-gpu:           ## tests that need a GPU and PyCUDA, spread over the GPUs; writes benchmarks/results/gpu-tests_<GPU>.json
+	$(PYTHON) tests/run_gpu.py
 
 bench:              ## run a benchmark suite on the GPU: make bench SUITE=ladder [ARGS="--quick"]
 	@test -n "$(SUITE)" || { echo "usage: make bench SUITE=name (one of: $$(ls benchmarks/suites | sed -n 's/\.toml$$//p' | tr '\n' ' '))"; exit 2; }

@@ -25,6 +25,13 @@ def private_test_dir(path: Path) -> Path:
     return path
 
 
+# make test-gpu (tests/run_gpu.py) spreads pytest-xdist's workers over the GPUs: each worker
+# sees one of GEMMGEN_TEST_GPUS (set before anything touches CUDA in this process).
+_GPUS, _WORKER = os.environ.get("GEMMGEN_TEST_GPUS"), os.environ.get("PYTEST_XDIST_WORKER")
+if _GPUS and _WORKER and _WORKER[2:].isdigit():
+    _LIST = _GPUS.split(",")
+    os.environ["CUDA_VISIBLE_DEVICES"] = _LIST[int(_WORKER[2:]) % len(_LIST)]
+
 # Compiled cubins go to a fresh directory per test session, so no test depends on (or fills)
 # the user's cache; within the session, kernels compiled once are shared between tests.
 # pytest-xdist's workers share one directory (its test run id names it), so a kernel one worker

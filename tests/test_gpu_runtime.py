@@ -68,6 +68,7 @@ def test_kernel_call_from_a_new_thread():
     assert _rel(out["c"].astype(np.float64), a.astype(np.float64) @ b) < 5e-3
 
 
+@pytest.mark.multi_gpu
 def test_every_gpu_of_the_process():
     torch = _torch()
     if torch.cuda.device_count() < 2:
