@@ -192,7 +192,8 @@ def check_gemm(A, B, C=None, *, beta: float = 0.0, dtype: str = "fp32",
 
     Raises ``OperandError`` naming the argument: kind, dtype, rank, layout, inner dimensions,
     a C or bias of the wrong shape, batch sizes that differ, a read-only C, host and device
-    arrays mixed, or a beta that is not a real number.
+    arrays mixed, PyTorch or CuPy operands on different GPUs (``check_one_device``), or a beta
+    that is not a real number.
     """
     beta = check_scalar(beta, "beta")
     a, b = describe(A, "A", dtype), describe(B, "B", dtype)
@@ -200,6 +201,7 @@ def check_gemm(A, B, C=None, *, beta: float = 0.0, dtype: str = "fp32",
     if k != k2:
         raise OperandError(f"A is {m}x{k} and B is {k2}x{n}: A's columns ({k}) must equal "
                            f"B's rows ({k2})")
+    check_one_device({"A": A, "B": B, "C": C, "bias": bias})
     _need_layout(a, layout, 0)
     _need_layout(b, layout, 1)
     c = None
@@ -244,3 +246,42 @@ def _as_row(bias):
     if hasattr(bias, "reshape"):
         return bias.reshape(1, -1)
     raise OperandError(f"bias: expected a 1-D array; got {type(bias).__name__}")
+
+
+def device_index(x, device_of=None) -> int | None:
+    """The CUDA device ``x`` lives on: a PyTorch tensor's or CuPy array's own; for another
+    device array (PyCUDA GPUArray, ``__cuda_array_interface__``) ``device_of(address)`` when
+    given (the driver's pointer query), else None. None for host arrays, numbers and None."""
+    mod = type(x).__module__.split(".")[0]
+    if mod == "torch" and hasattr(x, "device"):
+        return (x.device.index or 0) if x.device.type == "cuda" else None
+    if mod == "cupy" and hasattr(x, "device"):
+        return x.device.id
+    if device_of is None:
+        return None
+    if hasattr(x, "__cuda_array_interface__"):
+        ptr = int(x.__cuda_array_interface__["data"][0] or 0)
+    elif type(x).__name__ == "GPUArray" and hasattr(x, "gpudata"):
+        ptr = int(x.gpudata) if x.size else 0
+    else:
+        return None
+    return device_of(ptr) if ptr else None
+
+
+def check_one_device(named: dict, device_of=None) -> int | None:
+    """The one CUDA device of the operands ``named`` ({argument name: array or None}), or None
+    when none says (see ``device_index``). Raises ``OperandError`` naming two arguments on
+    different devices, e.g. "A is on cuda:0, B on cuda:1"."""
+    seen: dict[int, str] = {}
+    for name, x in named.items():
+        if x is None:
+            continue
+        dev = device_index(x, device_of)
+        if dev is None:
+            continue
+        if seen and dev not in seen:
+            first_dev, first = next(iter(seen.items()))
+            raise OperandError(f"{first} is on cuda:{first_dev}, {name} on cuda:{dev}: every "
+                               f"operand must be on one GPU (copy them to one device first)")
+        seen.setdefault(dev, name)
+    return next(iter(seen), None)
