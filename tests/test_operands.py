@@ -4,7 +4,7 @@ import sys
 import numpy as np
 import pytest
 
-from gemmgen.runtime.operands import OperandError, check_gemm, describe
+from gemmgen.runtime.operands import OperandError, _contiguous_strides, check_gemm, describe
 
 
 class FakeDeviceArray:
@@ -191,8 +191,7 @@ class FakeCupy(FakeDeviceArray):
     def __init__(self, shape, device=0, typestr="<f4", ptr=0x7F0000000000):
         super().__init__(shape, typestr=typestr, ptr=ptr)
         self.shape, self.ndim, self.dtype = tuple(shape), len(shape), np.dtype(typestr)
-        self.strides = tuple(s * self.dtype.itemsize for s in
-                             np.empty(shape, np.uint8).strides)
+        self.strides = _contiguous_strides(self.shape, self.dtype.itemsize)
         self.device = type("Device", (), {"id": device})()
         self.data = type("Memory", (), {"ptr": ptr})()
 
@@ -202,7 +201,7 @@ class FakeGPUArray:
 
     def __init__(self, shape, ptr):
         self.shape, self.dtype, self.size = tuple(shape), np.dtype(np.float32), int(np.prod(shape))
-        self.strides = tuple(s * 4 for s in np.empty(shape, np.uint8).strides)
+        self.strides = _contiguous_strides(self.shape, 4)
         self.gpudata = ptr
 
 
@@ -265,3 +264,36 @@ def test_gemm_refuses_operands_on_two_gpus_before_any_gpu_work():
         gemmgen.gemm(FakeCupy((3, 5), 1, "|u1"), FakeCupy((5, 7), 0, "|u1"), dtype="e4m3")
     with pytest.raises(OperandError, match=r"^A is on cuda:0, B on cuda:1"):
         gemmgen.grouped_gemm(FakeCupy((4, 5, 8), 0, "<f2"), FakeCupy((4, 8, 6), 1, "<f2"))
+
+
+BIG = 2 ** 31  # one past the kernels' int parameters
+
+
+def test_extents_and_leading_dimensions_beyond_int32_name_the_argument():
+    with pytest.raises(OperandError, match=r"^M = 2147483648 .*2147483647"):
+        check_gemm(FakeDeviceArray((BIG, 4)), FakeDeviceArray((4, 6)))
+    with pytest.raises(OperandError, match=r"^N = 2147483648"):
+        check_gemm(FakeDeviceArray((3, 4)), FakeDeviceArray((4, BIG)))
+    with pytest.raises(OperandError, match=r"^K = 2147483648"):
+        check_gemm(FakeDeviceArray((3, BIG)), FakeDeviceArray((BIG, 6)))
+    with pytest.raises(OperandError, match=r"^lda = 2147483648"):
+        check_gemm(FakeDeviceArray((3, 4), strides=(BIG * 4, 4)), FakeDeviceArray((4, 6)))
+    with pytest.raises(OperandError, match=r"^ldc = 2147483650"):
+        check_gemm(FakeDeviceArray((3, 4)), FakeDeviceArray((4, 6)),
+                   FakeDeviceArray((3, 6), strides=((BIG + 2) * 4, 4)))
+    assert check_gemm(FakeDeviceArray((3, 4)), FakeDeviceArray((4, 6)),
+                      FakeDeviceArray((3, 6), strides=((BIG - 1) * 4, 4))).c.lds["r"] == BIG - 1
+
+
+def test_sizes_beyond_int32_are_refused_before_any_gpu_work():
+    import gemmgen
+    from gemmgen.runtime.fp8_operands import check_fp8
+    from gemmgen.runtime.grouped_operands import check_grouped
+    with pytest.raises(OperandError, match=r"^M = 2147483648"):
+        gemmgen.gemm(FakeCupy((BIG, 5)), FakeCupy((5, 7)))
+    with pytest.raises(OperandError, match=r"^K = 2147483648"):
+        check_fp8(FakeCupy((4, BIG), typestr="|u1"), FakeCupy((BIG, 8), typestr="|u1"), 1.0, 1.0,
+                  dtype="e4m3")
+    with pytest.raises(OperandError, match=r"^N = 2147483648"):
+        check_grouped(FakeCupy((64, 8), typestr="<f2"), FakeCupy((2, 8, BIG), typestr="<f2"),
+                      FakeCupy((2,), typestr="<i4"))

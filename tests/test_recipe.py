@@ -175,3 +175,22 @@ def test_without_a_compiler_the_op_keeps_a_python_cuda_implementation(monkeypatc
     assert torch._C._dispatch_has_kernel_for_dispatch_key("gemmgen::gemm", "CUDA")
     a, b = torch.randn(5, 3), torch.randn(3, 4)
     assert torch.allclose(gt.gemm(a, b), a @ b)
+
+
+def test_packing_a_value_beyond_its_field_names_the_field(monkeypatch):
+    """A size past a 32-bit int parameter is an OperandError naming the argument and the
+    limit, before any launch (was a bare struct.error)."""
+    from gemmgen.runtime.operands import OperandError
+    values = (2 ** 31, 4, 4, 1.0, Ref(0, 0x1000), 4, Ref(1, 0x2000), 4, 0.0, Ref(2, 0x3000), 4,
+              0, 0, 0, 0)
+    with pytest.raises(OperandError, match=r"^M = 2147483648 does not fit .*2147483647"):
+        rc.pack(_PARAMS, rc.field_offsets(_PARAMS), values, kernel_mod.PARAM_NAMES)
+    with pytest.raises(OperandError, match=r"^parameter 0 \(int\) = 2147483648"):
+        rc.pack(_PARAMS, rc.field_offsets(_PARAMS), values)
+    padded = struct.Struct("<128s4xiq")  # a ParamPacker's: a tensor map, padding, int, long
+    with pytest.raises(OperandError, match=r"^parameter 1 \(int\) = 2147483648"):
+        rc.pack(padded, (0, 132, 136), (bytes(128), 2 ** 31, 0))
+    _fake_functions(monkeypatch)
+    k = Kernel(PRESETS["smem"].config, "sm_80", b"")
+    with pytest.raises(OperandError, match=r"^ldb = -2147483649"):
+        k.launches(4, 4, 4, 1.0, 0x1000, 4, 0x2000, -2 ** 31 - 1, 0.0, 0x3000, 4, device=0)

@@ -19,7 +19,7 @@ from .build import build
 from .device import device_identity, require_gpu
 from .epilogue_args import parse_epilogue
 from .fp8_api import fp8_gemm, is_fp8
-from .operands import OperandError, check_one_device, check_scalars, describe
+from .operands import OperandError, check_int32, check_one_device, check_scalars, describe
 from .plans import make_plan, signature, transposed
 from .tree_api import tree_gemm
 
@@ -69,13 +69,15 @@ def operand_device(A, B, C=None, bias=None) -> int:
 def _problem(A, B, dtype: str | None, math_: str) -> tuple:
     """(dtype the kernel runs, M, N, K, batch) of ``gemm``'s operands: the dtype is
     ``dtype`` or A's, through ``math_dtype``; the batch is the larger leading extent of 3-D
-    operands (1 for matrices)."""
+    operands (1 for matrices). Raises ``OperandError`` for a rank other than 2 or 3 or an
+    extent beyond 2^31 - 1."""
     for name, x in (("A", A), ("B", B)):
         if getattr(x, "ndim", 2) not in (2, 3):
             raise OperandError(f"{name} must be a 2-D matrix or a 3-D batch; got shape "
                                f"{tuple(getattr(x, 'shape', ()))}")
     dt = math_dtype(dtype or dtype_name_of(A), math_)
     batch = max(x.shape[0] if getattr(x, "ndim", 2) == 3 else 1 for x in (A, B))
+    check_int32(M=A.shape[-2], N=B.shape[-1], K=A.shape[-1], batch=batch)
     return dt, A.shape[-2], B.shape[-1], A.shape[-1], batch
 
 

@@ -16,7 +16,7 @@ from ..codegen.render import render_template
 from ..compile.cache import compile_cached
 from ..model.dtypes import CTYPES, FP8_MAX
 from . import driver
-from .recipe import field_offsets
+from .recipe import field_offsets, pack
 
 GROUPS = ("1x128", "128x128", "row", "tensor")
 THREADS = 256
@@ -29,6 +29,10 @@ SIGNATURES = {"1x128": "PqiiPqPqqf", "128x128": "PqiiPqPqqf", "amax": "PqiiPi",
               "apply": "PqiiPiPqPf"}
 STRUCTS = {k: struct.Struct("@" + v) for k, v in SIGNATURES.items()}
 OFFSETS = {k: field_offsets(v) for k, v in STRUCTS.items()}
+_TILED = ("x", "ldx", "rows", "cols", "q", "ldq", "scale", "ss_r", "ss_c", "floor")
+NAMES = {"1x128": _TILED, "128x128": _TILED, "amax": ("x", "ldx", "rows", "cols", "amax", "per_row"),
+         "apply": ("x", "ldx", "rows", "cols", "amax", "per_row", "q", "ldq", "scale", "floor")}
+"""The argument each parameter holds (named when a value does not fit it)."""
 
 _MODULES: dict[tuple, driver.Module] = {}
 _LOCK = threading.Lock()
@@ -62,7 +66,7 @@ def module(in_dtype: str, fp8: str, device: int, arch: str = "sm_90a") -> driver
 
 
 def _launch(mod, name: str, kind: str, grid, values, stream) -> None:
-    params = STRUCTS[kind].pack(*values)
+    params, _ = pack(STRUCTS[kind], OFFSETS[kind], tuple(values), NAMES[kind])
     driver.launch(mod.function(name).handle, grid, (THREADS, 1, 1), 0, params, stream)
 
 
@@ -74,7 +78,8 @@ def quantize(group: str, in_dtype: str, fp8: str, x: int, ldx: int, rows: int, c
     group (i, j) goes to scale[i * ss_r + j * ss_c] ("1x128": row i, column block j;
     "128x128": row block i, column block j; "row": scale[i * ss_r]; "tensor": scale[0]).
     "row" and "tensor" need ``amax``: a zeroed float32 buffer of ``rows`` values (row) or one
-    (tensor). Raises ``ValueError`` for an unknown group, ``DriverError`` from the launch."""
+    (tensor). Raises ``ValueError`` for an unknown group, ``OperandError`` naming a size beyond
+    its parameter (rows or cols past 2^31 - 1), ``DriverError`` from the launch."""
     if group not in GROUPS:
         raise ValueError(f"unknown quantization group {group!r}; known: {', '.join(GROUPS)}")
     if not rows or not cols:
