@@ -14,9 +14,9 @@ import threading
 
 from ..codegen.render import render_template
 from ..compile.cache import compile_cached
-from ..model.dtypes import CTYPES, FP8_MAX
+from ..model.dtypes import CTYPES, ELEM_BYTES, FP8_MAX
 from . import driver
-from .recipe import field_offsets, pack
+from .recipe import field_offsets, grid_pieces, offset, pack
 
 GROUPS = ("1x128", "128x128", "row", "tensor")
 THREADS = 256
@@ -88,9 +88,16 @@ def quantize(group: str, in_dtype: str, fp8: str, x: int, ldx: int, rows: int, c
     name = name_of(in_dtype, fp8)
     with driver.on_device(device):
         if group in ("1x128", "128x128"):
-            ys = -(-rows // (ROWS_PER_CTA if group == "1x128" else GROUP))
-            _launch(mod, f"{name}_{group}", group, (-(-cols // GROUP), min(ys, MAX_GRID), 1),
-                    (x, ldx, rows, cols, q, ldq, scale, ss_r, ss_c, floor), stream)
+            if group == "1x128":  # its rows loop over grid y
+                ys = -(-rows // ROWS_PER_CTA)
+                _launch(mod, f"{name}_{group}", group, (-(-cols // GROUP), min(ys, MAX_GRID), 1),
+                        (x, ldx, rows, cols, q, ldq, scale, ss_r, ss_c, floor), stream)
+                return
+            item = ELEM_BYTES[in_dtype]  # 128x128: one CTA per block, launched in pieces
+            for r0, nr in grid_pieces(rows, GROUP, MAX_GRID):
+                _launch(mod, f"{name}_{group}", group, (-(-cols // GROUP), -(-nr // GROUP), 1),
+                        (offset(x, r0 * ldx * item), ldx, nr, cols, offset(q, r0 * ldq), ldq,
+                         offset(scale, r0 // GROUP * ss_r * 4), ss_r, ss_c, floor), stream)
             return
         per_row = 1 if group == "row" else 0
         if group == "row" and ss_r != 1:

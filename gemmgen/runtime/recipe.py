@@ -43,6 +43,25 @@ class Ref:
         return Ref(self.index, self.value, self.delta + nbytes)
 
 
+GRID_LIMIT_YZ = 65535
+"""CUDA's limit on gridDim.y and gridDim.z (gridDim.x: 2^31 - 1)."""
+
+
+def grid_pieces(extent: int, per_block: int = 1, limit: int = GRID_LIMIT_YZ) -> list:
+    """(first, count) pieces of ``extent`` items, each covered by at most ``limit`` blocks of
+    ``per_block`` items: the launches of a helper kernel whose grid y or z does not loop
+    (one piece when it fits, none for no items)."""
+    step = limit * per_block
+    return [(s, min(step, extent - s)) for s in range(0, extent, step)]
+
+
+def offset(ptr, nbytes: int):
+    """The address ``nbytes`` past ``ptr`` (an int, or a ``Ref`` that stays patchable)."""
+    if not nbytes:
+        return ptr
+    return ptr.shifted(nbytes) if isinstance(ptr, Ref) else int(ptr) + nbytes
+
+
 @dataclass(frozen=True)
 class Patch:
     """At byte ``offset`` of a parameter block: operand ``index``'s address + ``delta``,
