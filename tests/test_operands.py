@@ -4,7 +4,7 @@ import sys
 import numpy as np
 import pytest
 
-from gemmgen.runtime.operands import OperandError, check_gemm, describe
+from gemmgen.runtime.operands import OperandError, _contiguous_strides, check_gemm, describe
 
 
 class FakeDeviceArray:
@@ -181,3 +181,119 @@ def test_dtype_name_of_a_non_array_is_a_value_error():
     from gemmgen.model.dtypes import dtype_name_of
     with pytest.raises(ValueError, match="expected an array .*got list"):
         dtype_name_of([[1.0]])
+
+
+class FakeCupy(FakeDeviceArray):
+    """A CuPy array on ``device`` (its ``.device.id``, ``.data.ptr``), for the device checks."""
+
+    __module__ = "cupy._core.core"
+
+    def __init__(self, shape, device=0, typestr="<f4", ptr=0x7F0000000000):
+        super().__init__(shape, typestr=typestr, ptr=ptr)
+        self.shape, self.ndim, self.dtype = tuple(shape), len(shape), np.dtype(typestr)
+        self.strides = _contiguous_strides(self.shape, self.dtype.itemsize)
+        self.device = type("Device", (), {"id": device})()
+        self.data = type("Memory", (), {"ptr": ptr})()
+
+
+class FakeGPUArray:
+    """A PyCUDA GPUArray: its device is the one owning ``gpudata`` (asked of the driver)."""
+
+    def __init__(self, shape, ptr):
+        self.shape, self.dtype, self.size = tuple(shape), np.dtype(np.float32), int(np.prod(shape))
+        self.strides = _contiguous_strides(self.shape, 4)
+        self.gpudata = ptr
+
+
+FakeGPUArray.__name__ = "GPUArray"
+
+
+def test_operands_on_two_gpus_are_refused_naming_both():
+    with pytest.raises(OperandError, match=r"^A is on cuda:0, B on cuda:1"):
+        check_gemm(FakeCupy((3, 5), 0), FakeCupy((5, 7), 1))
+    with pytest.raises(OperandError, match=r"^A is on cuda:1, C on cuda:0"):
+        check_gemm(FakeCupy((3, 5), 1), FakeCupy((5, 7), 1), FakeCupy((3, 7), 0))
+    torch = pytest.importorskip("torch")
+
+    class FakeTensor:
+        __module__ = "torch"
+        is_cuda, dtype = True, torch.float32
+
+        def __init__(self, shape, device):
+            self.shape, self.device = tuple(shape), torch.device(device)
+
+        def stride(self):
+            return (self.shape[1], 1)
+
+        def element_size(self):
+            return 4
+
+        def data_ptr(self):
+            return 0x7F0000000000
+    with pytest.raises(OperandError, match=r"^bias is on cuda:2, A on cuda:0|A is on cuda:0, "
+                                           r"bias on cuda:2"):
+        check_gemm(FakeTensor((3, 5), "cuda:0"), FakeTensor((5, 7), "cuda:0"),
+                   bias=FakeTensor((1, 7), "cuda:2"), needs_bias=True)
+
+
+def test_pointer_devices_are_asked_of_the_driver(monkeypatch):
+    """GPUArrays and other __cuda_array_interface__ arrays name no device: the pointer's owner
+    (cuPointerGetAttribute) does, in gemm and in a kernel's own call."""
+    from gemmgen import PRESETS
+    from gemmgen.runtime import driver
+    from gemmgen.runtime.kernel import Kernel
+    from gemmgen.runtime.operands import check_one_device
+    owner = {0x1000: 0, 0x2000: 1, 0x3000: 0}
+    monkeypatch.setattr(driver, "device_of", lambda ptr: owner[ptr])
+    a, b, c = FakeGPUArray((3, 5), 0x1000), FakeGPUArray((5, 7), 0x2000), FakeGPUArray((3, 7), 0x3000)
+    assert check_one_device({"A": a, "C": c}, driver.device_of) == 0
+    with pytest.raises(OperandError, match=r"^A is on cuda:0, B on cuda:1"):
+        check_one_device({"A": a, "B": b, "C": c}, driver.device_of)
+    kernel = Kernel(PRESETS["smem"].config, "sm_80", b"")
+    with pytest.raises(OperandError, match=r"^A is on cuda:0, B on cuda:1"):
+        kernel(a, b, c)
+
+
+def test_gemm_refuses_operands_on_two_gpus_before_any_gpu_work():
+    import gemmgen
+    with pytest.raises(OperandError, match=r"^A is on cuda:0, B on cuda:1"):
+        gemmgen.gemm(FakeCupy((3, 5), 0), FakeCupy((5, 7), 1))
+    with pytest.raises(OperandError, match=r"^A is on cuda:0, C on cuda:1"):
+        gemmgen.gemm(FakeCupy((3, 5), 0), FakeCupy((5, 7), 0), FakeCupy((3, 7), 1))
+    with pytest.raises(OperandError, match=r"^A is on cuda:1, B on cuda:0"):
+        gemmgen.gemm(FakeCupy((3, 5), 1, "|u1"), FakeCupy((5, 7), 0, "|u1"), dtype="e4m3")
+    with pytest.raises(OperandError, match=r"^A is on cuda:0, B on cuda:1"):
+        gemmgen.grouped_gemm(FakeCupy((4, 5, 8), 0, "<f2"), FakeCupy((4, 8, 6), 1, "<f2"))
+
+
+BIG = 2 ** 31  # one past the kernels' int parameters
+
+
+def test_extents_and_leading_dimensions_beyond_int32_name_the_argument():
+    with pytest.raises(OperandError, match=r"^M = 2147483648 .*2147483647"):
+        check_gemm(FakeDeviceArray((BIG, 4)), FakeDeviceArray((4, 6)))
+    with pytest.raises(OperandError, match=r"^N = 2147483648"):
+        check_gemm(FakeDeviceArray((3, 4)), FakeDeviceArray((4, BIG)))
+    with pytest.raises(OperandError, match=r"^K = 2147483648"):
+        check_gemm(FakeDeviceArray((3, BIG)), FakeDeviceArray((BIG, 6)))
+    with pytest.raises(OperandError, match=r"^lda = 2147483648"):
+        check_gemm(FakeDeviceArray((3, 4), strides=(BIG * 4, 4)), FakeDeviceArray((4, 6)))
+    with pytest.raises(OperandError, match=r"^ldc = 2147483650"):
+        check_gemm(FakeDeviceArray((3, 4)), FakeDeviceArray((4, 6)),
+                   FakeDeviceArray((3, 6), strides=((BIG + 2) * 4, 4)))
+    assert check_gemm(FakeDeviceArray((3, 4)), FakeDeviceArray((4, 6)),
+                      FakeDeviceArray((3, 6), strides=((BIG - 1) * 4, 4))).c.lds["r"] == BIG - 1
+
+
+def test_sizes_beyond_int32_are_refused_before_any_gpu_work():
+    import gemmgen
+    from gemmgen.runtime.fp8_operands import check_fp8
+    from gemmgen.runtime.grouped_operands import check_grouped
+    with pytest.raises(OperandError, match=r"^M = 2147483648"):
+        gemmgen.gemm(FakeCupy((BIG, 5)), FakeCupy((5, 7)))
+    with pytest.raises(OperandError, match=r"^K = 2147483648"):
+        check_fp8(FakeCupy((4, BIG), typestr="|u1"), FakeCupy((BIG, 8), typestr="|u1"), 1.0, 1.0,
+                  dtype="e4m3")
+    with pytest.raises(OperandError, match=r"^N = 2147483648"):
+        check_grouped(FakeCupy((64, 8), typestr="<f2"), FakeCupy((2, 8, BIG), typestr="<f2"),
+                      FakeCupy((2,), typestr="<i4"))

@@ -175,3 +175,78 @@ def test_without_a_compiler_the_op_keeps_a_python_cuda_implementation(monkeypatc
     assert torch._C._dispatch_has_kernel_for_dispatch_key("gemmgen::gemm", "CUDA")
     a, b = torch.randn(5, 3), torch.randn(3, 4)
     assert torch.allclose(gt.gemm(a, b), a @ b)
+
+
+def test_packing_a_value_beyond_its_field_names_the_field(monkeypatch):
+    """A size past a 32-bit int parameter is an OperandError naming the argument and the
+    limit, before any launch (was a bare struct.error)."""
+    from gemmgen.runtime.operands import OperandError
+    values = (2 ** 31, 4, 4, 1.0, Ref(0, 0x1000), 4, Ref(1, 0x2000), 4, 0.0, Ref(2, 0x3000), 4,
+              0, 0, 0, 0)
+    with pytest.raises(OperandError, match=r"^M = 2147483648 does not fit .*2147483647"):
+        rc.pack(_PARAMS, rc.field_offsets(_PARAMS), values, kernel_mod.PARAM_NAMES)
+    with pytest.raises(OperandError, match=r"^parameter 0 \(int\) = 2147483648"):
+        rc.pack(_PARAMS, rc.field_offsets(_PARAMS), values)
+    padded = struct.Struct("<128s4xiq")  # a ParamPacker's: a tensor map, padding, int, long
+    with pytest.raises(OperandError, match=r"^parameter 1 \(int\) = 2147483648"):
+        rc.pack(padded, (0, 132, 136), (bytes(128), 2 ** 31, 0))
+    _fake_functions(monkeypatch)
+    k = Kernel(PRESETS["smem"].config, "sm_80", b"")
+    with pytest.raises(OperandError, match=r"^ldb = -2147483649"):
+        k.launches(4, 4, 4, 1.0, 0x1000, 4, 0x2000, -2 ** 31 - 1, 0.0, 0x3000, 4, device=0)
+
+
+def _within_grid_limits(recipe) -> None:
+    for ln in recipe.launches:
+        x, y, z = ln.grid
+        assert 1 <= x <= 2 ** 31 - 1 and 1 <= y <= 65535 and 1 <= z <= 65535, ln.grid
+
+
+def test_helper_launches_stay_within_the_grid_limits_at_four_million_rows(nvcc, monkeypatch):
+    """3xTF32 at M = 4,000,000: the split of A takes ceil(M / 32) = 125,000 tiles of rows,
+    past gridDim.y's 65535, so it is launched in pieces whose rows and addresses add up."""
+    k, _ = _tma_kernel(monkeypatch, "wgmma_3xtf32")
+    m, n, kk = 4_000_000, 128, 64
+    r = k.launches(m, n, kk, 1.0, Ref(0, 0x100000), kk, Ref(1, 0x200000), n, 0.0,
+                   Ref(2, 0x300000), n, device=0)
+    _within_grid_limits(r)
+    splits = [ln for ln in r.launches if ln.function.handle != k.function(0).handle]
+    offsets = tma_kernel.HELPER_OFFSETS["split3"]  # src, so, sk, sbs, dst, ldd, sbd, outer, ...
+    pieces = [(struct.unpack_from("<i", ln.params, offsets[7])[0],
+               [p for p in ln.patches if p.index == 0]) for ln in splits]
+    a_pieces = [(outer, patches[0].delta) for outer, patches in pieces if patches]
+    assert len(a_pieces) >= 2 and sum(outer for outer, _ in a_pieces) == m
+    at = 0
+    for outer, delta in a_pieces:  # each piece reads A from its first row on (row-major A)
+        assert delta == at * kk * 4
+        at += outer
+
+
+def test_batched_helper_launches_stay_within_the_grid_limits(nvcc, monkeypatch):
+    k, _ = _tma_kernel(monkeypatch, "wgmma_3xtf32")
+    batch = 70_000
+    r = k.launches(64, 64, 64, 1.0, Ref(0, 0x100000), 64, Ref(1, 0x200000), 64, 0.0,
+                   Ref(2, 0x300000), 64, 64 * 64, 64 * 64, 64 * 64, batch=batch, device=0)
+    _within_grid_limits(r)
+
+
+def test_blockwise_quantization_launches_within_the_grid_limits(monkeypatch):
+    """128 x 128 quantization of 10,000,000 rows: 78,125 row blocks, in pieces of 65535."""
+    from gemmgen.runtime import fp8_quant
+    calls = []
+    monkeypatch.setattr(fp8_quant, "module", lambda *a, **k: None)
+    monkeypatch.setattr(fp8_quant, "_launch", lambda mod, name, kind, grid, values, stream:
+                        calls.append((grid, values)))
+    monkeypatch.setattr(fp8_quant.driver, "on_device", lambda dev: __import__(
+        "contextlib").nullcontext())
+    rows = 10_000_000
+    fp8_quant.quantize("128x128", "bf16", "e4m3", 0x10000, 256, rows, 256, 0x20000000000, 256,
+                       0x30000000000, ss_r=2, ss_c=1)
+    assert all(grid[1] <= 65535 for grid, _ in calls)
+    assert sum(values[2] for _, values in calls) == rows
+    at = 0
+    for grid, (x, ldx, n_rows, cols, q, ldq, scale, ss_r, ss_c, floor) in calls:
+        assert n_rows <= grid[1] * 128, "one CTA per block of 128 rows: none left out"
+        assert (x, q, scale) == (0x10000 + at * 256 * 2, 0x20000000000 + at * 256,
+                                 0x30000000000 + at // 128 * 2 * 4)
+        at += n_rows

@@ -201,3 +201,34 @@ def test_linear_problems_name_the_three_gemms_of_a_step():
     assert da == ("fp16", 4096, 768, 3072, "rrr", "none")    # dC @ W
     assert db == ("fp16", 768, 3072, 4096, "crr", "none")    # x^T @ dC
     assert gt.linear_problems(8, 2, 4, "bf16", weight="kn")[1][4] == "rcr"  # dC @ W^T (Conv1D)
+
+
+def test_live_plans_are_bounded_like_the_launchers_recipe_table(monkeypatch):
+    """The plans kept alive for the compiled launcher's recipes are bounded by the table's own
+    limit (one constant, compiled into launcher.cpp), and dropped together with the table."""
+    import re
+
+    from gemmgen.torch import launcher, ops
+    source = launcher.SOURCE.read_text()
+    assert "kLimit = GEMMGEN_RECIPE_LIMIT" in source
+    assert f"-DGEMMGEN_RECIPE_LIMIT={launcher.RECIPE_LIMIT}" in launcher.command("c++", "x.so")
+    assert re.search(rf"#define GEMMGEN_RECIPE_LIMIT {launcher.RECIPE_LIMIT}\b", source)
+    cleared = []
+    monkeypatch.setattr(launcher, "_clear_table", lambda: cleared.append(len(launcher._LIVE)))
+    monkeypatch.setattr(launcher, "_LIVE", [])
+    monkeypatch.setattr(launcher, "RECIPE_LIMIT", 8)
+
+    class Plan:
+        swap = False
+
+        class recipe:  # noqa: N801 - stands for a Recipe
+            @staticmethod
+            def to_bytes(order=(0, 1, 2, 3)):
+                return b"\x01\x00\x00\x00\x00\x00\x00\x00"
+    monkeypatch.setattr(ops, "plan_for", lambda *args: Plan())
+    monkeypatch.setattr(ops, "kernel_takes", lambda *args: True)
+    a, b = torch.ones(2, 3), torch.ones(3, 4)
+    for _ in range(20):
+        ops._plan(a, b, None, "none", torch.empty(2, 4))
+        assert len(launcher._LIVE) <= 8
+    assert cleared == [8, 8], "the table is cleared with the plans, each time the limit is hit"

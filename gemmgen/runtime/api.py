@@ -19,7 +19,7 @@ from .build import build
 from .device import device_identity, require_gpu
 from .epilogue_args import parse_epilogue
 from .fp8_api import fp8_gemm, is_fp8
-from .operands import OperandError, check_scalars, describe
+from .operands import OperandError, check_int32, check_one_device, check_scalars, describe
 from .plans import make_plan, signature, transposed
 from .tree_api import tree_gemm
 
@@ -54,37 +54,30 @@ def _kernel_for(dt: str, m: int, n: int, k: int, db, lay: str, epi: str, c_align
     return _KERNELS[key]
 
 
-def operand_device(*operands) -> int:
-    """The device of the first device operand (a PyTorch tensor's or CuPy array's own, else
-    the device owning a pointer); 0 for host (NumPy) operands, which go through PyCUDA's
-    context on device 0 (``ImportError`` with the install hint without PyCUDA)."""
-    if any(isinstance(x, np.ndarray) for x in operands):
+def operand_device(A, B, C=None, bias=None) -> int:
+    """The one device of the operands (a PyTorch tensor's or CuPy array's own, else the
+    device owning a pointer); 0 for host (NumPy) operands, which go through PyCUDA's context
+    on device 0 (``ImportError`` with the install hint without PyCUDA). Raises
+    ``OperandError`` naming two operands on different devices."""
+    if any(isinstance(x, np.ndarray) for x in (A, B, C, bias)):
         require_gpu()
         return 0
-    for x in operands:
-        if x is None:
-            continue
-        mod = type(x).__module__
-        if mod.startswith("torch"):
-            return x.device.index or 0
-        if mod.startswith("cupy"):
-            return x.device.id
-        ptr = describe(x, "A", dtype_name_of(x)).ptr
-        if ptr:
-            return driver.device_of(ptr)
-    return 0
+    found = check_one_device({"A": A, "B": B, "C": C, "bias": bias}, driver.device_of)
+    return 0 if found is None else found
 
 
 def _problem(A, B, dtype: str | None, math_: str) -> tuple:
     """(dtype the kernel runs, M, N, K, batch) of ``gemm``'s operands: the dtype is
     ``dtype`` or A's, through ``math_dtype``; the batch is the larger leading extent of 3-D
-    operands (1 for matrices)."""
+    operands (1 for matrices). Raises ``OperandError`` for a rank other than 2 or 3 or an
+    extent beyond 2^31 - 1."""
     for name, x in (("A", A), ("B", B)):
         if getattr(x, "ndim", 2) not in (2, 3):
             raise OperandError(f"{name} must be a 2-D matrix or a 3-D batch; got shape "
                                f"{tuple(getattr(x, 'shape', ()))}")
     dt = math_dtype(dtype or dtype_name_of(A), math_)
     batch = max(x.shape[0] if getattr(x, "ndim", 2) == 3 else 1 for x in (A, B))
+    check_int32(M=A.shape[-2], N=B.shape[-1], K=A.shape[-1], batch=batch)
     return dt, A.shape[-2], B.shape[-1], A.shape[-1], batch
 
 
@@ -169,7 +162,7 @@ def _tree_call(A, B, C, epi, alpha, beta, bias, dtype, db, math, stream, tree: d
         raise ValueError("epilogue trees run in the inputs' own precision (math='native')")
     dt, m, n, k, batch = _problem(A, B, dtype, math)
     problem = (dt, m, n, k, batch, layout_of(A, B, C, dt), _c_aligned(C, dt, m, n),
-               operand_device(A, B, C))
+               operand_device(A, B, C, bias))
     return tree_gemm(A, B, C, epi, problem, alpha=alpha, beta=beta, bias=bias, db=db,
                      stream=stream, **tree)
 
@@ -191,7 +184,7 @@ def _choice(A, B, C, bias, epilogue, dtype, db, math) -> tuple:
     dt, m, n, k, batch = _problem(A, B, dtype, math)
     lay = layout_of(A, B, C, dt)
     epi = epilogue or ("bias" if bias is not None else "none")
-    device = operand_device(A, B, C)
+    device = operand_device(A, B, C, bias)
     return (*_kernel_for(dt, m, n, k, db, lay, epi, _c_aligned(C, dt, m, n), math, batch,
                          device), device)
 

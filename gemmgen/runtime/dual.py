@@ -7,6 +7,7 @@ any pair)."""
 from __future__ import annotations
 
 from ..model.dtypes import ELEM_BYTES
+from .recipe import grid_pieces, offset
 from .tma import MapSpec
 
 
@@ -33,11 +34,13 @@ def dual_b(kernel, dev, before: list, keep: list, k: int, n: int, batch: int, b:
     buf = kernel.workspace(dev, "dual B", per * nb * item)
     keep.append(buf)
     units = -(-k // vec)  # 16-byte vectors per row
-    grid = (-(-units // pack_threads), min(n, max_grid_y), nb)
     for part, (ptr, ld, stride) in enumerate(((b_ptr, ldb, sb), (u_ptr, ldu, su))):
         dst = buf.ptr + part * n * ld_new * item
-        before.append(kernel._helper(dev, "pack", grid, (pack_threads, 1, 1),
-                                     (ptr, ld, stride, dst, ld_new, per if nb > 1 else 0, n, k)))
+        for z0, nz in grid_pieces(nb):  # rows loop in the kernel; batches beyond 65535 here
+            grid = (-(-units // pack_threads), min(n, max_grid_y), nz)
+            before.append(kernel._helper(dev, "pack", grid, (pack_threads, 1, 1), (
+                offset(ptr, z0 * stride * item), ld, stride, dst + z0 * per * item, ld_new,
+                per if nb > 1 else 0, n, k)))
     spec = MapSpec(cfg.dtype, buf.ptr, (max(k, 1), max(n, 1), 2 * nb),
                    (ld_new * item, n * ld_new * item), box, cfg.swizzle)
     return (buf.ptr, ld_new, per if nb > 1 else 0), spec, "pack B+up"

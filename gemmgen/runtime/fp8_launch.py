@@ -14,7 +14,7 @@ from . import driver
 from .device import pycuda_context
 from .fp8_operands import Fp8Args, Matrix, Scale, as_bytes, check_fp8, host_scale
 from .launch import allocator
-from .operands import OperandError
+from .operands import OperandError, check_one_device
 from .recipe import Ref
 
 _SCALARS: dict[tuple, object] = {}
@@ -24,14 +24,15 @@ COMPATIBLE = {"tensor": ("tensor",), "row": ("tensor", "row"), "block": ("block"
 
 
 def device_of(args: Fp8Args) -> int:
+    """The one device of the arguments (0 for NumPy ones); ``OperandError`` naming two on
+    different devices (pointers of GPUArrays and other arrays are asked of the driver)."""
     if args.a.kind == "numpy":
         return 0
-    obj = args.a.obj
-    if type(obj).__module__.startswith("torch"):
-        return obj.device.index or 0
-    if type(obj).__module__.startswith("cupy"):
-        return obj.device.id
-    return driver.device_of(args.a.ptr)
+    named = {"A": args.a.obj, "B": args.b.obj, "scale_a": args.scale_a.obj,
+             "scale_b": args.scale_b.obj, "D": args.d.obj if args.d else None,
+             "bias": args.bias.obj if args.bias else None}
+    found = check_one_device(named, driver.device_of)
+    return 0 if found is None else found
 
 
 def device_scalar(value: float, like, device: int):

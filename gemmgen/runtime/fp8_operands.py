@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model.dtypes import FP8_DTYPES, dtype_name_of, numpy_dtype, torch_dtype_name
-from .operands import Operand, OperandError, describe
+from .operands import Operand, OperandError, check_int32, check_one_device, describe
 
 OUT_DTYPES = ("bf16", "fp16", "fp32")
 BLOCK = 128
@@ -227,7 +227,8 @@ def check_fp8(A, B, scale_a, scale_b, D=None, bias=None, out: str | None = None,
               dtype=None) -> Fp8Args:
     """Describe and cross-check an FP8 GEMM's arguments. ``dtype``: the FP8 dtype of uint8
     operands ("e4m3", "e5m2", or a pair (A's, B's)); ``out``: D's dtype (bf16, fp16, fp32;
-    default D's, else bf16). Raises ``OperandError`` naming the argument."""
+    default D's, else bf16). Raises ``OperandError`` naming the argument (PyTorch or CuPy
+    arguments on different GPUs, sizes beyond 2^31 - 1 too)."""
     da, db = (dtype if isinstance(dtype, (tuple, list)) else (dtype, dtype))
     a_dt, b_dt = fp8_dtype_of(A, "A", da), fp8_dtype_of(B, "B", db)
     a, b = describe(A, "A", a_dt), describe(B, "B", b_dt)
@@ -262,8 +263,13 @@ def check_fp8(A, B, scale_a, scale_b, D=None, bias=None, out: str | None = None,
     if len(kinds) > 1:
         raise OperandError("A, B, the scales, D and bias must all be NumPy arrays (copied for "
                            "you) or all device arrays")
-    return Fp8Args(a, b, a_dt, b_dt, m, n, k, "r" in a.lds, "c" in b.lds, sa, sb, scaling,
+    check_one_device({"A": A, "B": B, "scale_a": scale_a, "scale_b": scale_b, "D": D,
+                      "bias": bias})
+    args = Fp8Args(a, b, a_dt, b_dt, m, n, k, "r" in a.lds, "c" in b.lds, sa, sb, scaling,
                    a_lay, b_lay, d, bias_op, out)
+    check_int32(M=m, N=n, K=k, lda=args.lda, ldb=args.ldb,
+                **({"ldd": d.lds["r"]} if d is not None else {}))
+    return args
 
 
 def _out_dtype(D, out: str | None) -> str:

@@ -14,9 +14,9 @@ import threading
 
 from ..codegen.render import render_template
 from ..compile.cache import compile_cached
-from ..model.dtypes import CTYPES, FP8_MAX
+from ..model.dtypes import CTYPES, ELEM_BYTES, FP8_MAX
 from . import driver
-from .recipe import field_offsets
+from .recipe import field_offsets, grid_pieces, offset, pack
 
 GROUPS = ("1x128", "128x128", "row", "tensor")
 THREADS = 256
@@ -29,6 +29,10 @@ SIGNATURES = {"1x128": "PqiiPqPqqf", "128x128": "PqiiPqPqqf", "amax": "PqiiPi",
               "apply": "PqiiPiPqPf"}
 STRUCTS = {k: struct.Struct("@" + v) for k, v in SIGNATURES.items()}
 OFFSETS = {k: field_offsets(v) for k, v in STRUCTS.items()}
+_TILED = ("x", "ldx", "rows", "cols", "q", "ldq", "scale", "ss_r", "ss_c", "floor")
+NAMES = {"1x128": _TILED, "128x128": _TILED, "amax": ("x", "ldx", "rows", "cols", "amax", "per_row"),
+         "apply": ("x", "ldx", "rows", "cols", "amax", "per_row", "q", "ldq", "scale", "floor")}
+"""The argument each parameter holds (named when a value does not fit it)."""
 
 _MODULES: dict[tuple, driver.Module] = {}
 _LOCK = threading.Lock()
@@ -62,7 +66,7 @@ def module(in_dtype: str, fp8: str, device: int, arch: str = "sm_90a") -> driver
 
 
 def _launch(mod, name: str, kind: str, grid, values, stream) -> None:
-    params = STRUCTS[kind].pack(*values)
+    params, _ = pack(STRUCTS[kind], OFFSETS[kind], tuple(values), NAMES[kind])
     driver.launch(mod.function(name).handle, grid, (THREADS, 1, 1), 0, params, stream)
 
 
@@ -74,7 +78,8 @@ def quantize(group: str, in_dtype: str, fp8: str, x: int, ldx: int, rows: int, c
     group (i, j) goes to scale[i * ss_r + j * ss_c] ("1x128": row i, column block j;
     "128x128": row block i, column block j; "row": scale[i * ss_r]; "tensor": scale[0]).
     "row" and "tensor" need ``amax``: a zeroed float32 buffer of ``rows`` values (row) or one
-    (tensor). Raises ``ValueError`` for an unknown group, ``DriverError`` from the launch."""
+    (tensor). Raises ``ValueError`` for an unknown group, ``OperandError`` naming a size beyond
+    its parameter (rows or cols past 2^31 - 1), ``DriverError`` from the launch."""
     if group not in GROUPS:
         raise ValueError(f"unknown quantization group {group!r}; known: {', '.join(GROUPS)}")
     if not rows or not cols:
@@ -83,9 +88,16 @@ def quantize(group: str, in_dtype: str, fp8: str, x: int, ldx: int, rows: int, c
     name = name_of(in_dtype, fp8)
     with driver.on_device(device):
         if group in ("1x128", "128x128"):
-            ys = -(-rows // (ROWS_PER_CTA if group == "1x128" else GROUP))
-            _launch(mod, f"{name}_{group}", group, (-(-cols // GROUP), min(ys, MAX_GRID), 1),
-                    (x, ldx, rows, cols, q, ldq, scale, ss_r, ss_c, floor), stream)
+            if group == "1x128":  # its rows loop over grid y
+                ys = -(-rows // ROWS_PER_CTA)
+                _launch(mod, f"{name}_{group}", group, (-(-cols // GROUP), min(ys, MAX_GRID), 1),
+                        (x, ldx, rows, cols, q, ldq, scale, ss_r, ss_c, floor), stream)
+                return
+            item = ELEM_BYTES[in_dtype]  # 128x128: one CTA per block, launched in pieces
+            for r0, nr in grid_pieces(rows, GROUP, MAX_GRID):
+                _launch(mod, f"{name}_{group}", group, (-(-cols // GROUP), -(-nr // GROUP), 1),
+                        (offset(x, r0 * ldx * item), ldx, nr, cols, offset(q, r0 * ldq), ldq,
+                         offset(scale, r0 // GROUP * ss_r * 4), ss_r, ss_c, floor), stream)
             return
         per_row = 1 if group == "row" else 0
         if group == "row" and ss_r != 1:

@@ -11,14 +11,13 @@ from dataclasses import dataclass
 
 from ..heuristics import grouped_db
 from ..heuristics.grouped import GroupedChoice, choose
-from ..model.dtypes import dtype_name_of
 from ..model.families import config_from_dict
 from . import driver
 from .build import build
 from .device import device_identity
 from .grouped_operands import GroupedArgs, check_grouped
 from .launch import allocator
-from .operands import OperandError, describe
+from .operands import OperandError, check_one_device, describe
 from .plans import _sync_cupy_producers, signature
 from .recipe import Recipe, Ref
 
@@ -27,14 +26,11 @@ _KERNELS: dict[tuple, tuple] = {}
 PLAN_CACHE = 4096
 
 
-def _device(x) -> int:
-    mod = type(x).__module__.split(".")[0]
-    if mod == "torch":
-        return x.device.index or 0
-    if mod == "cupy":
-        return x.device.id
-    ptr = describe(x, "A", dtype_name_of(x)).ptr
-    return driver.device_of(ptr) if ptr else 0
+def _device(named: dict) -> int:
+    """The one device of the arguments ``named`` ({name: array or None}); ``OperandError``
+    naming two on different devices (pointers are asked of the driver)."""
+    found = check_one_device(named, driver.device_of)
+    return 0 if found is None else found
 
 
 @dataclass
@@ -112,7 +108,7 @@ def plan_grouped(A, B, offs=None, out=None, counts=None, out_dtype=None, expecte
     """The plan of one operand signature: every check, the choice and build of the kernel,
     and its recipe with the operands' addresses as ``Ref``s. Raises as ``grouped_gemm``."""
     args = check_grouped(A, B, offs, out, counts, out_dtype)
-    device = _device(A)
+    device = _device({"A": A, "B": B, "offs": offs, "counts": counts, "out": out})
     choice = _choice(args, expected_m, config, device)
     key = (choice.config.name, *device_identity(device))
     if key not in _KERNELS:

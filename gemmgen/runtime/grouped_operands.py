@@ -21,7 +21,7 @@ import numpy as np
 
 from ..model.dtypes import dtype_name_of, torch_dtype_name
 from .grouped_kernel import GroupedProblem
-from .operands import Operand, OperandError, describe
+from .operands import Operand, OperandError, check_int32, check_one_device, describe
 
 IN_DTYPES = ("fp16", "bf16")
 
@@ -139,7 +139,8 @@ def _check_out(out, shape: tuple, dtype: str) -> Operand | None:
 def check_grouped(A, B, offs=None, out=None, counts=None, out_dtype=None) -> GroupedArgs:
     """Describe and cross-check a grouped call (see the module docstring). Raises
     ``OperandError`` naming the argument: kinds, dtypes, ranks, shapes, layouts, the offsets'
-    or counts' dtype and length, the output's shape and dtype."""
+    or counts' dtype and length, the output's shape and dtype, PyTorch or CuPy arrays on
+    different GPUs, extents or leading dimensions beyond 2^31 - 1."""
     for name, x in (("A", A), ("B", B)):
         if getattr(x, "ndim", len(getattr(x, "shape", ()))) not in (2, 3):
             raise OperandError(f"{name} must be 2-D or 3-D; got shape "
@@ -153,13 +154,14 @@ def check_grouped(A, B, offs=None, out=None, counts=None, out_dtype=None) -> Gro
                            f"float16 or bfloat16")
     out_name = out_dtype_name(out_dtype, dtype)
     a, b = _operand(A, "A", dtype), _operand(B, "B", dtype)
+    check_one_device({"A": A, "B": B, "offs": offs, "counts": counts, "out": out})
     ranks = (2 if a.batch is None else 3, 2 if b.batch is None else 3)
-    if ranks == (2, 3):
-        return _m_offs(a, b, offs, out, counts, dtype, out_name)
-    if ranks == (3, 3):
-        return _masked(a, b, offs, out, counts, dtype, out_name)
-    if ranks == (2, 2):
-        return _k_grouped(a, b, offs, out, counts, dtype, out_name)
+    forms = {(2, 3): _m_offs, (3, 3): _masked, (2, 2): _k_grouped}
+    if ranks in forms:
+        args = forms[ranks](a, b, offs, out, counts, dtype, out_name)
+        check_int32(G=args.groups, rows=args.rows, N=args.n, K=args.k,
+                    lda=a.lds[args.layout[0]], ldb=b.lds[args.layout[1]])
+        return args
     raise OperandError("A 3-D with B 2-D (groups along N) is not supported: pass A 2-D with "
                        "B 3-D and offs (M-grouped), both 3-D (batched or masked), or both 2-D "
                        "with offs (K-grouped)")

@@ -20,6 +20,9 @@ from .recipe import Launch, Recipe, field_offsets, pack
 SIGNATURE = "iiifPiPifPiqqqP"  # M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, strides, bias
 _PARAMS = struct.Struct("@" + SIGNATURE)  # the parameter block, natively aligned as nvcc lays it
 _OFFSETS = field_offsets(_PARAMS)
+PARAM_NAMES = ("M", "N", "K", "alpha", "A", "lda", "B", "ldb", "beta", "C", "ldc", "stride_a",
+               "stride_b", "stride_c", "bias")
+"""The argument each field of ``SIGNATURE`` holds (named by ``pack``'s errors)."""
 
 
 @dataclass
@@ -87,12 +90,13 @@ class Kernel:
                  ) -> Recipe:
         """The ``Recipe`` of one call on ``device`` (default: the current context's). Pointers
         are ints, or ``recipe.Ref``s where a later call will patch in other addresses.
-        Strides are the elements between consecutive matrices of a batch (0 broadcasts)."""
+        Strides are the elements between consecutive matrices of a batch (0 broadcasts).
+        Raises ``OperandError`` naming an argument beyond its parameter's C type."""
         dev = driver.current_device() if device is None else device
         grid_x, grid_y, _ = self.config.grid(m, n)
         params, patches = pack(_PARAMS, _OFFSETS, (m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta,
                                                    c_ptr, ldc, stride_a, stride_b, stride_c,
-                                                   bias_ptr))
+                                                   bias_ptr), PARAM_NAMES)
         run = Launch(self.function(dev), (grid_x, grid_y, batch), (self.config.threads, 1, 1),
                      params, patches)
         return Recipe(dev, [run] if m and n else [], "direct")

@@ -9,7 +9,8 @@ from ..model.dtypes import numpy_dtype
 from . import driver
 from .device import pycuda_context
 from .epilogue_args import EXTRA, check_epilogue, tree_of
-from .operands import GemmArgs, OperandError, check_gemm, check_scalars, describe
+from .operands import (GemmArgs, OperandError, check_gemm, check_one_device, check_scalars,
+                       describe)
 
 GRID_LIMIT_YZ = 65535
 DEFAULT_STREAMS = (None, 0, 1, 2)  # CUDA array interface: none, legacy, per-thread default
@@ -28,7 +29,8 @@ def launch(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=
     strides come from the arrays' strides; ``beta == 0`` never reads C.
 
     Raises ``OperandError`` naming a bad argument (alpha and beta must be real numbers), a
-    shape that differs from the kernel's specialization, or a grid beyond CUDA's limits.
+    shape that differs from the kernel's specialization, operands on different GPUs, or a
+    grid beyond CUDA's limits.
 
     An epilogue tree's operands come as keywords (``row_scale``, ``col_scale``, ``row_bias``,
     ``R``, ``aux``, ``amax``; ``up``: the dual GEMM's second weight, laid out as B), of the
@@ -43,6 +45,8 @@ def launch(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=
     args = check_gemm(A, B, C, beta=beta, dtype=cfg.dtype, out=cfg.out, layout=cfg.layout,
                       bias=bias, needs_bias=needs_bias(cfg))
     check_launch(kernel, args)
+    if args.a.kind in ("gpuarray", "cai"):  # no device attribute: ask the driver
+        check_one_device({"A": A, "B": B, "C": C, "bias": bias}, driver.device_of)
     host = args.a.kind == "numpy"
     given = packed_tree_operands(cfg, extra) if host else extra
     epi = check_epilogue(cfg, given, args.m, args.n, args.batch, host=host)

@@ -21,6 +21,17 @@ class OperandError(ValueError):
 
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+INT32_MAX = 2 ** 31 - 1
+"""The largest extent, leading dimension or batch the kernels' ``int`` parameters hold."""
+
+
+def check_int32(**sizes: int) -> None:
+    """Raise ``OperandError`` naming the first of ``sizes`` ({argument name: value}, e.g.
+    M=..., lda=...) outside the kernels' 32-bit int parameters (0..2^31 - 1)."""
+    for name, value in sizes.items():
+        if not 0 <= value <= INT32_MAX:
+            raise OperandError(f"{name} = {value} does not fit the kernels' 32-bit int "
+                               f"parameter (0..{INT32_MAX}, 2^31 - 1)")
 
 
 def check_scalar(value, name: str) -> float:
@@ -192,10 +203,13 @@ def check_gemm(A, B, C=None, *, beta: float = 0.0, dtype: str = "fp32",
 
     Raises ``OperandError`` naming the argument: kind, dtype, rank, layout, inner dimensions,
     a C or bias of the wrong shape, batch sizes that differ, a read-only C, host and device
-    arrays mixed, or a beta that is not a real number.
+    arrays mixed, PyTorch or CuPy operands on different GPUs (``check_one_device``), an
+    extent, leading dimension or batch beyond 2^31 - 1 (``check_int32``), or a beta that is
+    not a real number.
     """
     beta = check_scalar(beta, "beta")
     a, b = describe(A, "A", dtype), describe(B, "B", dtype)
+    check_one_device({"A": A, "B": B, "C": C, "bias": bias})
     (m, k), (k2, n) = a.shape, b.shape
     if k != k2:
         raise OperandError(f"A is {m}x{k} and B is {k2}x{n}: A's columns ({k}) must equal "
@@ -213,14 +227,7 @@ def check_gemm(A, B, C=None, *, beta: float = 0.0, dtype: str = "fp32",
         if c.readonly:
             raise OperandError("C is read-only; the kernel writes its result there")
         _need_layout(c, layout, 2)
-    sizes = {op.name: op.batch for op in (a, b, c) if op is not None and op.batch}
-    batch = max(sizes.values(), default=None)
-    bad = {nm: s for nm, s in sizes.items() if s not in (1, batch)}
-    if bad:
-        raise OperandError(f"batch sizes differ: {sizes} (each must be {batch} or 1)")
-    if c is not None and batch and c.batch != batch:
-        raise OperandError(f"C must hold the whole batch of {batch} results; it has "
-                           f"{c.batch or 'no'} batch dimension")
+    batch = _batch_of(a, b, c)
     bias_op = None
     if needs_bias:
         if bias is None:
@@ -230,13 +237,34 @@ def check_gemm(A, B, C=None, *, beta: float = 0.0, dtype: str = "fp32",
             raise OperandError(f"bias must hold N = {n} values; got shape {bias_op.shape}")
     elif bias is not None:
         raise OperandError("bias given, but this kernel's epilogue has no bias")
-    ops = [op for op in (a, b, c, bias_op) if op is not None]
+    _check_host_or_device([op for op in (a, b, c, bias_op) if op is not None])
+    args = GemmArgs(a, b, c, bias_op, m, n, k, batch, layout)
+    check_int32(M=m, N=n, K=k, lda=args.ld(a, 0), ldb=args.ld(b, 1),
+                **({"ldc": args.ld(c, 2)} if c is not None else {}), batch=batch or 1)
+    return args
+
+
+def _batch_of(a: Operand, b: Operand, c: Operand | None) -> int | None:
+    """The batch of the operands (None: all 2-D); ``OperandError`` for sizes that differ or
+    a C that does not hold the whole batch."""
+    sizes = {op.name: op.batch for op in (a, b, c) if op is not None and op.batch}
+    batch = max(sizes.values(), default=None)
+    bad = {nm: s for nm, s in sizes.items() if s not in (1, batch)}
+    if bad:
+        raise OperandError(f"batch sizes differ: {sizes} (each must be {batch} or 1)")
+    if c is not None and batch and c.batch != batch:
+        raise OperandError(f"C must hold the whole batch of {batch} results; it has "
+                           f"{c.batch or 'no'} batch dimension")
+    return batch
+
+
+def _check_host_or_device(ops: list) -> None:
+    """``OperandError`` naming the host operands when host and device ones are mixed."""
     on_host = {op.name: op.kind == "numpy" for op in ops}
     if len(set(on_host.values())) > 1:
         host = [k_ for k_, v in on_host.items() if v]
         raise OperandError(f"{', '.join(host)} on the host but the others on the GPU: pass all "
                            f"NumPy arrays (copied for you) or all device arrays")
-    return GemmArgs(a, b, c, bias_op, m, n, k, batch, layout)
 
 
 def _as_row(bias):
@@ -244,3 +272,42 @@ def _as_row(bias):
     if hasattr(bias, "reshape"):
         return bias.reshape(1, -1)
     raise OperandError(f"bias: expected a 1-D array; got {type(bias).__name__}")
+
+
+def device_index(x, device_of=None) -> int | None:
+    """The CUDA device ``x`` lives on: a PyTorch tensor's or CuPy array's own; for another
+    device array (PyCUDA GPUArray, ``__cuda_array_interface__``) ``device_of(address)`` when
+    given (the driver's pointer query), else None. None for host arrays, numbers and None."""
+    mod = type(x).__module__.split(".")[0]
+    if mod == "torch" and hasattr(x, "device"):
+        return (x.device.index or 0) if x.device.type == "cuda" else None
+    if mod == "cupy" and hasattr(x, "device"):
+        return x.device.id
+    if device_of is None:
+        return None
+    if hasattr(x, "__cuda_array_interface__"):
+        ptr = int(x.__cuda_array_interface__["data"][0] or 0)
+    elif type(x).__name__ == "GPUArray" and hasattr(x, "gpudata"):
+        ptr = int(x.gpudata) if x.size else 0
+    else:
+        return None
+    return device_of(ptr) if ptr else None
+
+
+def check_one_device(named: dict, device_of=None) -> int | None:
+    """The one CUDA device of the operands ``named`` ({argument name: array or None}), or None
+    when none says (see ``device_index``). Raises ``OperandError`` naming two arguments on
+    different devices, e.g. "A is on cuda:0, B on cuda:1"."""
+    seen: dict[int, str] = {}
+    for name, x in named.items():
+        if x is None:
+            continue
+        dev = device_index(x, device_of)
+        if dev is None:
+            continue
+        if seen and dev not in seen:
+            first_dev, first = next(iter(seen.items()))
+            raise OperandError(f"{first} is on cuda:{first_dev}, {name} on cuda:{dev}: every "
+                               f"operand must be on one GPU (copy them to one device first)")
+        seen.setdefault(dev, name)
+    return next(iter(seen), None)

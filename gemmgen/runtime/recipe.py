@@ -12,10 +12,12 @@ while the launches are built.
 """
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass, field
 
 from . import driver
+from .operands import OperandError
 
 PATCH_POINTER, PATCH_MAP = 0, 1
 FORMAT_VERSION = 1
@@ -39,6 +41,25 @@ class Ref:
 
     def shifted(self, nbytes: int) -> "Ref":
         return Ref(self.index, self.value, self.delta + nbytes)
+
+
+GRID_LIMIT_YZ = 65535
+"""CUDA's limit on gridDim.y and gridDim.z (gridDim.x: 2^31 - 1)."""
+
+
+def grid_pieces(extent: int, per_block: int = 1, limit: int = GRID_LIMIT_YZ) -> list:
+    """(first, count) pieces of ``extent`` items, each covered by at most ``limit`` blocks of
+    ``per_block`` items: the launches of a helper kernel whose grid y or z does not loop
+    (one piece when it fits, none for no items)."""
+    step = limit * per_block
+    return [(s, min(step, extent - s)) for s in range(0, extent, step)]
+
+
+def offset(ptr, nbytes: int):
+    """The address ``nbytes`` past ``ptr`` (an int, or a ``Ref`` that stays patchable)."""
+    if not nbytes:
+        return ptr
+    return ptr.shifted(nbytes) if isinstance(ptr, Ref) else int(ptr) + nbytes
 
 
 @dataclass(frozen=True)
@@ -113,11 +134,13 @@ class Recipe:
         return bytes(out)
 
 
-def pack(fmt: struct.Struct, offsets: tuple[int, ...], values: tuple) -> tuple[bytes, tuple]:
+def pack(fmt: struct.Struct, offsets: tuple[int, ...], values: tuple,
+         names: tuple[str, ...] | None = None) -> tuple[bytes, tuple]:
     """(parameter block, patches) of ``values`` packed by ``fmt`` whose fields sit at
     ``offsets``: a ``Ref`` is packed as its current address and patched as a pointer; a
     ``MapRef`` as its encoded tensor map and patched as one; a ``Block`` as its bytes, with
-    its own patches moved to its offset."""
+    its own patches moved to its offset. Raises ``OperandError`` naming the field (by
+    ``names``, else its number) whose value does not fit it, e.g. an M of 2^31 in an int."""
     plain, patches = [], []
     for v, off in zip(values, offsets):
         if isinstance(v, Ref):
@@ -131,7 +154,40 @@ def pack(fmt: struct.Struct, offsets: tuple[int, ...], values: tuple) -> tuple[b
             plain.append(v.data)
         else:
             plain.append(v)
-    return fmt.pack(*plain), tuple(patches)
+    try:
+        return fmt.pack(*plain), tuple(patches)
+    except struct.error as exc:
+        raise _misfit(fmt, plain, names, exc) from None
+
+
+C_TYPES = {"i": ("int", -2 ** 31, 2 ** 31 - 1), "I": ("unsigned int", 0, 2 ** 32 - 1),
+           "q": ("long long", -2 ** 63, 2 ** 63 - 1), "Q": ("unsigned long long", 0, 2 ** 64 - 1),
+           "P": ("pointer", 0, 2 ** 64 - 1)}
+"""struct codes of integer kernel parameters: (C type, least, greatest value)."""
+
+
+def struct_fields(fmt: struct.Struct) -> list[str]:
+    """The struct code of each value ``fmt`` packs, in order: padding (``x``) skipped, a
+    repeat count expanded, ``128s`` one field."""
+    out = []
+    for count, code in re.findall(r"(\d*)([a-zA-Z?])", fmt.format.lstrip("@=<>!")):
+        if code == "x":
+            continue
+        out += [count + code] if code in "sp" else [code] * int(count or 1)
+    return out
+
+
+def _misfit(fmt: struct.Struct, plain: list, names, exc: struct.error) -> Exception:
+    """The ``OperandError`` naming the first field of ``plain`` that ``fmt`` cannot pack."""
+    for i, (c, v) in enumerate(zip(struct_fields(fmt), plain)):
+        try:
+            struct.pack("@" + c, v)
+        except struct.error:
+            ctype, lo, hi = C_TYPES.get(c, (c, None, None))
+            name = names[i] if names and i < len(names) else f"parameter {i} ({ctype})"
+            limit = f" ({lo}..{hi})" if lo is not None else ""
+            return OperandError(f"{name} = {v!r} does not fit the kernel's {ctype}{limit}")
+    return OperandError(f"the kernel's parameters do not pack: {exc}")
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from itertools import product
 from typing import Callable
 
 from ..heuristics.cost import stored_shape, unaligned
@@ -14,7 +15,9 @@ from . import driver
 from .dual import dual_b
 from .epilogue_args import STRUCT as EPI_STRUCT, takes_args, tree_of
 from .kernel import Kernel
-from .recipe import Block, Launch, MapRef, Recipe, Ref, field_offsets, pack
+from .operands import OperandError
+from .recipe import (GRID_LIMIT_YZ, Block, Launch, MapRef, Recipe, Ref, field_offsets, grid_pieces,
+                     offset, pack)
 from .tma import MapSpec, ParamPacker, TmaError, encode, operand_map, param_layout
 
 # The kernel's parameters, in order: tensor maps of A, B, C; M, N, K, alpha, A, lda, B, ldb,
@@ -262,9 +265,11 @@ class TmaKernel(Kernel):
         stride_new = rows * ld_new if stride else 0
         buf = self.workspace(dev, f"pack {name}", rows * ld_new * nb * item)
         keep.append(buf)
-        grid = (-(-(-(-cols // vec)) // PACK_THREADS), min(rows, MAX_GRID_Y), nb)
-        before.append(self._helper(dev, "pack", grid, (PACK_THREADS, 1, 1),
-                                   (ptr, ld, stride, buf.ptr, ld_new, stride_new, rows, cols)))
+        for z0, nz in grid_pieces(nb):  # rows loop in the kernel; batches beyond 65535 here
+            grid = (-(-(-(-cols // vec)) // PACK_THREADS), min(rows, MAX_GRID_Y), nz)
+            before.append(self._helper(dev, "pack", grid, (PACK_THREADS, 1, 1), (
+                offset(ptr, z0 * stride * item), ld, stride,
+                offset(buf.ptr, z0 * stride_new * item), ld_new, stride_new, rows, cols)))
         return buf.ptr, ld_new, stride_new
 
     def _split3(self, dev, before: list, keep: list, m, n, k, batch, a_ptr, lda, stride_a,
@@ -287,11 +292,13 @@ class TmaKernel(Kernel):
             nb = batch if stride else 1
             buf = self.workspace(dev, f"split3 {name}", outer * ld * nb * 4)
             keep.append(buf)
-            grid = (-(-kp // tile), -(-outer // tile), nb)
             sbd = outer * ld if stride else 0
-            before.append(self._helper(dev, "split3", grid, (tile, rows_per, 1),
-                                       (ptr, so, sk, stride, buf.ptr, ld, sbd, outer, k, kp,
-                                        role)))
+            for (z0, nz), (o0, no) in product(grid_pieces(nb), grid_pieces(outer, tile)):
+                # grid y and z do not loop in the kernel: one launch per piece of each
+                before.append(self._helper(dev, "split3", (-(-kp // tile), -(-no // tile), nz),
+                                           (tile, rows_per, 1), (
+                    offset(ptr, (z0 * stride + o0 * so) * 4), so, sk, stride,
+                    offset(buf.ptr, (z0 * sbd + o0 * ld) * 4), ld, sbd, no, k, kp, role)))
             out.append((buf.ptr, ld, sbd))
         return out
 
@@ -322,6 +329,16 @@ class TmaKernel(Kernel):
         buf = self.workspace(dev, "split-K", slice_ * batch * cfg.split_k * 4)
         keep.append(buf)
         grid = (-(-inner // REDUCE_THREADS), min(outer, MAX_GRID_Y), batch)
+        if batch > GRID_LIMIT_YZ and not self._epi:  # rows loop; batches go in pieces
+            item = ELEM_BYTES[cfg.out]
+            for b0, nz in grid_pieces(batch):
+                after.append(self._helper(dev, "reduce", (*grid[:2], nz), (REDUCE_THREADS, 1, 1), (
+                    buf.ptr + b0 * slice_ * 4, ldp, slice_, m, n, alpha_, beta,
+                    offset(c_ptr, b0 * stride_c * item), ldc, stride_c, bias_ptr, batch)))
+            return buf.ptr, ldp, slice_
+        if batch > GRID_LIMIT_YZ:
+            raise OperandError(f"a batch of {batch} exceeds the grid limit of {GRID_LIMIT_YZ} "
+                               f"for the split-K reduction of an epilogue tree")
         args = (buf.ptr, ldp, slice_, m, n, alpha_, beta, c_ptr, ldc, stride_c, bias_ptr, batch)
         if self._epi:  # the tree's struct, at the offset the cubin gives it
             packer, offsets = self._reduce

@@ -35,7 +35,8 @@ from ..runtime.fp8_kernel import ORDER
 from ..runtime.fp8_launch import make_plan
 from ..runtime.fp8_operands import check_fp8
 from ..runtime.operands import OperandError
-from .ops import _LIB, _LIVE, _REFERENCE, LAUNCHER, _warn_once
+from . import launcher
+from .ops import _LIB, _REFERENCE, LAUNCHER, _warn_once
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -152,7 +153,7 @@ def _scaled_mm_plan(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out
     device = a.device.index or 0
     kernel, _ = kernel_for(args, fast, "bias" if bias is not None else "none", None, device)
     plan = make_plan(kernel, args, device)
-    _LIVE.append(plan)
+    launcher.keep_alive(plan)
     return torch.frombuffer(bytearray(plan.recipe.to_bytes(ORDER)), dtype=torch.uint8)
 
 

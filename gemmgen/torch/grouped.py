@@ -29,7 +29,6 @@ from ..runtime.operands import OperandError
 from . import launcher
 from .ops import _LIB, _REFERENCE, LAUNCHER, _warn_once
 
-_LIVE: list = []  # plans whose kernels the launcher's recipes use
 GROUPED_DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -170,7 +169,7 @@ def _grouped_plan(a: Tensor, b: Tensor, offs: Tensor | None, out_dtype, out: Ten
         plan = plan_grouped(a, b, offs, out, None, out_dtype)
     except OperandError:  # the shapes were checked above: a layout or alignment TMA refuses
         return _REFERENCE
-    _LIVE.append(plan)
+    launcher.keep_alive(plan)
     return torch.frombuffer(bytearray(plan.recipe.to_bytes()), dtype=torch.uint8)
 
 

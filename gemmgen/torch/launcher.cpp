@@ -30,6 +30,13 @@
 #include <unordered_map>
 #include <vector>
 
+// Recipes the table holds before it is cleared whole: gemmgen.torch.launcher.RECIPE_LIMIT,
+// passed by its build command (the Python side drops the plans it keeps alive at the same
+// limit, clearing this table with them).
+#ifndef GEMMGEN_RECIPE_LIMIT
+#define GEMMGEN_RECIPE_LIMIT 16384
+#endif
+
 namespace gemmgen_launcher {
 
 constexpr uint32_t kFormatVersion = 1;     // Recipe.to_bytes
@@ -199,7 +206,7 @@ public:
     }
 
 private:
-    static constexpr size_t kLimit = 16384;
+    static constexpr size_t kLimit = GEMMGEN_RECIPE_LIMIT;
     mutable std::shared_mutex mutex_;
     std::unordered_map<std::string, std::shared_ptr<const Recipe>> recipes_;
 };

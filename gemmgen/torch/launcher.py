@@ -30,6 +30,29 @@ SOURCE = Path(__file__).with_name("launcher.cpp")
 BUILD_TIMEOUT = 300
 _STATE: dict = {}
 _LOCK = threading.Lock()
+RECIPE_LIMIT = 16384
+"""Recipes the launcher's table holds (compiled in as GEMMGEN_RECIPE_LIMIT), and plans kept
+alive for them (``keep_alive``): both are cleared whole when full."""
+_LIVE: list = []  # plans whose kernels and workspaces the launcher's recipes use
+_LIVE_LOCK = threading.Lock()
+
+
+def keep_alive(plan) -> None:
+    """Keep ``plan`` (its kernels and workspaces, which its recipe's launches use) alive while
+    the launcher's table may hold its recipe. At ``RECIPE_LIMIT`` plans the table is cleared
+    and the plans with it, so no recipe outlives its plan and neither list grows without
+    bound (the table also clears itself at that size: it holds reference recipes too)."""
+    with _LIVE_LOCK:
+        if len(_LIVE) >= RECIPE_LIMIT:
+            _clear_table()
+            _LIVE.clear()
+        _LIVE.append(plan)
+
+
+def _clear_table() -> None:
+    """Drop the compiled launcher's recipes (where it is loaded)."""
+    if loaded():
+        torch.ops.gemmgen_launcher.clear_recipes()
 
 
 def compiler() -> str | None:
@@ -45,7 +68,8 @@ def command(cxx: str, output: str) -> list[str]:
     from torch.utils.cpp_extension import include_paths, library_paths
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     libs = library_paths()
-    return ([cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-w", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
+    return ([cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-w", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+             f"-DGEMMGEN_RECIPE_LIMIT={RECIPE_LIMIT}"]
             + [f"-I{p}" for p in include_paths()] + [str(SOURCE), "-o", output]
             + [f"-L{p}" for p in libs] + [f"-Wl,-rpath,{p}" for p in libs]
             + ["-lc10", "-ltorch_cpu", "-ldl"])
@@ -56,7 +80,7 @@ def library_path(cxx: str) -> Path:
     ``launcher/`` in gemmgen's cache directory."""
     key = hashlib.sha256("\n".join((SOURCE.read_text(), torch.__version__,
                                     str(torch._C._GLIBCXX_USE_CXX11_ABI), cxx,
-                                    toolchain_key())).encode())
+                                    toolchain_key(), str(RECIPE_LIMIT))).encode())
     return cache_dir() / "launcher" / f"gemmgen_launcher-{key.hexdigest()[:16]}.so"
 
 

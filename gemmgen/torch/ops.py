@@ -51,7 +51,6 @@ _LIB.define("_grouped_plan(Tensor a, Tensor b, Tensor? offs, ScalarType? out_dty
             "Tensor out) -> Tensor")
 _LIB.define("_grouped_reference(Tensor a, Tensor b, Tensor? offs, ScalarType? out_dtype) "
             "-> Tensor")
-_LIVE: list = []  # plans whose kernels and workspaces the launcher's recipes use
 _REFERENCE = torch.tensor(list(FORMAT_VERSION.to_bytes(4, "little") + b"\xff" * 4),
                           dtype=torch.uint8)
 
@@ -137,7 +136,7 @@ def _plan(a: Tensor, b: Tensor, bias: Optional[Tensor], epilogue: str, out: Tens
     if not kernel_takes(a, b, bias):
         return _REFERENCE
     plan = plan_for(a, b, out, bias, 1.0, 0.0, epilogue)
-    _LIVE.append(plan)
+    launcher.keep_alive(plan)
     order = (1, 0, 2, 3) if plan.swap else (0, 1, 2, 3)  # the kernel's A is B^T when swapped
     data = plan.recipe.to_bytes(order)
     return torch.frombuffer(bytearray(data), dtype=torch.uint8)
