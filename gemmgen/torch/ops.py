@@ -51,7 +51,7 @@ _LIB.define("_grouped_plan(Tensor a, Tensor b, Tensor? offs, ScalarType? out_dty
             "Tensor out) -> Tensor")
 _LIB.define("_grouped_reference(Tensor a, Tensor b, Tensor? offs, ScalarType? out_dtype) "
             "-> Tensor")
-_LIVE: list = []  # plans whose kernels and workspaces the launcher's recipes use
+_LIVE: list = []  # plans whose kernels the launcher's recipes use (workspaces are per stream)
 _REFERENCE = torch.tensor(list(FORMAT_VERSION.to_bytes(4, "little") + b"\xff" * 4),
                           dtype=torch.uint8)
 
