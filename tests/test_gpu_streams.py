@@ -205,6 +205,7 @@ def test_linear_through_the_launcher_on_several_streams():
 def _capture(stream, fn):
     """A CUDA graph of ``fn()`` captured on ``stream`` (warmed up there first) and its
     result."""
+    torch.cuda.synchronize()  # the operands, made on the default stream, are ready
     with torch.cuda.stream(stream):
         fn()
     torch.cuda.synchronize()

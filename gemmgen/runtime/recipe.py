@@ -121,7 +121,7 @@ class Recipe:
         the raw stream handle ``stream`` (``gemmgen.runtime.workspaces``), and launch on it;
         the current context must be ``device``'s."""
         work = workspaces.addresses(self.device, stream, self.workspaces) \
-            if self.workspaces else ()
+            if self.workspaces and self.launches else ()
         for ln in self.launches:
             params = ln.params
             if ln.patches:

@@ -92,8 +92,10 @@ class Pool:
             if slot.zero:
                 driver.memset_async(new.ptr, max(slot.nbytes, 1), stream)
         if held is not None and (self.capture is not None or not _drained(self, stream)):
-            self.kept.append(held)
+            self.kept.append(held)  # a graph, or work still queued, may use it
         self.buffers[key] = new
+        with driver.on_device(self.device), driver.relaxed_capture():
+            del held  # freed here (cuMemFree) unless kept
         return new.ptr
 
 
@@ -139,7 +141,8 @@ def _bound(pools: OrderedDict, fresh: tuple) -> None:
         if pool.stream not in LEGACY and driver.capture_id(pool.stream) is not None:
             continue
         if _drained(pool, pool.stream):
-            del pools[key]
+            with driver.on_device(pool.device), driver.relaxed_capture():
+                del pools[key], pool  # its buffers are freed here
 
 
 def pools(device: int | None = None) -> int:
