@@ -9,8 +9,11 @@ across calls and kernels.
 
 - Pools are keyed by device and raw stream handle; the legacy default stream (None, 0, 1: it
   runs in order with every blocking stream) is one pool, the per-thread default stream (2) one
-  pool per thread. Within a pool a buffer is keyed by (tag, zero): a zeroed slot (counters the
-  kernels leave at zero) never shares memory with one that is not.
+  pool per thread. A handle stands for one stream for the life of the process (PyTorch never
+  destroys the streams of its pools; a stream destroyed while work is queued on it and
+  another created with the same handle would share). Within a pool a buffer is keyed by
+  (tag, zero): a zeroed slot (counters the kernels leave at zero) never shares memory with one
+  that is not.
 - A buffer is allocated with ``cuMemAlloc`` (capture mode relaxed for the call, as PyTorch's
   allocator does) and, for a zeroed slot, zeroed by ``cuMemsetD8Async`` on the stream (stream-
   ordered; a memset node inside CUDA-graph capture). A buffer too small for a recipe is
@@ -18,8 +21,8 @@ across calls and kernels.
   queued work).
 - A stream under CUDA-graph capture gets a pool of its own per capture (the graph's kernels
   keep those addresses), kept, with every buffer it ever held, for the life of the process
-  (the driver does not tell when a graph is destroyed); nothing is synchronized or freed
-  during capture.
+  (the driver does not tell when a graph is destroyed): nothing of a capture's pool is ever
+  synchronized or freed.
 - At most ``LIMIT`` pools per device outside capture: past it the least recently used one
   whose stream is not capturing is dropped, after synchronizing its stream (a per-thread
   default stream's pool only by its own thread).
