@@ -15,7 +15,7 @@ from gemmgen.runtime import tma_kernel
 from gemmgen.runtime.epilogue_args import INDEX, UP_INDEX, check_epilogue
 from gemmgen.runtime.kernel import Kernel
 from gemmgen.runtime.operands import OperandError
-from gemmgen.runtime.recipe import PATCH_MAP, PATCH_POINTER, Ref
+from gemmgen.runtime.recipe import PATCH_MAP, PATCH_POINTER, WORK_BASE, Ref
 from gemmgen.runtime.tma import param_layout
 
 TREE = "silu(acc*row_scale*col_scale + bias) + R"
@@ -77,12 +77,6 @@ def _kernel(monkeypatch, cfg):
         hash(suffix) & 0xFFFF, 0 if suffix else self.config.dynamic_smem_bytes))
     monkeypatch.setattr(tma_kernel.driver, "device_attribute", lambda dev, name: 132)
     monkeypatch.setattr(tma_kernel, "encode", lambda spec, name="": bytes([spec.ptr % 251]) * 128)
-
-    class Buffer:
-        def __init__(self, n):
-            self.ptr, self.nbytes = 0x7000000 + n, n
-    monkeypatch.setattr(tma_kernel.TmaKernel, "workspace",
-                        lambda self, dev, tag, nbytes, zero=False: Buffer(nbytes))
     return tma_kernel.TmaKernel(cfg, "sm_90a", cubin), cubin
 
 
@@ -93,7 +87,8 @@ def _refs(n):
 def _check_block(params, patches, at, epi):
     """The struct at byte ``at``: each operand's pointer patched (its operand index), the
     leading dimensions and strides written."""
-    ptrs = {(p.offset, p.index) for p in patches if p.kind == PATCH_POINTER and p.index >= 4}
+    ptrs = {(p.offset, p.index) for p in patches
+            if p.kind == PATCH_POINTER and 4 <= p.index < WORK_BASE}  # no workspace
     assert ptrs == {(at + FIELD[name].offset, INDEX[name]) for name in epi.ops}
     for name, op in epi.ops.items():
         assert struct.unpack_from("<Q", params, at + FIELD[name].offset)[0] == op.ptr

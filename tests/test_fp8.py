@@ -350,7 +350,7 @@ def test_recipe_packs_patches_and_workspaces_without_a_gpu(compiled, monkeypatch
 
     from gemmgen.runtime import fp8_kernel
     from gemmgen.runtime.fp8_operands import Matrix, Scale
-    from gemmgen.runtime.recipe import PATCH_MAP, PATCH_POINTER, Ref
+    from gemmgen.runtime.recipe import PATCH_MAP, PATCH_POINTER, WORK_BASE, Ref
     cfg = FP8["fp8_block_decode"]
     _, cubin, _ = compiled[cfg.name]
     kernel = fp8_kernel.Fp8Kernel(cfg, ARCH, cubin)
@@ -360,10 +360,6 @@ def test_recipe_packs_patches_and_workspaces_without_a_gpu(compiled, monkeypatch
     monkeypatch.setattr(type(kernel), "function", lambda self, dev=None, suffix="":
                         SimpleNamespace(handle=7 if suffix else 9, dynamic_smem=0 if suffix
                                         else cfg.smem_bytes))
-    bufs = {}
-    monkeypatch.setattr(type(kernel), "workspace", lambda self, dev, tag, n, zero=False:
-                        bufs.setdefault(tag, SimpleNamespace(ptr=0x100000 * (len(bufs) + 1),
-                                                             nbytes=n, zero=zero)))
     m, n, k = 64, 2112, 7168
     a = Matrix(Ref(0, 0x7000000), m, k_major=False)            # A column-major: packed
     b = Matrix(Ref(1, 0x8000000), k)                           # B K-major, aligned: as it is
@@ -372,12 +368,17 @@ def test_recipe_packs_patches_and_workspaces_without_a_gpu(compiled, monkeypatch
     assert recipe.path == "fp8 + pack A + split-K 7"
     pack, gemm = recipe.launches
     assert pack.function.handle == 7 and pack.grid == (112, 1, 1)
-    assert [(p.index, p.kind) for p in pack.patches] == [(0, PATCH_POINTER)]
+    assert [(p.index, p.kind) for p in pack.patches] == [(0, PATCH_POINTER),
+                                                         (WORK_BASE, PATCH_POINTER)]
     src, s_row, s_col = struct.unpack_from("<Qqq", pack.params)
     assert (s_row, s_col) == (1, m)                            # (r, kk) at kk * lda + r
     assert gemm.grid == (119, 1, 1) and gemm.block == (256, 1, 1)   # 17 tiles x 7 slices
     kinds = {p.index: p.kind for p in gemm.patches}
-    assert kinds == {1: PATCH_MAP, 2: PATCH_POINTER, 4: PATCH_POINTER, 5: PATCH_POINTER}
-    assert bufs["split-K counters"].zero and bufs["split-K counters"].nbytes == 17 * 4
-    assert bufs["split-K"].nbytes == 17 * 7 * 64 * 128 * 4
+    assert kinds == {1: PATCH_MAP, 2: PATCH_POINTER, 4: PATCH_POINTER, 5: PATCH_POINTER,
+                     WORK_BASE: PATCH_MAP, WORK_BASE + 1: PATCH_POINTER,
+                     WORK_BASE + 2: PATCH_POINTER}     # A's map reads the packed copy
+    slots = {w.tag: w for w in recipe.workspaces}
+    assert list(slots) == ["pack A", "split-K", "split-K counters"]
+    assert slots["split-K counters"].zero and slots["split-K counters"].nbytes == 17 * 4
+    assert slots["split-K"].nbytes == 17 * 7 * 64 * 128 * 4 and not slots["split-K"].zero
     assert len(recipe.to_bytes(fp8_kernel.ORDER)) > len(gemm.params)

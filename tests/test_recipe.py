@@ -10,7 +10,7 @@ from gemmgen.codegen.render import render
 from gemmgen.compile.cache import compile_cached
 from gemmgen.runtime import kernel as kernel_mod, recipe as rc, tma_kernel
 from gemmgen.runtime.kernel import _PARAMS, Kernel
-from gemmgen.runtime.recipe import PATCH_MAP, PATCH_POINTER, Ref
+from gemmgen.runtime.recipe import PATCH_MAP, PATCH_POINTER, WORK_BASE, Ref, Workspace
 from gemmgen.runtime.tma import param_layout
 
 
@@ -64,12 +64,6 @@ def _tma_kernel(monkeypatch, preset, **changes):
     _fake_functions(monkeypatch)
     monkeypatch.setattr(tma_kernel.driver, "device_attribute", lambda dev, name: 132)
     monkeypatch.setattr(tma_kernel, "encode", lambda spec, name="": bytes([spec.ptr % 251]) * 128)
-
-    class Buffer:
-        def __init__(self, n):
-            self.ptr, self.nbytes = 0x7000000 + n, n
-    monkeypatch.setattr(tma_kernel.TmaKernel, "workspace",
-                        lambda self, dev, tag, nbytes, zero=False: Buffer(nbytes))
     return tma_kernel.TmaKernel(cfg, "sm_90a", cubin), param_layout(cubin, cfg.name).offsets
 
 
@@ -96,9 +90,13 @@ def test_split_k_recipe_writes_partials_to_the_workspace_and_reduces_into_c(nvcc
     gemm, reduce = r.launches
     assert r.path == "tma + split-K 2"
     assert not [p for p in gemm.patches if p.index in (2, 3)], "the GEMM writes the workspace"
-    assert {p.index for p in reduce.patches} == {2, 3}, "the reduction writes C and reads bias"
+    assert r.workspaces == (Workspace("split-K", 4096 * 128 * 2 * 4, False),)
+    assert (offsets[12], PATCH_POINTER, WORK_BASE) in {(p.offset, p.kind, p.index)
+                                                       for p in gemm.patches}
     helper = tma_kernel.HELPER_OFFSETS["reduce"]  # ws, ldp, slice, m, n, alpha, beta, C, ...
-    assert {(p.offset, p.index) for p in reduce.patches} == {(helper[7], 2), (helper[10], 3)}
+    assert {(p.offset, p.index) for p in reduce.patches} == {
+        (helper[0], WORK_BASE), (helper[7], 2), (helper[10], 3)}, \
+        "the reduction reads the stream's workspace, writes C and reads bias"
 
 
 def test_inline_split_k_is_one_launch_that_writes_c_itself(nvcc, monkeypatch):
@@ -110,21 +108,30 @@ def test_inline_split_k_is_one_launch_that_writes_c_itself(nvcc, monkeypatch):
     (gemm,) = r.launches
     assert r.path == "tma + split-K 4 inline"
     ptrs = {(p.offset, p.index) for p in gemm.patches if p.kind == PATCH_POINTER}
-    assert ptrs == {(offsets[7], 0), (offsets[9], 1), (offsets[12], 2), (offsets[17], 3)}
+    assert ptrs == {(offsets[7], 0), (offsets[9], 1), (offsets[12], 2), (offsets[17], 3),
+                    (offsets[19], WORK_BASE), (offsets[22], WORK_BASE + 1)}
     ws, ld, stride, sem = (struct.unpack_from(code, gemm.params, offsets[19 + i])[0]
                            for i, code in enumerate(("<Q", "<i", "<q", "<Q")))
     assert ld == 1024 and stride == 64 * 1024 and ws and sem and ws != sem
+    assert [(w.tag, w.zero) for w in r.workspaces] == [("split-K", False),
+                                                        ("split-K counters", True)]
 
 
 def test_unaligned_a_is_repacked_with_the_callers_address_patched(nvcc, monkeypatch):
-    k, _ = _tma_kernel(monkeypatch, "wgmma_tma_store")
+    k, offsets = _tma_kernel(monkeypatch, "wgmma_tma_store")
     a = Ref(0, 0x100002)  # off 16-byte alignment
     r = k.launches(4096, 4096, 4095, 1.0, a, 4095, Ref(1, 0x200000), 4096, 0.0,
                    Ref(2, 0x300000), 4096, device=0)
     pack, gemm = r.launches
     assert r.path == "tma + repack A"
-    assert [(p.index, p.offset) for p in pack.patches] == [(0, 0)], "pack reads the caller's A"
+    assert [p.index for p in pack.patches] == [0, WORK_BASE], "pack reads the caller's A"
     assert 0 not in {p.index for p in gemm.patches}, "the GEMM reads the padded copy"
+    assert r.workspaces == (Workspace("pack A", 4096 * 4096 * 2, False),)
+    assert (0, PATCH_POINTER, 0) in {(p.offset, p.kind, p.index) for p in pack.patches}
+    dst = tma_kernel.HELPER_OFFSETS["pack"][3]
+    assert (dst, PATCH_POINTER, WORK_BASE) in {(p.offset, p.kind, p.index) for p in pack.patches}
+    assert (offsets[0], PATCH_MAP, WORK_BASE) in {(p.offset, p.kind, p.index)
+                                                  for p in gemm.patches}, "A's map: the copy"
 
 
 def test_serialized_recipe_matches_the_launchers_format(nvcc, monkeypatch):
@@ -146,7 +153,14 @@ def test_serialized_recipe_matches_the_launchers_format(nvcc, monkeypatch):
         at += 4
         got = [struct.unpack_from("<IIIq", data, at + 20 * i) for i in range(npatch)]
         at += 20 * npatch
-        assert got == [(p.offset, p.kind, (1, 0, 2, 3)[p.index], p.delta) for p in ln.patches]
+        assert got == [(p.offset, p.kind, (1, 0, 2, 3)[p.index] if p.index < WORK_BASE
+                        else p.index, p.delta) for p in ln.patches]
+    assert WORK_BASE in {p.index for ln in r.launches for p in ln.patches}, "not mapped"
+    (nslots,) = struct.unpack_from("<I", data, at)
+    at += 4
+    slots = [struct.unpack_from("<QI", data, at + 12 * i) for i in range(nslots)]
+    at += 12 * nslots
+    assert slots == [(w.nbytes, int(w.zero)) for w in r.workspaces] == [(4096 * 128 * 2 * 4, 0)]
     assert at == len(data)
 
 

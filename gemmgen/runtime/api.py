@@ -35,7 +35,15 @@ def layout_of(A, B, C=None, dtype: str = "fp32") -> str:
     lay = "".join("r" if "r" in op.lds else "c" for op in ops)
     if C is None:
         return lay + "r"
-    return lay + ("r" if "r" in describe(C, "C", stored_as(dtype)).lds else "c")
+    return lay + ("r" if "r" in describe(C, "C", _c_dtype(C, dtype)).lds else "c")
+
+
+def _c_dtype(C, dtype: str) -> str:
+    """C's own dtype where it has a known one (an fp32 C of fp16 inputs), else the inputs'."""
+    try:
+        return dtype_name_of(C)
+    except ValueError:
+        return stored_as(dtype)
 
 
 def _kernel_for(dt: str, m: int, n: int, k: int, db, lay: str, epi: str, c_aligned: bool = True,
@@ -88,7 +96,8 @@ def _c_aligned(C, dt: str, m: int, n: int) -> bool:
     if C is None:
         return n * item % 16 == 0
     try:
-        op = describe(C, "C", stored_as(dt))
+        item = ELEM_BYTES[_c_dtype(C, dt)]
+        op = describe(C, "C", _c_dtype(C, dt))
     except Exception:  # noqa: BLE001 - the launch's own checks report a bad C
         return True
     return op.ptr % 16 == 0 and all(ld * item % 16 == 0 for ld in op.lds.values())

@@ -5,8 +5,9 @@ Every launch of gemmgen goes through here (``cuLaunchKernel`` with a packed para
 are such handles, and a PyCUDA ``Stream`` has one. A module is loaded once per device, into
 that device's primary context (the one PyTorch, CuPy and PyCUDA's ``autoprimaryctx`` use), and
 a call from any thread makes the operands' device's primary context current first (a thread
-PyCUDA has never seen has none). Nothing here allocates on a stream or synchronizes, so a
-launch is legal inside CUDA-graph capture.
+PyCUDA has never seen has none). A launch neither allocates nor synchronizes, so it is legal
+inside CUDA-graph capture; the workspaces of a launch (``gemmgen.runtime.workspaces``) are
+zeroed with a stream-ordered memset.
 
 Needs ``libcuda.so.1``; importing this module does not load it.
 """
@@ -59,6 +60,8 @@ def _load():
         "cuLaunchKernel": [vp, u, u, u, u, u, u, u, vp, vp, vp],
         "cuMemAlloc_v2": [ctypes.POINTER(ctypes.c_uint64), sz], "cuMemFree_v2": [ctypes.c_uint64],
         "cuMemsetD8_v2": [ctypes.c_uint64, ctypes.c_ubyte, sz],
+        "cuMemsetD8Async": [ctypes.c_uint64, ctypes.c_ubyte, sz, vp],
+        "cuStreamSynchronize": [vp], "cuThreadExchangeStreamCaptureMode": [pi],
         "cuPointerGetAttribute": [vp, i, ctypes.c_uint64],
         "cuTensorMapReplaceAddress": [vp, vp], "cuGetErrorName": [i, ctypes.POINTER(ctypes.c_char_p)],
     }
@@ -263,6 +266,47 @@ class DeviceBuffer:
         check(_lib().cuMemsetD8_v2(self.ptr, 0, max(self.nbytes, 1)), "cuMemsetD8")
         synchronize()
         return self
+
+
+def memset_async(ptr: int, nbytes: int, stream: int | None) -> None:
+    """Set ``nbytes`` bytes at ``ptr`` to 0 on the raw stream handle ``stream``
+    (``cuMemsetD8Async``: stream-ordered, recorded as a memset node inside CUDA-graph
+    capture)."""
+    check(_lib().cuMemsetD8Async(ptr, 0, nbytes, stream or None), "cuMemsetD8Async")
+
+
+def stream_synchronize(stream: int | None) -> None:
+    """Wait for the work queued on the raw stream handle ``stream`` (never during its
+    capture: the driver refuses)."""
+    check(_lib().cuStreamSynchronize(stream or None), "cuStreamSynchronize")
+
+
+def capture_id(stream: int | None) -> int | None:
+    """The id of the CUDA-graph capture under way on ``stream``, None when it is not
+    capturing (``cuStreamGetCaptureInfo``; 0 when the driver refuses the query, e.g. for the
+    legacy stream while another stream captures: callers then treat it as capturing)."""
+    lib = _lib()
+    fn = getattr(lib, "cuStreamGetCaptureInfo_v2", None) or lib.cuStreamGetCaptureInfo
+    status, cid = ctypes.c_int(), ctypes.c_uint64()
+    # every output after the id is optional: NULLs suit each version of the call
+    if fn(ctypes.c_void_p(stream or None), ctypes.byref(status), ctypes.byref(cid), None, None,
+          None, None) != 0:
+        return 0
+    return cid.value if status.value != 0 else None  # CU_STREAM_CAPTURE_STATUS_NONE is 0
+
+
+@contextmanager
+def relaxed_capture():
+    """Let this thread make calls that CUDA-graph capture in global mode forbids (an
+    allocation) for the block, as PyTorch's caching allocator does around ``cudaMalloc``
+    (``cuThreadExchangeStreamCaptureMode`` to CU_STREAM_CAPTURE_MODE_RELAXED and back)."""
+    mode = ctypes.c_int(2)
+    check(_lib().cuThreadExchangeStreamCaptureMode(ctypes.byref(mode)),
+          "cuThreadExchangeStreamCaptureMode")
+    try:
+        yield
+    finally:
+        _lib().cuThreadExchangeStreamCaptureMode(ctypes.byref(mode))
 
 
 _MAP = threading.local()

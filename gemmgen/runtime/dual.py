@@ -7,16 +7,17 @@ any pair)."""
 from __future__ import annotations
 
 from ..model.dtypes import ELEM_BYTES
-from .recipe import grid_pieces, offset
+from .recipe import grid_pieces, offset, workspace
 from .tma import MapSpec
 
 
-def dual_b(kernel, dev, before: list, keep: list, k: int, n: int, batch: int, b: tuple,
+def dual_b(kernel, dev, before: list, work: list, k: int, n: int, batch: int, b: tuple,
            up: tuple, pack_threads: int, max_grid_y: int) -> tuple:
     """((pointer, ld, batch-stride flag) of B for the kernel's parameters, the tensor map's
     ``MapSpec``, the path note). ``b`` and ``up``: (pointer, ld, batch stride) of Bg and Bu;
     pointers may be ``Ref``s (the map's address is Bg's, patched per call; the distance to Bu
-    is then part of the caller's signature)."""
+    is then part of the caller's signature). ``work``: the recipe's workspace slots (the
+    packed pair is one)."""
     cfg = kernel.config
     item = ELEM_BYTES[cfg.dtype]
     box = (*kernel._b_box, 1)
@@ -31,16 +32,15 @@ def dual_b(kernel, dev, before: list, keep: list, k: int, n: int, batch: int, b:
     ld_new = -(-k // vec) * vec
     nb = batch if (sb or su) else 1
     per = 2 * n * ld_new
-    buf = kernel.workspace(dev, "dual B", per * nb * item)
-    keep.append(buf)
+    buf = workspace(work, "dual B", per * nb * item)
     units = -(-k // vec)  # 16-byte vectors per row
     for part, (ptr, ld, stride) in enumerate(((b_ptr, ldb, sb), (u_ptr, ldu, su))):
-        dst = buf.ptr + part * n * ld_new * item
+        dst = buf.shifted(part * n * ld_new * item)
         for z0, nz in grid_pieces(nb):  # rows loop in the kernel; batches beyond 65535 here
             grid = (-(-units // pack_threads), min(n, max_grid_y), nz)
             before.append(kernel._helper(dev, "pack", grid, (pack_threads, 1, 1), (
-                offset(ptr, z0 * stride * item), ld, stride, dst + z0 * per * item, ld_new,
-                per if nb > 1 else 0, n, k)))
-    spec = MapSpec(cfg.dtype, buf.ptr, (max(k, 1), max(n, 1), 2 * nb),
+                offset(ptr, z0 * stride * item), ld, stride, offset(dst, z0 * per * item),
+                ld_new, per if nb > 1 else 0, n, k)))
+    spec = MapSpec(cfg.dtype, int(buf), (max(k, 1), max(n, 1), 2 * nb),
                    (ld_new * item, n * ld_new * item), box, cfg.swizzle)
-    return (buf.ptr, ld_new, per if nb > 1 else 0), spec, "pack B+up"
+    return (buf, ld_new, per if nb > 1 else 0), spec, "pack B+up"

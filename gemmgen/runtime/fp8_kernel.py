@@ -15,7 +15,7 @@ from . import driver
 from .fp8_blas import call_fp8
 from .fp8_operands import Matrix, Scale
 from .kernel import Kernel
-from .recipe import Launch, MapRef, Recipe, Ref, field_offsets, pack
+from .recipe import Launch, MapRef, Recipe, Ref, field_offsets, pack, workspace
 from .tma import MapSpec, ParamPacker, encode, operand_map, param_layout
 
 # tmap_a, tmap_b, tmap_d, M, N, K, scale_a, sa_m, sa_k, scale_b, sb_n, sb_k, D, ldd, bias,
@@ -36,12 +36,12 @@ class Fp8Kernel(Kernel):
     """An fp8-family kernel. ``launches`` packs the parameter block and adds, before the GEMM,
     the module's ``<name>_pack`` for each of A and B that is not K-major or whose address or
     rows TMA cannot describe (a transposing copy into 16-byte-padded K-major rows, in a
-    workspace of the kernel), and keeps the split-K workspace and counters (zeroed once; the
+    workspace), and declares the split-K workspace and counters (zeroed when allocated; the
     kernel leaves the counters at zero). A D that a TMA store cannot take runs the fallback
     (the same kernel with direct stores). ``last_path`` says what the last call ran: "fp8",
     "fp8 + pack A", "fp8 + split-K 7", "fallback (<why>): fp8 ..." (a recipe's ``path``).
-    Launches of one kernel on several streams of a device must not overlap (they share the
-    workspaces)."""
+    Workspaces are slots of the recipe, with buffers per stream (``gemmgen.runtime.
+    workspaces``): launches on several streams may overlap."""
 
     build_fallback: Callable[[], Kernel] | None = field(default=None, repr=False)
 
@@ -52,7 +52,6 @@ class Fp8Kernel(Kernel):
         self._offsets = layout.offsets
         self._fallback = None
         self._recipes: dict[tuple, Recipe] = {}
-        self._work: dict[tuple[int, str], driver.DeviceBuffer] = {}
         env = self.config.template_constants()
         self._a_box, self._b_box = env["A_BOX_ROWS"], env["B_BOX_ROWS"]
         self._c_box = (env["C_CHUNK"], env["CONSUMER_ROWS"])
@@ -67,18 +66,6 @@ class Fp8Kernel(Kernel):
                                    f"build_fallback)")
             self._fallback = self.build_fallback()
         return self._fallback
-
-    def workspace(self, device: int, tag: str, nbytes: int, zero: bool = False):
-        """This kernel's workspace ``tag`` on ``device``, at least ``nbytes`` (a larger one
-        replaces a smaller; zeroed when allocated if ``zero``)."""
-        held = self._work.get((device, tag))
-        if held is None or held.nbytes < nbytes:
-            with driver.on_device(device):
-                held = driver.DeviceBuffer(nbytes)
-                if zero:
-                    held.zero()
-            self._work[(device, tag)] = held
-        return held
 
     def grid(self, m: int, n: int, sms: int) -> tuple[int, int, int]:
         """Persistent: at most one CTA per SM, in whole clusters, no more than the units."""
@@ -96,7 +83,8 @@ class Fp8Kernel(Kernel):
         if bad:
             fb = self.fallback.launches(m, n, k, a, b, d_ptr, ldd, scale_a, scale_b, bias_ptr,
                                         device=dev)
-            return Recipe(dev, fb.launches, f"fallback ({'; '.join(bad)}): {fb.path}", fb.keep)
+            return Recipe(dev, fb.launches, f"fallback ({'; '.join(bad)}): {fb.path}",
+                          fb.workspaces)
         return self._recipe(dev, m, n, k, a, b, d_ptr, ldd, scale_a, scale_b, bias_ptr)
 
     def _d_spec(self, m, n, d_ptr, ldd) -> MapSpec:
@@ -126,27 +114,25 @@ class Fp8Kernel(Kernel):
 
     def _recipe(self, dev, m, n, k, a, b, d_ptr, ldd, scale_a, scale_b, bias_ptr) -> Recipe:
         cfg = self.config
-        before, keep, path = [], [], ["fp8"]
+        before, work, path = [], [], ["fp8"]
         packs = {}
         if k > 0 and m and n:
-            a, b, packs = self._packed(dev, before, keep, m, n, k, a, b)
+            a, b, packs = self._packed(dev, before, work, m, n, k, a, b)
         if packs:
             path.append("pack " + "+".join(packs))
         ws = cnt = 0
         if cfg.split_k > 1:
             w_bytes, c_bytes = cfg.workspace_bytes(m, n)
-            ws = self.workspace(dev, "split-K", w_bytes)
-            cnt = self.workspace(dev, "split-K counters", c_bytes, zero=True)
-            keep += [ws, cnt]
+            ws = workspace(work, "split-K", w_bytes)
+            cnt = workspace(work, "split-K counters", c_bytes, zero=True)
             path.append(f"split-K {cfg.split_k}")
         ta, tb, td = self._maps(m, n, k, a, b, d_ptr, ldd)
         params, patches = pack(self._packer.struct, self._offsets, (
             ta, tb, td, m, n, k, scale_a.ptr, scale_a.s0, scale_a.s1, scale_b.ptr, scale_b.s0,
-            scale_b.s1, d_ptr, ldd, bias_ptr, int(ws.ptr) if ws else 0,
-            int(cnt.ptr) if cnt else 0))
+            scale_b.s1, d_ptr, ldd, bias_ptr, ws, cnt))
         gemm = Launch(self.function(dev), self.grid(m, n, driver.device_attribute(dev, "sms")),
                       (cfg.threads, 1, 1), params, patches)
-        return Recipe(dev, before + ([gemm] if m and n else []), " + ".join(path), keep)
+        return Recipe(dev, before + ([gemm] if m and n else []), " + ".join(path), tuple(work))
 
     def _maps(self, m, n, k, a: Matrix, b: Matrix, d_ptr, ldd) -> tuple:
         """Tensor maps of A (K x M, box 128 x A_BOX_ROWS), B (K x N) and, for a TMA store, D;
@@ -165,7 +151,7 @@ class Fp8Kernel(Kernel):
     def _map(dtype: str, x: Matrix, rows: int, k: int, box_rows: int) -> MapSpec:
         return operand_map(dtype, int(x.ptr), rows, k, x.ld, False, 1, 0, 128, box_rows, 128)
 
-    def _packed(self, dev, before: list, keep: list, m, n, k, a: Matrix, b: Matrix) -> tuple:
+    def _packed(self, dev, before: list, work: list, m, n, k, a: Matrix, b: Matrix) -> tuple:
         """A and B as the GEMM reads them, queueing ``<name>_pack`` for each that is not
         K-major or that TMA cannot describe; and {name: (rows, cols)} of the packed ones."""
         out, packs = [], {}
@@ -175,24 +161,23 @@ class Fp8Kernel(Kernel):
                 out.append(x)
                 continue
             packs[name] = (rows, k)
-            out.append(self._pack(dev, before, keep, name, x, rows, k))
+            out.append(self._pack(dev, before, work, name, x, rows, k))
         return out[0], out[1], packs
 
-    def _pack(self, dev, before: list, keep: list, name: str, x: Matrix, rows: int,
+    def _pack(self, dev, before: list, work: list, name: str, x: Matrix, rows: int,
               k: int) -> Matrix:
         """Queue the transposing pack of one operand into K-major rows of ceil(K/16)*16 bytes
         (element (r, kk) of a K-major operand at r*ld + kk, of an MN-major one at kk*ld + r)."""
         ld_new = -(-k // 16) * 16
-        buf = self.workspace(dev, f"pack {name}", rows * ld_new)
-        keep.append(buf)
+        buf = workspace(work, f"pack {name}", rows * ld_new)
         s_row, s_col = (x.ld, 1) if x.k_major else (1, x.ld)
         tile = self.config.template_constants()["PACK_TILE"]
         threads = self.config.template_constants()["PACK_THREADS"]
         grid = (-(-k // tile), min(-(-rows // tile), MAX_GRID_Y), 1)
         params, patches = pack(PACK_STRUCT, PACK_OFFSETS,
-                               (x.ptr, s_row, s_col, buf.ptr, ld_new, rows, k))
+                               (x.ptr, s_row, s_col, buf, ld_new, rows, k))
         before.append(Launch(self.function(dev, "pack"), grid, (threads, 1, 1), params, patches))
-        return Matrix(buf.ptr, ld_new, True)
+        return Matrix(buf, ld_new, True)
 
     def __call__(self, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
                  stream=None, scale_a=1.0, scale_b=1.0):

@@ -8,7 +8,11 @@ and launches: ``run`` does that from Python, and the compiled PyTorch launcher
 (``gemmgen.torch``) from C++, reading ``Recipe.to_bytes()``.
 
 Operands are numbered by the caller (``gemm``: 0 A, 1 B, 2 C, 3 bias); a ``Ref`` names one
-while the launches are built.
+while the launches are built. Scratch memory is not part of a recipe: it declares workspace
+slots (``Workspace``: tag, size, zeroed or not), a ``WorkRef`` names one (patch index
+``WORK_BASE + slot``), and each run takes the buffers of the stream it launches on
+(``gemmgen.runtime.workspaces`` from Python, the launcher's own pool from C++), so one recipe
+runs on several streams at once.
 """
 from __future__ import annotations
 
@@ -16,12 +20,19 @@ import re
 import struct
 from dataclasses import dataclass, field
 
-from . import driver
+from . import driver, workspaces
 from .operands import OperandError
+from .workspaces import Workspace
 
 PATCH_POINTER, PATCH_MAP = 0, 1
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 """``to_bytes`` layout version, checked by the C++ launcher."""
+WORK_BASE = 16
+"""Patch index of workspace slot 0 (above every operand index)."""
+WORK_ADDRESS = 0x7E0000000000
+"""Where a ``WorkRef`` says its slot is while the launches are built (a 4 GiB-aligned
+placeholder per slot: tensor maps are encoded with it, and every run patches in the
+stream's buffer)."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +51,33 @@ class Ref:
         return self.value + self.delta
 
     def shifted(self, nbytes: int) -> "Ref":
-        return Ref(self.index, self.value, self.delta + nbytes)
+        return type(self)(self.index, self.value, self.delta + nbytes)
+
+
+class WorkRef(Ref):
+    """Workspace slot ``slot`` of the recipe being built (``delta`` bytes in): packed as a
+    patch of index ``WORK_BASE + slot``; made by ``workspace``."""
+
+    @classmethod
+    def of(cls, slot: int, delta: int = 0) -> "WorkRef":
+        return cls(WORK_BASE + slot, WORK_ADDRESS + (slot << 32), delta)
+
+    @property
+    def slot(self) -> int:
+        return self.index - WORK_BASE
+
+    @property
+    def ptr(self) -> "WorkRef":  # reads like the buffer it stands for
+        return self
+
+
+def workspace(slots: list, tag: str, nbytes: int, zero: bool = False) -> WorkRef:
+    """Declare a workspace slot of the recipe being built (appended to ``slots``, its
+    ``Workspace`` list; one per ``tag``) and return its ``WorkRef``."""
+    if any(w.tag == tag for w in slots):
+        raise ValueError(f"workspace {tag!r} declared twice in one recipe")
+    slots.append(Workspace(tag, nbytes, zero))
+    return WorkRef.of(len(slots) - 1)
 
 
 GRID_LIMIT_YZ = 65535
@@ -93,22 +130,26 @@ class Launch:
 @dataclass
 class Recipe:
     """The launches of one call, in order, on ``device``; ``path`` says what they do (e.g.
-    "tma + split-K 2") and ``keep`` holds what must live as long as the recipe (workspaces)."""
+    "tma + split-K 2") and ``workspaces`` the slots its ``WorkRef`` patches name."""
 
     device: int
     launches: list[Launch]
     path: str = ""
-    keep: list = field(default_factory=list, repr=False)
+    workspaces: tuple[Workspace, ...] = field(default=(), repr=False)
 
     def run(self, ptrs: tuple[int, ...], stream: int | None = None) -> None:
-        """Patch in the operands' addresses ``ptrs`` (by operand index) and launch on the raw
-        stream handle ``stream``; the current context must be ``device``'s."""
+        """Patch in the operands' addresses ``ptrs`` (by operand index) and the workspaces of
+        the raw stream handle ``stream`` (``gemmgen.runtime.workspaces``), and launch on it;
+        the current context must be ``device``'s."""
+        work = workspaces.addresses(self.device, stream, self.workspaces) \
+            if self.workspaces and self.launches else ()
         for ln in self.launches:
             params = ln.params
             if ln.patches:
                 params = bytearray(params)
                 for p in ln.patches:
-                    addr = ptrs[p.index] + p.delta
+                    base = ptrs[p.index] if p.index < WORK_BASE else work[p.index - WORK_BASE]
+                    addr = base + p.delta
                     if p.kind == PATCH_POINTER:
                         struct.pack_into("<Q", params, p.offset, addr)
                     else:
@@ -121,8 +162,9 @@ class Recipe:
         """The recipe for the C++ launcher (little-endian): a header (version, launch count),
         then per launch: CUfunction handle (u64), grid and block (6 x u32), shared memory
         (u32), parameter bytes (u32 length + bytes), patches (u32 count + count x (offset u32,
-        kind u32, index u32, delta i64)). Operand ``i`` of the recipe is the launcher's
-        operand ``order[i]``."""
+        kind u32, index u32, delta i64)); then the workspace slots (u32 count + count x
+        (nbytes u64, zero u32)). Operand ``i`` of the recipe is the launcher's operand
+        ``order[i]``; a patch index ``WORK_BASE + s`` names slot ``s`` (not mapped)."""
         out = bytearray(struct.pack("<II", FORMAT_VERSION, len(self.launches)))
         for ln in self.launches:
             out += struct.pack("<Q6IIi", ln.function.handle, *ln.grid, *ln.block, ln.smem,
@@ -130,14 +172,19 @@ class Recipe:
             out += ln.params
             out += struct.pack("<I", len(ln.patches))
             for p in ln.patches:
-                out += struct.pack("<IIIq", p.offset, p.kind, order[p.index], p.delta)
+                index = order[p.index] if p.index < WORK_BASE else p.index
+                out += struct.pack("<IIIq", p.offset, p.kind, index, p.delta)
+        out += struct.pack("<I", len(self.workspaces))
+        for w in self.workspaces:
+            out += struct.pack("<QI", w.nbytes, int(w.zero))
         return bytes(out)
 
 
 def pack(fmt: struct.Struct, offsets: tuple[int, ...], values: tuple,
          names: tuple[str, ...] | None = None) -> tuple[bytes, tuple]:
     """(parameter block, patches) of ``values`` packed by ``fmt`` whose fields sit at
-    ``offsets``: a ``Ref`` is packed as its current address and patched as a pointer; a
+    ``offsets``: a ``Ref`` (a ``WorkRef`` too) is packed as its current address and patched
+    as a pointer; a
     ``MapRef`` as its encoded tensor map and patched as one; a ``Block`` as its bytes, with
     its own patches moved to its offset. Raises ``OperandError`` naming the field (by
     ``names``, else its number) whose value does not fit it, e.g. an M of 2^31 in an int."""

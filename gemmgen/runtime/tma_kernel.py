@@ -17,7 +17,7 @@ from .epilogue_args import STRUCT as EPI_STRUCT, takes_args, tree_of
 from .kernel import Kernel
 from .operands import OperandError
 from .recipe import (GRID_LIMIT_YZ, Block, Launch, MapRef, Recipe, Ref, field_offsets, grid_pieces,
-                     offset, pack)
+                     offset, pack, workspace)
 from .tma import MapSpec, ParamPacker, TmaError, encode, operand_map, param_layout
 
 # The kernel's parameters, in order: tensor maps of A, B, C; M, N, K, alpha, A, lda, B, ldb,
@@ -50,8 +50,8 @@ class TmaKernel(Kernel):
 
     ``last_path`` says what the last ``launch_raw`` ran: "tma", or "tma" with "+repack A",
     "+repack B", "+3xtf32", "+split-K <n>", or "fallback: <reason>" (a recipe's ``path``
-    says the same). Workspaces belong to the kernel object, one set per device, and grow as
-    needed; launches of one kernel on several streams of a device must not overlap.
+    says the same). Workspaces are slots of the recipe (``gemmgen.runtime.workspaces``): each
+    stream a recipe runs on has its own buffers, so launches on several streams may overlap.
     ``build_fallback`` makes the fallback kernel (``gemmgen.runtime.build`` sets it).
     """
 
@@ -77,7 +77,6 @@ class TmaKernel(Kernel):
         self._a_box = (env["A_BOX_INNER"], env["A_BOX_ROWS"])
         self._b_box = (env["B_BOX_INNER"], env["B_BOX_ROWS"])
         self._c_box = (env["C_CHUNK"], self.config.template_constants()["C_BOX_ROWS"])
-        self._work: dict[tuple[int, str], driver.DeviceBuffer] = {}
 
     @property
     def fallback(self) -> Kernel:
@@ -90,17 +89,6 @@ class TmaKernel(Kernel):
                                    f"describe (made without build_fallback)")
             self._fallback = self.build_fallback()
         return self._fallback
-
-    def workspace(self, device: int, tag: str, nbytes: int,
-                  zero: bool = False) -> driver.DeviceBuffer:
-        """This kernel's workspace ``tag`` on ``device``, at least ``nbytes`` (a larger one
-        replaces it when too small; recipes keep the buffers they use alive); ``zero``: filled
-        with zeros when made."""
-        held = self._work.get((device, tag))
-        if held is None or held.nbytes < nbytes:
-            with driver.on_device(device):
-                held = self._work[(device, tag)] = driver.DeviceBuffer(nbytes, zero)
-        return held
 
     def _a_map(self, ptr, m, k, lda, batch, stride):
         cfg = self.config
@@ -165,38 +153,40 @@ class TmaKernel(Kernel):
         except TmaError as exc:
             if self._tree is not None and self.fallback.name == self.name:
                 raise
-            fb = self.fallback.launches(*args, device=dev, **_extras(epi, up))
-            return Recipe(dev, fb.launches, f"fallback: {exc}", fb.keep)
+            # a plain fallback computes a shorthand epilogue itself: it takes no tree struct
+            extras = _extras(epi, up) if isinstance(self.fallback, TmaKernel) else {}
+            fb = self.fallback.launches(*args, device=dev, **extras)
+            return Recipe(dev, fb.launches, f"fallback: {exc}", fb.workspaces)
 
     def _recipe(self, dev, m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a,
                 stride_b, stride_c, bias_ptr, batch, epi=None, up=None) -> Recipe:
         cfg = self.config
-        before, after, path, keep = [], [], ["tma"], []
+        before, after, path, work = [], [], ["tma"], []
         # A and B are read unless K == 0, or alpha == 0 where the epilogue reads alpha
         reads = k > 0 and (alpha != 0 or (self._tree is not None and not self._tree.count("alpha")))
         k_run = cfg.packed_k(k)
         b_spec = None
         if cfg.dual and reads:
             (b_ptr, ldb, stride_b), b_spec, note = dual_b(
-                self, dev, before, keep, k, n, batch, (b_ptr, ldb, stride_b), up or (0, 0, 0),
+                self, dev, before, work, k, n, batch, (b_ptr, ldb, stride_b), up or (0, 0, 0),
                 PACK_THREADS, MAX_GRID_Y)
             path += [note] if note else []
         if reads and cfg.math == "3xtf32":
             (a_ptr, lda, stride_a), (b_ptr, ldb, stride_b) = self._split3(
-                dev, before, keep, m, n, k, batch, a_ptr, lda, stride_a, b_ptr, ldb, stride_b)
+                dev, before, work, m, n, k, batch, a_ptr, lda, stride_a, b_ptr, ldb, stride_b)
             path.append("3xtf32")
         elif reads:
             (a_ptr, lda, stride_a), (b_ptr, ldb, stride_b), repacked = self._repack_unaligned(
-                dev, before, keep, m, n, k, batch, a_ptr, lda, stride_a, b_ptr, ldb, stride_b)
+                dev, before, work, m, n, k, batch, a_ptr, lda, stride_a, b_ptr, ldb, stride_b)
             if repacked:
                 path.append("repack " + "+".join(repacked))
         out = (c_ptr, ldc, stride_c, beta, bias_ptr, alpha)
         extra = ()
         if cfg.split_k > 1 and cfg.split_inline:
-            extra = self._split_inline(dev, keep, m, n, batch)
+            extra = self._split_inline(dev, work, m, n, batch)
             path.append(f"split-K {cfg.split_k} inline")
         elif cfg.split_k > 1:
-            c_ptr, ldc, stride_c = self._split_k(dev, after, keep, m, n, batch, alpha, out, epi)
+            c_ptr, ldc, stride_c = self._split_k(dev, after, work, m, n, batch, alpha, out, epi)
             beta, bias_ptr, alpha = 0.0, 0, 1.0 if alpha != 0 else 0.0
             path.append(f"split-K {cfg.split_k}")
         if self._epi:
@@ -209,7 +199,7 @@ class TmaKernel(Kernel):
         gemm = Launch(self.function(dev), self.grid(m, n, batch, driver.device_attribute(
             dev, "sms")), self._block, params, patches)
         launches = before + ([gemm] if m and n else []) + after
-        return Recipe(dev, launches, " + ".join(path), keep)
+        return Recipe(dev, launches, " + ".join(path), tuple(work))
 
     def _maps(self, m, n, k, reads, a_ptr, lda, b_ptr, ldb, c_ptr, ldc, stride_a, stride_b,
               stride_c, batch, b_spec=None) -> tuple:
@@ -224,7 +214,7 @@ class TmaKernel(Kernel):
             tc = _encoded(self._c_map(c_ptr, m, n, ldc, batch, stride_c), "C", c_ptr)
         return ta, tb, tc
 
-    def _repack_unaligned(self, dev, before, keep, m, n, k, batch, a_ptr, lda, stride_a, b_ptr,
+    def _repack_unaligned(self, dev, before, work, m, n, k, batch, a_ptr, lda, stride_a, b_ptr,
                           ldb, stride_b) -> tuple:
         """Queue ``<name>_pack`` of each operand TMA cannot describe when the cost model
         prefers that to the fallback (else raise ``TmaError``); the (pointer, ld, batch
@@ -242,9 +232,9 @@ class TmaKernel(Kernel):
             reasons = "; ".join(p for name, spec in bad.items() for p in spec.problems(name))
             raise TmaError(f"{reasons} (repack predicted slower: {best})")
         if "A" in bad:
-            a = self._repack(dev, before, keep, "A", *a, *packs["A"])
+            a = self._repack(dev, before, work, "A", *a, *packs["A"])
         if "B" in bad:
-            b = self._repack(dev, before, keep, "B", *b, *packs["B"])
+            b = self._repack(dev, before, work, "B", *b, *packs["B"])
         return a, b, list(bad)
 
     def _helper(self, dev, suffix: str, grid, block, args) -> Launch:
@@ -255,7 +245,7 @@ class TmaKernel(Kernel):
         """(rows, cols, batch) of operand ``name`` as stored: cols is the contiguous one."""
         return (*stored_shape(name, self.config.layout, m, n, k), batch if stride else 1)
 
-    def _repack(self, dev, before: list, keep: list, name: str, ptr, ld: int, stride: int,
+    def _repack(self, dev, before: list, work: list, name: str, ptr, ld: int, stride: int,
                 rows: int, cols: int, nb: int) -> tuple[int, int, int]:
         """Queue ``<name>_pack`` of one operand into 16-byte-padded rows; its new (pointer,
         leading dimension, batch stride)."""
@@ -263,16 +253,15 @@ class TmaKernel(Kernel):
         vec = 16 // item
         ld_new = -(-cols // vec) * vec
         stride_new = rows * ld_new if stride else 0
-        buf = self.workspace(dev, f"pack {name}", rows * ld_new * nb * item)
-        keep.append(buf)
+        buf = workspace(work, f"pack {name}", rows * ld_new * nb * item)
         for z0, nz in grid_pieces(nb):  # rows loop in the kernel; batches beyond 65535 here
             grid = (-(-(-(-cols // vec)) // PACK_THREADS), min(rows, MAX_GRID_Y), nz)
             before.append(self._helper(dev, "pack", grid, (PACK_THREADS, 1, 1), (
                 offset(ptr, z0 * stride * item), ld, stride,
-                offset(buf.ptr, z0 * stride_new * item), ld_new, stride_new, rows, cols)))
-        return buf.ptr, ld_new, stride_new
+                offset(buf, z0 * stride_new * item), ld_new, stride_new, rows, cols)))
+        return buf, ld_new, stride_new
 
-    def _split3(self, dev, before: list, keep: list, m, n, k, batch, a_ptr, lda, stride_a,
+    def _split3(self, dev, before: list, work: list, m, n, k, batch, a_ptr, lda, stride_a,
                 b_ptr, ldb, stride_b) -> list:
         """Queue the 3xTF32 split of A and B; the (pointer, ld, batch stride) of each."""
         cfg = self.config
@@ -290,19 +279,18 @@ class TmaKernel(Kernel):
             else:
                 so, sk = (ldx, 1) if col else (1, ldx)
             nb = batch if stride else 1
-            buf = self.workspace(dev, f"split3 {name}", outer * ld * nb * 4)
-            keep.append(buf)
+            buf = workspace(work, f"split3 {name}", outer * ld * nb * 4)
             sbd = outer * ld if stride else 0
             for (z0, nz), (o0, no) in product(grid_pieces(nb), grid_pieces(outer, tile)):
                 # grid y and z do not loop in the kernel: one launch per piece of each
                 before.append(self._helper(dev, "split3", (-(-kp // tile), -(-no // tile), nz),
                                            (tile, rows_per, 1), (
                     offset(ptr, (z0 * stride + o0 * so) * 4), so, sk, stride,
-                    offset(buf.ptr, (z0 * sbd + o0 * ld) * 4), ld, sbd, no, k, kp, role)))
-            out.append((buf.ptr, ld, sbd))
+                    offset(buf, (z0 * sbd + o0 * ld) * 4), ld, sbd, no, k, kp, role)))
+            out.append((buf, ld, sbd))
         return out
 
-    def _split_inline(self, dev, keep: list, m, n, batch) -> tuple:
+    def _split_inline(self, dev, work: list, m, n, batch) -> tuple:
         """The extra parameters of an inline split-K: a workspace of fp32 partials in C's
         layout (every slice and batch entry), its leading dimension and slice stride, and one
         zeroed arrival counter per (tile, consumer), which the last slice zeroes again."""
@@ -310,14 +298,13 @@ class TmaKernel(Kernel):
         inner, outer = (m, n) if cfg.layout[2] == "c" else (n, m)
         ldp = -(-inner // 4) * 4
         slice_ = outer * ldp
-        buf = self.workspace(dev, "split-K", slice_ * batch * cfg.split_k * 4)
+        buf = workspace(work, "split-K", slice_ * batch * cfg.split_k * 4)
         tiles = -(-m // cfg.bm) * -(-n // cfg.bn) * batch
-        counters = self.workspace(dev, "split-K counters",
-                                  tiles * (1 if cfg.pingpong else cfg.consumers) * 4, zero=True)
-        keep += [buf, counters]
-        return buf.ptr, ldp, slice_, counters.ptr
+        counters = workspace(work, "split-K counters",
+                             tiles * (1 if cfg.pingpong else cfg.consumers) * 4, zero=True)
+        return buf, ldp, slice_, counters
 
-    def _split_k(self, dev, after: list, keep: list, m, n, batch, alpha, out, epi=None) -> tuple:
+    def _split_k(self, dev, after: list, work: list, m, n, batch, alpha, out, epi=None) -> tuple:
         """Queue the split-K reduction into the caller's C; the workspace the GEMM writes its
         partial sums to, as (pointer, leading dimension, slice stride)."""
         cfg = self.config
@@ -326,20 +313,19 @@ class TmaKernel(Kernel):
         inner, outer = (m, n) if col else (n, m)
         ldp = -(-inner // 4) * 4
         slice_ = outer * ldp
-        buf = self.workspace(dev, "split-K", slice_ * batch * cfg.split_k * 4)
-        keep.append(buf)
+        buf = workspace(work, "split-K", slice_ * batch * cfg.split_k * 4)
         grid = (-(-inner // REDUCE_THREADS), min(outer, MAX_GRID_Y), batch)
         if batch > GRID_LIMIT_YZ and not self._epi:  # rows loop; batches go in pieces
             item = ELEM_BYTES[cfg.out]
             for b0, nz in grid_pieces(batch):
                 after.append(self._helper(dev, "reduce", (*grid[:2], nz), (REDUCE_THREADS, 1, 1), (
-                    buf.ptr + b0 * slice_ * 4, ldp, slice_, m, n, alpha_, beta,
+                    offset(buf, b0 * slice_ * 4), ldp, slice_, m, n, alpha_, beta,
                     offset(c_ptr, b0 * stride_c * item), ldc, stride_c, bias_ptr, batch)))
-            return buf.ptr, ldp, slice_
+            return buf, ldp, slice_
         if batch > GRID_LIMIT_YZ:
             raise OperandError(f"a batch of {batch} exceeds the grid limit of {GRID_LIMIT_YZ} "
                                f"for the split-K reduction of an epilogue tree")
-        args = (buf.ptr, ldp, slice_, m, n, alpha_, beta, c_ptr, ldc, stride_c, bias_ptr, batch)
+        args = (buf, ldp, slice_, m, n, alpha_, beta, c_ptr, ldc, stride_c, bias_ptr, batch)
         if self._epi:  # the tree's struct, at the offset the cubin gives it
             packer, offsets = self._reduce
             params, patches = pack(packer.struct, offsets, (*args, epi or Block(
@@ -348,7 +334,7 @@ class TmaKernel(Kernel):
                                 params, patches))
         else:
             after.append(self._helper(dev, "reduce", grid, (REDUCE_THREADS, 1, 1), args))
-        return buf.ptr, ldp, slice_
+        return buf, ldp, slice_
 
 
 def _extras(epi, up) -> dict:

@@ -10,6 +10,11 @@
 // (gemmgen/runtime/recipe.py, Recipe.to_bytes). Operands the kernels do not take go to the
 // Python op gemmgen::_reference on every call.
 //
+// A recipe's scratch memory (split-K partials and counters, repacked operands) is declared as
+// workspace slots; each launch takes their buffers from the pool of its (device, stream),
+// allocated by PyTorch's caching allocator on that stream, so launches on several streams (or
+// in several CUDA graphs) never share them.
+//
 // Built by gemmgen.torch on first use with the host C++ compiler, against PyTorch's headers
 // only (no CUDA headers: libcuda is opened with dlopen), into gemmgen's cache directory.
 #include <ATen/core/Tensor.h>
@@ -21,13 +26,18 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <map>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 // Recipes the table holds before it is cleared whole: gemmgen.torch.launcher.RECIPE_LIMIT,
@@ -39,11 +49,14 @@
 
 namespace gemmgen_launcher {
 
-constexpr uint32_t kFormatVersion = 1;     // Recipe.to_bytes
+constexpr uint32_t kFormatVersion = 2;     // Recipe.to_bytes
 constexpr uint32_t kReference = 0xFFFFFFFFu;  // "launch count" of a recipe that calls _reference
 constexpr uint32_t kPatchPointer = 0, kPatchMap = 1;
 constexpr size_t kMapBytes = 128;
 constexpr uint32_t kMaxOperands = 8;  // addresses one recipe may patch in
+constexpr uint32_t kWorkBase = 16;    // patch index of workspace slot 0 (recipe.WORK_BASE)
+constexpr uint32_t kMaxSlots = 16;    // workspace slots one recipe may declare
+constexpr size_t kPoolLimit = 64;     // workspace pools (streams) kept per device
 
 // ---- the driver, through dlopen ------------------------------------------------------------
 using CUresult = int;
@@ -51,11 +64,14 @@ using LaunchFn = CUresult (*)(void*, unsigned, unsigned, unsigned, unsigned, uns
                               unsigned, void*, void**, void**);
 using ReplaceFn = CUresult (*)(void*, void*);
 using ErrorNameFn = CUresult (*)(CUresult, const char**);
+// cuStreamGetCaptureInfo (any version): stream, status, id, then optional outputs (NULL).
+using CaptureInfoFn = CUresult (*)(void*, int*, uint64_t*, void*, void*, void*, void*);
 
 struct Driver {
     LaunchFn launch = nullptr;
     ReplaceFn replace_address = nullptr;
     ErrorNameFn error_name = nullptr;
+    CaptureInfoFn capture_info = nullptr;
 };
 
 const Driver& driver() {
@@ -66,7 +82,10 @@ const Driver& driver() {
         out.launch = reinterpret_cast<LaunchFn>(dlsym(lib, "cuLaunchKernel"));
         out.replace_address = reinterpret_cast<ReplaceFn>(dlsym(lib, "cuTensorMapReplaceAddress"));
         out.error_name = reinterpret_cast<ErrorNameFn>(dlsym(lib, "cuGetErrorName"));
-        TORCH_CHECK(out.launch && out.replace_address && out.error_name,
+        void* info = dlsym(lib, "cuStreamGetCaptureInfo_v2");
+        out.capture_info = reinterpret_cast<CaptureInfoFn>(
+            info ? info : dlsym(lib, "cuStreamGetCaptureInfo"));
+        TORCH_CHECK(out.launch && out.replace_address && out.error_name && out.capture_info,
                     "gemmgen launcher: libcuda.so.1 lacks cuLaunchKernel or "
                     "cuTensorMapReplaceAddress (CUDA 12 or newer is needed)");
         return out;
@@ -94,9 +113,15 @@ struct Launch {
     std::vector<Patch> patches;
 };
 
+struct Slot {
+    uint64_t nbytes = 0;
+    bool zero = false;
+};
+
 struct Recipe {
     bool reference = false;
     std::vector<Launch> launches;
+    std::vector<Slot> slots;  // workspaces: patch index kWorkBase + i
 };
 
 template <typename T>
@@ -138,10 +163,22 @@ std::shared_ptr<const Recipe> parse(const at::Tensor& bytes) {
             pt.index = take<uint32_t>(p, end);
             pt.delta = take<int64_t>(p, end);
             const size_t width = pt.kind == kPatchMap ? kMapBytes : sizeof(uint64_t);
-            TORCH_CHECK(pt.offset + width <= n && pt.index < kMaxOperands,
+            TORCH_CHECK(pt.offset + width <= n && (pt.index < kMaxOperands ||
+                        (pt.index >= kWorkBase && pt.index < kWorkBase + kMaxSlots)),
                         "gemmgen launcher: bad patch");
         }
     }
+    out->slots.resize(take<uint32_t>(p, end));
+    TORCH_CHECK(out->slots.size() <= kMaxSlots, "gemmgen launcher: too many workspaces");
+    for (auto& slot : out->slots) {
+        slot.nbytes = take<uint64_t>(p, end);
+        slot.zero = take<uint32_t>(p, end) != 0;
+    }
+    TORCH_CHECK(p == end, "gemmgen launcher: trailing bytes in the recipe");
+    for (const auto& ln : out->launches)
+        for (const auto& pt : ln.patches)
+            TORCH_CHECK(pt.index < kWorkBase || pt.index - kWorkBase < out->slots.size(),
+                        "gemmgen launcher: a patch names a workspace the recipe lacks");
     return out;
 }
 
@@ -216,16 +253,110 @@ Table& table() {
     return t;
 }
 
+// ---- workspaces -----------------------------------------------------------------------------
+// The workspace buffers of each (device, stream): a recipe's slot i takes the pool's buffer
+// (i, zero), allocated by PyTorch's caching allocator on that stream (the current stream, on
+// which the recipe launches) and zeroed there when the slot asks; one too small is replaced
+// (the caching allocator reuses the old block only for later work of the same stream, so
+// releasing it is safe). The legacy default stream (handle 0) is one pool, the per-thread
+// default stream (2) one per thread. A stream under CUDA-graph capture gets a pool per capture
+// (its buffers come from the graph's private memory pool and stay with the graph). Past
+// kPoolLimit pools on a device the least recently used one is released.
+class Pools {
+public:
+    std::vector<uint64_t> addresses(const c10::Device& device, void* stream,
+                                    const std::vector<Slot>& slots) {
+        const Key key = key_of(device, stream);
+        std::lock_guard<std::mutex> lock(mutex_);
+        Pool& pool = pools_[key];
+        pool.used = ++tick_;
+        std::vector<uint64_t> out;
+        out.reserve(slots.size());
+        for (size_t i = 0; i < slots.size(); ++i) {
+            at::Tensor& buf = pool.buffers[{static_cast<uint32_t>(i), slots[i].zero}];
+            const int64_t want = static_cast<int64_t>(std::max<uint64_t>(slots[i].nbytes, 256));
+            if (!buf.defined() || buf.numel() < want) {
+                buf = at::empty({want}, at::TensorOptions().dtype(at::kByte).device(device));
+                if (slots[i].zero) buf.zero_();
+            }
+            out.push_back(reinterpret_cast<uint64_t>(buf.data_ptr()));
+        }
+        bound(key);
+        return out;
+    }
+    size_t size() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return pools_.size();
+    }
+    void clear() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        pools_.clear();
+    }
+
+private:
+    // (device index, stream handle, thread for the per-thread default stream, capturing,
+    // capture id)
+    using Key = std::tuple<int, uint64_t, size_t, bool, uint64_t>;
+    struct Pool {
+        uint64_t used = 0;
+        std::map<std::pair<uint32_t, bool>, at::Tensor> buffers;
+    };
+
+    static Key key_of(const c10::Device& device, void* stream) {
+        const uint64_t handle = reinterpret_cast<uint64_t>(stream) == 1
+            ? 0 : reinterpret_cast<uint64_t>(stream);  // CU_STREAM_LEGACY is the null stream
+        const size_t thread = handle == 2 ? std::hash<std::thread::id>()(std::this_thread::get_id())
+                                          : 0;
+        bool capturing = false;
+        uint64_t id = 0;
+        if (handle != 0) {  // the legacy stream cannot capture
+            int status = 0;
+            // a refused query (another thread's capture) counts as a capture of its own
+            capturing = driver().capture_info(stream, &status, &id, nullptr, nullptr, nullptr,
+                                              nullptr) != 0 || status != 0;
+        }
+        return Key{device.index(), handle, thread, capturing, capturing ? id : 0};
+    }
+
+    void bound(const Key& fresh) {  // with mutex_ held
+        size_t on_device = 0;
+        for (const auto& kv : pools_) on_device += std::get<0>(kv.first) == std::get<0>(fresh);
+        while (on_device > kPoolLimit) {
+            auto oldest = pools_.end();
+            for (auto it = pools_.begin(); it != pools_.end(); ++it) {
+                if (std::get<0>(it->first) != std::get<0>(fresh) || it->first == fresh) continue;
+                if (oldest == pools_.end() || it->second.used < oldest->second.used) oldest = it;
+            }
+            if (oldest == pools_.end()) return;
+            pools_.erase(oldest);
+            --on_device;
+        }
+    }
+
+    std::mutex mutex_;
+    uint64_t tick_ = 0;
+    std::map<Key, Pool> pools_;
+};
+
+Pools& pools() {
+    static Pools p;
+    return p;
+}
+
 // ---- launching ------------------------------------------------------------------------------
-// Patch the operands' addresses ``ptrs`` into each launch's parameter block and launch it on
-// ``stream`` (the current context must be the recipe's device's: the caller's DeviceGuard).
-void run(const Recipe& recipe, const uint64_t* ptrs, void* stream) {
+// Patch the operands' addresses ``ptrs`` and the workspaces of ``stream`` into each launch's
+// parameter block and launch it on ``stream`` (the current stream of ``device``, whose context
+// must be current: the caller's DeviceGuard).
+void run(const Recipe& recipe, const uint64_t* ptrs, const c10::Device& device, void* stream) {
     alignas(128) static thread_local uint8_t block[4096];
+    std::vector<uint64_t> work;
+    if (!recipe.slots.empty()) work = pools().addresses(device, stream, recipe.slots);
     for (const auto& ln : recipe.launches) {
         TORCH_CHECK(ln.params.size() <= sizeof(block), "gemmgen launcher: parameter block too large");
         std::memcpy(block, ln.params.data(), ln.params.size());
         for (const auto& pt : ln.patches) {
-            const uint64_t addr = ptrs[pt.index] + static_cast<uint64_t>(pt.delta);
+            const uint64_t base = pt.index < kWorkBase ? ptrs[pt.index] : work[pt.index - kWorkBase];
+            const uint64_t addr = base + static_cast<uint64_t>(pt.delta);
             if (pt.kind == kPatchPointer) {
                 std::memcpy(block + pt.offset, &addr, sizeof(addr));
             } else {  // a tensor map: 64-byte aligned in a copy, its address replaced
@@ -319,7 +450,7 @@ at::Tensor gemm_cuda(const at::Tensor& a_in, const at::Tensor& b_in,
     }
     if (recipe->launches.empty()) return out;
     const uint64_t ptrs[kMaxOperands] = {address(a), address(b), address(out), address(bias)};
-    run(*recipe, ptrs, current_stream(a.device()));
+    run(*recipe, ptrs, a.device(), current_stream(a.device()));
     return out;
 }
 
@@ -361,7 +492,7 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
     if (recipe->launches.empty()) return out;
     const uint64_t ptrs[kMaxOperands] = {address(a), address(b), address(out), address(bias),
                                          address(scale_a), address(scale_b)};
-    run(*recipe, ptrs, current_stream(a.device()));
+    run(*recipe, ptrs, a.device(), current_stream(a.device()));
     return out;
 }
 
@@ -414,7 +545,7 @@ at::Tensor grouped_mm_cuda(const at::Tensor& a_in, const at::Tensor& b_in,
     }
     if (recipe->launches.empty()) return out;
     const uint64_t ptrs[kMaxOperands] = {address(a), address(b), address(out), address(offs)};
-    run(*recipe, ptrs, current_stream(a.device()));
+    run(*recipe, ptrs, a.device(), current_stream(a.device()));
     return out;
 }
 
@@ -437,7 +568,13 @@ int64_t clear_recipes() {
     return 0;
 }
 
+// Workspace pools held (one per stream and capture that launched a recipe with workspaces).
+int64_t workspace_pools() {
+    return static_cast<int64_t>(gemmgen_launcher::pools().size());
+}
+
 TORCH_LIBRARY(gemmgen_launcher, m) {
     m.def("recipes_held() -> int", &recipes_held);
     m.def("clear_recipes() -> int", &clear_recipes);
+    m.def("workspace_pools() -> int", &workspace_pools);
 }
