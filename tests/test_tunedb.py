@@ -195,3 +195,11 @@ def test_a_malformed_entry_is_not_a_corrupt_file(tmp_path, text):
     path.write_text(text)
     with pytest.warns(UserWarning, match="skipped"):
         assert tunedb.TuneDB(path).entries == {}
+
+
+def test_a_removed_entry_leaves_the_file(tmp_path):
+    _one(tmp_path / "db.json", "x")
+    db = tunedb.TuneDB(tmp_path / "db.json")
+    db.remove(tunedb.key(GPU, "fp32", 8, 8, 8))
+    db.save()
+    assert tunedb.TuneDB(tmp_path / "db.json").entries == {}

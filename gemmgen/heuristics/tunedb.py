@@ -161,6 +161,7 @@ class TuneDB:
         if self.path.exists():
             self.data = load(self.path)
         self._synced = self._snapshot()
+        self._removed: set[str] = set()
 
     @property
     def entries(self) -> dict:
@@ -171,6 +172,11 @@ class TuneDB:
         if k not in self.entries:
             self.entries[k] = {"candidates": {}, "winner": None, **fields}
         return self.entries[k]
+
+    def remove(self, k: str) -> None:
+        """Drop entry ``k``; the next ``save`` drops it from the file too."""
+        self.entries.pop(k, None)
+        self._removed.add(k)
 
     def measured(self, k: str) -> set[str]:
         """Names of the candidates of ``k`` that already have a final status."""
@@ -194,8 +200,8 @@ class TuneDB:
         """Write what this process changed since it opened or last saved the database into the
         file as it is now, under its lock: entries changed here replace or merge with those on
         disk (candidates added on either side are kept; one removed here stays removed; where
-        the other side added candidates, the winner is chosen again), and entries changed
-        elsewhere stay, malformed ones included. The file keeps its mode, and a symlink stays
+        the other side added candidates, the winner is chosen again), entries ``remove``d here
+        go, and entries changed elsewhere stay, malformed ones included. The file keeps its mode, and a symlink stays
         a link to the file written. Raises ``TuneDBError`` when the file became unreadable,
         ``OSError`` when it cannot be written or ``dbfile.LockTimeout``."""
         with dbfile.locked(self.path):
@@ -203,6 +209,7 @@ class TuneDB:
             disk = read(real) if real.exists() else {"version": 1, "entries": {}}
             dbfile.write_json(real, self._merged(disk))
         self._synced = self._snapshot()
+        self._removed.clear()
 
     def _snapshot(self) -> dict:
         """Each entry and each other top-level field as JSON text: what the file held."""
@@ -214,6 +221,8 @@ class TuneDB:
         """``disk`` with this process's changes since the last sync merged in (the entries
         merged in place here too)."""
         doc, entries = dict(disk), dict(disk["entries"])
+        for k in self._removed - set(self.entries):
+            entries.pop(k, None)
         for f, v in self.data.items():
             if f != "entries" and _dump(v) != self._synced.get(("field", f)):
                 doc[f] = v
