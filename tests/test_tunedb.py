@@ -203,3 +203,16 @@ def test_a_removed_entry_leaves_the_file(tmp_path):
     db.remove(tunedb.key(GPU, "fp32", 8, 8, 8))
     db.save()
     assert tunedb.TuneDB(tmp_path / "db.json").entries == {}
+
+
+def test_the_grouped_file_keeps_its_mode_its_link_and_other_writers_entries(tmp_path):
+    from gemmgen.heuristics import grouped_db
+    target = tmp_path / "real.json"
+    target.write_text('{"version": 1, "entries": {}}')
+    target.chmod(0o644)
+    link = tmp_path / "g.json"
+    link.symlink_to(target)
+    grouped_db.store("a", {"candidates": {}}, link)
+    grouped_db.store("b", {"candidates": {}}, link)
+    assert link.is_symlink() and stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert set(grouped_db.load(target)) == {"a", "b"}
