@@ -184,7 +184,8 @@ class TuneDB:
         return {name for name, row in cands.items() if row.get("status") in FINAL}
 
     def record(self, k: str, name: str, row: dict) -> None:
-        """Add (or replace) candidate ``name`` of entry ``k``, choose the winner and ``save``."""
+        """Add (or replace) candidate ``name`` of entry ``k``, choose the winner and ``save``
+        (raising what ``save`` raises)."""
         self.entry(k)["candidates"][name] = row
         self.choose_winner(k)
         self.save()
@@ -201,9 +202,11 @@ class TuneDB:
         file as it is now, under its lock: entries changed here replace or merge with those on
         disk (candidates added on either side are kept; one removed here stays removed; where
         the other side added candidates, the winner is chosen again), entries ``remove``d here
-        go, and entries changed elsewhere stay, malformed ones included. The file keeps its mode, and a symlink stays
-        a link to the file written. Raises ``TuneDBError`` when the file became unreadable,
-        ``OSError`` when it cannot be written or ``dbfile.LockTimeout``."""
+        go, and entries changed elsewhere stay, malformed ones included. The file keeps its
+        mode, and a symlink stays a link to the file written. Raises ``TuneDBError`` when
+        the file became unreadable, ``OSError`` when it cannot be written, and
+        ``dbfile.LockTimeout`` (an ``OSError``) when another process holds the lock for
+        ``dbfile.LOCK_TIMEOUT_S``."""
         with dbfile.locked(self.path):
             real = dbfile.target(self.path)
             disk = read(real) if real.exists() else {"version": 1, "entries": {}}
