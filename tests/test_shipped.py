@@ -45,15 +45,43 @@ def test_the_shipped_table_is_used_near_its_buckets_only(tmp_path, monkeypatch):
                                                       "rcr").reasons[0]
 
 
-def test_an_entry_where_the_rules_stood_keeps_the_rules(tmp_path, monkeypatch):
+def test_a_shipped_entry_without_a_winner_is_left_out(tmp_path, monkeypatch):
     _table(tmp_path, monkeypatch, [(256, 4096, 4096)])
     data = json.loads(shipped.table_path(GPU).read_text())
-    data["entries"][key(GPU, "bf16", 1024, 4096, 4096, "rcr", "wgmma")] = {
+    data["entries"][key(GPU, "bf16", 1024, 4096, 8192, "rcr", "wgmma")] = {
         "candidates": {}, "winner": None}
     shipped.table_path(GPU).write_text(json.dumps(data))
     shipped.shipped.cache_clear()
-    assert choose(None, GPU, "bf16", 900, 4096, 4096, 90, "rcr")[1] == "default"
+    with pytest.warns(UserWarning, match="1024x4096x8192.* skipped: it has no winner"):
+        assert choose(None, GPU, "bf16", 1024, 4096, 8192, 90, "rcr")[1] == "default"
     assert choose(None, GPU, "bf16", 300, 4096, 4096, 90, "rcr")[1] == "table"
+
+
+@pytest.mark.parametrize("prov", [None, {}, {"gpu": GPU, "cuda": "13.0", "commit": "abc"},
+                                  {"gpu": GPU, "cuda": "13.0", "commit": "", "date": "x"}])
+def test_a_shipped_table_without_its_provenance_is_not_used(tmp_path, monkeypatch, prov):
+    _table(tmp_path, monkeypatch, [(256, 4096, 4096)])
+    data = json.loads(shipped.table_path(GPU).read_text())
+    data["provenance"] = prov
+    shipped.table_path(GPU).write_text(json.dumps(data))
+    shipped.shipped.cache_clear()
+    with pytest.warns(UserWarning, match="not used: its provenance lacks"):
+        assert choose(None, GPU, "bf16", 256, 4096, 4096, 90, "rcr")[1] == "default"
+    assert shipped.provenance(GPU) is None
+
+
+def test_every_shipped_table_holds_winners_with_provenance():
+    """What gemmgen ships: per table, its provenance and a winner in every entry (a table of
+    no winners changes nothing and is not shipped); without any table, the rules decide."""
+    for path in sorted(shipped.TABLES.glob("*.json")):
+        data = json.loads(path.read_text())
+        assert all(data.get("provenance", {}).get(f) for f in shipped.PROVENANCE), path
+        assert data["entries"] and all(e.get("winner") for e in data["entries"].values()), path
+    shipped.shipped.cache_clear()
+    gpus = {p.stem for p in shipped.TABLES.glob("*.json")}
+    if "NVIDIA_H200" not in gpus:
+        assert shipped.shipped(GPU) is None and shipped.provenance(GPU) is None
+        assert decide(None, GPU, "bf16", 256, 4096, 4096, 90, "rcr").how.startswith("default")
 
 
 def test_the_users_tuning_database_wins_over_the_shipped_table(tmp_path, monkeypatch):
@@ -104,3 +132,23 @@ def test_record_lists_a_models_gemms_forward_and_backward():
     assert (64, 256, 32, "rrr") in shapes, "dgrad of the second layer: grad @ W"
     assert (32, 256, 64, "crr") in shapes, "wgrad of the second layer: grad^T @ x"
     assert all(p.dtype == "fp32" for p in both)
+
+
+def test_rescoring_a_table_keeps_only_the_winners_over_the_rules(tmp_path):
+    from gemmgen.tune.table import rescore
+    rules = decide(None, GPU, "bf16", 256, 4096, 4096, 90, "rcr")
+    other = PRESETS["wgmma_tma_store"].config.replace(layout="rcr", bm=64, consumers=1,
+                                                      regs_producer=0, regs_consumer=0)
+    row = {"config": rules.config.as_dict(), "swap": rules.swap, "status": "ok", "tflops": 100.0}
+    entries = {}
+    for m, speed in ((256, 200.0), (512, 50.0)):  # beats the rules; does not
+        rest = {"dtype": "bf16", "M": m, "N": 4096, "K": 4096, "layout": "rcr"}
+        fast = {"config": other.as_dict(), "swap": False, "status": "ok", "tflops": speed}
+        entries[key(GPU, "bf16", m, 4096, 4096, "rcr", "wgmma")] = {
+            "candidates": {"rules": row, "v": fast}, "winner": None, **rest}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"version": 1, "provenance": {}, "entries": entries}))
+    assert rescore(str(path)) == (2, 1)
+    kept = json.loads(path.read_text())["entries"]
+    assert list(kept) == [key(GPU, "bf16", 256, 4096, 4096, "rcr", "wgmma")]
+    assert kept[key(GPU, "bf16", 256, 4096, 4096, "rcr", "wgmma")]["winner"] == "v"

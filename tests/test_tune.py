@@ -121,7 +121,7 @@ def test_database_lookup_exact_nearest_and_atomic_save(tmp_path):
     row, how = db.lookup("G", "fp32", 1500, 900, 1100)
     assert how == "nearest" and row["tflops"] == 20.0
     assert db.lookup("G", "fp16", 4096, 4096, 4096) == (None, None)
-    assert [p.name for p in tmp_path.iterdir()] == ["db.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["db.json", "db.json.lock"]  # no temp
     assert tunedb.TuneDB(tmp_path / "db.json").entries == db.entries
 
 
@@ -201,8 +201,6 @@ def test_database_default_path_comes_from_platformdirs(monkeypatch, tmp_path):
 @pytest.mark.parametrize("text, match", [
     ("{oops", "is not valid JSON"),
     ("[]", "not a gemmgen tuning database"),
-    ('{"entries": {"bad key": {"candidates": {}}}}', "entry 'bad key'"),
-    ('{"entries": {"G|fp32|rrr|1x1x1": {"winner": null}}}', "candidates object"),
     (b"\xff\xfe", "cannot read tuning database"),
 ])
 def test_corrupt_database_raises_a_named_error(tmp_path, text, match):

@@ -305,7 +305,8 @@ def _stored(db, req) -> dict:
               help="compute capability of the GPU to explain for (90: H100/H200)")
 @click.option("--gpu", default="NVIDIA H200", show_default=True,
               help="GPU name the tuning database is keyed by")
-@click.option("--db", type=click.Path(dir_okay=False), help="tuning database (default: none)")
+@click.option("--db", type=click.Path(exists=True, dir_okay=False),
+              help="tuning database (default: none)")
 @_group_options("a grouped problem (gemmgen.grouped_gemm) of this many groups: M is the rows "
                 "of all groups (--grouping m) or, with --grouping k, K is")
 @click.pass_context
@@ -339,6 +340,8 @@ def explain(ctx, m, n, k, dtype, scaling, fast_accum, math_, layout, epilogue, l
                                  param_hint="--math")
     try:
         click.echo(explain_text(dtype, m, n, k, layout, epilogue, lds, math_, cc, gpu, db, batch))
+    except tunedb.TuneDBError as exc:  # the user's file: a usage error, as in tune
+        raise click.BadParameter(str(exc), param_hint="--db") from None
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
 

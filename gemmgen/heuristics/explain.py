@@ -12,7 +12,9 @@ def explain(dtype: str, m: int, n: int, k: int, layout: str = "rrr", epilogue: s
             gpu: str = "NVIDIA H200", db: str | None = None, batch: int = 1) -> str:
     """Text: the kernel ``gemm`` would run for this problem on a GPU of compute capability
     ``cc`` and why: family, tile, waves, split, swap, store, and the path of operands TMA
-    cannot read (``lds``: lda, ldb, ldc; default tight, i.e. K, N and N for rrr)."""
+    cannot read (``lds``: lda, ldb, ldc; default tight, i.e. K, N and N for rrr). ``db``: a
+    tuning database file (a missing one is empty). Raises ``TuneDBError`` when ``db`` is
+    not a tuning database gemmgen can read, ``ValueError`` as ``decide`` does."""
     item = ELEM_BYTES[dtype]
     lda, ldb, ldc = lds or tight_lds(layout, m, n, k)
     c_ok = ldc * ELEM_BYTES[stored_as(dtype)] % 16 == 0

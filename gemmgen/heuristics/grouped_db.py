@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
+from . import dbfile
 from .tunedb import TuneDBError, default_path as tune_db_path
 
 
@@ -48,15 +48,15 @@ def load(path: Path | None = None) -> dict:
 
 
 def store(entry_key: str, entry: dict, path: Path | None = None) -> Path:
-    """Add or replace one entry, writing the file atomically; its path."""
+    """Add or replace one entry in the file as it is now, under the lock file beside it
+    (other processes' entries stay), written atomically: the file keeps its mode, and a
+    symlink stays a link to the file written. Its path. Raises ``TuneDBError`` as ``load``
+    does, ``OSError`` when it cannot be written."""
     path = Path(path or default_path())
-    entries = load(path)
-    entries[entry_key] = entry
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".grouped_tune.", suffix=".json", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"version": 1, "entries": entries}, f, indent=1)
-    os.replace(tmp, path)
+    with dbfile.locked(path):
+        entries = load(path)
+        entries[entry_key] = entry
+        dbfile.write_json(path, {"version": 1, "entries": entries})
     return path
 
 

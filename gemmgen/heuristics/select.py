@@ -36,10 +36,12 @@ def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
            cc: int | None = None, layout: str = "rrr", epilogue: str = "none",
            out: str | None = None):
     """(config, how) for one problem: how is "exact" or "nearest" (a winner of the tuning
-    database ``db``), "table" (a winner of the table shipped for ``gpu``: same N and K, the
-    nearest bucket of M) or "default" (a family's preset), the config
-    already in ``layout`` with ``epilogue``; ", swapped" ends ``how`` when the entry computes
-    C^T = B^T A^T (its config laid out for that; never with a bias, which runs along N).
+    database ``db``; nearest only within ``tunedb.MAX_RATIO`` of the problem in each of M, N
+    and K, and never from an entry the database left out as malformed), "table" (a winner
+    of the table shipped for ``gpu``: same N and K, the nearest bucket of M) or "default" (a
+    family's preset), the config already in ``layout`` with ``epilogue``; ", swapped" ends
+    ``how`` when the entry computes C^T = B^T A^T (its config laid out for that; never with a
+    bias, which runs along N).
     Families are tried fastest first among those that run on compute capability ``cc``; one
     whose rules reject the layout (tf32 wgmma reads no row-major B) is passed over.
     Raises ``ValueError`` for a dtype no family takes there."""

@@ -8,7 +8,8 @@ operands) on the same buffers, verify each, and keep a variant that beats the ru
 
 Needs a GPU, PyCUDA and CuPy. The table is a tuning database (``gemmgen.heuristics.tunedb``)
 with a ``provenance`` object (GPU, CUDA, commit, date, method); every entry keeps the rules'
-own timing beside the winner's.
+own timing beside the winner's. ``--rescore`` (no GPU) then keeps only the entries whose
+winner beats the rules: ship a table only after it, and only when winners remain.
 """
 from __future__ import annotations
 
@@ -174,8 +175,10 @@ def rescore(path: str, gpu: str = "NVIDIA H200", cc: int = 90) -> tuple[int, int
     must be among the entry's measured candidates): a measured candidate stays the winner only
     where it beats the rules' pick by MARGIN; only the winner and the rules' pick are kept
     (the full measurements stay in the builder's output). Needs no GPU. Returns (entries,
-    winners)."""
+    winners). An entry left without a winner is dropped: a shipped table holds only winners
+    that beat the rules (``gemmgen.heuristics.shipped``)."""
     db = TuneDB(path)
+    scored = len(db.entries)
     for ent in db.entries.values():
         ch = decide(None, gpu, ent["dtype"], ent["M"], ent["N"], ent["K"], cc, ent["layout"])
         cands = ent["candidates"]
@@ -191,10 +194,13 @@ def rescore(path: str, gpu: str = "NVIDIA H200", cc: int = 90) -> tuple[int, int
             else None
         keep = {lbl for lbl in (ent["winner"], pick) if lbl}  # the evidence, not every variant
         ent["candidates"] = {lbl: row for lbl, row in cands.items() if lbl in keep}
+    for k in [k for k, e in db.entries.items() if not e["winner"]]:
+        db.remove(k)
     db.data.setdefault("provenance", {})["rescored"] = (
-        "winners re-chosen against the shape rules of the commit that ships this table")
+        "winners re-chosen against the shape rules of the commit that ships this table; "
+        "entries where the rules stood are left out")
     db.save()
-    return len(db.entries), sum(1 for e in db.entries.values() if e["winner"])
+    return scored, len(db.entries)
 
 
 def main(argv=None) -> None:
