@@ -19,6 +19,7 @@ from ..compile.nvcc import BuildError
 from ..heuristics.tunedb import TuneDBError
 from ..model.arch import cc_of, get_arch
 from ..model.config import INT32_MAX, ConfigError
+from ..model.quote import quote
 from ..runtime.device import GpuUnavailable
 from ..runtime.driver import DriverError
 from ..runtime.operands import OperandError
@@ -107,13 +108,13 @@ class SizeType(click.ParamType):
         text = str(value).strip().lower()
         parts = text.split("x")
         if not all(p.strip().isdigit() for p in parts) or len(parts) not in (1, 3):
-            self.fail(f"{value!r} is not N or MxNxK (e.g. 4096 or 4095x4097x4093)", param, ctx)
+            self.fail(f"{quote(value)} is not N or MxNxK (e.g. 4096 or 4095x4097x4093)", param, ctx)
         dims = tuple(int(p) for p in parts) * (3 if len(parts) == 1 else 1)
         if min(dims) < 1:
-            self.fail(f"{value!r}: every extent must be at least 1", param, ctx)
+            self.fail(f"{quote(value)}: every extent must be at least 1", param, ctx)
         if max(dims) > INT32_MAX:
-            self.fail(f"{value!r}: extents must be at most {INT32_MAX} (the kernels use 32-bit "
-                      f"indices)", param, ctx)
+            self.fail(f"{quote(value)}: extents must be at most {INT32_MAX} (the kernels use "
+                      f"32-bit indices)", param, ctx)
         return dims
 
 

@@ -19,6 +19,7 @@ from ..model.config import EPILOGUES, INT32_MAX, LAYOUTS
 from ..model.dtypes import FP8_DTYPES
 from ..model.families import FAMILIES
 from ..model.problem import ShapesError, load_problems
+from ..model.quote import quote
 from ..runtime.device import device_count
 from ..tune import report
 from ..tune.search import Request, WorkerPool, laid_out, tune as run_tune
@@ -39,10 +40,10 @@ class DevicesType(click.ParamType):
             return value
         parts = [p.strip() for p in str(value).split(",")]
         if not all(p.isdigit() for p in parts):
-            self.fail(f"{value!r} is not a list of device ids like 0 or 0,1", param, ctx)
+            self.fail(f"{quote(value)} is not a list of device ids like 0 or 0,1", param, ctx)
         ids = [int(p) for p in parts]
         if len(set(ids)) != len(ids):
-            self.fail(f"{value!r} names a device twice", param, ctx)
+            self.fail(f"{quote(value)} names a device twice", param, ctx)
         return ids
 
 
