@@ -343,3 +343,48 @@ def test_runtime_failures_become_one_line():
     assert runtime_message(WorkerError("GPU worker 0 failed to start: boom", "Traceback ...")) == (
         "GPU worker 0 failed to start: boom")
     assert runtime_message(KeyError("a bug")) is None  # bugs keep their traceback
+
+
+def test_emit_refuses_an_output_that_is_not_a_regular_file(workdir):
+    os.mkfifo(workdir / "fifo")
+    os.symlink("fifo", workdir / "to-fifo")
+    before = snapshot(workdir)
+    for target in ("fifo", "to-fifo"):
+        lines = assert_clean(invoke(["emit", "--preset", "smem", "-o", target]), 2,
+                             "not a regular file")
+        assert "-o" in lines[0] and len(lines) <= 2
+    assert snapshot(workdir) == before and (workdir / "fifo").is_fifo()
+
+
+def test_emit_dash_writes_the_kernel_to_stdout(workdir):
+    before = snapshot(workdir)
+    result = CliRunner().invoke(main, ["emit", "--preset", "smem", "-o", "-"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == render(PRESETS["smem"].config)
+    assert snapshot(workdir) == before and not (workdir / "-").exists()
+
+
+def test_other_outputs_refuse_dash_rather_than_write_a_file_named_dash(workdir):
+    assert_clean(invoke(["verify", "--json", "-"]), 2, "'-' ")
+    assert not (workdir / "-").exists()
+
+
+def test_emit_writes_through_a_symlink_to_a_regular_file_but_not_a_dangling_one(workdir):
+    (workdir / "sub" / "k.cu").write_text("old")
+    os.symlink("sub/k.cu", workdir / "link.cu")
+    os.symlink("sub/nothing.cu", workdir / "dangling.cu")
+    result = invoke(["emit", "--preset", "smem", "-o", "link.cu"])
+    assert result.exit_code == 0, result.output
+    assert (workdir / "link.cu").is_symlink()
+    assert (workdir / "sub" / "k.cu").read_text() == render(PRESETS["smem"].config)
+    before = snapshot(workdir)
+    assert_clean(invoke(["emit", "--preset", "smem", "-o", "dangling.cu"]), 2, "dangling")
+    assert snapshot(workdir) == before and not (workdir / "sub" / "nothing.cu").exists()
+
+
+def test_the_python_emit_never_replaces_a_device_or_fifo(tmp_path):
+    from gemmgen import emit
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(OSError, match="not a regular file"):
+        emit(PRESETS["smem"].config, tmp_path / "fifo")
+    assert (tmp_path / "fifo").is_fifo() and len(list(tmp_path.iterdir())) == 1
