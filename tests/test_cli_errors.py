@@ -388,3 +388,30 @@ def test_the_python_emit_never_replaces_a_device_or_fifo(tmp_path):
     with pytest.raises(OSError, match="not a regular file"):
         emit(PRESETS["smem"].config, tmp_path / "fifo")
     assert (tmp_path / "fifo").is_fifo() and len(list(tmp_path.iterdir())) == 1
+
+
+def test_make_generate_refreshes_the_presets_and_keeps_other_kernels(tmp_path):
+    """``make generate`` (run with a stand-in python whose preset list is two names) rewrites
+    the presets' files and leaves a kernel the user emitted into generated/ alone."""
+    import shutil
+    import subprocess
+    if shutil.which("make") is None:
+        pytest.skip("no make here")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    stub = tmp_path / "python"
+    stub.write_text(f'#!/bin/sh\nif [ "$3" = list ]; then echo smem; echo naive; exit 0; fi\n'
+                    f'exec {sys.executable} "$@"\n')
+    stub.chmod(0o755)
+    shutil.copy(os.path.join(repo, "Makefile"), tmp_path / "Makefile")
+    (tmp_path / "generated").mkdir()
+    mine = tmp_path / "generated" / "my_kernel.cu"
+    mine.write_text("// mine\n")
+    stale = tmp_path / "generated" / f"{PRESETS['smem'].config.name}.cu"
+    stale.write_text("// stale\n")
+    env = {**os.environ, "PYTHONPATH": repo}
+    done = subprocess.run(["make", "-s", "generate", f"PYTHON={stub}"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert mine.read_text() == "// mine\n"
+    assert stale.read_text() == render(PRESETS["smem"].config)
+    assert (tmp_path / "generated" / f"{PRESETS['naive'].config.name}.cu").exists()
