@@ -415,3 +415,89 @@ def test_make_generate_refreshes_the_presets_and_keeps_other_kernels(tmp_path):
     assert mine.read_text() == "// mine\n"
     assert stale.read_text() == render(PRESETS["smem"].config)
     assert (tmp_path / "generated" / f"{PRESETS['naive'].config.name}.cu").exists()
+
+
+def tuned_db(path, gpu="NVIDIA H200", shape=(4096, 4096, 4096)):
+    """A tuning database whose fp16 rrr winner at ``shape`` is preset wgmma_ring's config."""
+    cfg = PRESETS["wgmma_ring"].config
+    key = f"{gpu}|fp16|rrr|{'x'.join(map(str, shape))}|wgmma"
+    row = {"config": cfg.as_dict(), "status": "ok", "tflops": 700.0}
+    path.write_text(json.dumps({"version": 1, "entries": {key: {
+        "candidates": {cfg.name: row}, "winner": cfg.name, "family": "wgmma"}}}))
+    return cfg
+
+
+@pytest.mark.parametrize("how", ["default", "env", "--db"])
+def test_explain_reads_the_database_gemm_reads_and_names_it(workdir, monkeypatch, how):
+    path = workdir / ("default-db.json" if how != "--db" else "mine.json")
+    if how == "default":  # no $GEMMGEN_TUNE_DB: the user cache directory's tune.json
+        monkeypatch.delenv("GEMMGEN_TUNE_DB")
+        monkeypatch.setenv("XDG_CACHE_HOME", str(workdir / "cache"))
+        path = workdir / "cache" / "gemmgen" / "tune.json"
+        path.parent.mkdir(parents=True)
+    cfg = tuned_db(path)
+    args = ["explain", "4096", "4096", "4096"] + (["--db", str(path)] if how == "--db" else [])
+    result = invoke(args)
+    assert result.exit_code == 0, result.output
+    assert cfg.name in result.output and "exact" in result.output
+    assert f"database: {path}" in result.output
+
+
+def test_explain_without_a_database_file_says_so(workdir):
+    result = invoke(["explain", "64", "64", "64"])
+    assert result.exit_code == 0, result.output
+    assert f"database: {workdir / 'default-db.json'} (no file: nothing tuned)" in result.output
+
+
+def test_explain_a_corrupt_default_database_is_one_line_naming_it(workdir):
+    (workdir / "default-db.json").write_text("{oops")
+    lines = assert_clean(invoke(["explain", "64", "64", "64"]), 1, "default-db.json")
+    assert len(lines) == 1 and "GEMMGEN_TUNE_DB" in lines[0]
+
+
+def test_explain_fp8_reads_the_database_too(workdir):
+    result = invoke(["explain", "64", "64", "64", "--dtype", "e4m3"])
+    assert result.exit_code == 0, result.output
+    assert f"database: {workdir / 'default-db.json'}" in result.output
+
+
+def test_explain_names_the_callers_shape_beside_the_swapped_one(workdir):
+    result = invoke("explain 1 57344 8192 --dtype bf16 --layout rcr".split())
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "M=1 N=57344 K=8192 (run swapped as M=57344 N=1)" in out
+    assert "224 tiles" in out and "smallest that runs in one wave" not in out, out
+    assert "- N = 1:" not in out  # the kernel's N is the caller's M
+    fits = invoke("explain 1 8192 8192 --dtype bf16".split()).output
+    assert "64 rows: the smallest that runs in one wave" in fits, fits
+    plain = invoke("explain 4096 4096 4096".split()).output
+    assert "M=4096 N=4096 K=4096" in plain and "swapped" not in plain, plain
+
+
+EXTRA_CASES = [
+    # FP8-only options with another dtype, grouped-only options without --groups
+    ("explain 64 64 64 --dtype fp16 --scaling row", U, "--scaling"),
+    ("explain 64 64 64 --fast-accum", U, "--fast-accum"),
+    ("explain 64 64 64 --dist skew90", U, "--dist"),
+    ("explain 64 64 64 --grouping k", U, "--grouping"),
+    ("explain 64 64 64 --dtype e4m3 --lda 1", U, "--lda"),
+    ("explain 64 64 64 --dtype e4m3 --layout rcr --ldb 63", U, "--ldb"),
+    ("explain 64 64 64 --dtype e4m3 --ldc 8", U, "--ldc"),
+    ("explain 64 64 64 --db nonexistent.json", U, "nonexistent.json"),
+    ("explain 64 64 64 --db corruptdb.json", U, "corruptdb.json is not valid JSON"),
+    ("tune --m 64 --n 64 --k 64 --dtype fp16 --scaling row", U, "--scaling"),
+    ("tune --m 64 --n 64 --k 64 --fast-accum", U, "--fast-accum"),
+    ("tune --m 64 --n 64 --k 64 --dist skew90", U, "--dist"),
+    ("tune --m 64 --n 64 --k 64 --grouping k", U, "--grouping"),
+    # exit codes of a few more error paths (docs/concepts.md: 2 = the caller's mistake)
+    ("emit --preset nosuch", U, "--preset"),
+    ("explain 0x4 4 4", U, "is not a valid integer"),
+    ("explain 64 64 64 --dtype bf16 --cc 50", U, "no kernel family takes dtype 'bf16' on sm_50"),
+    ("explain 64 64 64 --groups 4 --dtype bf16 --layout ccc", U, "layout"),
+    ("emit --preset smem -o missing/dir/k.cu", U, "does not exist"),
+]
+
+
+@pytest.mark.parametrize("line, code, match", EXTRA_CASES, ids=[c[0] for c in EXTRA_CASES])
+def test_more_bad_command_lines(workdir, line, code, match):
+    test_bad_command_line(workdir, line, code, match)
