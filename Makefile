@@ -20,8 +20,7 @@ bench:              ## run a benchmark suite on the GPU: make bench SUITE=ladder
 	@test -n "$(SUITE)" || { echo "usage: make bench SUITE=name (one of: $$(ls benchmarks/suites | sed -n 's/\.toml$$//p' | tr '\n' ' '))"; exit 2; }
 	$(PYTHON) benchmarks/run.py $(SUITE) $(ARGS)
 
-generate:           ## refresh generated/ from the presets
-	rm -f generated/*.cu
+generate:           ## rewrite the presets' kernels in generated/ in place (other files there are kept)
 	for p in $$($(PYTHON) -m gemmgen list --names); do $(PYTHON) -m gemmgen emit --preset $$p >/dev/null || exit 1; done
 	ls generated
 

@@ -348,3 +348,161 @@ def test_runtime_failures_become_one_line():
     assert runtime_message(WorkerError("GPU worker 0 failed to start: boom", "Traceback ...")) == (
         "GPU worker 0 failed to start: boom")
     assert runtime_message(KeyError("a bug")) is None  # bugs keep their traceback
+
+
+def test_emit_refuses_an_output_that_is_not_a_regular_file(workdir):
+    os.mkfifo(workdir / "fifo")
+    os.symlink("fifo", workdir / "to-fifo")
+    before = snapshot(workdir)
+    for target in ("fifo", "to-fifo"):
+        lines = assert_clean(invoke(["emit", "--preset", "smem", "-o", target]), 2,
+                             "not a regular file")
+        assert "-o" in lines[0] and len(lines) <= 2
+    assert snapshot(workdir) == before and (workdir / "fifo").is_fifo()
+
+
+def test_emit_dash_writes_the_kernel_to_stdout(workdir):
+    before = snapshot(workdir)
+    result = CliRunner().invoke(main, ["emit", "--preset", "smem", "-o", "-"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == render(PRESETS["smem"].config)
+    assert snapshot(workdir) == before and not (workdir / "-").exists()
+
+
+def test_other_outputs_refuse_dash_rather_than_write_a_file_named_dash(workdir):
+    assert_clean(invoke(["verify", "--json", "-"]), 2, "'-' ")
+    assert not (workdir / "-").exists()
+
+
+def test_emit_writes_through_a_symlink_to_a_regular_file_but_not_a_dangling_one(workdir):
+    (workdir / "sub" / "k.cu").write_text("old")
+    os.symlink("sub/k.cu", workdir / "link.cu")
+    os.symlink("sub/nothing.cu", workdir / "dangling.cu")
+    result = invoke(["emit", "--preset", "smem", "-o", "link.cu"])
+    assert result.exit_code == 0, result.output
+    assert (workdir / "link.cu").is_symlink()
+    assert (workdir / "sub" / "k.cu").read_text() == render(PRESETS["smem"].config)
+    before = snapshot(workdir)
+    assert_clean(invoke(["emit", "--preset", "smem", "-o", "dangling.cu"]), 2, "dangling")
+    assert snapshot(workdir) == before and not (workdir / "sub" / "nothing.cu").exists()
+
+
+def test_the_python_emit_never_replaces_a_device_or_fifo(tmp_path):
+    from gemmgen import emit
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(OSError, match="not a regular file"):
+        emit(PRESETS["smem"].config, tmp_path / "fifo")
+    assert (tmp_path / "fifo").is_fifo() and len(list(tmp_path.iterdir())) == 1
+
+
+def test_make_generate_refreshes_the_presets_and_keeps_other_kernels(tmp_path):
+    """``make generate`` (run with a stand-in python whose preset list is two names) rewrites
+    the presets' files and leaves a kernel the user emitted into generated/ alone."""
+    import shutil
+    import subprocess
+    if shutil.which("make") is None:
+        pytest.skip("no make here")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    stub = tmp_path / "python"
+    stub.write_text(f'#!/bin/sh\nif [ "$3" = list ]; then echo smem; echo naive; exit 0; fi\n'
+                    f'exec {sys.executable} "$@"\n')
+    stub.chmod(0o755)
+    shutil.copy(os.path.join(repo, "Makefile"), tmp_path / "Makefile")
+    (tmp_path / "generated").mkdir()
+    mine = tmp_path / "generated" / "my_kernel.cu"
+    mine.write_text("// mine\n")
+    stale = tmp_path / "generated" / f"{PRESETS['smem'].config.name}.cu"
+    stale.write_text("// stale\n")
+    env = {**os.environ, "PYTHONPATH": repo}
+    done = subprocess.run(["make", "-s", "generate", f"PYTHON={stub}"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert mine.read_text() == "// mine\n"
+    assert stale.read_text() == render(PRESETS["smem"].config)
+    assert (tmp_path / "generated" / f"{PRESETS['naive'].config.name}.cu").exists()
+
+
+def tuned_db(path, gpu="NVIDIA H200", shape=(4096, 4096, 4096)):
+    """A tuning database whose fp16 rrr winner at ``shape`` is preset wgmma_ring's config."""
+    cfg = PRESETS["wgmma_ring"].config
+    key = f"{gpu}|fp16|rrr|{'x'.join(map(str, shape))}|wgmma"
+    row = {"config": cfg.as_dict(), "status": "ok", "tflops": 700.0}
+    path.write_text(json.dumps({"version": 1, "entries": {key: {
+        "candidates": {cfg.name: row}, "winner": cfg.name, "family": "wgmma"}}}))
+    return cfg
+
+
+@pytest.mark.parametrize("how", ["default", "env", "--db"])
+def test_explain_reads_the_database_gemm_reads_and_names_it(workdir, monkeypatch, how):
+    path = workdir / ("default-db.json" if how != "--db" else "mine.json")
+    if how == "default":  # no $GEMMGEN_TUNE_DB: the user cache directory's tune.json
+        monkeypatch.delenv("GEMMGEN_TUNE_DB")
+        monkeypatch.setenv("XDG_CACHE_HOME", str(workdir / "cache"))
+        path = workdir / "cache" / "gemmgen" / "tune.json"
+        path.parent.mkdir(parents=True)
+    cfg = tuned_db(path)
+    args = ["explain", "4096", "4096", "4096"] + (["--db", str(path)] if how == "--db" else [])
+    result = invoke(args)
+    assert result.exit_code == 0, result.output
+    assert cfg.name in result.output and "exact" in result.output
+    assert f"database: {path}" in result.output
+
+
+def test_explain_without_a_database_file_says_so(workdir):
+    result = invoke(["explain", "64", "64", "64"])
+    assert result.exit_code == 0, result.output
+    assert f"database: {workdir / 'default-db.json'} (no file: nothing tuned)" in result.output
+
+
+def test_explain_a_corrupt_default_database_is_one_line_naming_it(workdir):
+    (workdir / "default-db.json").write_text("{oops")
+    lines = assert_clean(invoke(["explain", "64", "64", "64"]), 1, "default-db.json")
+    assert len(lines) == 1 and "GEMMGEN_TUNE_DB" in lines[0]
+
+
+def test_explain_fp8_reads_the_database_too(workdir):
+    result = invoke(["explain", "64", "64", "64", "--dtype", "e4m3"])
+    assert result.exit_code == 0, result.output
+    assert f"database: {workdir / 'default-db.json'}" in result.output
+
+
+def test_explain_names_the_callers_shape_beside_the_swapped_one(workdir):
+    result = invoke("explain 1 57344 8192 --dtype bf16 --layout rcr".split())
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "M=1 N=57344 K=8192 (run swapped as M=57344 N=1)" in out
+    assert "224 tiles" in out and "smallest that runs in one wave" not in out, out
+    assert "- N = 1:" not in out  # the kernel's N is the caller's M
+    fits = invoke("explain 1 8192 8192 --dtype bf16".split()).output
+    assert "64 rows: the smallest that runs in one wave" in fits, fits
+    plain = invoke("explain 4096 4096 4096".split()).output
+    assert "M=4096 N=4096 K=4096" in plain and "swapped" not in plain, plain
+
+
+EXTRA_CASES = [
+    # FP8-only options with another dtype, grouped-only options without --groups
+    ("explain 64 64 64 --dtype fp16 --scaling row", U, "--scaling"),
+    ("explain 64 64 64 --fast-accum", U, "--fast-accum"),
+    ("explain 64 64 64 --dist skew90", U, "--dist"),
+    ("explain 64 64 64 --grouping k", U, "--grouping"),
+    ("explain 64 64 64 --dtype e4m3 --lda 1", U, "--lda"),
+    ("explain 64 64 64 --dtype e4m3 --layout rcr --ldb 63", U, "--ldb"),
+    ("explain 64 64 64 --dtype e4m3 --ldc 8", U, "--ldc"),
+    ("explain 64 64 64 --db nonexistent.json", U, "nonexistent.json"),
+    ("explain 64 64 64 --db corruptdb.json", U, "corruptdb.json is not valid JSON"),
+    ("tune --m 64 --n 64 --k 64 --dtype fp16 --scaling row", U, "--scaling"),
+    ("tune --m 64 --n 64 --k 64 --fast-accum", U, "--fast-accum"),
+    ("tune --m 64 --n 64 --k 64 --dist skew90", U, "--dist"),
+    ("tune --m 64 --n 64 --k 64 --grouping k", U, "--grouping"),
+    # exit codes of a few more error paths (docs/concepts.md: 2 = the caller's mistake)
+    ("emit --preset nosuch", U, "--preset"),
+    ("explain 0x4 4 4", U, "is not a valid integer"),
+    ("explain 64 64 64 --dtype bf16 --cc 50", U, "no kernel family takes dtype 'bf16' on sm_50"),
+    ("explain 64 64 64 --groups 4 --dtype bf16 --layout ccc", U, "layout"),
+    ("emit --preset smem -o missing/dir/k.cu", U, "does not exist"),
+]
+
+
+@pytest.mark.parametrize("line, code, match", EXTRA_CASES, ids=[c[0] for c in EXTRA_CASES])
+def test_more_bad_command_lines(workdir, line, code, match):
+    test_bad_command_line(workdir, line, code, match)

@@ -176,8 +176,9 @@ def _field_options(func):
 @click.option("--config-json", help="start from a JSON config (an emitted header's line)")
 @click.option("--arch", default="sm_90", type=click.Choice(list(ARCHS)), show_default=True,
               help="target architecture: the kernel must fit it; --check compiles for it")
-@click.option("-o", "--output", type=OutputPath(),
-              help="output file, in an existing directory [default: generated/<name>.cu]")
+@click.option("-o", "--output", type=OutputPath(stdout=True),
+              help="output file, in an existing directory, or - for standard output (the "
+                   "summary then goes to standard error) [default: generated/<name>.cu]")
 @click.option("--check", is_flag=True,
               help="compile with nvcc first and print ptxas resources; exit 1, writing nothing, "
                    "if ptxas spills or uses a stack frame")
@@ -204,18 +205,22 @@ def emit(ctx, family, preset, config_json, arch, output, check, **_fields) -> No
         click.echo("  choose a smaller tile or fewer stages, or another --arch", err=True)
         sys.exit(2)
     res = _check(cfg, target) if check else None
-    try:
-        path = emit_file(cfg, output, target)
-    except OSError as exc:
-        raise click.ClickException(f"cannot write {exc.filename or output}: "
-                                   f"{exc.strerror or exc}") from None
-    click.echo(f"wrote {path}")
+    to_stdout = output == "-"
+    if to_stdout:
+        click.echo(render(cfg, target), nl=False)
+    else:
+        try:
+            path = emit_file(cfg, output, target)
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {exc.filename or output}: "
+                                       f"{exc.strerror or exc}") from None
+        click.echo(f"wrote {path}")
     kind = "dynamic" if cfg.dynamic_smem_bytes else "static"
     click.echo(f"  {cfg.threads} threads, {cfg.smem_bytes} bytes {kind} shared memory, "
                f"{cfg.acc_regs} accumulator registers/thread, {cfg.blocks_per_sm(target)} "
-               f"blocks/SM (threads and shared memory, {target})")
+               f"blocks/SM (threads and shared memory, {target})", err=to_stdout)
     if res is not None:
-        click.echo(_resources_line(cfg, res))
+        click.echo(_resources_line(cfg, res), err=to_stdout)
     else:
         warning = _register_warning(cfg)
         if warning:
@@ -245,7 +250,7 @@ def _check(cfg, arch: str):
     except FileNotFoundError as err:
         raise click.ClickException(f"--check needs nvcc: {err}") from None
     if res.spills or res.stack_bytes:
-        click.echo(_resources_line(cfg, res))
+        click.echo(_resources_line(cfg, res), err=True)
         raise click.ClickException(
             f"ptxas spills to local memory on {arch} ({res.spill_stores} bytes spill stores, "
             f"{res.spill_loads} loads, {res.stack_bytes} bytes stack; {res.registers} of "

@@ -19,6 +19,7 @@ from ..compile.nvcc import BuildError
 from ..heuristics.tunedb import TuneDBError
 from ..model.arch import cc_of, get_arch
 from ..model.config import INT32_MAX, ConfigError
+from ..model.quote import quote
 from ..runtime.device import GpuUnavailable
 from ..runtime.driver import DriverError
 from ..runtime.operands import OperandError
@@ -77,16 +78,33 @@ class Group(click.Group):
 
 
 class OutputPath(click.ParamType):
-    """A file to write: its directory must exist and be writable, and it must not be a
-    directory. Converts to a Path (nothing is created here)."""
+    """A file to write: an existing regular file or a new name, in an existing directory this
+    process may write in. An existing path that is not a regular file (a directory, a device
+    such as /dev/full, a FIFO, a socket) is refused, as is a dangling symlink; a symlink to a
+    regular file is written through (its target is replaced atomically, the link stays).
+    With ``stdout``, '-' means standard output and converts to '-'; elsewhere it is refused
+    (no file named '-' is written). Otherwise converts to a Path (nothing is created here)."""
 
     name = "file"
 
+    def __init__(self, stdout: bool = False):
+        self.stdout = stdout
+
     def convert(self, value, param, ctx):
+        if str(value) == "-":
+            if self.stdout:
+                return "-"
+            self.fail("'-' (standard output) is not taken here; give a file name", param, ctx)
         path = Path(value)
         real = Path(os.path.realpath(path))
         if real.is_dir() or not path.name:
-            self.fail(f"{str(value)!r} is a directory; give a file name", param, ctx)
+            self.fail(f"{quote(str(value))} is a directory; give a file name", param, ctx)
+        if path.is_symlink() and not real.exists():
+            self.fail(f"{quote(str(value))} is a dangling symlink (to "
+                      f"{quote(os.readlink(path))}); remove it or give another name", param, ctx)
+        if real.exists() and not real.is_file():
+            self.fail(f"{quote(str(value))} is not a regular file (a device, FIFO or socket); "
+                      f"only regular files are written", param, ctx)
         parent = real.parent
         if not parent.is_dir():
             self.fail(f"directory {str(path.parent)!r} does not exist; create it first",
@@ -107,13 +125,13 @@ class SizeType(click.ParamType):
         text = str(value).strip().lower()
         parts = text.split("x")
         if not all(p.strip().isdigit() for p in parts) or len(parts) not in (1, 3):
-            self.fail(f"{value!r} is not N or MxNxK (e.g. 4096 or 4095x4097x4093)", param, ctx)
+            self.fail(f"{quote(value)} is not N or MxNxK (e.g. 4096 or 4095x4097x4093)", param, ctx)
         dims = tuple(int(p) for p in parts) * (3 if len(parts) == 1 else 1)
         if min(dims) < 1:
-            self.fail(f"{value!r}: every extent must be at least 1", param, ctx)
+            self.fail(f"{quote(value)}: every extent must be at least 1", param, ctx)
         if max(dims) > INT32_MAX:
-            self.fail(f"{value!r}: extents must be at most {INT32_MAX} (the kernels use 32-bit "
-                      f"indices)", param, ctx)
+            self.fail(f"{quote(value)}: extents must be at most {INT32_MAX} (the kernels use "
+                      f"32-bit indices)", param, ctx)
         return dims
 
 

@@ -11,14 +11,13 @@ import sys
 import click
 
 from ..heuristics import tunedb
-from ..heuristics.explain import explain as explain_text
-from ..heuristics.grouped import DISTRIBUTIONS, explain_grouped, row_counts
-from ..heuristics.select import tight_lds
+from ..heuristics.grouped import DISTRIBUTIONS, row_counts
 from ..heuristics.tunedb import parse_key
-from ..model.config import EPILOGUES, INT32_MAX, LAYOUTS
+from ..model.config import INT32_MAX, LAYOUTS
 from ..model.dtypes import FP8_DTYPES
 from ..model.families import FAMILIES
 from ..model.problem import ShapesError, load_problems
+from ..model.quote import quote
 from ..runtime.device import device_count
 from ..tune import report
 from ..tune.search import Request, WorkerPool, laid_out, tune as run_tune
@@ -39,10 +38,10 @@ class DevicesType(click.ParamType):
             return value
         parts = [p.strip() for p in str(value).split(",")]
         if not all(p.isdigit() for p in parts):
-            self.fail(f"{value!r} is not a list of device ids like 0 or 0,1", param, ctx)
+            self.fail(f"{quote(value)} is not a list of device ids like 0 or 0,1", param, ctx)
         ids = [int(p) for p in parts]
         if len(set(ids)) != len(ids):
-            self.fail(f"{value!r} names a device twice", param, ctx)
+            self.fail(f"{quote(value)} names a device twice", param, ctx)
         return ids
 
 
@@ -69,6 +68,24 @@ def _group_options(groups_help: str):
             fn = option(fn)
         return fn
     return apply
+
+
+def check_scoped(ctx: click.Context, dtype: str, groups) -> None:
+    """BadParameter (exit 2) for an option given on the command line that the problem does not
+    take: --scaling or --fast-accum without an FP8 dtype, --dist or --grouping without
+    --groups."""
+    def given(name):
+        return ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+    if dtype not in FP8_DTYPES:
+        for name in ("scaling", "fast_accum"):
+            if given(name):
+                raise click.BadParameter(f"FP8 only (--dtype {' or '.join(FP8_DTYPES)}), not "
+                                         f"{dtype}", param_hint="--" + name.replace("_", "-"))
+    if groups is None:
+        for name in ("dist", "grouping"):
+            if given(name):
+                raise click.BadParameter("describes a grouped problem: give --groups too",
+                                         param_hint="--" + name)
 
 
 @main.command()
@@ -117,6 +134,7 @@ def tune(m, n, k, shapes_path, dtype, scaling, fast_accum, family, layout, budge
     space on the --dist distribution (PyTorch needed), stored in the grouped tuning file that
     grouped_gemm's dispatch reads.
     """
+    check_scoped(click.get_current_context(), dtype, groups)
     given = [name for name, v in (("--m", m), ("--n", n), ("--k", k)) if v is not None]
     if shapes_path and given:
         raise click.UsageError(f"give --shapes or {', '.join(given)}, not both")
@@ -281,85 +299,6 @@ def _stored(db, req) -> dict:
     if found:
         return max(found, key=lambda item: item[0])[1]
     raise click.ClickException(f"nothing tuned for {req.dtype} {req.m}x{req.n}x{req.k} in {db.path}")
-
-
-@main.command()
-@click.argument("m", type=EXTENT)
-@click.argument("n", type=EXTENT)
-@click.argument("k", type=EXTENT)
-@click.option("--dtype", type=click.Choice(DTYPE_CHOICES), default="fp16",
-              show_default=True, help="A and B dtype (e4m3, e5m2: the fp8 family)")
-@click.option("--scaling", type=click.Choice(SCALINGS), default="tensor", show_default=True,
-              help="FP8 only: tensor, row or block scales")
-@click.option("--fast-accum", is_flag=True, help="FP8 only: fast accumulation")
-@click.option("--math", "math_", type=click.Choice(["native", "3xtf32"]), default="native",
-              show_default=True, help="3xtf32: FP32-accurate products on tf32 tensor cores")
-@click.option("--layout", type=click.Choice(LAYOUTS), default=None,
-              help="A, B, C: r (row-major) or c (column-major) [default: rrr; FP8: rcr]")
-@click.option("--epilogue", type=click.Choice(EPILOGUES), default="none", show_default=True)
-@click.option("--lda", type=EXTENT, help="A's leading dimension (default: tight)")
-@click.option("--ldb", type=EXTENT, help="B's leading dimension (default: tight)")
-@click.option("--ldc", type=EXTENT, help="C's leading dimension (default: tight)")
-@click.option("--batch", type=click.IntRange(1, 65535), default=1, show_default=True)
-@click.option("--cc", type=click.IntRange(50, 200), default=90, show_default=True,
-              help="compute capability of the GPU to explain for (90: H100/H200)")
-@click.option("--gpu", default="NVIDIA H200", show_default=True,
-              help="GPU name the tuning database is keyed by")
-@click.option("--db", type=click.Path(exists=True, dir_okay=False),
-              help="tuning database (default: none)")
-@_group_options("a grouped problem (gemmgen.grouped_gemm) of this many groups: M is the rows "
-                "of all groups (--grouping m) or, with --grouping k, K is")
-@click.pass_context
-def explain(ctx, m, n, k, dtype, scaling, fast_accum, math_, layout, epilogue, lda, ldb, ldc,
-            batch, cc, gpu, db, groups, grouping, dist) -> None:
-    """Say which kernel gemmgen.gemm runs for an M x N x K problem, and why: family, tile,
-    waves, split-K, swapped operands, stores, and the path of operands TMA cannot read
-    (repack or fallback, with the cost model's estimates). With --groups, the grouped kernel
-    gemmgen.grouped_gemm runs, its schedule on the --dist distribution and every tile's
-    predicted time. Needs no GPU."""
-    if groups is not None:
-        _explain_grouped(ctx, m, n, k, dtype, layout, groups, grouping, dist)
-        return
-    layout = layout or ("rcr" if dtype in FP8_DTYPES else "rrr")
-    if dtype in FP8_DTYPES:
-        from ..heuristics.fp8 import explain_fp8
-        try:  # FP8: A row-major and B column-major (layout rc?) are K-major, others repacked
-            click.echo(explain_fp8(m, n, k, scaling, fast_accum, dtype,
-                                   a_k_major=layout[0] == "r", b_k_major=layout[1] == "c"))
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--fast-accum") from None
-        return
-    tight = tight_lds(layout, m, n, k)
-    lds = tuple(given or t for given, t in zip((lda, ldb, ldc), tight))
-    for name, given, need in zip(("--lda", "--ldb", "--ldc"), lds, tight):
-        if given < need:
-            raise click.BadParameter(f"{given} is below the {need} elements of a "
-                                     f"{'row' if 'r' in layout else 'column'}", param_hint=name)
-    if math_ == "3xtf32" and dtype not in ("fp32", "tf32"):
-        raise click.BadParameter("3xtf32 takes float32 data: --dtype fp32 or tf32",
-                                 param_hint="--math")
-    try:
-        click.echo(explain_text(dtype, m, n, k, layout, epilogue, lds, math_, cc, gpu, db, batch))
-    except tunedb.TuneDBError as exc:  # the user's file: a usage error, as in tune
-        raise click.BadParameter(str(exc), param_hint="--db") from None
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
-
-
-def _explain_grouped(ctx, m, n, k, dtype, layout, groups, grouping, dist) -> None:
-    """``explain --groups``: the grouped kernel for M rows (or K, K-grouped) over ``groups``."""
-    if dtype not in ("fp16", "bf16"):
-        raise click.BadParameter("grouped kernels take fp16 or bf16", param_hint="--dtype")
-    try:
-        row_counts(dist, 8, 2)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--dist") from None
-    given = ctx.get_parameter_source("layout") is click.core.ParameterSource.COMMANDLINE
-    try:
-        click.echo(explain_grouped(dtype, groups, m, n, k, dist, grouping,
-                                   layout if given else None))
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
 
 
 def _tune_grouped(m, n, k, dtype, layout, budget, max_configs, groups, grouping, dist) -> None:

@@ -108,8 +108,8 @@ def emit(cfg: ConfigBase, path: str | os.PathLike | None = None, arch: str = "sm
     never sees a partial file and a failure leaves nothing behind. The file gets the mode a
     plain write would give: an existing file's mode, else 0666 less the umask. A symlink is
     written through (its target is replaced, the link stays). Raises ``OSError`` when the
-    directory of an explicit ``path`` is missing, the path is a directory, or the place is
-    not writable.
+    directory of an explicit ``path`` is missing, the path is a directory or another file that
+    is not a regular one (a device, a FIFO), or the place is not writable.
     """
     target = Path(path) if path is not None else Path("generated") / f"{file_stem(cfg.name)}.cu"
     source = render(cfg, arch)
@@ -122,10 +122,13 @@ def emit(cfg: ConfigBase, path: str | os.PathLike | None = None, arch: str = "sm
 def write_atomic(target: Path, text: str) -> None:
     """Replace ``target`` (through a symlink) with ``text`` atomically, with a plain write's
     mode. Raises ``OSError`` (IsADirectoryError, FileNotFoundError for a missing directory,
-    PermissionError) and leaves nothing behind on failure."""
+    PermissionError, EINVAL for a target that exists but is not a regular file) and leaves
+    nothing behind on failure."""
     real = Path(os.path.realpath(target))
     if real.is_dir():
         raise IsADirectoryError(errno.EISDIR, "is a directory", str(target))
+    if real.exists() and not real.is_file():  # never replace a device node, FIFO or socket
+        raise OSError(errno.EINVAL, "not a regular file", str(target))
     try:
         mode = stat.S_IMODE(real.stat().st_mode)
     except FileNotFoundError:

@@ -9,20 +9,23 @@ from .tunedb import TuneDB
 
 def explain(dtype: str, m: int, n: int, k: int, layout: str = "rrr", epilogue: str = "none",
             lds: tuple | None = None, math_: str = "native", cc: int = 90,
-            gpu: str = "NVIDIA H200", db: str | None = None, batch: int = 1) -> str:
+            gpu: str = "NVIDIA H200", db: TuneDB | str | None = None, batch: int = 1) -> str:
     """Text: the kernel ``gemm`` would run for this problem on a GPU of compute capability
     ``cc`` and why: family, tile, waves, split, swap, store, and the path of operands TMA
-    cannot read (``lds``: lda, ldb, ldc; default tight, i.e. K, N and N for rrr). ``db``: a
-    tuning database file (a missing one is empty). Raises ``TuneDBError`` when ``db`` is
-    not a tuning database gemmgen can read, ``ValueError`` as ``decide`` does."""
+    cannot read (``lds``: lda, ldb, ldc; default tight, i.e. K, N and N for rrr). ``db``: an
+    open tuning database, or its path (None: none, only the shipped table and the rules).
+    Raises ``TuneDBError`` when ``db`` is not a tuning database gemmgen can read,
+    ``ValueError`` as ``decide`` does."""
     item = ELEM_BYTES[dtype]
     lda, ldb, ldc = lds or tight_lds(layout, m, n, k)
     c_ok = ldc * ELEM_BYTES[stored_as(dtype)] % 16 == 0
-    tdb = TuneDB(db) if db else None
+    tdb = db if isinstance(db, TuneDB) or db is None else TuneDB(db)
     ch = decide(tdb, gpu, dtype, m, n, k, cc, layout, epilogue, c_ok, math_, batch)
     cfg = ch.config
+    swapped = f" (run swapped as M={n} N={m})" if ch.swap else ""
     lines = [f"{m}x{n}x{k} {dtype} layout {layout} epilogue {epilogue}"
              f"{f' batch {batch}' if batch > 1 else ''} on sm_{cc}:",
+             f"  problem M={m} N={n} K={k}{swapped}",
              f"  kernel  {cfg.name}", f"  how     {ch.how}",
              f"  config  {cfg.brief()}"]
     lines += [f"  - {r}" for r in ch.reasons]

@@ -131,10 +131,12 @@ def choose_fp8(m: int, n: int, k: int, scaling: str, fast: bool, a_dtype: str = 
 
 def explain_fp8(m: int, n: int, k: int, scaling: str = "tensor", fast: bool = True,
                 a_dtype: str = "e4m3", b_dtype: str = "e4m3", out: str = "bf16",
-                a_k_major: bool = True, b_k_major: bool = True, sms: int = cost.SMS) -> str:
+                a_k_major: bool = True, b_k_major: bool = True, sms: int = cost.SMS,
+                db: TuneDB | None = None, gpu: str = "") -> str:
     """Text: the FP8 kernel ``gemmgen.gemm`` would run for this problem and why, with the cost
-    model's time for it and for the transposing packs of operands that are not K-major."""
-    ch = choose_fp8(m, n, k, scaling, fast, a_dtype, b_dtype, out, sms=sms)
+    model's time for it and for the transposing packs of operands that are not K-major;
+    ``db`` (of GPU ``gpu``): the tuning database consulted first, as ``gemm`` does."""
+    ch = choose_fp8(m, n, k, scaling, fast, a_dtype, b_dtype, out, sms=sms, db=db, gpu=gpu)
     cfg = ch.config
     lines = [(f"{m}x{n}x{k} {a_dtype} x {b_dtype} -> {out}, {scaling} scaling, "
               f"{'fast' if fast else 'promoted'} accumulation:"), f"  kernel  {cfg.name}",

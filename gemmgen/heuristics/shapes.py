@@ -46,7 +46,7 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
     that fired."""
     swap, m, n, layout = _swap(m, n, layout, epilogue, reasons)
     changes: dict = {"layout": layout} if swap else {}
-    best = _tile(cfg, m, n, k, batch, changes, reasons)
+    best = _tile(cfg, m, n, k, batch, changes, reasons, swap)
     tiles = cost.tiles_of(m, n, *best, batch)
     split = _split(cfg, m, n, k, batch, best, tiles, changes, reasons)
     if cfg.store == "tma" and (swap or split > 1 or not c_aligned or best[1] < 64):
@@ -81,17 +81,21 @@ def _swap(m, n, layout, epilogue, reasons) -> tuple:
     return False, m, n, layout
 
 
-def _tile(cfg, m, n, k, batch, changes, reasons) -> tuple[int, int]:
+def _tile(cfg, m, n, k, batch, changes, reasons, swap=False) -> tuple[int, int]:
     """The block tile (BM, BN), recorded in ``changes``: for a narrow N the smallest of 64, 128
-    or 256 rows whose tiles fit one wave; for a small M one 64-row tile; else the tile of least
-    ``_tile_time``."""
+    or 256 rows whose tiles fit one wave (256 when none does); for a small M one 64-row tile;
+    else the tile of least ``_tile_time``. ``swap``: M and N are the swapped kernel's."""
     bn_small = max(8, -(-n // 8) * 8)
     if bn_small < cfg.bn:
         rows = next((bm for bm in (64, 128, 256)
-                     if cost.tiles_of(m, bn_small, bm, bn_small, batch) <= cost.SMS), 256)
+                     if cost.tiles_of(m, bn_small, bm, bn_small, batch) <= cost.SMS), None)
+        why = "the smallest that runs in one wave" if rows else \
+            f"the tallest, as no height runs in one wave on {cost.SMS} SMs"
+        rows = rows or 256
         best = (rows, bn_small)
-        reasons.append(f"N = {n}: one {bn_small}-column tile (wgmma N in steps of 8), "
-                       f"{rows} rows: the smallest that runs in one wave")
+        what = f"the kernel's N = {n} (the caller's M)" if swap else f"N = {n}"
+        reasons.append(f"{what}: one {bn_small}-column tile (wgmma N in steps of 8), "
+                       f"{rows} rows: {why}")
     elif m <= SWAP_M:
         best = (64, cfg.bn)
         reasons.append(f"M = {m}: one 64-row tile computed by one consumer warpgroup")

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .epilogue_parse import parse_node
+from .epilogue_parse import MAX_CHARS as MAX_EPILOGUE_CHARS, parse_node, too_deep
 from .epilogue_tree import (  # noqa: F401 - the builder, re-exported
     ACCUMULATORS,
     ACTIVATIONS,
@@ -49,6 +49,7 @@ from .epilogue_tree import (  # noqa: F401 - the builder, re-exported
     transposed,
     up,
 )
+from .quote import quote
 
 SHORTHANDS = {
     "none": "alpha*acc + beta*C", "bias": "alpha*acc + beta*C + bias",
@@ -71,11 +72,24 @@ class Epilogue:
 
     @classmethod
     def of(cls, node: Node) -> Epilogue:
-        return cls(canonical(as_node(node)))
+        try:
+            return cls(canonical(as_node(node)))
+        except RecursionError:
+            raise EpilogueError("the epilogue tree nests too deep") from None
 
     @classmethod
     def parse(cls, spelled: str) -> Epilogue:
-        return _parse_cached(spelled)
+        """Raises ``EpilogueError`` for a non-string, a name or expression it cannot read, or
+        an expression longer than MAX_EPILOGUE_CHARS or nesting too deep (the message quotes
+        at most the first characters)."""
+        if not isinstance(spelled, str):
+            raise EpilogueError(f"an epilogue is a string, got {quote(spelled)}")
+        if len(spelled) > MAX_EPILOGUE_CHARS:  # before the cache hashes it
+            return Epilogue.of(parse_node(spelled))
+        try:
+            return _parse_cached(spelled)
+        except RecursionError:
+            raise too_deep(spelled) from None
 
     @property
     def expr(self) -> str:
@@ -139,7 +153,5 @@ def _shorthand_of() -> dict[str, str]:
 
 @lru_cache(maxsize=4096)
 def _parse_cached(spelled: str) -> Epilogue:
-    if not isinstance(spelled, str):
-        raise EpilogueError(f"an epilogue is a string, got {spelled!r}")
     key = spelled.strip()
     return Epilogue.of(parse_node(SHORTHANDS.get(key, key)))

@@ -16,6 +16,14 @@ from .epilogue_tree import (
     cast,
     residual,
 )
+from .quote import quote
+
+MAX_CHARS = 4096
+"""The longest epilogue expression read (a real one is under a hundred characters); a longer
+one is refused before it is parsed."""
+MAX_DEPTH = 64
+"""The deepest expression read: sums and products of at most this many terms, calls within
+calls at most this deep; deeper ones are refused before Python's recursion limit is reached."""
 
 NAMES = {LEAVES[op][0]: op for op in LEAVES if op not in ("beta_c", "staged")}
 """Leaf names an expression may use (beta*C is written as that product)."""
@@ -25,14 +33,36 @@ _OPERATORS = {ast.Sub: "-", ast.Div: "/", ast.Pow: "**", ast.Mod: "%", ast.Floor
 
 def parse_node(spelled: str) -> Node:
     """The tree ``spelled`` describes. Raises ``EpilogueError`` naming the offending token and
-    its column."""
+    its column, for an expression longer than MAX_CHARS or deeper than MAX_DEPTH."""
+    if len(spelled) > MAX_CHARS:
+        raise EpilogueError(f"epilogue {quote(spelled)} is {len(spelled)} characters long; an "
+                            f"expression has at most {MAX_CHARS}")
     source = spelled.strip()
     try:
         tree = ast.parse(source, mode="eval")
+        if _depth(tree.body) > MAX_DEPTH:
+            raise RecursionError
+        return _Reader(source).node(tree.body)
     except SyntaxError as exc:
-        raise EpilogueError(f"epilogue {spelled!r} is not an expression ({exc.msg}, column "
+        raise EpilogueError(f"epilogue {quote(spelled)} is not an expression ({exc.msg}, column "
                             f"{exc.offset})") from None
-    return _Reader(source).node(tree.body)
+    except (RecursionError, MemoryError):
+        raise too_deep(spelled) from None
+
+
+def too_deep(spelled: str) -> EpilogueError:
+    return EpilogueError(f"epilogue {quote(spelled)} nests too deep: at most {MAX_DEPTH} terms "
+                         f"in a sum or product, and calls at most {MAX_DEPTH} deep")
+
+
+def _depth(root: ast.AST) -> int:
+    """How deep expressions nest under ``root`` (counted without recursion)."""
+    deepest, todo = 0, [(root, 1)]
+    while todo:
+        node, depth = todo.pop()
+        deepest = max(deepest, depth)
+        todo += [(c, depth + 1) for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr)]
+    return deepest
 
 
 class _Reader:
@@ -42,7 +72,7 @@ class _Reader:
     def fail(self, e: ast.AST, what: str, hint: str = "") -> EpilogueError:
         token = ast.get_source_segment(self.source, e) or type(e).__name__
         col = getattr(e, "col_offset", 0) + 1
-        return EpilogueError(f"epilogue {self.source!r}: {what} {token!r} at column {col}"
+        return EpilogueError(f"epilogue {quote(self.source)}: {what} {quote(token)} at column {col}"
                              + (f"; {hint}" if hint else ""))
 
     def node(self, e: ast.AST) -> Node:

@@ -19,6 +19,7 @@ from ..model.epilogue_rules import (
     residual_col,
     residual_dtype,
 )
+from ..model.quote import quote
 from .operands import Operand, OperandError, describe
 from .recipe import Block, Ref
 
@@ -48,7 +49,7 @@ def parse_epilogue(epilogue: str | None) -> Epilogue | None:
     try:
         return Epilogue.parse(epilogue)
     except EpilogueError as exc:
-        raise ValueError(f"unknown epilogue {epilogue!r}: {exc}") from None
+        raise ValueError(f"unknown epilogue {quote(epilogue)}: {exc}") from None
 
 
 def takes_args(cfg) -> bool:

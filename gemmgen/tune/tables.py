@@ -181,7 +181,7 @@ def render(spec: str, root: Path = Path(".")) -> str:
         lines = _table(["step", "preset", "technique", "source"],
                        [[i, f"`{p.name}`", p.technique, p.source] for i, p in enumerate(ps, 1)])
         return "\n".join(lines) + f"\n\n*Source: the {o['family']} presets in " \
-            f"`gemmgen/model/families/{o['family']}.py` (`gemmgen list --json`).*"
+            f"`gemmgen/model/families/{o['family']}/space.py` (`gemmgen list --json`).*"
     text = (root / o["file"]).read_text()
     doc = text if o["file"].endswith(".txt") else json.loads(text)
     lines, rows = VIEWS[o["view"]](doc, o)
