@@ -114,3 +114,24 @@ def test_settle_against_the_default():
     e = entry(None, a=5.0, b=6.0)  # no default measured: the fastest verified one
     assert settle(e) == "b" and not e["default_stands"]
     assert Candidate(_default().config, True).name.endswith(" swap")
+
+
+def test_tune_cli_exits_0_where_the_default_stands(tmp_path, monkeypatch):
+    """A file run whose every shape keeps gemm's default succeeded (exit 0), and says so."""
+    from click.testing import CliRunner
+
+    from gemmgen.cli import tune as cli_tune
+    from gemmgen.cli.main import main
+    first = _default().name
+    monkeypatch.setattr(cli_tune, "device_count", lambda: 1)
+    monkeypatch.setattr(cli_tune, "WorkerPool", lambda req, devices: FakeRunner(
+        lambda name: 200.0 if name == first else 90.0))
+    monkeypatch.setattr(FakeRunner, "close", lambda self: None, raising=False)
+    monkeypatch.setattr(cli_tune, "run_tune", lambda req, db, pool, **kw: tune(
+        req, db, pool, compile_fn=fake_compile, jobs=2, progress=kw.get("progress")))
+    m, n, k = SHAPE
+    out = CliRunner().invoke(main, ["tune", "--m", str(m), "--n", str(n), "--k", str(k),
+                                    "--dtype", "bf16", "--layout", "rcr", "--max-configs", "2",
+                                    "--db", str(tmp_path / "db.json")])
+    assert out.exit_code == 0, out.output
+    assert "the default stands (200.0 TFLOP/s" in out.output and "(default)" in out.output
