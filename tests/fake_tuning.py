@@ -21,21 +21,25 @@ def fake_speed(name: str) -> float:
 
 class FakeRunner:
     """Measures instantly: configs with skew 0 are 'wrong' (and the fastest, to prove a wrong
-    kernel is never chosen); the rest get a speed from a hash of their name."""
+    kernel is never chosen); the rest get a speed from a hash of their name, or from
+    ``speed(name)`` where given. ``swaps`` records each submitted name's swap flag."""
 
-    def __init__(self):
+    def __init__(self, speed=None):
         self.info = {"gpu": "FakeGPU", "arch": "sm_90", "limits": dataclasses.asdict(DEVICE),
                      "cublas_tflops": 50.0}
-        self.rows, self.submitted = [], []
+        self.rows, self.submitted, self.swaps = [], [], {}
+        self.speed = speed or fake_speed
 
-    def submit(self, name, cfg, cubin, ptxas):
-        assert cubin == b"cubin:" + name.encode()
+    def submit(self, name, cfg, cubin, ptxas, swap=False):
+        assert cubin == b"cubin:" + cfg.name.encode()
         self.submitted.append(name)
-        if cfg.skew == 0:
+        self.swaps[name] = swap
+        if getattr(cfg, "skew", 1) == 0:
             row = {"status": "wrong", "reason": "pretend error 1e-1", "rel_error": 0.1}
         else:
-            row = {"status": "ok", "tflops": fake_speed(name), "rel_error": 1e-6,
-                   "registers": 100}
+            speed = self.speed(name)
+            row = {"status": "ok", "tflops": speed, "time_ms": round(1e3 / speed, 4),
+                   "rel_error": 1e-6, "registers": 100}
         self.rows.append((name, row))
 
     def poll(self, timeout):

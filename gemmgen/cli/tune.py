@@ -175,7 +175,7 @@ def tune(m, n, k, shapes_path, dtype, scaling, fast_accum, family, layout, budge
     entries = [_tune_one(req, db, devices, jobs, explain, plot_path, len(requests) > 1)
                for req in requests]
     click.echo(f"database: {db.path}")
-    if not all(e.get("winner") for e in entries):
+    if not all(e.get("winner") or e.get("default_stands") for e in entries):
         sys.exit(1)
 
 
@@ -193,7 +193,8 @@ def _tune_one(req, db, devices, jobs, explain, plot_path, quiet: bool) -> dict:
     """Tune one shape (or skip it when a file run finds it tuned) and print its summary."""
     label = f"{req.m}x{req.n}x{req.k} {req.dtype} {req.layout}"
     done = [e for k_, e in db.entries.items() if _same_problem(k_, req)]
-    if quiet and done and done[0].get("winner") and len(done[0]["candidates"]) >= req.max_configs:
+    settled = done and (done[0].get("winner") or done[0].get("default_stands"))
+    if quiet and settled and len(done[0]["candidates"]) >= req.max_configs:
         click.echo(f"{label}: tuned before, skipped")
         return done[0]
     pool = WorkerPool(req, devices)
@@ -210,9 +211,12 @@ def _tune_one(req, db, devices, jobs, explain, plot_path, quiet: bool) -> dict:
                + ("; stopped by --budget (run again to resume)" if stats["budget_hit"] else ""))
     if quiet:
         best = entry["candidates"].get(entry.get("winner") or "", {}).get("tflops")
+        stands = entry.get("default_stands") and entry.get("default_tflops")
         cub = entry.get("cublas_tflops")
-        ratio = f" = {best / cub:.2f}x cuBLAS ({cub} in {req.layout})" if best and cub else ""
-        click.echo(f"{label}: {best or 'no winner'} TFLOP/s{ratio}")
+        ratio = f" = {(best or stands) / cub:.2f}x cuBLAS ({cub} in {req.layout})" \
+            if (best or stands) and cub else ""
+        click.echo(f"{label}: {best or 'no winner'} TFLOP/s{ratio}" if not stands else
+                   f"{label}: the default stands ({stands} TFLOP/s{ratio})")
     else:
         _print_entry(entry, explain, plot_path, limit=10)
     return entry

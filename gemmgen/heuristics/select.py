@@ -14,7 +14,7 @@ from ..model.families import config_from_dict, families_for
 from ..model.presets import PRESETS
 from . import shipped
 from .shapes import keeps_sides, shaped
-from .tunedb import TuneDB
+from .tunedb import TuneDB, parse_key
 
 MATHS = ("native", "3xtf32")
 """``gemm(math=...)``: the dtype's own products, or 3xTF32 on float32 data."""
@@ -34,7 +34,7 @@ class Choice:
 
 def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
            cc: int | None = None, layout: str = "rrr", epilogue: str = "none",
-           out: str | None = None):
+           table: bool = True, out: str | None = None):
     """(config, how) for one problem: how is "exact" or "nearest" (a winner of the tuning
     database ``db``; nearest only within ``tunedb.MAX_RATIO`` of the problem in each of M, N
     and K, and never from an entry the database left out as malformed), "table" (a winner
@@ -44,13 +44,18 @@ def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
     bias, which runs along N).
     Families are tried fastest first among those that run on compute capability ``cc``; one
     whose rules reject the layout (tf32 wgmma reads no row-major B) is passed over.
+    The database is passed over for a shape whose entry records that the default stands
+    (``default_stands``: no measured candidate beat it by the tuner's margin); ``table=False``
+    passes over the shipped table too (the shape rules' own choice).
     Raises ``ValueError`` for a dtype no family takes there."""
     fams = families_for(dtype, cc)
     names = None if cc is None else [f.name for f in fams]
+    if db is not None and default_stands(db, gpu, dtype, m, n, k, layout, names):
+        db = None
     row, how = db.lookup(gpu, dtype, m, n, k, layout, names) if db is not None else (None, None)
     if row is None and db is not None and layout != "rrr":
         row, how = db.lookup(gpu, dtype, m, n, k, "rrr", names)  # re-laid out below
-    if row is None:
+    if row is None and table:
         row = shipped.lookup(gpu, dtype, m, n, k, layout, names)
         how = "table" if row is not None else None
     candidates = []
@@ -89,6 +94,19 @@ def writing(cfg, out: str):
                  if not t.violations()), wide)
 
 
+def default_stands(db: TuneDB, gpu: str, dtype: str, m: int, n: int, k: int, layout: str,
+                   families=None) -> bool:
+    """Whether ``db`` holds an entry for exactly this GPU, dtype, layout and shape (of one of
+    ``families``, names) that records that the default stands: ``gemm`` then runs what it
+    would run without the database."""
+    for key_, e in db.entries.items():
+        g, d, lay, shape, fam = parse_key(key_)
+        if ((g, d, lay, shape) == (gpu, dtype, layout, (m, n, k)) and e.get("default_stands")
+                and (families is None or (fam or e.get("family")) in families)):
+            return True
+    return False
+
+
 def math_dtype(dtype: str, math_: str) -> str:
     """The dtype a ``math_`` choice runs on float32 data of ``dtype``: tf32 for "3xtf32",
     ``dtype`` itself for "native". Raises ``ValueError`` for an unknown ``math_`` or 3xTF32 on
@@ -111,15 +129,16 @@ def tight_lds(layout: str, m: int, n: int, k: int) -> tuple[int, int, int]:
 def decide(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
            cc: int | None = None, layout: str = "rrr", epilogue: str = "none",
            c_aligned: bool = True, math_: str = "native", batch: int = 1,
-           out: str | None = None) -> Choice:
+           table: bool = True, out: str | None = None) -> Choice:
     """The ``Choice`` for one problem: ``choose``'s kernel (a tuned winner is taken as it
     is), then, for a default wgmma preset, the shape rules of
     ``gemmgen.heuristics.shapes``.
     ``c_aligned``: C's address and leading dimension are multiples of 16 bytes (else a TMA
     store cannot take it). ``out``: C's dtype where it is not the inputs' own (an fp32 C of
     fp16 inputs). ``math_="3xtf32"`` (dtype tf32) takes preset wgmma_3xtf32 where
-    wgmma runs, else the SIMT fp32 kernel (IEEE float32 is at least as accurate). Raises
-    ``ValueError`` as ``choose`` does, or for an unknown ``math_``."""
+    wgmma runs, else the SIMT fp32 kernel (IEEE float32 is at least as accurate).
+    ``table=False``: the shipped table is passed over (as ``choose``). Raises ``ValueError``
+    as ``choose`` does, or for an unknown ``math_``."""
     math_dtype(dtype, math_)  # the checks
     if math_ == "3xtf32":
         if "wgmma" in {f.name for f in families_for("tf32", cc)}:
@@ -130,7 +149,7 @@ def decide(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
                 why.append("C is not 16-byte aligned: direct stores (the preset's own)")
             return Choice(cfg, "default", False, why)
         dtype = "fp32"
-    cfg, how = choose(db, gpu, dtype, m, n, k, cc, layout, epilogue, out)
+    cfg, how = choose(db, gpu, dtype, m, n, k, cc, layout, epilogue, table, out)
     swap = how.endswith(", swapped")
     how = how.removesuffix(", swapped")
     reasons = [f"{cfg.family} family, " + {"exact": "tuned for this shape",

@@ -67,10 +67,12 @@ def operand_device(A, B, C=None, bias=None) -> int:
     device owning a pointer); 0 for host (NumPy) operands, which go through PyCUDA's context
     on device 0 (``ImportError`` with the install hint without PyCUDA). Raises
     ``OperandError`` naming two operands on different devices."""
-    if any(isinstance(x, np.ndarray) for x in (A, B, C, bias)):
+    if any(isinstance(x, np.ndarray) for x in (A, B, C)):
         require_gpu()
         return 0
-    found = check_one_device({"A": A, "B": B, "C": C, "bias": bias}, driver.device_of)
+    named = {k: v for k, v in (("A", A), ("B", B), ("C", C), ("bias", bias))
+             if not isinstance(v, np.ndarray)}  # a NumPy bias beside device arrays: refused later
+    found = check_one_device(named, driver.device_of)
     return 0 if found is None else found
 
 

@@ -50,7 +50,7 @@ def tree_kernel(epi: Epilogue, dt: str, m: int, n: int, k: int, layout: str, c_a
             cfg, how = dual_config(layout, epi.spelling, c_aligned), "dual"
         else:
             choice = decide(TuneDB(db), gpu, dt, m, n, k, cc, layout, epi.spelling, c_aligned,
-                            "native", batch, out)
+                            "native", batch, out=out)
             if choice.swap:  # decide keeps trees unswapped; a table entry says otherwise
                 raise OperandError("internal: a swapped kernel was chosen for an epilogue tree")
             cfg, how = choice.config, choice.how

@@ -36,19 +36,24 @@ class Measurer:
         p = self.problem
         return round(tflops(p.m, p.n, p.k, bench_cublas(p)[0].median), 3)
 
-    def measure(self, cfg, cubin: bytes, ptxas: dict) -> dict:
-        """A database row: status ok (verified, then timed), wrong, timeout or launch_error."""
+    def measure(self, cfg, cubin: bytes, ptxas: dict, swap: bool = False) -> dict:
+        """A database row: status ok (verified, then timed), wrong, timeout or launch_error.
+        ``swap``: the kernel computes C^T = B^T A^T (its config laid out for that), launched
+        as ``gemmgen.gemm`` launches a swapped choice: M and N, A and B exchanged, on the
+        same buffers. Launches go through the kernel's launch recipe (``Kernel.launches``,
+        which ``gemmgen.gemm``'s plans run too: inline split-K workspaces, repacks)."""
         p = self.problem
         row = {"config": cfg.as_dict(), "registers": ptxas["registers"],
-               "spill_bytes": ptxas["spill_stores"] + ptxas["spill_loads"]}
+               "spill_bytes": ptxas["spill_stores"] + ptxas["spill_loads"], "swap": swap}
         kernel = from_cubin(cfg, self.device.arch, cubin)
-        row["model"] = predict(cfg, p.m, p.n, p.k, self.device, kernel.registers)
+        m, n = (p.n, p.m) if swap else (p.m, p.n)
+        row["model"] = predict(cfg, m, n, p.k, self.device, kernel.registers)
         math_ = getattr(cfg, "math", "native")
         small = check(cfg.name, device_runner(kernel), *VERIFY_CASE, self.rng, cfg.dtype,
                       cfg.acc, cfg.out, layout=cfg.layout, math_=math_)
 
         def launch(i: int) -> None:
-            p.launch(kernel, i)
+            p.launch(kernel, i, swap)
         start = time.perf_counter()
         err = p.error_of(lambda: launch(0))  # poisoned C, target shape, before any timing
         first = time.perf_counter() - start
@@ -84,10 +89,10 @@ def worker_main(device: int | None, request: dict, tasks, results) -> None:
         results.put(("fatal", device, traceback.format_exc()))
         return
     while (task := tasks.get()) is not None:
-        name, cfg_dict, cubin, ptxas = task
+        name, cfg_dict, cubin, ptxas, swap = task
         results.put(("start", device, name))
         try:
-            row = meas.measure(config_from_dict(cfg_dict), cubin, ptxas)
+            row = meas.measure(config_from_dict(cfg_dict), cubin, ptxas, swap)
         except Exception as exc:  # noqa: BLE001 - a failed launch is a row, not a crash
             row = {"config": cfg_dict, "status": "launch_error",
                    "reason": f"{type(exc).__name__}: {exc}".strip()[:500]}

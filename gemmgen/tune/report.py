@@ -16,15 +16,24 @@ def _ok(entry: dict) -> list[tuple[str, dict]]:
     return sorted(rows, key=lambda item: -item[1]["tflops"])
 
 
+def _winner(entry: dict) -> str:
+    """The winner's name, or that gemm's default stands (no candidate beat it by the margin)."""
+    if entry.get("default_stands"):
+        return (f"none: the default stands ({entry.get('default_tflops')} TFLOP/s, no candidate "
+                f"{entry.get('margin', 1.03):.2f}x faster)")
+    return str(entry.get("winner"))
+
+
 def show(entry: dict, limit: int = 20) -> str:
     """Measured candidates, fastest first, then every failure with its reason."""
     cub = entry.get("cublas_tflops")
     lines = [f"{entry['gpu']}  {entry['dtype']}  {entry['M']}x{entry['N']}x{entry['K']}  "
-             f"winner: {entry.get('winner')}  cuBLAS: {cub if cub else '-'} TFLOP/s"]
+             f"winner: {_winner(entry)}  cuBLAS: {cub if cub else '-'} TFLOP/s"]
     for name, r in _ok(entry)[:limit]:
         pct = f"{100 * r['tflops'] / cub:6.1f}%" if cub else "     -"
         lines.append(f"  {r['tflops']:8.2f} TFLOP/s {pct}  regs {r.get('registers', '-'):>3}  "
-                     f"err {r['rel_error']:.1e}  {name}")
+                     f"err {r['rel_error']:.1e}  {name}"
+                     + ("  (default)" if name == entry.get("default") else ""))
     failed = [(n, r) for n, r in entry["candidates"].items() if r.get("status") != "ok"]
     for name, r in failed:
         lines.append(f"  {r['status']:>13}  {name}: {r.get('reason', '')}")

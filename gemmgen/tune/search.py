@@ -10,13 +10,15 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from ..codegen.render import render
-from ..compile.nvcc import BuildError, compile_cubin
+from ..compile.cache import compile_cached
+from ..compile.nvcc import BuildError
 from ..heuristics import tunedb
 from ..model.arch import cc_of
 from ..model.dtypes import stored_as
 from ..model.families import default_family, families_for, get_family
 from ..model.registers import spill_risk
-from ..model.space import DeviceLimits, enumerate_configs, rank, select, unfit_reason
+from ..model.space import DeviceLimits, enumerate_configs, predict, rank, select, unfit_reason
+from .default import Candidate, defaults, neighbours, settle
 from .measure import worker_main
 
 
@@ -63,8 +65,9 @@ def laid_out(configs, layout: str) -> list:
 
 def compile_candidate(source: str, arch: str, name: str, timeout: float) -> tuple[bytes, dict]:
     """One candidate's compile (run in a thread; nvcc is the subprocess): (cubin, ptxas
-    resources as a dict)."""
-    cubin, res = compile_cubin(source, arch, name, timeout)
+    resources as a dict), through the cubin cache that ``gemmgen.gemm``'s builds share (the
+    default and kernels tuned for other shapes are not compiled again)."""
+    cubin, res = compile_cached(source, arch, name, timeout)
     return cubin, dataclasses.asdict(res)
 
 
@@ -125,8 +128,9 @@ class WorkerPool:
         p.start()
         self.procs[device] = p
 
-    def submit(self, name: str, cfg, cubin: bytes, ptxas: dict) -> None:
-        self.tasks.put((name, cfg.as_dict(), cubin, ptxas))
+    def submit(self, name: str, cfg, cubin: bytes, ptxas: dict, swap: bool = False) -> None:
+        """Queue one compiled candidate; ``swap``: launched as C^T = B^T A^T."""
+        self.tasks.put((name, cfg.as_dict(), cubin, ptxas, swap))
 
     def poll(self, timeout: float) -> list[tuple[str, dict]]:
         rows = []
@@ -164,10 +168,13 @@ class WorkerPool:
                 proc.terminate()
 
 
-def plan(req: Request, dev: DeviceLimits) -> tuple[list[tuple], dict]:
-    """(candidates to measure as (config, prediction), counts of the pruning steps): the
-    family's valid configs, less those the device cannot hold and those the register
-    estimate says would spill, ranked by the cheap model."""
+def plan(req: Request, dev: DeviceLimits, gpu: str | None = None) -> tuple[list[tuple], dict]:
+    """(candidates to measure as (``Candidate``, prediction), counts of the pruning steps):
+    first the default (what ``gemmgen.gemm`` runs on ``gpu``, default ``dev.name``, without a
+    database), the shape rules' own choice where the shipped table's differs, and the
+    default's neighbours (``gemmgen.tune.default``); then ``req.max_configs`` of the family's
+    valid configs, less those the device cannot hold and those the register estimate says
+    would spill, ranked by the cheap model. A name appears once, in its first role."""
     fam = req.family_on(dev.arch)
     configs = laid_out(enumerate_configs(fam, req.dtype), req.layout)
     family = get_family(fam)
@@ -181,42 +188,87 @@ def plan(req: Request, dev: DeviceLimits) -> tuple[list[tuple], dict]:
     spilling = [c for c in configs if c.name not in seeds and spill_risk(c)]
     keep = [c for c in configs if c.name in seeds or not spill_risk(c)]  # presets always
     ranked = rank(keep, req.m, req.n, req.k, dev)
-    chosen = select(ranked, req.max_configs, seeds)
+    sampled = [(Candidate(c), pred) for c, pred in select(ranked, req.max_configs, seeds)]
+    around = _around_default(req, dev, gpu or dev.name)
+    chosen, seen = [], set()
+    for cand, pred in around + sampled:
+        if cand.name not in seen:
+            seen.add(cand.name)
+            chosen.append((cand, pred))
     unfit = sum(1 for c in configs if unfit_reason(c, dev))
     return chosen, {"valid": len(configs), "unfit": unfit, "spill_risk": len(spilling),
-                    "ranked": len(ranked), "chosen": len(chosen)}
+                    "ranked": len(ranked), "around_default": len(around),
+                    "chosen": len(chosen)}
+
+
+def _around_default(req: Request, dev: DeviceLimits, gpu: str) -> list[tuple]:
+    """(Candidate, prediction) of the default, the rules' choice and the default's neighbours
+    that the device can hold; none where no family takes the dtype and layout."""
+    try:
+        first = defaults(gpu, cc_of(dev.arch), req.dtype, req.m, req.n, req.k, req.layout)
+    except ValueError:
+        return []
+    cands = first + neighbours(first[0], req.m, req.n, req.k, req.layout)
+    out = []
+    for cand in cands:
+        if cand.role != "default" and unfit_reason(cand.config, dev):
+            continue
+        m, n = (req.n, req.m) if cand.swap else (req.m, req.n)
+        out.append((cand, predict(cand.config, m, n, req.k, dev)))
+    return out
 
 
 def tune(req: Request, db: tunedb.TuneDB, runner, *, compile_fn=compile_candidate,
          jobs: int | None = None, progress=None) -> tuple[str, dict, dict]:
     """Measure the planned candidates that ``db`` lacks for this key; returns (key, entry,
     stats). ``runner`` measures on the GPU (``WorkerPool``; tests pass a stand-in). Every
-    candidate becomes a row: compile_error, launch_error, wrong, timeout or ok. Stops starting
-    new work once ``req.budget_s`` has passed; a later run resumes where this one stopped."""
+    candidate becomes a row: compile_error, launch_error, wrong, timeout or ok. The default
+    (what gemm runs without the database) is measured first, in every run (a resumed one
+    too), and the entry keeps a winner only where it beats the default by
+    ``gemmgen.tune.default.MARGIN`` (``settle``). Stops starting new work once
+    ``req.budget_s`` has passed; a later run resumes where this one stopped."""
     info = runner.info
     dev = DeviceLimits(**info["limits"])
     # Resolve the family once (it enumerates the spaces when not given).
     req = dataclasses.replace(req, family=req.family_on(dev.arch))
-    chosen, stats = plan(req, dev)
+    chosen, stats = plan(req, dev, info["gpu"])
     key = _open_entry(db, req, info)
-    done = db.measured(key)
+    first = next((c.name for c, _ in chosen if c.role == "default"), None)
+    db.entries[key]["default"] = first
+    done = db.measured(key) - {first}  # the default is timed again in every run
     todo = {c.name: (c, pred) for c, pred in chosen if c.name not in done}
     stats.update(already_measured=len(chosen) - len(todo), measured_now=0, budget_hit=False)
 
     def finish(name: str, row: dict) -> None:
-        db.record(key, name, row)
+        cand, pred = todo[name]
+        row.setdefault("config", cand.config.as_dict())
+        row.setdefault("model", pred)
+        db.record(key, name, {**row, "swap": cand.swap, "role": cand.role})
+        settle(db.entries[key])
+        db.save()
         stats["measured_now"] += 1
         if progress:
             progress(1)
+    _measure(req, dev, todo, runner, compile_fn, jobs, finish, stats, first)
+    return key, db.entries[key], stats
+
+
+def _measure(req, dev, todo: dict, runner, compile_fn, jobs, finish, stats, first) -> None:
+    """Compile ``todo`` (name -> (Candidate, prediction)) in parallel and measure what
+    compiled clean on ``runner``, calling ``finish(name, row)`` for each; the candidate named
+    ``first`` goes to the runner before any other."""
     deadline = time.monotonic() + req.budget_s
+    held: list = []  # compiled before the default: submitted right after it
     # nvcc is a subprocess already: threads drive the parallel compiles, so no Python process
     # is spawned (a user script without a __main__ guard would run again in each one).
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:
-        arch = get_family(req.family).arch_for(cc_of(dev.arch))
-        futures = {pool.submit(compile_fn, render(c, arch), arch, c.name,
-                               req.compile_timeout): name for name, (c, _) in todo.items()}
+        futures = {}
+        for name, (cand, _) in todo.items():
+            arch = get_family(cand.config.family).arch_for(cc_of(dev.arch))
+            futures[pool.submit(compile_fn, render(cand.config, arch), arch, cand.config.name,
+                                req.compile_timeout)] = name
         pending, measuring = set(futures), 0
-        while pending or measuring:
+        while pending or measuring or held:
             if pending and time.monotonic() > deadline:
                 for f in pending:
                     f.cancel()
@@ -224,19 +276,22 @@ def tune(req: Request, db: tunedb.TuneDB, runner, *, compile_fn=compile_candidat
             finished, pending = (wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
                                  if pending else (set(), set()))
             for f in finished:
-                cfg, pred = todo[futures[f]]
-                row = _unmeasurable(cfg, pred, f)
+                cand, pred = todo[futures[f]]
+                row = _unmeasurable(cand.config, pred, f)
                 if row is not None:
-                    finish(cfg.name, row)
+                    finish(cand.name, row)
+                    first = None if cand.name == first else first
                     continue
-                runner.submit(cfg.name, cfg, *f.result())
-                measuring += 1
+                held.append((cand, f.result()))
+            if first is None or any(c.name == first for c, _ in held) or not pending:
+                held.sort(key=lambda item: item[0].name != first)
+                for cand, (cubin, ptxas) in held:
+                    runner.submit(cand.name, cand.config, cubin, ptxas, swap=cand.swap)
+                    measuring += 1
+                held, first = [], None
             for name, row in runner.poll(0.0 if pending else 0.5):
-                row.setdefault("config", todo[name][0].as_dict())
-                row.setdefault("model", todo[name][1])
                 finish(name, row)
                 measuring -= 1
-    return key, db.entries[key], stats
 
 
 def _open_entry(db: tunedb.TuneDB, req: Request, info: dict) -> str:

@@ -1,0 +1,153 @@
+"""The timing run of ``tune_never_slower.py`` (a child process of it, one per tuning database,
+as gemm reads the database once per process): gemmgen.torch.linear and F.linear on each of its
+shapes, graph-captured, CUDA events, median per call, inputs rotated over 3x L2, each output
+checked against float64.
+
+    GEMMGEN_TUNE_DB=DB python3 tune_never_slower_timing.py --db DB --out FILE.json
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tune_never_slower import TOLERANCE, shapes, write_json  # noqa: E402
+
+
+def _time_graph(fn, xs, ws, min_reps: int = 20, target_s: float = 0.1) -> tuple:
+    """(median milliseconds per call of ``fn(x, w)``, the graph's output for the first set):
+    one CUDA graph of a call per input set, replayed; a CUDA event pair around each replay."""
+    import torch
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up (plans, builds) off the capture
+        for x, w in zip(xs, ws):
+            fn(x, w)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        keep = [fn(x, w) for x, w in zip(xs, ws)]
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(3):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    per = max(start.elapsed_time(end) / 3e3, 1e-6)
+    reps = max(min_reps, min(1000, int(target_s / per)))
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(reps)]
+    for s, e in events:
+        s.record()
+        graph.replay()
+        e.record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) for s, e in events)
+    first = keep[0].clone()
+    del keep, graph
+    return times[len(times) // 2] / len(xs), first
+
+
+def _rel_error(out, x, w) -> float:
+    """||out - x w^T|| / ||x w^T|| (Frobenius), the reference in float64 on the GPU."""
+    ref = x.double() @ w.double().t()
+    return float((out.double() - ref).norm() / ref.norm().clamp_min(1e-300))
+
+
+def _prewarm(rows: list[dict], db: str) -> None:
+    """Compile, in parallel, the kernels gemm will choose (the timing run would compile them one
+    by one on first use): only a speed-up, so a failure here is reported and passed over."""
+    try:
+        from gemmgen.compile.cache import compile_many
+        from gemmgen.heuristics.select import decide
+        from gemmgen.heuristics.tunedb import TuneDB
+        from gemmgen.runtime.device import device_arch, device_identity
+        gpu, cc = device_identity(0)
+        tdb = TuneDB(db)
+        cfgs = {c.name: c for c in (decide(tdb, gpu, "bf16", r["M"], r["N"], r["K"], cc,
+                                           "rcr").config for r in rows)}
+        compile_many(list(cfgs.values()), device_arch())
+    except Exception as exc:  # noqa: BLE001 - the timing below compiles what is missing
+        print(f"warning: prewarm compile failed ({type(exc).__name__}: {exc})", flush=True)
+
+
+def _time_one(r: dict, l2: int) -> dict:
+    """gemmgen.torch.linear and F.linear on one shape: median ms, errors, the kernel run."""
+    import torch
+    import torch.nn.functional as F
+
+    import gemmgen.torch as gt
+    from gemmgen.runtime.api import chosen_choice
+    m, n, k = r["M"], r["N"], r["K"]
+    sets = max(1, min(16, -(-3 * l2 // (2 * (m * k + n * k + m * n)))))
+    gen = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
+    xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+          for _ in range(sets)]
+    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+          for _ in range(sets)]
+    res = {"sets": sets}
+    res["gemmgen_rel_error"] = _rel_error(gt.linear(xs[0], ws[0]), xs[0], ws[0])
+    res["flinear_rel_error"] = _rel_error(F.linear(xs[0], ws[0]), xs[0], ws[0])
+    try:
+        found = chosen_choice(xs[0], ws[0].t())
+        res["kernel"] = None if found is None else {
+            "name": found[1].config.name, "how": found[1].how, "swap": found[1].swap}
+    except Exception as exc:  # noqa: BLE001 - reporting only
+        res["kernel"] = {"error": str(exc)}
+    res["gemmgen_ms"], out = _time_graph(gt.linear, xs, ws)
+    res["gemmgen_graph_rel_error"] = _rel_error(out, xs[0], ws[0])  # the replayed output too
+    res["flinear_ms"], _ = _time_graph(F.linear, xs, ws)
+    worst = max(res["gemmgen_rel_error"], res["gemmgen_graph_rel_error"])
+    res["ok"] = worst <= TOLERANCE  # NaN fails too
+    if not res["ok"]:
+        res["error"] = f"gemmgen rel error {worst:.2e} > {TOLERANCE}"
+    del xs, ws
+    torch.cuda.empty_cache()
+    return res
+
+
+def time_phase(db: str, out: str) -> int:
+    """The timing run (a child process, $GEMMGEN_TUNE_DB = ``db``): every shape, into ``out``."""
+    import torch
+    if os.environ.get("GEMMGEN_TUNE_DB") != db:
+        raise SystemExit("time phase: GEMMGEN_TUNE_DB must name the database")
+    rows = shapes()
+    _prewarm(rows, db)
+    props = torch.cuda.get_device_properties(0)
+    l2 = getattr(props, "L2_cache_size", 0) or 50 * 2 ** 20
+    from gemmgen.torch import launcher
+    results, t0 = {}, time.monotonic()
+    for r in rows:
+        key = f"{r['M']}x{r['N']}x{r['K']}"
+        if key in results:
+            continue
+        try:
+            results[key] = _time_one(r, l2)
+        except Exception as exc:  # noqa: BLE001 - recorded; the parent fails loudly
+            results[key] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
+        print(f"  {key}: {results[key].get('gemmgen_ms')} ms "
+              f"({results[key].get('kernel')})", flush=True)
+    write_json(Path(out), {"gpu": torch.cuda.get_device_name(0), "shapes": results,
+                           "launcher": launcher.loaded(), "launcher_why_not": launcher.why_not(),
+                           "seconds": round(time.monotonic() - t0, 1)})
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--db", required=True, help="the tuning database ($GEMMGEN_TUNE_DB too)")
+    ap.add_argument("--out", required=True, help="the measurements' JSON file")
+    args = ap.parse_args(argv)
+    return time_phase(args.db, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
