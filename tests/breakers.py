@@ -143,6 +143,7 @@ WGMMA_BREAKERS = {
     "split-k-direct": ("wgmma_tma_store", {"split_k": 2}),
     "3xtf32-dtype": ("wgmma_bf16", {"math": "3xtf32", "store": "direct", "bn": 128}),
     "flush-range": ("wgmma_3xtf32", {"flush": 3}),
+    "c-col-scatter-rows": ("wgmma_bf16", {"bm": 256, "bn": 128, "layout": "rrc"}),
 }
 MMA_BREAKERS = {
     "bm-positive": ("mma_fp16", {"bm": 0}),

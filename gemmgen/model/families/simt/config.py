@@ -346,8 +346,11 @@ class SimtConfig(ConfigBase):
         None: double-buffered fragments (frag_db) with a K tile of 32 or more, whose
         unrolled K loop ptxas may leave rolled, indexing the fragment buffers at run time
         (local memory: 18 of the 56 such kernels of the spill sweep, several with no spill
-        at all)."""
-        if self.frag_db and self.bk >= 32:
-            return ("frag_db with BK >= 32: ptxas may keep the fragment buffers in local "
+        at all). With ``peel`` (the main loop rendered twice, interior and edge) from BK = 16
+        on: 96 to 128 bytes of stack in every layout at 64x64x16 (a CUDA 13 spill sample),
+        none without peel or at BK = 8."""
+        if self.frag_db and (self.bk >= 32 or (self.peel and self.bk >= 16)):
+            why = "BK >= 32" if self.bk >= 32 else "BK >= 16 and peel"
+            return (f"frag_db with {why}: ptxas may keep the fragment buffers in local "
                     "memory (a stack frame)")
         return None

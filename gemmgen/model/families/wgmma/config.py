@@ -185,6 +185,13 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
         that uses a feature (``extended``); none otherwise."""
         return EPILOGUE_RULES + WGMMA_FEATURE_RULES if self.extended else ()
 
+    def rendered_rules(self) -> tuple:
+        """Every rule but H52 (c-col-scatter-rows) for a config that writes no column-major C
+        element by element, whose source then declares no C_COL_SCATTER: it cannot break it."""
+        if self.layout[2] == "c" and (self.store == "tma" or self.split_k > 1):
+            return self.rule_table()
+        return tuple(r for r in self.rule_table() if r.id != "H52")
+
     # ---- derived figures ------------------------------------------------------------------
     @property
     def elem_bytes(self) -> int:

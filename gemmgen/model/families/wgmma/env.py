@@ -65,6 +65,8 @@ class WgmmaEnv:
             "ENTRY_REGS": self.entry_regs, "ACC_BUDGET": self.consumer_regs - REG_RESERVE,
             "STORE_TMA": int(self.store == "tma"),
             "ROW_MAJOR_TMA_STORE": int(self.store == "tma" and self.layout[2] == "r"),
+            "C_COL_SCATTER": int(self.layout[2] == "c" and (self.store == "tma"
+                                                            or self.split_k > 1)),
             "DTYPE_FP16": int(self.dtype == "fp16"), "DTYPE_BF16": int(self.dtype == "bf16"),
             "DTYPE_TF32": int(self.dtype == "tf32"), "OUT_FP16": int(self.out == "fp16"),
             "OUT_BF16": int(self.out == "bf16"), "OUT_16BIT": int(self.out_bytes == 2),
@@ -116,6 +118,8 @@ class WgmmaEnv:
         k_step_kmajor = WGMMA_K_BYTES
         k_step_mnmajor = 16 * self.swizzle
         c_rows = self.consumer_rows
+        if not e["C_COL_SCATTER"]:  # a kernel that cannot break H52 keeps its source
+            del e["C_COL_SCATTER"]
         return {**e, "A_SMEM_OFFSET": a_off, "B_SMEM_OFFSET": b_off, "C_SMEM_OFFSET": c_off,
                 "BAR_OFFSET": bar_off, "ALIGN_SLACK": ALIGN_SLACK,
                 "SPLIT_FLAG_OFFSET": bar_off + 2 * self.stages * 8,

@@ -131,6 +131,12 @@ WGMMA_RULES: tuple[Rule, ...] = (
     Rule("H38", "flush-range", one_of("FLUSH", (1, 2, 4, 8)),
          "3xTF32 adds the tensor core's sums into the FP32 accumulators every 1, 2, 4 or 8 "
          "chunks of K"),
+    Rule("H52", "c-col-scatter-rows", at_most("M_ITERS", 1),
+         "a consumer writing a column-major C one element at a time (into the TMA store's "
+         "staging tile, or as split-K partials) holds one 64-row wgmma slice: with two (128 "
+         "rows) ptxas spills, whatever the registers (72 bytes of stack at 256x128 "
+         "cooperative, TMA store, cluster 2x1; 32 at split-K 2)",
+         when=equal("C_COL_SCATTER", 1)),
 )
 
 _DUAL = equal("DUAL", 1)

@@ -235,11 +235,17 @@ class WmmaConfig(ConfigBase):
         benchmarks/results/spill_sweep.json), where one tile spilled in the layouts with a
         row-major B and not in the others. No spilling kernel the sweep compiled is left in;
         the price is false alarms near the cap, the preset wmma_bf16 among them (254 of 255
-        registers: it fits, with no register to spare)."""
+        registers: it fits, with no register to spare). BF16 or TF32 with 4 k steps adds 2
+        per fragment register and 4 per copy: ptxas holds more of the unrolled K tile's
+        fragments and copies in flight (a CUDA 13 spill sample: 8 of 18 such tiles spilled,
+        32 to 328 bytes, at estimates of 91 to 176; none with BK <= 32 or FP16; TF32 64x64x32
+        with 64x32 warps in crc: 72 bytes at 166)."""
         steps = min(div(self.bk, self.mnk[2]), 4)
+        deep = self.dtype in ("bf16", "tf32") and steps >= 4
         scale = 8 + max(steps - 1, 0) + 8 * (self.dtype == "tf32") + 6 * (self.dtype == "bf16")
         b_row = self.layout[1] == "r" and self.dtype != "tf32"
         layout = (-(-self.a_loads * (self.layout[0] == "c") // 2) + 6 * b_row
                   + 2 * self.b_loads * (b_row and self.shape != "m32n8k16"))
         return (14 * self.acc_regs // 10 + self.frag_regs * scale // 8
-                + self.a_loads + self.b_loads + layout)
+                + self.a_loads + self.b_loads + layout
+                + deep * (2 * self.frag_regs + 4 * (self.a_loads + self.b_loads)))
