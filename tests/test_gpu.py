@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from gemmgen import PRESETS, BuildError, OperandError, build, emit, load
+from gemmgen.runtime.build import build_many
 from gemmgen.tune.verify import CASES, compare, reference, sweep_kernel, tolerance
 
 pytestmark = pytest.mark.gpu
@@ -12,7 +13,11 @@ GEMM_PRESETS = [n for n, p in PRESETS.items() if p.config.family != "grouped"]
 
 @pytest.fixture(scope="module")
 def kernels():
-    return {name: build(PRESETS[name].config) for name in GEMM_PRESETS}
+    built = build_many([PRESETS[name].config for name in GEMM_PRESETS])  # compiled in parallel
+    for name, k in zip(GEMM_PRESETS, built):
+        if isinstance(k, BuildError):
+            raise k
+    return dict(zip(GEMM_PRESETS, built))
 
 
 @pytest.mark.parametrize("name", GEMM_PRESETS)
