@@ -157,6 +157,9 @@ def test_tune_in_each_layout_of_a_training_step(tmp_path, layout):
     finally:
         pool.close()
     rows = entry["candidates"].values()
-    assert entry["winner"], [(r.get("status"), r.get("reason")) for r in rows]
+    assert all(r["status"] == "ok" for r in rows), [(r["status"], r.get("reason")) for r in rows]
+    assert bool(entry["winner"]) != entry["default_stands"]
     assert entry["layout"] == layout and entry["cublas_tflops"]
-    assert all(r["config"]["layout"] == layout for r in rows)
+    flip = {"r": "c", "c": "r"}
+    swapped = flip[layout[1]] + flip[layout[0]] + flip[layout[2]]  # C^T = B^T A^T
+    assert all(r["config"]["layout"] == (swapped if r["swap"] else layout) for r in rows)

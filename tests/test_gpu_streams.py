@@ -159,11 +159,12 @@ def test_fp8_split_k_and_pack_on_several_streams(kernels, k_major_b):
     outs = [[torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
              for _ in range(CALLS)] for _ in probs]
     a, b, sa, sb, _ = probs[0]
-    kernel(a, b, sa, sb, _nan_like(outs[0][0]))
+    kernel(a, b, _nan_like(outs[0][0]), scale_a=sa, scale_b=sb)
     assert "split-K" in kernel.last_path and ("pack B" in kernel.last_path) != k_major_b, \
         kernel.last_path
     side = [torch.cuda.Stream() for _ in probs]
-    _interleaved(side, lambda i, j: kernel(*probs[i][:4], outs[i][j], stream=side[i]))
+    _interleaved(side, lambda i, j: kernel(*probs[i][:2], outs[i][j], scale_a=probs[i][2],
+                                           scale_b=probs[i][3], stream=side[i]))
     got = {}  # the op through the compiled launcher (or its Python path), current stream
     _interleaved(side, lambda i, j: got.setdefault(i, []).append(
         gt.scaled_mm(*probs[i][:4], out_dtype=torch.bfloat16)))
