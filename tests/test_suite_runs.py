@@ -12,9 +12,11 @@ from test_suites import INFO, fake_rows
 
 import gemmgen.cli.suite as cli_suite
 import gemmgen.tune.suite_kinds as kinds
+import gemmgen.tune.suite_runs as runs
 from gemmgen.__main__ import main
 from gemmgen.compile.nvcc import BuildError
 from gemmgen.tune import results, suites
+from gemmgen.tune.baseline import torch_op
 from gemmgen.tune.bench import Timing
 from gemmgen.tune.suite_run import RunEnv
 from gemmgen.tune.suite_runs import run_cases
@@ -32,10 +34,17 @@ class FakeProblem:
         FakeProblem.made.append((m, n, k, dtype, layout, device_data))
 
 
+def fake_baseline(p, budget_s, which):
+    """``baseline.bench_baseline`` without a GPU: 2 ms, named as the real one names it."""
+    assert which == "torch_ops"
+    return Timing(2e-3, 2e-3, 2e-3, 9), 1e-6, torch_op(p.layout, p.batch)
+
+
 @pytest.fixture
 def fake_gpu(monkeypatch, tmp_path):
     """The runners' GPU calls replaced: sm_90, kernels 'built' (one config fails to build),
-    every kernel 1 ms and cuBLAS 2 ms; ``launched`` records (kernel name, swap)."""
+    every kernel 1 ms and the PyTorch baseline 2 ms; ``launched`` records (kernel name,
+    swap)."""
     launched = []
 
     def build_many(configs, arch=None):
@@ -50,9 +59,10 @@ def fake_gpu(monkeypatch, tmp_path):
     for name, value in (("device_cc", lambda: 90), ("device_arch", lambda: "sm_90"),
                         ("build_many", build_many), ("compile_many", lambda *a, **k: []),
                         ("Problem", FakeProblem), ("cublas_available", lambda: None),
-                        ("bench_cublas", lambda p, b: (Timing(2e-3, 2e-3, 2e-3, 9), 1e-6)),
+                        ("bench_baseline", fake_baseline), ("resolve", lambda k, b: "torch_ops"),
                         ("bench_kernel", bench_kernel)):
         monkeypatch.setattr(kinds, name, value)
+    monkeypatch.setattr(runs, "resolve", lambda kind, b: "torch_ops" if b == "torch" else b)
     return SimpleNamespace(launched=launched, env=RunEnv(INFO, db=str(tmp_path / "db.json")))
 
 

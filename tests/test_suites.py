@@ -10,6 +10,7 @@ import pytest
 from gemmgen.heuristics.select import decide, math_dtype
 from gemmgen.model.presets import GEMM_PRESETS, PRESETS
 from gemmgen.tune import suites
+from gemmgen.tune.baseline import torch_op
 from gemmgen.tune.bench import Timing, kernel_row
 from gemmgen.tune.suite_kinds import dispatch_label
 from gemmgen.tune.suite_run import (
@@ -98,7 +99,7 @@ BAD = [
     ('[[problems]]\nsize = 64\n', "kind: None is not one of"),
     ('kind = "presets"\n', "problems: the suite needs a non-empty"),
     ('kind = "presets"\nproblems = []\n', "problems: the suite needs a non-empty"),
-    ('kind = "presets"\nbaseline = "torch"\n[[problems]]\nsize = 64\n', "baseline: 'torch'"),
+    ('kind = "presets"\nbaseline = "none"\n[[problems]]\nsize = 64\n', "baseline: 'none'"),
     ('kind = "presets"\n[[problems]]\nsize = 64\ndtype = "fp16"\n', "problems[0].dtype: unknown"),
     ('kind = "presets"\n[[problems]]\npreset = "nope"\nsize = 64\n', "problems[0].preset: 'nope'"),
     ('kind = "presets"\n[[problems]]\npreset = "naive"\n', "problems[0].size: required"),
@@ -196,7 +197,7 @@ def fake_rows(suite, cases, fail_every=7):
             t = 1e-3 * (1 + i % 5)
             err = 1e-6 if c.dtype == "fp32" else 1e-4  # within the dtype's tolerance
             row = kernel_row(c.preset or dispatch_label(c), kernel, p, Timing(t, t, t, 9), err,
-                             (Timing(2e-3, 2e-3, 2e-3, 9), err))
+                             (Timing(2e-3, 2e-3, 2e-3, 9), err, torch_op(c.layout)))
             rows.append(suite_row(c, row, how="default", swap=swap))
     return rows
 
@@ -229,12 +230,14 @@ def test_torch_rows_compare_per_call_times():
 def test_the_header_says_what_was_run_and_how():
     suite = suites.load("llm")
     cases = suites.select(suites.expand(suite, quick=True), "gpt2")
-    doc = document(suite, INFO, fake_rows(suite, cases), {"only": "gpt2", "quick": True})
+    doc = document(suite, INFO, fake_rows(suite, cases), {"only": "gpt2", "quick": True},
+                   baseline="torch_ops")
     for key in ("suite", "suite_file", "gpu", "cuda_version", "cuda_driver", "git_commit",
                 "date", "baseline", "method", "rows"):
         assert key in doc, key
     assert (doc["suite"], doc["suite_file"]) == ("llm", "benchmarks/suites/llm.toml")
-    assert "cuBLAS" in doc["baseline"] and "median" in doc["method"]
+    assert "F.linear" in doc["baseline"] and "median" in doc["method"]
+    assert doc["baseline_label"] == "F.linear / torch.matmul"
     assert "eager" in doc["method"] and "3x L2" in doc["method"] and "NaN" in doc["method"]
     assert doc["complete"] and doc["runs"][0]["selection"]["only"] == "gpt2"
     json.dumps(doc)  # serializable as it is

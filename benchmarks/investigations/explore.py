@@ -11,7 +11,7 @@ from gemmgen import SimtConfig
 from gemmgen.model.families.wgmma import WgmmaConfig
 from gemmgen.model.families.wmma import WmmaConfig
 from gemmgen.runtime.build import build_many
-from gemmgen.tune.bench import run_bench
+from gemmgen.tune.baseline import run_bench
 from gemmgen.tune.results import finish, table
 
 W = dict(vec=4, skew=4, stages=2)

@@ -23,7 +23,8 @@ from ..model.presets import GEMM_PRESETS, PRESETS
 from ..runtime.build import build, build_many, load
 from ..runtime.device import pycuda_modules, require_gpu
 from ..tune import results
-from ..tune.bench import DEFAULT_SIZES, run_bench
+from ..tune.baseline import run_bench
+from ..tune.bench import DEFAULT_SIZES
 from ..tune.results import ResultsError
 from ..tune.verify import CASES, sweep_kernel
 from .fp8 import DTYPE_CHOICES, FP8_PRESETS, bench_fp8, verify_fp8, verify_presets
@@ -212,7 +213,9 @@ def _load_results(path, option: str) -> dict:
 def bench(ctx, paths, presets, sizes, arch, seed, json_path, append, tuned_db, dtype, layouts,
           epilogues, batch, specialize, plot_path, suite, only, quick, max_rows, max_minutes,
           results_dir) -> None:
-    """Time kernels beside cuBLAS for their dtypes and print TFLOP/s and % of cuBLAS; with
+    """Time kernels (eager launches, CUDA events; TFLOP/s = 2·M·N·K / s) beside the baseline on
+    the same buffers (F.linear for rcr, torch.matmul for other layouts; cublasGemmEx through
+    CuPy where PyTorch with CUDA is absent) and print TFLOP/s and % of the baseline; with
     --suite, run a benchmark suite (benchmarks/suites/README.md)."""
     check_options(ctx)
     if suite is not None:
@@ -257,7 +260,8 @@ def bench(ctx, paths, presets, sizes, arch, seed, json_path, append, tuned_db, d
             doc = results.finish(run_bench(targets, sizes, seed, bar.update))
     if old is not None:
         doc = results.merge(old, doc)
-    click.echo(f"{doc['gpu']}, CUDA {doc['cuda_version']}, cuBLAS: {doc['cublas']}")
+    click.echo(f"{doc['gpu']}, CUDA {doc['cuda_version']}, baseline: "
+               f"{doc.get('baseline_label', '-')}")
     click.echo(results.table(doc["rows"]))
     if json_path:
         write_text(json_path, json.dumps(doc, indent=1) + "\n", "--json")
@@ -288,7 +292,7 @@ def _bench_per_size(sizes, targets_for, seed, batch=None) -> dict:
 
 def _bench_variants(presets, layouts, epilogues, batch, specialize, sizes, arch, seed) -> dict:
     """Per size: each preset in each layout and epilogue (and specialized to the size), labelled
-    preset[layout,epilogue(,spec)], timed beside cuBLAS in that layout (batched if asked)."""
+    preset[layout,epilogue(,spec)], timed beside the baseline in that layout (batched if asked)."""
     layouts = list(LAYOUTS) if "all" in layouts else list(layouts or ["rrr"])
 
     def targets_for(size):

@@ -19,6 +19,7 @@ from click.core import ParameterSource
 
 from ..runtime.device import require_gpu
 from ..tune import results, suites
+from ..tune.baseline import resolve
 from ..tune.bench import device_info
 from ..tune.results import ResultsError
 from ..tune.suite_run import RunEnv, document, merge
@@ -110,13 +111,16 @@ def bench_suite(suite_arg: str, only, quick: bool, max_rows, max_minutes, result
     selection = {"only": only, "quick": quick, "max_rows": max_rows, "cases": len(cases)}
     old = _old(json_out, bool(only or quick or max_rows))
 
+    baseline = resolve(suite.kind, suite.baseline)  # F.linear / torch.matmul, else CuPy's
+
     def finished(rows, complete=True, not_run=0):
-        doc = document(suite, info, rows, selection, complete, not_run)
+        doc = document(suite, info, rows, selection, complete, not_run, baseline)
         return merge(old, doc) if old is not None else doc
 
     def checkpoint(rows):
         _write(json_out, finished(rows, complete=False, not_run=len(cases) - len(rows)))
     env = RunEnv(info, seed, suite.budget_s, arch, op=op, checkpoint=checkpoint,
+                 baseline=baseline,
                  deadline=time.monotonic() + 60 * max_minutes if max_minutes else None)
     click.echo(f"suite {suite.name} ({suite.suite_file}): {len(cases)} cases on {info['gpu']}",
                err=True)

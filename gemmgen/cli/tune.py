@@ -20,6 +20,7 @@ from ..model.problem import ShapesError, load_problems
 from ..model.quote import quote
 from ..runtime.device import device_count
 from ..tune import report
+from ..tune.results import row_baseline
 from ..tune.search import Request, WorkerPool, laid_out, tune as run_tune
 from ..tune.suite_cases import SCALINGS
 from .fp8 import DTYPE_CHOICES
@@ -127,8 +128,9 @@ def tune(m, n, k, shapes_path, dtype, scaling, fast_accum, family, layout, budge
     """Search the validated configuration space on the GPU for one shape (--m --n --k), or for
     every problem of a shapes file (--shapes), and keep the results.
 
-    Every candidate is verified against a float64 reference before it is timed, and cuBLAS is
-    timed in the same layout; failures are stored with their reasons. Re-running resumes:
+    Every candidate is verified against a float64 reference before it is timed (eager launches,
+    CUDA events, TFLOP/s = 2·M·N·K / s), and the baseline (F.linear or torch.matmul; cuBLAS
+    through CuPy where PyTorch with CUDA is absent) is timed in the same layout; failures are stored with their reasons. Re-running resumes:
     measured candidates are not measured again, and with --shapes a problem whose winner
     stands on --max-configs measured candidates is skipped. With --groups, the grouped
     space on the --dist distribution (PyTorch needed), stored in the grouped tuning file that
@@ -212,8 +214,8 @@ def _tune_one(req, db, devices, jobs, explain, plot_path, quiet: bool) -> dict:
     if quiet:
         best = entry["candidates"].get(entry.get("winner") or "", {}).get("tflops")
         stands = entry.get("default_stands") and entry.get("default_tflops")
-        cub = entry.get("cublas_tflops")
-        ratio = f" = {(best or stands) / cub:.2f}x cuBLAS ({cub} in {req.layout})" \
+        cub, name = row_baseline(entry), entry.get("baseline") or "cuBLAS"
+        ratio = f" = {(best or stands) / cub:.2f}x {name} ({cub} in {req.layout})" \
             if (best or stands) and cub else ""
         click.echo(f"{label}: {best or 'no winner'} TFLOP/s{ratio}" if not stands else
                    f"{label}: the default stands ({stands} TFLOP/s{ratio})")

@@ -1,4 +1,7 @@
-"""Benchmarking: CUDA-event timing with rotated inputs, beside cuBLAS (through CuPy) in the same run."""
+"""Benchmarking: CUDA-event timing with rotated inputs on a problem's device buffers; cuBLAS
+through CuPy (``bench_cublas``) and the rows' baseline fields. The baseline a run times beside
+(F.linear / torch.matmul, else cublasGemmEx through CuPy) and ``run_bench`` are in
+``gemmgen.tune.baseline``."""
 from __future__ import annotations
 
 import statistics
@@ -276,16 +279,18 @@ def _version(v: int) -> str:
 
 
 def kernel_row(label: str, kernel, p: Problem, timing: Timing, err: float,
-               base: tuple[Timing, float] | None = None) -> dict:
+               base: tuple | None = None) -> dict:
     """One results row: ``kernel`` (labelled ``label``) timed on problem ``p`` beside the
-    baseline ``base`` ((timing, relative error) from the same buffers, usually cuBLAS; None
-    when there is none). TFLOP/s count 2 M N K per product (times the batch); ``passed``
+    baseline ``base`` ((timing, relative error[, name]) from the same buffers: F.linear,
+    torch.matmul or cublasGemmEx (CuPy), see ``baseline.bench_baseline``; None when there is
+    none), with ``with_baseline``'s fields. TFLOP/s count 2 M N K per product (times the
+    batch); ``passed``
     compares the error with ``verify.tolerance`` for the problem's K and the kernel's dtypes;
     times in milliseconds."""
     cfg, batch = kernel.config, p.batch
     flops = (batch or 1) * tflops(p.m, p.n, p.k, timing.median)
     base_flops = (batch or 1) * tflops(p.m, p.n, p.k, base[0].median) if base else None
-    return {
+    return with_baseline({
         "kernel": label, "name": kernel.name, "config": cfg.as_dict(), "dtype": cfg.dtype,
         "M": p.m, "N": p.n, "K": p.k, "tflops": round(flops, 3),
         "cublas_tflops": round(base_flops, 3) if base_flops else None,
@@ -297,35 +302,17 @@ def kernel_row(label: str, kernel, p: Problem, timing: Timing, err: float,
         "epilogue": cfg.epilogue, "specialized": cfg.specialized,
         "time_ms": round(timing.median * 1e3, 4), "p20_ms": round(timing.p20 * 1e3, 4),
         "p80_ms": round(timing.p80 * 1e3, 4), "reps": timing.reps,
-        "registers": kernel.registers, "smem_bytes": kernel.smem_bytes}
+        "registers": kernel.registers, "smem_bytes": kernel.smem_bytes},
+        base[2] if base and len(base) > 2 else None)
 
 
-def run_bench(targets, sizes=DEFAULT_SIZES, seed: int | None = None, progress=None,
-              batch: int | None = None) -> dict:
-    """Benchmark ``targets`` (``(label, Kernel)`` pairs) and cuBLAS at each ``(M, N, K)``.
+def with_baseline(row: dict, name: str | None) -> dict:
+    """``row`` with the baseline's fields: ``baseline`` (its name: F.linear, torch.matmul,
+    cublasGemmEx (CuPy), torch._scaled_mm, ...), ``baseline_tflops``, ``pct_baseline`` and
+    ``baseline_rel_error``, the same figures as the older ``cublas_tflops``, ``pct_cublas``
+    and ``cublas_rel_error`` (kept: whatever the baseline is)."""
+    return {**row, "baseline": name,
+            "baseline_tflops": row.get("cublas_tflops"),
+            "pct_baseline": row.get("pct_cublas"),
+            "baseline_rel_error": row.get("cublas_rel_error")}
 
-    Returns the results document: device fields plus one row per kernel and size with TFLOP/s,
-    cuBLAS TFLOP/s from the same buffers in the same run, % of cuBLAS and the relative error.
-    ``progress(n)`` is called after each measurement.
-    """
-    info = device_info()
-    reason = cublas_available()
-    rng = np.random.default_rng(seed)
-    rows = []
-    groups = list(dict.fromkeys((k.config.dtype, k.config.out, k.config.layout)
-                                for _, k in targets))
-    for (m, n, k), (dtype, out, layout) in ((s, g) for s in sizes for g in groups):
-        p = Problem(m, n, k, rng, info["l2_bytes"], dtype, out, layout, batch)
-        cub = bench_cublas(p) if reason is None else None
-        if progress:
-            progress(1)
-        for label, kernel in targets:
-            if (kernel.config.dtype, kernel.config.out, kernel.config.layout) != (dtype, out, layout):
-                continue
-            rows.append(kernel_row(label, kernel, p, *bench_kernel(kernel, p), cub))
-            if progress:
-                progress(1)
-        del p
-    cublas = ("cublasGemmEx via CuPy, FP32 compute (FAST_TF32 for tf32), same buffers"
-              if reason is None else reason)
-    return {**info, "cublas": cublas, "rows": rows}

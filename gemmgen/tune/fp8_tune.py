@@ -67,7 +67,8 @@ def tune_fp8(m: int, n: int, k: int, dtype: str, scaling: str, fast: bool, db: t
                 row.update(tflops=got["tflops"], time_ms=got["time_ms"],
                            rel_error=got["rel_error"], status="ok" if got["passed"] else "wrong")
                 if got.get("cublas_tflops"):
-                    entry["cublas_tflops"] = got["cublas_tflops"]
+                    entry.update(cublas_tflops=got["cublas_tflops"], baseline=got["baseline"],
+                                 baseline_tflops=got["cublas_tflops"])
             except Exception as exc:  # noqa: BLE001 - a failure is recorded, not raised
                 row.update(status="launch_error", reason=why(exc))
         db.record(key, cfg.name, row)

@@ -12,15 +12,16 @@ from ..model.families import config_from_dict
 from ..model.space import predict
 from ..runtime.build import from_cubin
 from ..runtime.device import device_limits
-from .bench import Problem, bench_cublas, cublas_available, device_info, tflops, time_launches
+from .baseline import bench_baseline, choose
+from .bench import Problem, device_info, tflops, time_launches
 from .verify import check, device_runner, tolerance
 
 VERIFY_CASE = (257, 131, 95, 1.5, -0.5)  # ragged in M, N and K, alpha and beta != 0, 1
 
 
 class Measurer:
-    """Owns the target problem's buffers (in the request's layout, which cuBLAS is timed in
-    too) and reference on the current GPU."""
+    """Owns the target problem's buffers (in the request's layout, which the baseline is timed
+    in too) and reference on the current GPU."""
 
     def __init__(self, m: int, n: int, k: int, dtype: str, out: str, run_timeout: float,
                  seed: int | None = None, layout: str = "rrr"):
@@ -30,11 +31,16 @@ class Measurer:
         self.run_timeout = run_timeout
         self.device = device_limits()
 
-    def cublas_tflops(self) -> float | None:
-        if cublas_available() is not None:
-            return None
+    def baseline(self) -> tuple[str | None, float | None]:
+        """(name, TFLOP/s) of the baseline on the target problem's buffers, timed eagerly by
+        ``bench.time_launches`` (TFLOP/s = 2·M·N·K / s): F.linear (rcr) or torch.matmul where
+        PyTorch with CUDA is importable, else cublasGemmEx through CuPy; (None, None) when
+        neither is."""
         p = self.problem
-        return round(tflops(p.m, p.n, p.k, bench_cublas(p)[0].median), 3)
+        got = bench_baseline(p, 0.25, choose())
+        if got is None:
+            return None, None
+        return got[2], round(tflops(p.m, p.n, p.k, got[0].median), 3)
 
     def measure(self, cfg, cubin: bytes, ptxas: dict, swap: bool = False) -> dict:
         """A database row: status ok (verified, then timed), wrong, timeout or launch_error.
@@ -82,9 +88,11 @@ def worker_main(device: int | None, request: dict, tasks, results) -> None:
         meas = Measurer(request["m"], request["n"], request["k"], request["dtype"],
                         request["out"], request["run_timeout"], request.get("seed"),
                         request.get("layout", "rrr"))
+        name, base = meas.baseline()
         results.put(("ready", device, {**meas.info, "arch": meas.device.arch,
                                        "limits": dataclasses.asdict(meas.device),
-                                       "cublas_tflops": meas.cublas_tflops()}))
+                                       "baseline": name, "baseline_tflops": base,
+                                       "cublas_tflops": base}))
     except Exception:  # noqa: BLE001 - reported to the parent, which stops the run
         results.put(("fatal", device, traceback.format_exc()))
         return

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .results import save_figure
+from .results import row_baseline, save_figure
 
 MODEL_FIELDS = (("blocks_per_sm", "blocks/SM"), ("resident_warps", "resident warps"),
                 ("registers", "registers"), ("waves", "waves"), ("tail_efficiency", "tail eff"),
@@ -26,9 +26,9 @@ def _winner(entry: dict) -> str:
 
 def show(entry: dict, limit: int = 20) -> str:
     """Measured candidates, fastest first, then every failure with its reason."""
-    cub = entry.get("cublas_tflops")
+    cub, name = row_baseline(entry), entry.get("baseline") or "cuBLAS"
     lines = [f"{entry['gpu']}  {entry['dtype']}  {entry['M']}x{entry['N']}x{entry['K']}  "
-             f"winner: {_winner(entry)}  cuBLAS: {cub if cub else '-'} TFLOP/s"]
+             f"winner: {_winner(entry)}  {name}: {cub if cub else '-'} TFLOP/s"]
     for name, r in _ok(entry)[:limit]:
         pct = f"{100 * r['tflops'] / cub:6.1f}%" if cub else "     -"
         lines.append(f"  {r['tflops']:8.2f} TFLOP/s {pct}  regs {r.get('registers', '-'):>3}  "
@@ -81,7 +81,8 @@ def explain(entry: dict) -> str:
 
 
 def plot(entry: dict, path: str | Path) -> Path:
-    """TFLOP/s of every verified candidate in model-rank order; winner and cuBLAS marked."""
+    """TFLOP/s of every verified candidate in model-rank order; winner and the baseline
+    (F.linear, torch.matmul or cuBLAS) marked."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -92,8 +93,9 @@ def plot(entry: dict, path: str | Path) -> Path:
     win = [i for i, (n, _) in enumerate(rows) if n == entry.get("winner")]
     if win:
         ax.scatter(win, [rows[win[0]][1]["tflops"]], marker="*", s=220, c="red", label="winner")
-    if entry.get("cublas_tflops"):
-        ax.axhline(entry["cublas_tflops"], color="k", ls="--", label="cuBLAS")
+    if row_baseline(entry):
+        ax.axhline(row_baseline(entry), color="k", ls="--",
+                   label=entry.get("baseline") or "cuBLAS")
     ax.set_xlabel("candidate, in the cheap model's order (best predicted first)")
     ax.set_ylabel("TFLOP/s")
     ax.set_title(f"gemmgen tune {entry['dtype']} {entry['M']}x{entry['N']}x{entry['K']}, "

@@ -46,6 +46,16 @@ def load(path: str | Path) -> dict:
     return doc
 
 
+def row_baseline(row: dict, field: str = "tflops"):
+    """A row's (or tuning entry's) baseline figure: ``baseline_<field>`` (``pct_baseline`` for
+    "pct") or, in files written before the baseline was named, ``cublas_<field>``
+    (``pct_cublas``)."""
+    new, old = (("pct_baseline", "pct_cublas") if field == "pct"
+                else (f"baseline_{field}", f"cublas_{field}"))
+    got = row.get(new)
+    return got if got is not None else row.get(old)
+
+
 def git_commit() -> str | None:
     """$GEMMGEN_GIT_COMMIT if set (a copy of the tree without .git, as on a lent GPU machine),
     else the checkout's HEAD commit, else None."""
@@ -100,16 +110,17 @@ def _fmt(v, spec: str) -> str:
 
 def table(rows: list[dict], label: str = "kernel", width: int = 30) -> str:
     """A fixed-width text table of benchmark rows, each named by its field ``label`` (the
-    kernel's label; a suite's rows also have "case")."""
-    head = f"{label:<{width}} {'dtype':>5} {'M x N x K':>17} {'TFLOP/s':>8} {'cuBLAS':>8} " \
-           f"{'%cuBLAS':>8} {'rel err':>9} {'ok':>3} {'regs':>5}"
+    kernel's label; a suite's rows also have "case"), with the baseline's TFLOP/s (base) and
+    the percentage of it (%base)."""
+    head = f"{label:<{width}} {'dtype':>5} {'M x N x K':>17} {'TFLOP/s':>8} {'base':>8} " \
+           f"{'%base':>8} {'rel err':>9} {'ok':>3} {'regs':>5}"
     lines = [head, "-" * len(head)]
     for r in rows:
         shape = f"{r['M']}x{r['N']}x{r['K']}"
         lines.append(f"{r.get(label, r['kernel'])!s:<{width}} {r.get('dtype', 'fp32'):>5} "
                      f"{shape:>17} {r['tflops']:>8.2f} "
-                     f"{_fmt(r.get('cublas_tflops'), '8.2f'):>8} "
-                     f"{_fmt(r.get('pct_cublas'), '7.1f'):>8} "
+                     f"{_fmt(row_baseline(r), '8.2f'):>8} "
+                     f"{_fmt(row_baseline(r, 'pct'), '7.1f'):>8} "
                      f"{_fmt(r.get('rel_error'), '9.2e'):>9} {'yes' if r['passed'] else 'NO':>3} "
                      f"{_fmt(r.get('registers'), '5d'):>5}")
     return "\n".join(lines)
@@ -124,7 +135,7 @@ def summary(rows: list[dict]) -> str:
     lines = [head, "-" * len(head)]
     for key in dict.fromkeys((r.get("dtype"), r.get("layout"), r.get("mode")) for r in rows):
         group = [r for r in rows if (r.get("dtype"), r.get("layout"), r.get("mode")) == key]
-        pct = [r["pct_cublas"] for r in group if r.get("pct_cublas")]
+        pct = [row_baseline(r, "pct") for r in group if row_baseline(r, "pct")]
         mean = math.exp(sum(math.log(p) for p in pct) / len(pct)) if pct else None
         lines.append(f"{key[0] or '-':>5} {key[1] or '-':>6} {key[2] or '-':>6} "
                      f"{len(group):>5} {sum(not r['passed'] for r in group):>6} "
@@ -134,8 +145,9 @@ def summary(rows: list[dict]) -> str:
 
 
 def ladder_markdown(doc: dict, size=(4096, 4096, 4096), techniques: dict | None = None) -> str:
-    """README table: kernel, dtype, technique, TFLOP/s and % of cuBLAS at ``size``; after each
-    dtype's kernels, cuBLAS for that dtype from the same run."""
+    """README table: kernel, dtype, technique, TFLOP/s and % of the baseline at ``size``; after
+    each dtype's kernels, the baseline (cuBLAS, F.linear or torch.matmul) for that dtype from
+    the same run."""
     techniques = techniques or {}
     m, n, k = size
     lines = ["| kernel | dtype (A,B / C) | technique | TFLOP/s | % of cuBLAS |",
@@ -146,10 +158,14 @@ def ladder_markdown(doc: dict, size=(4096, 4096, 4096), techniques: dict | None 
         for r in group:
             lines.append(f"| {r['kernel']} | {pair[0]} / {pair[1]} | "
                          f"{techniques.get(r['kernel'], r.get('name', ''))} | "
-                         f"{r['tflops']:.2f} | {_fmt(r.get('pct_cublas'), '.1f')}% |")
-        if group[0].get("cublas_tflops"):
+                         f"{r['tflops']:.2f} | {_fmt(row_baseline(r, 'pct'), '.1f')}% |")
+        base, name = row_baseline(group[0]), group[0].get("baseline")
+        if base and name in (None, "cublasGemmEx (CuPy)"):
             lines.append(f"| **cuBLAS** | {pair[0]} / {pair[1]} | `cublasGemmEx`, same run | "
-                         f"{group[0]['cublas_tflops']:.2f} | 100% |")
+                         f"{base:.2f} | 100% |")
+        elif base:
+            lines.append(f"| **{name}** | {pair[0]} / {pair[1]} | PyTorch (cuBLASLt), same "
+                         f"run | {base:.2f} | 100% |")
     return "\n".join(lines) + f"\n\n{doc['gpu']}, {m}x{n}x{k}, CUDA {doc['cuda_version']}.\n"
 
 
@@ -169,7 +185,7 @@ def plot(doc: dict, path: str | Path) -> Path:
         for name in dict.fromkeys(r["kernel"] for r in group):
             by = {(r["M"], r["N"], r["K"]): r["tflops"] for r in group if r["kernel"] == name}
             ax.plot(labels, [by.get(s) for s in shapes], marker="o", label=name)
-        cub = {(r["M"], r["N"], r["K"]): r.get("cublas_tflops") for r in group}
+        cub = {(r["M"], r["N"], r["K"]): row_baseline(r) for r in group}
         if any(cub.values()):
             ax.plot(labels, [cub.get(s) for s in shapes], "k--", marker="s",
                     label=doc.get("baseline_label", "cuBLAS"))
@@ -214,7 +230,7 @@ def plot_bars(doc: dict, path: str | Path) -> Path:
         group = [r for r in rows if (r.get("dtype", "fp32"), r.get("out", "fp32")) == pair]
         x = range(len(group))
         ax.bar(x, [r["tflops"] for r in group], color="tab:blue", label="gemmgen")
-        base = [r.get("cublas_tflops") for r in group]
+        base = [row_baseline(r) for r in group]
         ax.scatter([i for i, b in zip(x, base) if b], [b for b in base if b], marker="_",
                    s=500, color="k", label=doc.get("baseline_label", "cuBLAS"), zorder=3)
         for i, r in zip(x, group):
@@ -242,7 +258,7 @@ def _bar_labels(group: list[dict]) -> list[str]:
 
 
 def plot_heatmap(doc: dict, path: str | Path) -> Path:
-    """gemmgen's speed over the baseline's (pct_cublas / 100) by token count (columns) and
+    """gemmgen's speed over the baseline's (pct_baseline / 100) by token count (columns) and
     model layer (rows), one panel per dtype and layout or mode; failed cells say "fail"."""
     import numpy as np
     plt = _pyplot()
@@ -259,7 +275,7 @@ def plot_heatmap(doc: dict, path: str | Path) -> Path:
         for r in rows:
             if r["dtype"] == dtype and (r.get("layout"), r.get("mode")) == view:
                 y, x = layers.index(_layer(r)), tokens.index(r["tokens"])
-                ratio = r["pct_cublas"] / 100 if r.get("pct_cublas") else np.nan
+                ratio = row_baseline(r, "pct") / 100 if row_baseline(r, "pct") else np.nan
                 grid[y, x] = ratio
                 ax.text(x, y, "fail" if not r.get("passed") else f"{ratio:.2f}", ha="center",
                         va="center", fontsize=6, color="red" if not r.get("passed") else "k")

@@ -19,9 +19,12 @@ GEMM_FAMILIES = tuple(name for name, f in FAMILIES.items() if f.problem == "gemm
 """Families whose presets the presets kind runs (the fp8 family's: the fp8 kind; the grouped
 family's: the moe kind)."""
 TORCH_MODES = ("eager", "graph", "host")
-KINDS = {"presets": ("cublas",), "dispatch": ("cublas", "none"), "torch": ("torch",),
+KINDS = {"presets": ("torch", "cublas"), "dispatch": ("torch", "cublas", "none"),
+         "torch": ("torch",),
          "fp8": ("scaled_mm",), "moe": ("grouped_mm",)}
-"""Each kind (which runner) and the baselines it can compare against, its default first."""
+"""Each kind (which runner) and the baselines it can compare against, its default first
+(presets, dispatch: "torch" is F.linear / torch.matmul, or cublasGemmEx through CuPy where
+PyTorch with CUDA is absent; "cublas" asks for cublasGemmEx through CuPy)."""
 PLOTS = {"presets": "bars", "dispatch": "lines", "torch": "heatmap", "fp8": "bars", "moe": "bars"}
 """The plot each kind draws unless the suite says otherwise (``plot = ...``)."""
 AXES = {"presets": ("preset", "family", "size"),

@@ -16,7 +16,7 @@ from ..runtime.build import build
 from ..runtime.device import device_arch, sm_count
 from ..runtime.fp8_launch import make_plan
 from ..runtime.fp8_operands import check_fp8
-from .bench import L2_MULTIPLE, Timing, tflops
+from .bench import L2_MULTIPLE, Timing, tflops, with_baseline
 from .fp8_verify import fp8_tolerance
 from .suite_cases import Case
 from .suite_run import RunEnv, failed_row, suite_row, why
@@ -249,4 +249,4 @@ def _row(case: Case, kernel, label, timing: Timing, base: Timing | None, err: fl
            "p80_ms": round(timing.p80 * 1e3, 5), "reps": timing.reps,
            "cublas_time_ms": round(base.median * 1e3, 5) if base else None,
            "path": kernel.last_path, **extra}
-    return suite_row(case, row)
+    return suite_row(case, with_baseline(row, "torch._scaled_mm" if base else None))

@@ -1,6 +1,8 @@
 """Suite runners for the kernel kinds (GPU): ``presets`` (each preset as it is) and
 ``dispatch`` (the kernel ``gemmgen.gemm`` chooses for each problem), each beside its
-baseline on the same buffers. Kernels are compiled in parallel before any timing.
+baseline on the same buffers: F.linear / torch.matmul (``baseline.bench_torch``), else
+cublasGemmEx through CuPy, or (dispatch, baseline "none") gemm's choice without the epilogue.
+Kernels and baseline are timed eagerly by ``bench.time_launches``; TFLOP/s = 2·M·N·K / s. Kernels are compiled in parallel before any timing.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from ..model.families import fallback_config, get_family
 from ..model.presets import PRESETS
 from ..runtime.build import build_many
 from ..runtime.device import device_arch, device_cc
-from .bench import Problem, bench_cublas, bench_kernel, cublas_available, kernel_row
+from .baseline import bench_baseline, resolve
+from .bench import Problem, bench_kernel, cublas_available, kernel_row
 from .suite_cases import Case
 from .suite_rows import RunEnv, failed_row, problem_groups, suite_row, why
 
@@ -24,15 +27,17 @@ KernelFor = Callable[[Case], tuple]
 """case -> (Kernel or the exception that stopped it, swap, extra row fields)."""
 
 
-def run_presets(cases: list[Case], env: RunEnv) -> list[dict]:
-    """Each case's preset as it is (its dtype, layout, epilogue), beside cuBLAS."""
+def run_presets(cases: list[Case], env: RunEnv, baseline: str | None = None) -> list[dict]:
+    """Each case's preset as it is (its dtype, layout, epilogue), beside ``baseline`` (a key
+    of ``suite_run.BASELINES``; None: ``baseline.resolve("presets", "torch")``)."""
+    which = baseline or resolve("presets", "torch")
     names = list(dict.fromkeys(c.preset for c in cases))
     built = dict(zip(names, build_many([PRESETS[n].config for n in names], env.arch)))
 
     def kernel_for(case):
         return built[case.preset], False, {"how": "preset"}
     return run_groups(cases, env, kernel_for, lambda c: c.preset,
-                      lambda p, group: _cublas(p, env))
+                      lambda p, group: bench_baseline(p, env.budget_s, which))
 
 
 def dispatch_label(case: Case) -> str:
@@ -41,11 +46,12 @@ def dispatch_label(case: Case) -> str:
         f" {case.math}" if case.math != "native" else "")
 
 
-def run_dispatch(cases: list[Case], env: RunEnv, baseline: str = "cublas") -> list[dict]:
+def run_dispatch(cases: list[Case], env: RunEnv, baseline: str | None = None) -> list[dict]:
     """The kernel ``gemmgen.gemm`` chooses for each case (``decide``: the tuning database,
     else the fastest family's default preset fitted to the shape), launched as gemm launches
-    it, beside cuBLAS or (``baseline`` "none") the choice for the same problem without an
-    epilogue."""
+    it, beside ``baseline`` (a key of ``suite_run.BASELINES``, None: ``baseline.resolve(
+    "dispatch", "torch")``; "none": the choice for the same problem without an epilogue)."""
+    baseline = baseline or resolve("dispatch", "torch")
     gpu, cc = env.info["gpu"], device_cc()
     db = TuneDB(env.db)
     plain = [_plain(c) for c in cases] if baseline == "none" else []
@@ -66,12 +72,12 @@ def run_dispatch(cases: list[Case], env: RunEnv, baseline: str = "cublas") -> li
             "how": choice.how, "swap": choice.swap, "reasons": choice.reasons}
 
     def base(p, group):
-        if baseline == "cublas":
-            return _cublas(p, env)
+        if baseline != "none":
+            return bench_baseline(p, env.budget_s, baseline)
         kernel, swap, _ = kernel_for(_plain(group[0]))
         if isinstance(kernel, Exception):
             raise kernel
-        return bench_kernel(kernel, p, env.budget_s, swap)
+        return (*bench_kernel(kernel, p, env.budget_s, swap), "epilogue none")
     return run_groups(cases, env, kernel_for, dispatch_label, base)
 
 
@@ -104,17 +110,13 @@ def _build(choices: dict, arch: str | None) -> dict:
     return dict(zip(configs, build_many(list(configs.values()), arch)))
 
 
-def _cublas(p: Problem, env: RunEnv):
-    """cuBLAS's (timing, error) on ``p``, or None without CuPy."""
-    return bench_cublas(p, env.budget_s) if cublas_available() is None else None
-
-
 def run_groups(cases: list[Case], env: RunEnv, kernel_for: KernelFor,
                label_for: Callable[[Case], str], baseline) -> list[dict]:
     """Per problem (``problem_groups``): buffers once, ``baseline(p, group)`` once (a
-    (timing, error) pair or None; a failure is noted as ``baseline_error`` in the rows), then
+    (timing, error, name) triple or None; a failure is noted as ``baseline_error`` in the rows), then
     each case's kernel; one row per case, failures included. Starts no problem past
-    ``env.deadline`` (its cases are counted in ``env.not_run``)."""
+    ``env.deadline`` (its cases are counted in ``env.not_run``). The baseline (a
+    (timing, error, name) triple) is timed first on each problem."""
     rng = np.random.default_rng(env.seed)
     device_data = cublas_available() is None
     rows: list[dict] = []

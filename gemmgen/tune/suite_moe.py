@@ -14,7 +14,7 @@ from ..compile.cache import compile_many
 from ..heuristics.grouped import choose, offsets, row_counts
 from ..runtime.device import device_arch
 from ..runtime.grouped_api import chosen_grouped, grouped_gemm
-from .bench import Timing, tflops
+from .bench import Timing, tflops, with_baseline
 from .suite_cases import Case
 from .suite_rows import RunEnv, failed_row, suite_row, why
 from .verify import tolerance
@@ -127,6 +127,7 @@ def _measure(torch, case: Case, t: dict, budget: float) -> dict:
            "reps": ours.reps, "cublas_time_ms": round(theirs.median * 1e3, 5) if theirs else None,
            "loop_time_ms": round(looped.median * 1e3, 5), "max_rows": max(counts),
            "empty_groups": sum(1 for c in counts if c == 0)}
+    row = with_baseline(row, "torch._grouped_mm" if theirs else None)
     return suite_row(case, row, how=plan.choice.how if plan else None,
                      reasons=plan.choice.reasons if plan else None)
 

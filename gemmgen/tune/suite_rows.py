@@ -19,7 +19,9 @@ class RunEnv:
     tuning database for gemm's choice (None: its default path), ``op`` (the torch kind's
     ``gemmgen.torch.gemm``), ``progress(n)`` after each case, ``deadline``
     (``time.monotonic()`` after which no new problem starts) and ``checkpoint(rows)``, called
-    at most every ``checkpoint_s`` seconds with the rows so far."""
+    at most every ``checkpoint_s`` seconds with the rows so far; ``baseline``: the run's
+    (a key of ``suite_run.BASELINES``, from ``baseline.resolve``; None: resolved by the
+    runner)."""
 
     info: dict
     seed: int | None = None
@@ -31,6 +33,7 @@ class RunEnv:
     deadline: float | None = None
     checkpoint: Callable[[list], None] | None = None
     checkpoint_s: float = 30.0
+    baseline: str | None = None
     not_run: int = 0
     _last: float = field(default_factory=time.monotonic)
 
@@ -75,6 +78,7 @@ def failed_row(case: Case, label: str, error: str) -> dict:
     saying why (one line)."""
     return {"kernel": label, "name": None, "dtype": case.dtype, "M": case.m, "N": case.n,
             "K": case.k, "tflops": 0.0, "cublas_tflops": None, "pct_cublas": None,
+            "baseline": None, "baseline_tflops": None, "pct_baseline": None,
             "rel_error": None, "passed": False, "out": out_dtype(case), "layout": case.layout,
             "epilogue": case.epilogue, "batch": None, "time_ms": None, "p20_ms": None,
             "p80_ms": None, "error": error, **case_fields(case)}

@@ -10,6 +10,7 @@ limit leaves cases out; the header then says ``complete: false`` and how many.
 """
 from __future__ import annotations
 
+from .baseline import CUBLAS_NAME, CUBLAS_TEXT, TORCH_TEXT, resolve
 from .results import finish
 from .suite_cases import Case
 from .suite_rows import (RunEnv, case_fields, failed_row, out_dtype, problem_groups, suite_row,
@@ -20,9 +21,9 @@ __all__ = ["BASELINES", "RunEnv", "case_fields", "document", "failed_row", "merg
 """The rows' helpers (``suite_rows``) are re-exported for the runners' callers."""
 
 BASELINES = {
-    "cublas": ("cuBLAS", ("cuBLAS: cublasGemmEx through CuPy on the same buffers in the same "
-                          "run, FP32 compute (CUBLAS_COMPUTE_32F_FAST_TF32 for tf32; SGEMM for "
-                          "fp32, 3xTF32 rows included)")),
+    "torch_ops": ("F.linear / torch.matmul", TORCH_TEXT),
+    "cublas": (CUBLAS_NAME, CUBLAS_TEXT),
+    "unavailable": ("none", "none: neither PyTorch with CUDA nor CuPy is installed"),
     "none": ("epilogue none", ("gemmgen.gemm's choice for the same problem with epilogue "
                                "'none', on the same buffers in the same run")),
     "grouped_mm": ("torch._grouped_mm", (
@@ -36,7 +37,8 @@ BASELINES = {
         "same scaling (tensor; row-wise (M, 1) x (1, N); blockwise a (M, K/128) M-major and b "
         "(K/128, N/128)) and use_fast_accum = (accum == fast), bf16 out")),
 }
-"""Baseline -> (short label for plots, the header's text)."""
+"""Baseline -> (short label for plots, the header's text). A kernel kind's "torch" runs as
+"torch_ops" (or "cublas", "unavailable": ``baseline.resolve``)."""
 
 KERNEL_METHOD = (
     "CUDA events, one pair around each launch (host enqueue time included where it exceeds the "
@@ -77,11 +79,14 @@ ERROR_METHOD = ("rel_error: ||C - ref||_F / ||ref||_F against a float64 product 
 
 
 def document(suite, info: dict, rows: list, selection: dict, complete: bool = True,
-             not_run: int = 0) -> dict:
+             not_run: int = 0, baseline: str | None = None) -> dict:
     """The results document: the header (suite, suite_file, gpu, cuda_version, cuda_driver,
     git_commit, date, baseline, method, selection, ...) and the rows. ``info`` is
-    ``bench.device_info()``'s; ``selection`` the run's --only/--quick/--max-rows."""
+    ``bench.device_info()``'s; ``selection`` the run's --only/--quick/--max-rows;
+    ``baseline`` the run's (a key of ``BASELINES``; None: ``baseline.resolve`` of the
+    suite's)."""
     done = finish({**info, "rows": rows})
+    key = baseline or resolve(suite.kind, suite.baseline)
     method = {"torch": TORCH_METHOD, "fp8": FP8_METHOD, "moe": MOE_METHOD}.get(
         suite.kind, KERNEL_METHOD).format(
         budget=suite.budget_s)
@@ -90,8 +95,7 @@ def document(suite, info: dict, rows: list, selection: dict, complete: bool = Tr
             "description": suite.description, "kind": suite.kind,
             **{k: done[k] for k in ("gpu", "cuda_version", "cuda_driver", "git_commit", "date")},
             "sms": info.get("sms"), "l2_bytes": info.get("l2_bytes"),
-            "baseline": BASELINES[suite.baseline][1],
-            "baseline_label": BASELINES[suite.baseline][0],
+            "baseline": BASELINES[key][1], "baseline_label": BASELINES[key][0],
             "method": f"{method}. {ERROR_METHOD}", "plot": suite.plot, "selection": selection,
             "complete": complete, "not_run": not_run,
             "runs": [{**run, "selection": selection, "rows": len(rows)}], "rows": rows}

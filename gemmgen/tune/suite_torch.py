@@ -15,7 +15,7 @@ from ..model.dtypes import ELEM_BYTES, stored_as
 from ..model.families import fallback_config, get_family
 from ..runtime.api import chosen_choice
 from ..runtime.device import device_arch, device_cc
-from .bench import L2_MULTIPLE, Timing, tflops
+from .bench import L2_MULTIPLE, Timing, tflops, with_baseline
 from .suite_cases import Case
 from .suite_rows import RunEnv, failed_row, problem_groups, suite_row, why
 from .verify import tolerance
@@ -113,7 +113,7 @@ def torch_row(case: Case, timing: Timing, base: Timing, err: float, base_err: fl
            "time_ms": round(timing.median * 1e3, 5), "p20_ms": round(timing.p20 * 1e3, 5),
            "p80_ms": round(timing.p80 * 1e3, 5), "reps": timing.reps,
            "cublas_time_ms": round(base.median * 1e3, 5)}
-    return suite_row(case, row, **extra)
+    return suite_row(case, with_baseline(row, "F.linear"), **extra)
 
 
 def _error(fn, x, w, torch) -> float:

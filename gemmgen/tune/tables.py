@@ -15,6 +15,7 @@ from math import exp, log
 from pathlib import Path
 
 from ..model.presets import PRESETS
+from .results import row_baseline
 
 REGION = re.compile(r"(<!-- gemmgen-table ([^\n]*?) -->\n)(.*?)(<!-- /gemmgen-table -->)", re.DOTALL)
 
@@ -79,7 +80,7 @@ def ladder(doc, o) -> tuple[list[str], list]:
     for kern, dt in dict.fromkeys((r["kernel"], r.get("dtype", "fp32")) for r in rows):
         body.append([kern, dt])
         for r in (cells.get((kern, dt, size), {}) for size in sizes):
-            pct, cub = r.get("pct_cublas"), r.get("cublas_tflops")
+            pct, cub = row_baseline(r, "pct"), row_baseline(r)
             pct = 100 * r["tflops"] / cub if pct is None and cub else pct
             body[-1] += [_num(r.get("tflops")), _num(cub), "-" if pct is None else f"{pct:.1f}%"]
     return _table(head, body), rows
@@ -90,10 +91,10 @@ def compare(doc, o) -> tuple[list[str], list]:
     ``extra=`` adds fields (``tile``, ``swap``, ``path``, ``rel_error``, ...)."""
     base, extra = "baseline" if doc.get("baseline") else "cuBLAS", o.get("extra", "").split(",")
     extra = [e for e in extra if e]
-    rows = [r for r in doc["rows"] if _keep(r, o) and r.get("cublas_tflops") and r.get("tflops")]
+    rows = [r for r in doc["rows"] if _keep(r, o) and row_baseline(r) and r.get("tflops")]
     body = []
     for r in rows:
-        drop, cub = {r.get("dtype"), f"{r['M']}x{r['N']}x{r['K']}"}, r["cublas_tflops"]
+        drop, cub = {r.get("dtype"), f"{r['M']}x{r['N']}x{r['K']}"}, row_baseline(r)
         label = " ".join(w for w in str(r["kernel"]).split() if w not in drop) or "gemmgen"
         tile = "{bm}x{bn}".format(**r["config"]) if r.get("config") else None
         body.append([_shape(r), r.get("dtype", "fp32"), label, _num(r["tflops"]), _num(cub),
@@ -114,16 +115,19 @@ def accuracy(doc, o) -> tuple[list[str], list]:
 
 
 def tune(doc, o) -> tuple[list[str], list]:
-    """Per tuning-database entry: candidates measured, the winner and its speed."""
+    """Per tuning-database entry: candidates measured, the winner and its speed beside the
+    entry's baseline (cuBLAS in entries made before baselines were named)."""
     body = []
     for e in doc["entries"].values():
-        c, cub = e["candidates"], e.get("cublas_tflops")
+        c, cub = e["candidates"], row_baseline(e)
         win = c.get(e.get("winner"), {}).get("tflops")
         body.append([_shape(e), e["dtype"], e.get("family", "-"),
                      f"{sum(x.get('status') == 'ok' for x in c.values())} of {len(c)}",
                      f"`{e.get('winner')}`", _num(win), _num(cub),
                      f"{100 * win / cub:.1f}%" if cub and win else "-"])
-    head = ["shape", "dtype", "family", "ok", "winner", "TFLOP/s", "cuBLAS TFLOP/s", "% of cuBLAS"]
+    base = "baseline" if any(e.get("baseline") for e in doc["entries"].values()) else "cuBLAS"
+    head = ["shape", "dtype", "family", "ok", "winner", "TFLOP/s", f"{base} TFLOP/s",
+            f"% of {base}"]
     return _table(head, body), list(doc["entries"].values())
 
 
@@ -157,10 +161,10 @@ def summary(doc, o) -> tuple[list[str], list]:
     mean, least and greatest of TFLOP/s over the baseline's, as a ratio."""
     keys = o.get("by", "dtype,layout,mode").split(",")
     groups: dict[tuple, list] = {}
-    kept = [r for r in doc["rows"] if _keep(r, o) and r.get("cublas_tflops") and r["tflops"]]
+    kept = [r for r in doc["rows"] if _keep(r, o) and row_baseline(r) and r["tflops"]]
     for r in kept:
         groups.setdefault(tuple(r.get(k, "-") for k in keys), []).append(
-            r["tflops"] / r["cublas_tflops"])
+            r["tflops"] / row_baseline(r))
     body = [[*key, len(v), f"{exp(sum(map(log, v)) / len(v)):.3f}", f"{min(v):.2f}",
              f"{max(v):.2f}"] for key, v in groups.items()]
     head = [*keys, "rows", "geomean (x baseline)", "min", "max"]
