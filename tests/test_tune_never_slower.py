@@ -39,8 +39,17 @@ def test_shapes_span_the_models_and_token_counts(script, tmp_path):
 
 
 def _measured(rows, ms, ok=True):
+    """The run before tuning: gemmgen.torch.linear and F.linear."""
     return {f"{r['M']}x{r['N']}x{r['K']}": {"gemmgen_ms": ms(r), "flinear_ms": 1.0, "ok": ok,
                                             "gemmgen_rel_error": 3e-3} for r in rows}
+
+
+def _side_by_side(rows, before_ms, after_ms, ok=True):
+    """The run after tuning: gemm with the empty and the tuned database, interleaved."""
+    return {f"{r['M']}x{r['N']}x{r['K']}": {"before_ms": before_ms(r), "after_ms": after_ms(r),
+                                            "flinear_ms": 1.0, "ok": ok,
+                                            "before_rel_error": 3e-3, "after_rel_error": 3e-3}
+            for r in rows}
 
 
 @pytest.mark.parametrize("slow, status", [(1.0, 0), (1.02, 2)])
@@ -48,11 +57,11 @@ def test_run_writes_the_results_and_judges_the_bar(script, tmp_path, monkeypatch
                                                    slow, status):
     rows = script.shapes()
     worst = rows[5]
-    before = _measured(rows, lambda r: 2.0)
-    after = _measured(rows, lambda r: 2.0 * slow if r is worst else 1.5)
+    before = _measured(rows, lambda r: 9.0)  # the op's own run: not what the ratio uses
+    after = _side_by_side(rows, lambda r: 2.0, lambda r: 2.0 * slow if r is worst else 1.5)
     runs = iter([(before, {"exit": 0}), (after, {"exit": 0})])
     monkeypatch.setattr(script, "_preflight", lambda: "NVIDIA H100 80GB HBM3")
-    monkeypatch.setattr(script, "_timing", lambda db, work, name, timeout: next(runs))
+    monkeypatch.setattr(script, "_timing", lambda db, work, name, timeout, *a: next(runs))
     monkeypatch.setattr(script, "_tune", lambda db, work, args: {"exit": 0, "entries": {}})
     assert script.main(["--out", str(tmp_path)]) == status
     doc = json.loads((tmp_path / "tune_never_slower_NVIDIA_H100_80GB_HBM3.json").read_text())
@@ -72,7 +81,7 @@ def test_a_failed_run_fails_loudly(script, tmp_path, monkeypatch, capsys):
     before = _measured(rows, lambda r: 2.0)
     runs = iter([(before, {"exit": 0}), ({}, {"exit": 1, "error": "timing run after failed"})])
     monkeypatch.setattr(script, "_preflight", lambda: "G")
-    monkeypatch.setattr(script, "_timing", lambda db, work, name, timeout: next(runs))
+    monkeypatch.setattr(script, "_timing", lambda db, work, name, timeout, *a: next(runs))
     monkeypatch.setattr(script, "_tune", lambda db, work, args: {"exit": 0})
     assert script.main(["--out", str(tmp_path)]) == 1
     doc = json.loads((tmp_path / "tune_never_slower_G.json").read_text())

@@ -1,9 +1,10 @@
-"""The timing run of ``tune_never_slower.py`` (a child process of it, one per tuning database,
-as gemm reads the database once per process): gemmgen.torch.linear and F.linear on each of its
-shapes, graph-captured, CUDA events, median per call, inputs rotated over 3x L2, each output
-checked against float64.
+"""The timing runs of ``tune_never_slower.py`` (child processes of it): gemmgen.torch.linear and
+F.linear on each of its shapes before tuning; after tuning, gemmgen.gemm with the empty and
+with the tuned database and F.linear, interleaved in one process. Graph-captured, CUDA events,
+median per call, inputs rotated over 3x L2, each output checked against float64.
 
     GEMMGEN_TUNE_DB=DB python3 tune_never_slower_timing.py --db DB --out FILE.json
+        [--before-db EMPTY]
 """
 from __future__ import annotations
 
@@ -54,6 +55,89 @@ def _time_graph(fn, xs, ws, min_reps: int = 20, target_s: float = 0.1) -> tuple:
     first = keep[0].clone()
     del keep, graph
     return times[len(times) // 2] / len(xs), first
+
+
+def _time_interleaved(fns: dict, xs, ws, min_reps: int = 30, target_s: float = 0.3) -> dict:
+    """{name: (median ms per call, the graph's output for the first set)} of several
+    ``fn(x, w)``, each captured in its own CUDA graph (a call per input set), the graphs replayed
+    in turn (A, B, C, A, B, C, ...), a CUDA event pair around each replay: clock and power drift
+    between the runs falls on all of them alike."""
+    import torch
+    graphs, outs = {}, {}
+    for name, fn in fns.items():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up (plans, builds) off the capture
+            for x, w in zip(xs, ws):
+                fn(x, w)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graphs[name] = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graphs[name]):
+            outs[name] = [fn(x, w) for x, w in zip(xs, ws)]
+        graphs[name].replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for g in graphs.values():
+        g.replay()
+    end.record()
+    end.synchronize()
+    per = max(start.elapsed_time(end) / 1e3, 1e-6)  # seconds per round
+    reps = max(min_reps, min(600, int(target_s / per)))
+    events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                     for _ in range(reps)] for name in graphs}
+    for i in range(reps):
+        for name, g in graphs.items():
+            s_, e_ = events[name][i]
+            s_.record()
+            g.replay()
+            e_.record()
+    torch.cuda.synchronize()
+    out = {}
+    for name in graphs:
+        times = sorted(s_.elapsed_time(e_) for s_, e_ in events[name])
+        out[name] = (times[len(times) // 2] / len(xs), outs[name][0].clone())
+    del graphs, outs
+    return out
+
+
+def _time_before_and_after(r: dict, l2: int, before_db: str, after_db: str) -> dict:
+    """gemmgen.gemm with the empty and with the tuned database, and F.linear, on one shape in
+    one process, interleaved (``_time_interleaved``): median ms, errors, the kernels run."""
+    import torch
+    import torch.nn.functional as F
+
+    import gemmgen
+    from gemmgen.runtime.api import chosen_choice
+    m, n, k = r["M"], r["N"], r["K"]
+    sets = max(1, min(16, -(-3 * l2 // (2 * (m * k + n * k + m * n)))))
+    gen = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
+    xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+          for _ in range(sets)]
+    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+          for _ in range(sets)]
+
+    def gemm(db):
+        return lambda x, w: gemmgen.gemm(x, w.t(), db=db,
+                                         stream=torch.cuda.current_stream().cuda_stream)
+    got = _time_interleaved({"before": gemm(before_db), "after": gemm(after_db),
+                             "flinear": F.linear}, xs, ws)
+    res = {"sets": sets}
+    for name, db in (("before", before_db), ("after", after_db)):
+        found = chosen_choice(xs[0], ws[0].t(), db=db)
+        res[f"{name}_kernel"] = None if found is None else {
+            "name": found[1].config.name, "how": found[1].how, "swap": found[1].swap}
+    for name in ("before", "after", "flinear"):
+        res[f"{name}_ms"] = got[name][0]
+        res[f"{name}_rel_error"] = _rel_error(got[name][1], xs[0], ws[0])
+    worst = max(res["before_rel_error"], res["after_rel_error"])
+    res["ok"] = worst <= TOLERANCE  # NaN fails too
+    if not res["ok"]:
+        res["error"] = f"gemmgen rel error {worst:.2e} > {TOLERANCE}"
+    del xs, ws
+    torch.cuda.empty_cache()
+    return res
 
 
 def _rel_error(out, x, w) -> float:
@@ -114,8 +198,10 @@ def _time_one(r: dict, l2: int) -> dict:
     return res
 
 
-def time_phase(db: str, out: str) -> int:
-    """The timing run (a child process, $GEMMGEN_TUNE_DB = ``db``): every shape, into ``out``."""
+def time_phase(db: str, out: str, before_db: str | None = None) -> int:
+    """The timing run (a child process, $GEMMGEN_TUNE_DB = ``db``): every shape, into ``out``;
+    with ``before_db``, gemmgen.gemm with it and with ``db`` side by side
+    (``_time_before_and_after``) instead of gemmgen.torch.linear."""
     import torch
     if os.environ.get("GEMMGEN_TUNE_DB") != db:
         raise SystemExit("time phase: GEMMGEN_TUNE_DB must name the database")
@@ -130,11 +216,13 @@ def time_phase(db: str, out: str) -> int:
         if key in results:
             continue
         try:
-            results[key] = _time_one(r, l2)
+            results[key] = (_time_before_and_after(r, l2, before_db, db) if before_db
+                            else _time_one(r, l2))
         except Exception as exc:  # noqa: BLE001 - recorded; the parent fails loudly
             results[key] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
-        print(f"  {key}: {results[key].get('gemmgen_ms')} ms "
-              f"({results[key].get('kernel')})", flush=True)
+        got = results[key]
+        print(f"  {key}: {got.get('gemmgen_ms') or (got.get('before_ms'), got.get('after_ms'))}"
+              f" ms ({got.get('kernel') or got.get('after_kernel')})", flush=True)
     write_json(Path(out), {"gpu": torch.cuda.get_device_name(0), "shapes": results,
                            "launcher": launcher.loaded(), "launcher_why_not": launcher.why_not(),
                            "seconds": round(time.monotonic() - t0, 1)})
@@ -145,8 +233,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", required=True, help="the tuning database ($GEMMGEN_TUNE_DB too)")
     ap.add_argument("--out", required=True, help="the measurements' JSON file")
+    ap.add_argument("--before-db", help="time gemm with this database and with --db, "
+                                        "interleaved in this one run")
     args = ap.parse_args(argv)
-    return time_phase(args.db, args.out)
+    return time_phase(args.db, args.out, args.before_db)
 
 
 if __name__ == "__main__":
