@@ -158,3 +158,29 @@ def test_a_buffer_is_freed_with_its_pool(fake):
     held = weakref.ref(ws._POOLS[0][ws.pool_key(0, 0x5000, None)])
     ws.clear()
     assert held() is None and len(fake.freed) == 1
+
+
+def test_a_buffer_in_flight_is_not_freed_by_another_thread_growing_it(fake):
+    """Thread A holds its lease (its launches are being queued) while thread B, on the same
+    stream, needs a larger buffer for the same slot: B waits, so A's address is never freed
+    before A has queued its launches."""
+    entered, done = threading.Event(), []
+    with ws.leased(0, None, (SPLIT,)) as (a,):
+        def grow():
+            entered.set()
+            done.append(ws.addresses(0, None, (Workspace("split-K", 1 << 20),)))
+        t = threading.Thread(target=grow)
+        t.start()
+        entered.wait(5)
+        t.join(0.3)
+        assert t.is_alive() and a not in fake.freed, "B must wait for A's lease"
+    t.join(5)
+    assert done and done[0][0] != a and a in fake.freed, "then B replaces it"
+
+
+def test_the_bound_leaves_a_leased_pool_alone(fake, monkeypatch):
+    monkeypatch.setattr(ws, "LIMIT", 1)
+    with ws.leased(0, 0x5000, (SPLIT,)) as (a,):
+        ws.addresses(0, 0x6000, (SPLIT,))
+        ws.addresses(0, 0x7000, (SPLIT,))
+        assert a not in fake.freed

@@ -141,8 +141,13 @@ class Recipe:
         """Patch in the operands' addresses ``ptrs`` (by operand index) and the workspaces of
         the raw stream handle ``stream`` (``gemmgen.runtime.workspaces``), and launch on it;
         the current context must be ``device``'s."""
-        work = workspaces.addresses(self.device, stream, self.workspaces) \
-            if self.workspaces and self.launches else ()
+        if not (self.workspaces and self.launches):
+            self._launch(ptrs, (), stream)
+            return
+        with workspaces.leased(self.device, stream, self.workspaces) as work:
+            self._launch(ptrs, work, stream)  # queued before another thread may free them
+
+    def _launch(self, ptrs: tuple[int, ...], work: tuple[int, ...], stream) -> None:
         for ln in self.launches:
             params = ln.params
             if ln.patches:

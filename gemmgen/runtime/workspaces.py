@@ -32,6 +32,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from . import driver
@@ -81,6 +82,9 @@ class Pool:
         self.device, self.stream, self.thread, self.capture = key
         self.buffers: dict[tuple[str, bool], driver.DeviceBuffer] = {}
         self.kept: list[driver.DeviceBuffer] = []  # replaced during capture: graphs use them
+        self.lock = threading.Lock()  # held from handing out addresses until the launches
+        # are queued: no other thread replaces (frees) a buffer whose address is in flight
+        self.leases = 0  # threads holding or waiting for ``lock`` (changed under _LOCK)
 
     def address(self, slot: Workspace, stream) -> int:
         """The address of a buffer for ``slot``, allocated (and zeroed on ``stream``) or
@@ -113,9 +117,12 @@ def _drained(pool: Pool, stream) -> bool:
     return True
 
 
-def addresses(device: int, stream, slots: tuple[Workspace, ...]) -> tuple[int, ...]:
+@contextmanager
+def leased(device: int, stream, slots: tuple[Workspace, ...]):
     """The address of each of ``slots`` for launches on the raw stream handle ``stream`` of
-    ``device`` (from that stream's pool; see the module's notes). Thread-safe."""
+    ``device`` (from that stream's pool; see the module's notes), held for the ``with`` block:
+    queue the launches that use them inside it. Until the block ends, no other thread can
+    replace (and free) those buffers, nor can the bound drop their pool. Thread-safe."""
     capture = None if stream in LEGACY else driver.capture_id(stream)
     key = pool_key(device, stream, capture)
     with _LOCK:
@@ -128,13 +135,27 @@ def addresses(device: int, stream, slots: tuple[Workspace, ...]) -> tuple[int, .
                 pool = pools[key] = Pool(key)
                 _bound(pools, key)
             pools.move_to_end(key)
-        return tuple(pool.address(s, stream) for s in slots)
+        pool.leases += 1  # the bound leaves a leased pool alone
+    try:
+        with pool.lock:
+            yield tuple(pool.address(s, stream) for s in slots)
+    finally:
+        with _LOCK:
+            pool.leases -= 1
+
+
+def addresses(device: int, stream, slots: tuple[Workspace, ...]) -> tuple[int, ...]:
+    """The addresses ``leased`` gives, released at once: only for a caller that queues no
+    launch with them while another thread may use the same stream (tests, tools)."""
+    with leased(device, stream, slots) as work:
+        return work
 
 
 def _bound(pools: OrderedDict, fresh: tuple) -> None:
     """Drop least recently used pools past ``LIMIT`` (not ``fresh``, not one whose stream is
-    capturing or is another thread's per-thread default stream), each after synchronizing
-    its stream; one the driver will not synchronize now stays."""
+    capturing or is another thread's per-thread default stream, not one a thread holds
+    leased), each after synchronizing its stream; one the driver will not synchronize now
+    stays. Called with ``_LOCK`` held."""
     for key in list(pools):
         if len(pools) <= LIMIT:
             return
@@ -143,6 +164,8 @@ def _bound(pools: OrderedDict, fresh: tuple) -> None:
             continue
         if pool.stream not in LEGACY and driver.capture_id(pool.stream) is not None:
             continue
+        if pool.leases:
+            continue  # a thread is queueing launches with its buffers
         if _drained(pool, pool.stream):
             with driver.on_device(pool.device), driver.relaxed_capture():
                 del pools[key], pool  # its buffers are freed here
