@@ -260,17 +260,22 @@ Table& table() {
 // (the caching allocator reuses the old block only for later work of the same stream, so
 // releasing it is safe). The legacy default stream (handle 0) is one pool, the per-thread
 // default stream (2) one per thread. A stream under CUDA-graph capture gets a pool per capture
-// (its buffers come from the graph's private memory pool and stay with the graph). Past
-// kPoolLimit pools on a device the least recently used one is released.
+// (its buffers come from the graph's private memory pool and stay with the graph: a capture's
+// pool is never released). Past kPoolLimit pools on a device outside capture the least
+// recently used one is released. A caller keeps the buffers' handles until its launches are
+// queued (``run``), so a buffer another thread replaces is released only after them.
 class Pools {
 public:
-    std::vector<uint64_t> addresses(const c10::Device& device, void* stream,
+    // The buffers of ``slots`` for launches on ``stream``: handles the caller keeps until its
+    // launches are queued, so that another thread replacing a buffer (a larger slot on the
+    // same stream) cannot hand the old memory to a new tensor while a launch still needs it.
+    std::vector<at::Tensor> buffers(const c10::Device& device, void* stream,
                                     const std::vector<Slot>& slots) {
         const Key key = key_of(device, stream);
         std::lock_guard<std::mutex> lock(mutex_);
         Pool& pool = pools_[key];
         pool.used = ++tick_;
-        std::vector<uint64_t> out;
+        std::vector<at::Tensor> out;
         out.reserve(slots.size());
         for (size_t i = 0; i < slots.size(); ++i) {
             at::Tensor& buf = pool.buffers[{static_cast<uint32_t>(i), slots[i].zero}];
@@ -279,7 +284,7 @@ public:
                 buf = at::empty({want}, at::TensorOptions().dtype(at::kByte).device(device));
                 if (slots[i].zero) buf.zero_();
             }
-            out.push_back(reinterpret_cast<uint64_t>(buf.data_ptr()));
+            out.push_back(buf);
         }
         bound(key);
         return out;
@@ -320,11 +325,13 @@ private:
 
     void bound(const Key& fresh) {  // with mutex_ held
         size_t on_device = 0;
-        for (const auto& kv : pools_) on_device += std::get<0>(kv.first) == std::get<0>(fresh);
+        for (const auto& kv : pools_)  // a capture's pool is kept and not counted
+            on_device += std::get<0>(kv.first) == std::get<0>(fresh) && !std::get<3>(kv.first);
         while (on_device > kPoolLimit) {
             auto oldest = pools_.end();
             for (auto it = pools_.begin(); it != pools_.end(); ++it) {
                 if (std::get<0>(it->first) != std::get<0>(fresh) || it->first == fresh) continue;
+                if (std::get<3>(it->first)) continue;  // a capture's: its graph keeps using it
                 if (oldest == pools_.end() || it->second.used < oldest->second.used) oldest = it;
             }
             if (oldest == pools_.end()) return;
@@ -349,8 +356,10 @@ Pools& pools() {
 // must be current: the caller's DeviceGuard).
 void run(const Recipe& recipe, const uint64_t* ptrs, const c10::Device& device, void* stream) {
     alignas(128) static thread_local uint8_t block[4096];
+    std::vector<at::Tensor> held;  // released after the launches are queued (stream-ordered)
     std::vector<uint64_t> work;
-    if (!recipe.slots.empty()) work = pools().addresses(device, stream, recipe.slots);
+    if (!recipe.slots.empty()) held = pools().buffers(device, stream, recipe.slots);
+    for (const auto& t : held) work.push_back(reinterpret_cast<uint64_t>(t.data_ptr()));
     for (const auto& ln : recipe.launches) {
         TORCH_CHECK(ln.params.size() <= sizeof(block), "gemmgen launcher: parameter block too large");
         std::memcpy(block, ln.params.data(), ln.params.size());
