@@ -2,6 +2,7 @@
 stream)``: checked here without a GPU, the FP8 kernels' launch replaced by its NumPy
 equivalent (D = scale_a * scale_b * A @ B + bias), so what is tested is the mapping of alpha,
 beta, K = 0 and batches onto it."""
+import contextlib
 import inspect
 
 import numpy as np
@@ -114,3 +115,40 @@ def test_numpy_tree_operands_are_packed_in_the_layout_the_kernel_reads():
     got = packed_tree_operands(cfg, {"R": R, "col_scale": np.ones(4, np.float32)[::1]})
     assert got["R"].flags.f_contiguous and np.array_equal(got["R"], R)
     assert got["col_scale"].flags.c_contiguous
+
+
+def test_device_operands_prepare_and_add_c_on_the_kernels_stream(monkeypatch):
+    """The copy of C (beta != 0), the alpha-scaled scale_a and the second pass are made on
+    the stream the kernel runs on, not on the library's current stream."""
+    torch = pytest.importorskip("torch")
+    state, seen = {"on": None}, []
+
+    @contextlib.contextmanager
+    def on_stream(s):
+        state["on"] = s
+        yield
+        state["on"] = None
+    monkeypatch.setattr(torch.cuda, "stream", on_stream)
+    monkeypatch.setattr(torch.cuda, "ExternalStream", lambda handle, device=None: handle)
+    real_f32 = fp8_blas._f32
+
+    def f32(x, copy=False):
+        seen.append(("copy" if copy else "read", state["on"]))
+        return real_f32(x, copy)
+    monkeypatch.setattr(fp8_blas, "_f32", f32)
+
+    def launch(kernel, A, B, scale_a, scale_b, D, bias=None, stream=None):
+        seen.append(("launch", state["on"], float(scale_a)))
+        D.copy_((A.float() @ B.float()) * scale_a)
+        return D
+    monkeypatch.setattr(fp8_blas, "launch_fp8", launch)
+    A = torch.randn(4, 8).to(torch.float8_e4m3fn)
+    B = torch.randn(8, 3).to(torch.float8_e4m3fn)
+    C = torch.randn(4, 3)
+    C0 = C.clone()
+    fp8_blas.call_fp8(FakeFp8(), A, B, C, alpha=2.0, beta=0.5, stream=0x77,
+                      scale_a=torch.tensor([1.5]))
+    assert seen[0] == ("copy", 0x77) and seen[1] == ("launch", None, 3.0)
+    assert all(on == 0x77 for what, on, *_ in seen[2:]), seen
+    want = 3.0 * (A.float() @ B.float()) + 0.5 * C0
+    assert torch.allclose(C, want, rtol=1e-5, atol=1e-5)

@@ -42,8 +42,9 @@ def call_fp8(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bia
         return _batched(kernel, A, B, C, alpha, beta, bias, stream, scale_a, scale_b)
     if alpha == 0 or A.shape[-1] == 0:
         return _no_product(kernel, A, B, C, beta, bias, stream)
-    scale_a = scale_a * alpha if alpha != 1.0 else scale_a
-    old = _f32(C, copy=True) if beta != 0 else None
+    with _on(stream, A):  # made on the stream the kernel reads them on
+        scale_a = scale_a * alpha if alpha != 1.0 else scale_a
+        old = _f32(C, copy=True) if beta != 0 else None
     out = launch_fp8(kernel, A, B, scale_a, scale_b, C, bias=bias, stream=stream)
     if beta != 0:
         with _on(stream, out):
@@ -133,16 +134,20 @@ def _empty_like(template, shape, dtype: str):
 
 
 def _on(stream, like):
-    """A context running ``like``'s library on ``stream`` (a raw handle or a library stream);
-    NumPy and no stream: nothing to do."""
+    """A context running ``like``'s library on ``stream`` (a raw handle or a library stream;
+    None: the legacy default stream, which the kernels launch on then), so that its work is
+    ordered with the kernel's; NumPy: nothing to do."""
     handle = driver.stream_handle(stream)
-    if handle is None or _lib(like) == "numpy":
+    lib = _lib(like)
+    if lib == "numpy":
         return nullcontext()
-    if _lib(like) == "torch":
+    if lib == "torch":
         import torch
-        return torch.cuda.stream(torch.cuda.ExternalStream(handle, device=like.device))
+        s = (torch.cuda.default_stream(like.device) if handle is None
+             else torch.cuda.ExternalStream(handle, device=like.device))
+        return torch.cuda.stream(s)
     import cupy
-    return cupy.cuda.ExternalStream(handle)
+    return cupy.cuda.Stream.null if handle is None else cupy.cuda.ExternalStream(handle)
 
 
 __all__ = ["call_fp8"]
