@@ -135,3 +135,38 @@ def test_tune_cli_exits_0_where_the_default_stands(tmp_path, monkeypatch):
                                     "--db", str(tmp_path / "db.json")])
     assert out.exit_code == 0, out.output
     assert "the default stands (200.0 TFLOP/s" in out.output and "(default)" in out.output
+
+
+def test_recording_and_merging_keep_the_margin_over_the_default(tmp_path):
+    """Every place that sets a winner settles it against the default: recording a candidate,
+    and merging on save what another process recorded."""
+    path = tmp_path / "db.json"
+    k = tunedb.key("FakeGPU", "bf16", *SHAPE, "rcr", "wgmma")
+    ours, theirs = tunedb.TuneDB(path), tunedb.TuneDB(path)
+    for db in (ours, theirs):
+        db.entry(k, default="d")
+    ours.record(k, "d", {"status": "ok", "tflops": 100.0})
+    ours.record(k, "a", {"status": "ok", "tflops": 102.0})  # 2%: the default stands
+    assert ours.entries[k]["winner"] is None and ours.entries[k]["default_stands"]
+    theirs.entry(k, default="d")
+    theirs.record(k, "b", {"status": "ok", "tflops": 102.5})  # merged with ours on save
+    merged = tunedb.TuneDB(path).entries[k]
+    assert set(merged["candidates"]) == {"d", "a", "b"}
+    assert merged["winner"] is None and merged["default_stands"]
+
+
+def test_a_default_that_stands_in_rrr_keeps_other_layouts_off_the_database(tmp_path):
+    """A layout with no entry of its own falls back to the rrr entry; where that entry says
+    the default stands, no nearer rrr winner is taken instead."""
+    from gemmgen.model.presets import PRESETS
+    db = tunedb.TuneDB(tmp_path / "db.json")
+    near = PRESETS["wgmma_bf16"].config  # rrr
+    k_near = tunedb.key("FakeGPU", "bf16", 16, 4096, 4608, "rrr", "wgmma")
+    db.entry(k_near)
+    db.record(k_near, near.name, {"status": "ok", "tflops": 9.0, "swap": False,
+                                  "config": near.as_dict()})
+    assert decide(db, "FakeGPU", "bf16", *SHAPE, 90, "rcr").how == "nearest"
+    db.entry(tunedb.key("FakeGPU", "bf16", *SHAPE, "rrr", "wgmma"), default_stands=True,
+             default="x")
+    got = decide(db, "FakeGPU", "bf16", *SHAPE, 90, "rcr")
+    assert got.how.startswith("default")

@@ -53,7 +53,8 @@ def choose(db: TuneDB | None, gpu: str, dtype: str, m: int, n: int, k: int,
     if db is not None and default_stands(db, gpu, dtype, m, n, k, layout, names):
         db = None
     row, how = db.lookup(gpu, dtype, m, n, k, layout, names) if db is not None else (None, None)
-    if row is None and db is not None and layout != "rrr":
+    if row is None and db is not None and layout != "rrr" and not default_stands(
+            db, gpu, dtype, m, n, k, "rrr", names):
         row, how = db.lookup(gpu, dtype, m, n, k, "rrr", names)  # re-laid out below
     if row is None and table:
         row = shipped.lookup(gpu, dtype, m, n, k, layout, names)

@@ -138,6 +138,39 @@ def parse_key(k: str) -> tuple[str, str, str, tuple[int, int, int], str | None]:
     return parts[0], parts[1], parts[2], shape, parts[4] if len(parts) > 4 else None
 
 
+MARGIN = 1.03
+"""A measured candidate replaces an entry's default only when its TFLOP/s are at least this
+multiple of the default's in the same run (a config timed twice in one run differs by up to
+3%)."""
+
+
+def settle(entry: dict, margin: float = MARGIN) -> str | None:
+    """Choose ``entry``'s winner: the one rule for every place that sets it (recording,
+    merging on save, the tuner). With a default (the candidate named by ``entry["default"]``,
+    what gemm runs without the database): the fastest verified candidate where it is at least
+    ``margin`` times as fast as the default, else None with ``default_stands`` true; records
+    ``default_tflops``, ``default_time_ms`` and ``margin``. Without a ``default`` field, or
+    where the default was not measured ok: the fastest verified candidate. Ties go to the larger name. Returns
+    the winner."""
+    ok = {name: r for name, r in entry["candidates"].items()
+          if r.get("status") == "ok" and r.get("tflops")}
+    best = max(ok, key=lambda name: (ok[name]["tflops"], name)) if ok else None
+    if "default" not in entry:  # an entry of a tuner that had no default (older, FP8)
+        entry["winner"] = best
+        return best
+    base = ok.get(entry["default"] or "")
+    entry["margin"] = margin
+    entry["default_tflops"] = base["tflops"] if base else None
+    entry["default_time_ms"] = base.get("time_ms") if base else None
+    if base is None:
+        entry["winner"], entry["default_stands"] = best, False
+    elif best != entry["default"] and ok[best]["tflops"] >= margin * base["tflops"]:
+        entry["winner"], entry["default_stands"] = best, False
+    else:
+        entry["winner"], entry["default_stands"] = None, True
+    return entry["winner"]
+
+
 MAX_RATIO = 2.0
 """Nearest-shape limit: a tuned shape serves a problem only when each of M, N and K is within
 this factor of the tuned one's (compared as (x + 1) / (y + 1)); farther problems get no tuned
@@ -191,11 +224,9 @@ class TuneDB:
         self.save()
 
     def choose_winner(self, k: str) -> str | None:
-        """The fastest candidate whose status is ok (verified before timing); None if none."""
-        cands = self.entries[k]["candidates"]
-        ok = [(row["tflops"], name) for name, row in cands.items() if row.get("status") == "ok"]
-        self.entries[k]["winner"] = max(ok)[1] if ok else None
-        return self.entries[k]["winner"]
+        """Settle entry ``k``'s winner by ``settle`` (the tuner's margin over its default, where
+        the entry names one); returns it."""
+        return settle(self.entries[k])
 
     def save(self) -> None:
         """Write what this process changed since it opened or last saved the database into the
@@ -276,7 +307,7 @@ def _merge_entry(ours: dict, base: dict, theirs: dict) -> None:
     """Three-way merge of one entry into ``ours``: ``base`` is what this process last read or
     wrote, ``theirs`` what is on disk now. A candidate or field changed only there is taken
     from there, one changed here stays, one removed here stays removed; when candidates came
-    from there, the winner is chosen again (the fastest ok candidate)."""
+    from there, the winner is settled again (``settle``)."""
     mine, old = ours["candidates"], base.get("candidates", {})
     came = False
     for name, row in theirs["candidates"].items():
@@ -290,7 +321,6 @@ def _merge_entry(ours: dict, base: dict, theirs: dict) -> None:
         if f not in ("candidates", "winner") and ours.get(f) == base.get(f):
             ours[f] = v
     if came:
-        ok = [(row["tflops"], name) for name, row in mine.items() if row.get("status") == "ok"]
-        ours["winner"] = max(ok)[1] if ok else None
+        settle(ours)
     elif ours.get("winner") == base.get("winner") and theirs.get("winner") in mine:
         ours["winner"] = theirs["winner"]

@@ -15,11 +15,9 @@ from dataclasses import dataclass
 from ..heuristics import cost
 from ..heuristics.select import decide
 from ..heuristics.shapes import FLIP, MAX_STAGES
+from ..heuristics.tunedb import MARGIN, settle  # noqa: F401 - the tuner's names for them
 from ..model.presets import PRESETS
 
-MARGIN = 1.03
-"""A measured candidate replaces the default only when its TFLOP/s are at least this multiple
-of the default's in the same run (a config timed twice in one run differs by up to 3%)."""
 SPLITS = (1, 2, 4, 8)
 """Inline split-K factors tried around the default."""
 MAX_NEIGHBOURS = 10
@@ -130,25 +128,3 @@ def fit(cfg, swap: bool):
         if not trial.violations():
             return trial
     return None
-
-
-def settle(entry: dict, margin: float = MARGIN) -> str | None:
-    """Choose ``entry``'s winner against its default (the candidate named by
-    ``entry["default"]``): the fastest verified candidate where it is at least ``margin`` times
-    as fast as the default, else None with ``default_stands`` true. Records ``default_tflops``,
-    ``default_time_ms`` and ``margin``; an entry whose default was not measured ok keeps the
-    fastest verified candidate. Returns the winner."""
-    rows = entry["candidates"]
-    ok = {name: r for name, r in rows.items() if r.get("status") == "ok" and r.get("tflops")}
-    best = max(ok, key=lambda name: ok[name]["tflops"]) if ok else None
-    base = ok.get(entry.get("default") or "")
-    entry["margin"] = margin
-    entry["default_tflops"] = base["tflops"] if base else None
-    entry["default_time_ms"] = base.get("time_ms") if base else None
-    if base is None:
-        entry["winner"], entry["default_stands"] = best, False
-    elif best != entry["default"] and ok[best]["tflops"] >= margin * base["tflops"]:
-        entry["winner"], entry["default_stands"] = best, False
-    else:
-        entry["winner"], entry["default_stands"] = None, True
-    return entry["winner"]

@@ -18,7 +18,7 @@ from ..model.dtypes import stored_as
 from ..model.families import default_family, families_for, get_family
 from ..model.registers import spill_risk
 from ..model.space import DeviceLimits, enumerate_configs, predict, rank, select, unfit_reason
-from .default import Candidate, defaults, neighbours, settle
+from .default import Candidate, defaults, neighbours
 from .measure import worker_main
 
 
@@ -243,9 +243,7 @@ def tune(req: Request, db: tunedb.TuneDB, runner, *, compile_fn=compile_candidat
         cand, pred = todo[name]
         row.setdefault("config", cand.config.as_dict())
         row.setdefault("model", pred)
-        db.record(key, name, {**row, "swap": cand.swap, "role": cand.role})
-        settle(db.entries[key])
-        db.save()
+        db.record(key, name, {**row, "swap": cand.swap, "role": cand.role})  # settles, saves
         stats["measured_now"] += 1
         if progress:
             progress(1)
