@@ -22,42 +22,12 @@ from tune_never_slower import TOLERANCE, shapes, write_json  # noqa: E402
 
 def _time_graph(fn, xs, ws, min_reps: int = 20, target_s: float = 0.1) -> tuple:
     """(median milliseconds per call of ``fn(x, w)``, the graph's output for the first set):
-    one CUDA graph of a call per input set, replayed; a CUDA event pair around each replay."""
-    import torch
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up (plans, builds) off the capture
-        for x, w in zip(xs, ws):
-            fn(x, w)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        keep = [fn(x, w) for x, w in zip(xs, ws)]
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(3):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    per = max(start.elapsed_time(end) / 3e3, 1e-6)
-    reps = max(min_reps, min(1000, int(target_s / per)))
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(reps)]
-    for s, e in events:
-        s.record()
-        graph.replay()
-        e.record()
-    torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) for s, e in events)
-    first = keep[0].clone()
-    del keep, graph
-    return times[len(times) // 2] / len(xs), first
+    ``_time_interleaved`` of the one function."""
+    return _time_interleaved({"fn": fn}, xs, ws, min_reps, target_s, max_reps=1000)["fn"]
 
 
-def _time_interleaved(fns: dict, xs, ws, min_reps: int = 30, target_s: float = 0.3) -> dict:
+def _time_interleaved(fns: dict, xs, ws, min_reps: int = 30, target_s: float = 0.3,
+                      max_reps: int = 600) -> dict:
     """{name: (median ms per call, the graph's output for the first set)} of several
     ``fn(x, w)``, each captured in its own CUDA graph (a call per input set), the graphs replayed
     in turn (A, B, C, A, B, C, ...), a CUDA event pair around each replay: clock and power drift
@@ -84,7 +54,7 @@ def _time_interleaved(fns: dict, xs, ws, min_reps: int = 30, target_s: float = 0
     end.record()
     end.synchronize()
     per = max(start.elapsed_time(end) / 1e3, 1e-6)  # seconds per round
-    reps = max(min_reps, min(600, int(target_s / per)))
+    reps = max(min_reps, min(max_reps, int(target_s / per)))
     events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                      for _ in range(reps)] for name in graphs}
     for i in range(reps):
@@ -110,13 +80,7 @@ def _time_before_and_after(r: dict, l2: int, before_db: str, after_db: str) -> d
 
     import gemmgen
     from gemmgen.runtime.api import chosen_choice
-    m, n, k = r["M"], r["N"], r["K"]
-    sets = max(1, min(16, -(-3 * l2 // (2 * (m * k + n * k + m * n)))))
-    gen = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
-    xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-          for _ in range(sets)]
-    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-          for _ in range(sets)]
+    sets, xs, ws = _operands(r, l2)
 
     def gemm(db):
         return lambda x, w: gemmgen.gemm(x, w.t(), db=db,
@@ -138,6 +102,20 @@ def _time_before_and_after(r: dict, l2: int, before_db: str, after_db: str) -> d
     del xs, ws
     torch.cuda.empty_cache()
     return res
+
+
+def _operands(r: dict, l2: int) -> tuple:
+    """(sets, xs, ws): random normal bf16 x (M x K) and W (N x K), as many sets as span 3x
+    the L2 of ``l2`` bytes (at most 16), seeded by the shape."""
+    import torch
+    m, n, k = r["M"], r["N"], r["K"]
+    sets = max(1, min(16, -(-3 * l2 // (2 * (m * k + n * k + m * n)))))
+    gen = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
+    xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+          for _ in range(sets)]
+    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+          for _ in range(sets)]
+    return sets, xs, ws
 
 
 def _rel_error(out, x, w) -> float:
@@ -170,13 +148,7 @@ def _time_one(r: dict, l2: int) -> dict:
 
     import gemmgen.torch as gt
     from gemmgen.runtime.api import chosen_choice
-    m, n, k = r["M"], r["N"], r["K"]
-    sets = max(1, min(16, -(-3 * l2 // (2 * (m * k + n * k + m * n)))))
-    gen = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
-    xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-          for _ in range(sets)]
-    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-          for _ in range(sets)]
+    sets, xs, ws = _operands(r, l2)
     res = {"sets": sets}
     res["gemmgen_rel_error"] = _rel_error(gt.linear(xs[0], ws[0]), xs[0], ws[0])
     res["flinear_rel_error"] = _rel_error(F.linear(xs[0], ws[0]), xs[0], ws[0])
