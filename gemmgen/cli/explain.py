@@ -6,14 +6,14 @@ from __future__ import annotations
 import click
 
 from ..heuristics.explain import explain as explain_text
-from ..heuristics.grouped import explain_grouped, row_counts
+from ..heuristics.grouped import explain_grouped
 from ..heuristics.select import tight_lds
 from ..model.config import EPILOGUES, LAYOUTS
 from ..model.dtypes import FP8_DTYPES
 from ..tune.suite_cases import SCALINGS
 from .fp8 import DTYPE_CHOICES
 from .main import main
-from .tune import EXTENT, _group_options, _open_db, check_scoped
+from .tune import EXTENT, _group_options, _open_db, check_grouped, check_scoped
 
 
 @main.command()
@@ -94,12 +94,7 @@ def _leading_dims(layout: str, m: int, n: int, k: int, given: tuple) -> tuple:
 
 def _explain_grouped(ctx, m, n, k, dtype, layout, groups, grouping, dist) -> None:
     """``explain --groups``: the grouped kernel for M rows (or K, K-grouped) over ``groups``."""
-    if dtype not in ("fp16", "bf16"):
-        raise click.BadParameter("grouped kernels take fp16 or bf16", param_hint="--dtype")
-    try:
-        row_counts(dist, 8, 2)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--dist") from None
+    check_grouped(dtype, dist)
     given = ctx.get_parameter_source("layout") is click.core.ParameterSource.COMMANDLINE
     try:
         click.echo(explain_grouped(dtype, groups, m, n, k, dist, grouping,

@@ -307,14 +307,20 @@ def _stored(db, req) -> dict:
     raise click.ClickException(f"nothing tuned for {req.dtype} {req.m}x{req.n}x{req.k} in {db.path}")
 
 
-def _tune_grouped(m, n, k, dtype, layout, budget, max_configs, groups, grouping, dist) -> None:
-    """``tune --groups``: every grouped configuration on one distribution, on this GPU."""
+def check_grouped(dtype: str, dist: str) -> None:
+    """The arguments every grouped command checks: an fp16 or bf16 dtype and a distribution
+    it can draw; BadParameter naming the option otherwise."""
     if dtype not in ("fp16", "bf16"):
         raise click.BadParameter("grouped kernels take fp16 or bf16", param_hint="--dtype")
     try:
         row_counts(dist, 8, 2)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--dist") from None
+
+
+def _tune_grouped(m, n, k, dtype, layout, budget, max_configs, groups, grouping, dist) -> None:
+    """``tune --groups``: every grouped configuration on one distribution, on this GPU."""
+    check_grouped(dtype, dist)
     source = click.get_current_context().get_parameter_source("layout")
     if source is not click.core.ParameterSource.COMMANDLINE:
         layout = None  # the grouping's own: rcr (forward) or crr (wgrad)
