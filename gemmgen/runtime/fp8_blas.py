@@ -23,6 +23,7 @@ import numpy as np
 from ..model.dtypes import numpy_dtype
 from . import driver
 from .fp8_launch import launch_fp8
+from .launch import allocator
 from .operands import OperandError, check_scalars
 
 
@@ -57,7 +58,7 @@ def _batched(kernel, A, B, C, alpha, beta, bias, stream, scale_a, scale_b):
     if C is None:
         if _lib(A) != "numpy":
             raise OperandError("pass C for a batch of FP8 device operands (one D per matrix)")
-        C = np.empty((A.shape[0], A.shape[1], B.shape[-1]), numpy_dtype(kernel.config.out))
+        C = _empty_like(A, (A.shape[0], A.shape[1], B.shape[-1]), kernel.config.out)
     for i in range(A.shape[0]):
         b = B[i] if getattr(B, "ndim", 2) == 3 else B
         call_fp8(kernel, A[i], b, C[i], alpha=alpha, beta=beta, bias=bias, stream=stream,
@@ -125,12 +126,10 @@ def _store(dst, value) -> None:
 
 
 def _empty_like(template, shape, dtype: str):
-    lib = _lib(template)
-    if lib == "torch":
-        import torch
-        torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(dtype, torch.float32)
-        return torch.empty(shape, dtype=torch_dtype, device=template.device)
-    return _module(template).empty(shape, numpy_dtype(dtype))
+    """A new array of ``template``'s library and device (``launch.allocator``; NumPy too)."""
+    if _lib(template) == "numpy":
+        return np.empty(shape, numpy_dtype(dtype))
+    return allocator(template, shape, dtype, False)()
 
 
 def _on(stream, like):
