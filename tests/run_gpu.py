@@ -5,7 +5,9 @@ Two pytest runs share one private cubin cache:
 
 1. ``-m "gpu and not multi_gpu"`` with pytest-xdist, ``--per-gpu`` workers per GPU, each worker
    pinned to one GPU (``GEMMGEN_TEST_GPUS``: tests/conftest.py sets the worker's
-   ``CUDA_VISIBLE_DEVICES``), test files handed out whole (``--dist loadfile``);
+   ``CUDA_VISIBLE_DEVICES``), tests handed out one by one to whichever worker is free
+   (``--dist worksteal``; a kernel two workers need is compiled once, under the cubin
+   cache's build lock);
 2. ``-m "gpu and multi_gpu"``: the tests that need every GPU of the machine, in one process.
 
 The summary, ``benchmarks/results/gpu-tests_<GPU>.json`` (``--out``): the commit
@@ -81,7 +83,7 @@ def run_pytest(marker: str, xml_path: Path, env: dict, workers: int, extra: list
     cmd = [sys.executable, "-m", "pytest", "-q", "-m", marker, f"--junitxml={xml_path}",
            "-p", "no:cacheprovider", *extra]
     if workers > 1:
-        cmd += ["-n", str(workers), "--dist", "loadfile"]
+        cmd += ["-n", str(workers), "--dist", "worksteal"]
     print("+", " ".join(cmd), flush=True)
     return subprocess.run(cmd, cwd=ROOT, env=env).returncode
 

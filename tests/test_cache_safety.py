@@ -184,6 +184,29 @@ def test_no_temporary_file_is_left_behind(root, compiles):
     assert not [p for p in root.iterdir() if p.name.startswith(".")]
 
 
+
+def test_processes_missing_one_key_at_once_compile_it_once(root, monkeypatch):
+    """Workers that need the same kernel at once (pytest-xdist, ranks of one job) wait on its
+    build lock and read the first one's cubin instead of each running nvcc."""
+    import threading
+    done, started = [], threading.Event()
+
+    def slow(source, arch, name, timeout):
+        started.set()
+        time.sleep(0.3)
+        done.append(name)
+        return b"CUBIN:" + source.encode(), Resources(arch, 32, 0, 0, 0, 0)
+    monkeypatch.setattr(cache, "compile_cubin", slow)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(cache.compile_cached("src", "sm_80", "k")))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert done == ["k"] and len(got) == 4 and len(set(got)) == 1
+    assert _mode(root / "locks") == 0o700
+
 # ---- the toolchain's environment is in the key ---------------------------------------------
 
 @pytest.mark.parametrize("var", ["NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "NVCC_CCBIN"])

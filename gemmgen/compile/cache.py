@@ -50,7 +50,9 @@ def compile_cached(source: str, arch: str, name: str, timeout: float = 300) -> t
 
     The key holds the source, the arch, gemmgen's version and nvcc's flags, path, version and
     environment (``toolchain_key``). A cached cubin is served only when it matches the sha256
-    and size recorded beside it; otherwise it is compiled again and replaced.
+    and size recorded beside it; otherwise it is compiled again and replaced. Processes (and
+    threads) that miss the same key at once compile it once: the others wait on its build
+    lock (``store.building``) and read what the first wrote.
 
     Raises ``BuildError`` with nvcc's message (and the kept source's path) when it fails,
     ``UnsafeCacheError`` (a ``PermissionError``) when the cache directory (or ``failed/`` in
@@ -59,18 +61,34 @@ def compile_cached(source: str, arch: str, name: str, timeout: float = 300) -> t
                          f"{source}".encode()).hexdigest()[:32]
     root = _root()
     cubin_path = (root or cache_dir()) / f"{file_stem(name)}-{key}.cubin"
-    found = store.read_entry(cubin_path) if root else None
+    hit = _hit(cubin_path) if root else None
+    if hit is not None:
+        return hit
+    if root is None:
+        return _build(source, arch, name, timeout, None)
+    with store.building(root, cubin_path.name, timeout + 60):
+        # another process may have built it while this one waited for the lock
+        return _hit(cubin_path) or _build(source, arch, name, timeout, cubin_path)
+
+
+def _hit(cubin_path: Path) -> tuple[bytes, Resources] | None:
+    found = store.read_entry(cubin_path)
     if found is not None:
         try:
             return found[0], Resources(**found[1]["resources"])
         except (KeyError, TypeError):
             pass  # a sidecar of another shape: compile again
+    return None
+
+
+def _build(source: str, arch: str, name: str, timeout: float,
+           cubin_path: Path | None) -> tuple[bytes, Resources]:
     try:
         cubin, res = compile_cubin(source, arch, name, timeout)
     except BuildError as err:
         kept = _keep_source(name, source)
         raise BuildError(kept, err.log, err.command) from None
-    if root is not None:
+    if cubin_path is not None:
         try:
             store.write_entry(cubin_path, cubin, {"resources": dataclasses.asdict(res)})
         except OSError:

@@ -17,7 +17,10 @@ import json
 import os
 import stat
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+
+import filelock
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # POSIX
 SIDECAR = ".json"
@@ -186,3 +189,26 @@ def discard(path: Path) -> None:
             p.unlink()
         except FileNotFoundError:
             pass
+
+
+@contextmanager
+def building(root: Path, name: str, timeout: float):
+    """Hold the build lock of entry ``name`` under ``root`` (``root/locks/<name>.lock``) for
+    the ``with`` block, so that processes needing the same entry at once build it once: the
+    others wait, then find it built. Best effort: where the lock cannot be created or is not
+    taken within ``timeout`` seconds, the block runs unlocked (a second build of the same
+    entry is wasted work, never a wrong entry: writes are atomic). Raises
+    ``UnsafeCacheError`` when ``locks/`` is unsafe (``private_subdir``)."""
+    try:
+        lock = filelock.FileLock(str(private_subdir(root, "locks") / f"{name}.lock"),
+                                 timeout=timeout)
+        lock.acquire()
+    except UnsafeCacheError:
+        raise
+    except (OSError, filelock.Timeout):
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()

@@ -95,8 +95,15 @@ def build(cxx: str | None = None, fresh: bool = False) -> Path:
         raise RuntimeError("no C++ compiler (set $CXX, or install g++)")
     path = library_path(cxx)
     store.private_subdir(cache_dir(), "launcher")
-    if not fresh and store.read_entry(path) is not None:
-        return path
+    with store.building(cache_dir(), path.name, BUILD_TIMEOUT + 60):  # one build at a time
+        if not fresh and store.read_entry(path) is not None:
+            return path
+        _compile(cxx, path)
+    return path
+
+
+def _compile(cxx: str, path: Path) -> None:
+    """Compile the launcher with ``cxx`` to ``path`` and record its sidecar (``build``)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".so", dir=path.parent)
     os.close(fd)
     try:
@@ -116,7 +123,6 @@ def build(cxx: str | None = None, fresh: bool = False) -> Path:
         store.seal(path, data)
     finally:
         Path(tmp).unlink(missing_ok=True)
-    return path
 
 
 def load() -> Path | None:
