@@ -147,7 +147,7 @@ def test_gemmgen_bench_names_the_baseline_in_rows_and_header(monkeypatch):
     monkeypatch.setattr(baseline, "Problem", lambda m, n, k, *a: SimpleNamespace(
         m=m, n=n, k=k, batch=None, out="fp32", layout="rrr"))
     monkeypatch.setattr(baseline, "bench_torch",
-                        lambda p, budget: (Timing(2e-3, 2e-3, 2e-3, 9), 1e-7))
+                        lambda p, budget, **kw: (Timing(2e-3, 2e-3, 2e-3, 9), 1e-7))
     monkeypatch.setattr(baseline, "bench_kernel",
                         lambda k, p: (Timing(1e-3, 1e-3, 1e-3, 9), 1e-7))
     doc = baseline.run_bench([("naive", kernel)], [(64, 64, 64)])

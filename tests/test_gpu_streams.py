@@ -247,3 +247,53 @@ def test_two_graphs_captured_on_two_streams_replay_side_by_side(kernels, via):
     tol = tolerance(k, "bf16", "fp32", "bf16")
     errs = [_err(out, a.double() @ w.double().t()) for a, w, out in probs]
     assert max(errs) <= tol, (via, tol, errs)
+
+
+@pytest.mark.parametrize("label", list(PATHS))
+def test_a_captured_launch_replays_each_path_correctly_and_frees_its_workspaces(kernels, label):
+    """The tuner times candidates as CUDA-graph replays (bench.time_graphed): each path's
+    recipe (helper launches, memsets, workspaces from the capture's pool) captured on a private
+    stream gives the right C when replayed, and the capture's pool is freed afterwards."""
+    import numpy as np
+
+    from gemmgen.runtime import driver, workspaces
+    from gemmgen.runtime.device import pycuda_modules
+    from gemmgen.runtime.graphs import Graph, Stream
+    from gemmgen.tune.bench import Problem, time_graphed
+    pycuda_modules()  # PyCUDA's context current: the Problem's buffers are PyCUDA's
+    cfg, (m, n, k), _, _ = PATHS[label]
+    kernel = kernels[label]
+    p = Problem(m, n, k, np.random.default_rng(3), 1 << 20, cfg.dtype, cfg.out, cfg.layout)
+    captured = len(workspaces._CAPTURED)
+    stream = Stream()
+    p.launch(kernel, 0, False, stream.handle)  # eager: module loaded, workspaces sized
+    driver.stream_synchronize(stream.handle)
+    graph = Graph(stream, lambda h: p.launch(kernel, 0, False, h))
+    assert len(workspaces._CAPTURED) == captured + (1 if kernel.launches(
+        m, n, k, 1.0, 0, p.lda, 0, p.ldb, 0.0, 0, p.ldc).workspaces else 0)
+
+    def replay():
+        driver.synchronize()  # C poisoned on the legacy stream first
+        graph.launch()
+        driver.stream_synchronize(stream.handle)
+    err = p.error_of(replay)
+    graph.close()
+    workspaces.release_captures(driver.current_device(), stream.handle)
+    assert len(workspaces._CAPTURED) == captured
+    assert err <= _gemm_tol(cfg, k), f"{label}: rel error {err:.2e} after a graph replay"
+    timing = time_graphed(lambda i, h: p.launch(kernel, i, False, h), p.sets, 0.02)
+    assert len(workspaces._CAPTURED) == captured
+    assert 0 < timing.p20 <= timing.median <= timing.p80 < 1
+
+
+def test_the_torch_baseline_times_as_graph_replays():
+    import numpy as np
+
+    from gemmgen.runtime.device import pycuda_modules
+    from gemmgen.tune.baseline import bench_torch
+    from gemmgen.tune.bench import Problem
+    pycuda_modules()
+    p = Problem(64, 3072, 3072, np.random.default_rng(4), 1 << 20, "bf16", "bf16", "rcr")
+    timing, err = bench_torch(p, 0.02, graphed=True)
+    assert err <= tolerance(3072, "bf16", "fp32", "bf16")
+    assert 0 < timing.p20 <= timing.median <= timing.p80 < 1

@@ -64,6 +64,12 @@ def _load():
         "cuStreamSynchronize": [vp], "cuThreadExchangeStreamCaptureMode": [pi],
         "cuPointerGetAttribute": [vp, i, ctypes.c_uint64],
         "cuTensorMapReplaceAddress": [vp, vp], "cuGetErrorName": [i, ctypes.POINTER(ctypes.c_char_p)],
+        "cuStreamCreate": [pvp, u], "cuStreamDestroy_v2": [vp],
+        "cuStreamBeginCapture_v2": [vp, i], "cuStreamEndCapture": [vp, pvp],
+        "cuGraphInstantiateWithFlags": [pvp, vp, ctypes.c_ulonglong],
+        "cuGraphLaunch": [vp, vp], "cuGraphExecDestroy": [vp], "cuGraphDestroy": [vp],
+        "cuEventCreate": [pvp, u], "cuEventRecord": [vp, vp], "cuEventSynchronize": [vp],
+        "cuEventElapsedTime": [ctypes.POINTER(ctypes.c_float), vp, vp], "cuEventDestroy_v2": [vp],
     }
     for name, args in sig.items():
         getattr(lib, name).argtypes = args

@@ -171,6 +171,19 @@ def _bound(pools: OrderedDict, fresh: tuple) -> None:
                 del pools[key], pool  # its buffers are freed here
 
 
+def release_captures(device: int, stream: int) -> int:
+    """Free the pools of every capture made on the raw stream handle ``stream`` of ``device``:
+    for an owner that has destroyed each graph captured there and synchronized the stream
+    (a timer's private stream), since the driver does not say when a graph is gone. Returns
+    how many pools were freed."""
+    with _LOCK:
+        keys = [k for k in _CAPTURED if k[0] == device and k[1] == stream]
+        gone = [_CAPTURED.pop(k) for k in keys]
+    with driver.on_device(device), driver.relaxed_capture():
+        del gone[:]  # their buffers are freed here
+    return len(keys)
+
+
 def pools(device: int | None = None) -> int:
     """Pools held outside capture (on ``device``, or on every device)."""
     with _LOCK:

@@ -11,11 +11,15 @@ inside the functions that time it.
 """
 from __future__ import annotations
 
+import statistics
+
 import numpy as np
 
 from ..model.dtypes import stored_as
 from .bench import (
     DEFAULT_SIZES,
+    GRAPH_LAUNCHES,
+    GRAPH_SPAN_S,
     Problem,
     Timing,
     bench_cublas,
@@ -81,11 +85,13 @@ def torch_op(layout: str, batch: int | None = None) -> str:
     return "F.linear" if layout == "rcr" and not batch else "torch.matmul"
 
 
-def bench_baseline(p, budget_s: float, which: str | None) -> tuple[Timing, float, str] | None:
+def bench_baseline(p, budget_s: float, which: str | None, graphed: bool = False
+                   ) -> tuple[Timing, float, str] | None:
     """(timing, relative error, row name) of the baseline ``which`` ("torch", "torch_ops" or
-    "cublas"; None or "unavailable": None) on problem ``p``'s buffers."""
+    "cublas"; None or "unavailable": None) on problem ``p``'s buffers. ``graphed``: PyTorch's
+    calls are timed as CUDA-graph replays (``bench_torch``); CuPy's are always eager."""
     if which in ("torch", "torch_ops"):
-        return (*bench_torch(p, budget_s), torch_op(p.layout, p.batch))
+        return (*bench_torch(p, budget_s, graphed=graphed), torch_op(p.layout, p.batch))
     if which == "cublas":
         return (*bench_cublas(p, budget_s), CUBLAS_NAME)
     return None
@@ -147,11 +153,14 @@ def torch_call(p, torch, epilogue: str = "none"):
     return call
 
 
-def bench_torch(p, budget_s: float = 0.25, epilogue: str = "none") -> tuple[Timing, float]:
+def bench_torch(p, budget_s: float = 0.25, epilogue: str = "none", graphed: bool = False
+                ) -> tuple[Timing, float]:
     """(timing, relative error) of PyTorch (``torch_op``) on ``p``'s buffers, on PyTorch's
     default stream (the legacy default stream the kernels' events are recorded on), eager,
-    timed by ``bench.time_launches``; the error against the same float64 reference as the
-    kernel's (``Problem.error_of``). fp32 runs with TF32 off, tf32 with it on (PyTorch's
+    timed by ``bench.time_launches``, or with ``graphed`` as replays of a CUDA graph of the
+    calls (``time_torch_graph``: kernel time only, as ``bench.time_graphed`` times gemmgen's
+    launches); the error against the same float64 reference as the kernel's
+    (``Problem.error_of``). fp32 runs with TF32 off, tf32 with it on (PyTorch's
     ``allow_tf32`` flag, restored after)."""
     import torch
     flags = torch.backends.cuda.matmul
@@ -162,9 +171,51 @@ def bench_torch(p, budget_s: float = 0.25, epilogue: str = "none") -> tuple[Timi
             call = torch_call(p, torch, epilogue)
             err = p.error_of(lambda: call(0, True), epilogue)
             torch.cuda.synchronize()
+            if graphed:
+                return time_torch_graph(call, p.sets, budget_s, torch), err
             return time_launches(call, p.sets, budget_s), err
     finally:
         flags.allow_tf32 = before
+
+
+def time_torch_graph(call, sets: int, budget_s: float, torch) -> Timing:
+    """Kernel-only time of PyTorch's ``call(i)`` (i: the input set), as ``bench.time_graphed``
+    times gemmgen's launches: warmed up on a side stream, as many calls as fill about
+    ``bench.GRAPH_SPAN_S`` captured into one ``torch.cuda.CUDAGraph``, replayed on the current
+    stream with one CUDA event pair per replay (5 to 200 replays, as fill ``budget_s``);
+    seconds per call = replay time / calls in the graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # PyTorch's rule: warm up (cuBLAS workspaces) before capture
+        for i in range(3):
+            call(i % sets)
+    torch.cuda.current_stream().wait_stream(side)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    call(0)
+    end.record()
+    end.synchronize()
+    first = max(start.elapsed_time(end) / 1e3, 1e-6)
+    per = min(max(int(GRAPH_SPAN_S / first), 1), GRAPH_LAUNCHES)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(per):
+            call(i % sets)
+    one = max(first * per, 1e-6)
+    for _ in range(min(max(int(0.05 / one), 2), 20)):
+        graph.replay()
+    reps = min(max(int(budget_s / one), 5), 200)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(reps)]
+    for s, e in events:
+        s.record()
+        graph.replay()
+        e.record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) / 1e3 / per for s, e in events)
+    del graph
+    q = statistics.quantiles(times, n=5) if len(times) > 1 else times * 4
+    return Timing(statistics.median(times), q[0], q[-1], reps)
 
 
 def run_bench(targets, sizes=DEFAULT_SIZES, seed: int | None = None, progress=None,

@@ -66,6 +66,62 @@ def time_launches(launch: Callable[[int], None], sets: int, budget_s: float = 0.
     return Timing(statistics.median(times), q[0], q[-1], reps)
 
 
+GRAPH_SPAN_S = 200e-6
+"""About how long one replay of ``time_graphed``'s graph lasts: launches per graph are
+chosen so, between 1 and ``GRAPH_LAUNCHES``."""
+GRAPH_LAUNCHES = 50
+
+
+def time_graphed(launch: Callable[[int, int], None], sets: int, budget_s: float = 0.25
+                 ) -> Timing:
+    """Kernel-only time of ``launch(i, stream)`` (i picks an input set, rotating past L2;
+    ``stream`` a raw CUstream handle to queue on): the launches are captured into a CUDA graph
+    on a private non-blocking stream (``runtime.graphs.Graph``; a launch recipe's memsets and helper
+    launches become graph nodes, its workspaces come from the capture's pool, freed after) and
+    the graph is replayed, one CUDA event pair per replay; seconds per launch = replay time /
+    launches in the graph. So no host time is counted: this is what a CUDA-graph replay (a
+    served model, ``torch.compile`` with ``mode="reduce-overhead"``) sees, where
+    ``time_launches`` counts the host's work per call when it exceeds the kernel's. As many
+    launches per graph as fill about ``GRAPH_SPAN_S``, replays as fill ``budget_s`` (5 to
+    200), after a warm-up; median and 20th/80th percentiles over the replays.
+
+    Raises ``driver.DriverError`` when a launch cannot be captured."""
+    from ..runtime import driver, workspaces
+    from ..runtime.graphs import Event, Graph, Stream
+    device = driver.current_device()
+    driver.synchronize()  # the inputs, written on other streams, are ready
+    stream = Stream()
+    try:
+        start, end = Event(), Event()
+        launch(0, stream.handle)  # eager once: modules loaded, workspaces sized
+        start.record(stream.handle)
+        launch(1 % sets, stream.handle)
+        end.record(stream.handle)
+        first = max(end.seconds_since(start), 1e-6)
+        per = min(max(int(GRAPH_SPAN_S / first), 1), GRAPH_LAUNCHES)
+        graph = Graph(stream, lambda h: [launch(i % sets, h) for i in range(per)])
+        try:
+            one = max(first * per, 1e-6)
+            for _ in range(min(max(int(0.05 / one), 2), 20)):  # warm-up: clocks
+                graph.launch()
+            reps = min(max(int(budget_s / one), 5), 200)
+            events = [(Event(), Event()) for _ in range(reps)]
+            for s, e in events:
+                s.record(stream.handle)
+                graph.launch()
+                e.record(stream.handle)
+            times = sorted(e.seconds_since(s) / per for s, e in events)
+        finally:
+            driver.stream_synchronize(stream.handle)
+            graph.close()
+    finally:
+        driver.stream_synchronize(stream.handle)
+        workspaces.release_captures(device, stream.handle)
+        stream.close()
+    q = statistics.quantiles(times, n=5) if len(times) > 1 else times * 4
+    return Timing(statistics.median(times), q[0], q[-1], reps)
+
+
 class Problem:
     """Device buffers for one M x N x K problem (optionally a batch) in one dtype pair and
     layout: ``sets`` rotated copies of A, B and C (fresh standard-normal data, never zeros),
@@ -116,8 +172,9 @@ class Problem:
             return 0, 0, 0
         return self.m * self.k, self.k * self.n, self.m * self.n
 
-    def launch(self, kernel, i: int, swap: bool = False) -> None:
-        """One launch of ``kernel`` on set ``i`` (alpha 1, beta 0, bias when it takes one).
+    def launch(self, kernel, i: int, swap: bool = False, stream=None) -> None:
+        """One launch of ``kernel`` on set ``i`` (alpha 1, beta 0, bias when it takes one) on
+        ``stream`` (None: the legacy default stream; a raw handle or a library's stream).
         ``swap``: the kernel computes C^T = B^T A^T (its layout is the problem's transposed,
         as ``gemmgen.heuristics.select.Choice.swap`` says): launched with M and N, A and B
         exchanged."""
@@ -126,10 +183,12 @@ class Problem:
         a, lda, b, ldb = (int(self.a[i].gpudata), self.lda, int(self.b[i].gpudata), self.ldb)
         if swap:
             kernel.launch_raw(self.n, self.m, self.k, 1.0, b, ldb, a, lda, 0.0,
-                              int(self.c[i].gpudata), self.ldc, sb, sa, sc, bias, self.batch or 1)
+                              int(self.c[i].gpudata), self.ldc, sb, sa, sc, bias, self.batch or 1,
+                              stream)
             return
         kernel.launch_raw(self.m, self.n, self.k, 1.0, a, lda, b, ldb, 0.0,
-                          int(self.c[i].gpudata), self.ldc, sa, sb, sc, bias, self.batch or 1)
+                          int(self.c[i].gpudata), self.ldc, sa, sb, sc, bias, self.batch or 1,
+                          stream)
 
     def result(self) -> np.ndarray:
         out = self.c[0].get().view(numpy_dtype(self.out))

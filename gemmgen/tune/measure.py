@@ -13,7 +13,7 @@ from ..model.space import predict
 from ..runtime.build import from_cubin
 from ..runtime.device import device_limits
 from .baseline import bench_baseline, choose
-from .bench import Problem, device_info, tflops, time_launches
+from .bench import Problem, device_info, tflops, time_graphed
 from .verify import check, device_runner, tolerance
 
 VERIFY_CASE = (257, 131, 95, 1.5, -0.5)  # ragged in M, N and K, alpha and beta != 0, 1
@@ -31,23 +31,27 @@ class Measurer:
         self.run_timeout = run_timeout
         self.device = device_limits()
 
-    def baseline(self) -> tuple[str | None, float | None]:
-        """(name, TFLOP/s) of the baseline on the target problem's buffers, timed eagerly by
-        ``bench.time_launches`` (TFLOP/s = 2·M·N·K / s): F.linear (rcr) or torch.matmul where
-        PyTorch with CUDA is importable, else cublasGemmEx through CuPy; (None, None) when
-        neither is."""
+    def baseline(self) -> tuple[str | None, float | None, str | None]:
+        """(name, TFLOP/s, timing) of the baseline on the target problem's buffers (TFLOP/s =
+        2·M·N·K / s): F.linear (rcr) or torch.matmul where PyTorch with CUDA is importable,
+        timed as CUDA-graph replays as the candidates are ("graph"), else cublasGemmEx
+        through CuPy, timed eagerly ("eager"); (None, None, None) when neither is."""
         p = self.problem
-        got = bench_baseline(p, 0.25, choose())
+        which = choose()
+        got = bench_baseline(p, 0.25, which, graphed=True)
         if got is None:
-            return None, None
-        return got[2], round(tflops(p.m, p.n, p.k, got[0].median), 3)
+            return None, None, None
+        timing = "graph" if which == "torch" else "eager"
+        return got[2], round(tflops(p.m, p.n, p.k, got[0].median), 3), timing
 
     def measure(self, cfg, cubin: bytes, ptxas: dict, swap: bool = False) -> dict:
         """A database row: status ok (verified, then timed), wrong, timeout or launch_error.
         ``swap``: the kernel computes C^T = B^T A^T (its config laid out for that), launched
         as ``gemmgen.gemm`` launches a swapped choice: M and N, A and B exchanged, on the
         same buffers. Launches go through the kernel's launch recipe (``Kernel.launches``,
-        which ``gemmgen.gemm``'s plans run too: inline split-K workspaces, repacks)."""
+        which ``gemmgen.gemm``'s plans run too: inline split-K workspaces, repacks), timed as
+        CUDA-graph replays (``bench.time_graphed``: kernel time only, so a candidate of two
+        launches is not charged the host's time per call that a graph replay never pays)."""
         p = self.problem
         row = {"config": cfg.as_dict(), "registers": ptxas["registers"],
                "spill_bytes": ptxas["spill_stores"] + ptxas["spill_loads"], "swap": swap}
@@ -71,8 +75,9 @@ class Measurer:
                 if bad else f"target shape: rel error {err:.2e}")}
         if first > self.run_timeout:
             return {**row, "status": "timeout", "reason": f"one launch took {first:.2f} s"}
-        timing = time_launches(launch, p.sets)
-        return {**row, "status": "ok", "reason": "", "time_ms": round(timing.median * 1e3, 4),
+        timing = time_graphed(lambda i, stream: p.launch(kernel, i, swap, stream), p.sets)
+        return {**row, "status": "ok", "reason": "", "timing": "graph",
+                "time_ms": round(timing.median * 1e3, 4),
                 "tflops": round(tflops(p.m, p.n, p.k, timing.median), 3)}
 
 
@@ -88,10 +93,11 @@ def worker_main(device: int | None, request: dict, tasks, results) -> None:
         meas = Measurer(request["m"], request["n"], request["k"], request["dtype"],
                         request["out"], request["run_timeout"], request.get("seed"),
                         request.get("layout", "rrr"))
-        name, base = meas.baseline()
+        name, base, timing = meas.baseline()
         results.put(("ready", device, {**meas.info, "arch": meas.device.arch,
                                        "limits": dataclasses.asdict(meas.device),
                                        "baseline": name, "baseline_tflops": base,
+                                       "baseline_timing": timing,
                                        "cublas_tflops": base}))
     except Exception:  # noqa: BLE001 - reported to the parent, which stops the run
         results.put(("fatal", device, traceback.format_exc()))

@@ -294,13 +294,14 @@ def _measure(req, dev, todo: dict, runner, compile_fn, jobs, finish, stats, firs
 
 def _open_entry(db: tunedb.TuneDB, req: Request, info: dict) -> str:
     """The database key of ``req`` on the runner's GPU, its entry made (with the baseline's
-    name and TFLOP/s from the runner: ``baseline``, ``baseline_tflops``, also as
-    ``cublas_tflops``) if new, or given them if it was made before baselines were named."""
+    name, TFLOP/s and timing from the runner: ``baseline``, ``baseline_tflops``,
+    ``baseline_timing``, also as ``cublas_tflops``) if new, or given them if it was made before baselines were named."""
     key = tunedb.key(info["gpu"], req.dtype, req.m, req.n, req.k, req.layout, req.family)
     entry = db.entry(key, gpu=info["gpu"], dtype=req.dtype, layout=req.layout, M=req.m,
                      N=req.n, K=req.k, family=req.family)
     if entry.get("baseline") is None and info.get("baseline_tflops") is not None:
         entry.update(baseline=info.get("baseline"), baseline_tflops=info["baseline_tflops"],
+                     baseline_timing=info.get("baseline_timing"),
                      cublas_tflops=info["baseline_tflops"])
         db.save()
     elif entry.get("cublas_tflops") is None:
