@@ -46,6 +46,12 @@ class FakeRunner:
         rows, self.rows = self.rows, []
         return rows
 
+    def head_to_head(self, items):
+        """The side-by-side timing: ``rematch(name)`` TFLOP/s where given, else the speed."""
+        self.rematched = [name for name, *_ in items]
+        speed = getattr(self, "rematch", None) or self.speed
+        return {name: round(1e3 / speed(name), 5) for name, *_ in items}
+
 
 def spilling_compile(source: str, arch: str, name: str, timeout: float):
     """fake_compile, but ptxas "spills" the double-buffered skew-4 configurations."""

@@ -174,6 +174,8 @@ def test_tune_end_to_end_and_dispatch(tmp_path, monkeypatch):
     if entry["winner"]:  # kept only where it beats the default by 3% in the same run
         assert entry["candidates"][entry["winner"]]["tflops"] >= \
             1.03 * entry["candidates"][default]["tflops"]
+        h2h = entry["head_to_head"]  # and again when the two are timed side by side
+        assert h2h["winner"] == entry["winner"] and h2h["default_ms"] >= 1.03 * h2h["winner_ms"]
 
     rng = np.random.default_rng()
     A, B, _ = operands(rng, 384, 320, 200)

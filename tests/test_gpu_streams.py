@@ -297,3 +297,14 @@ def test_the_torch_baseline_times_as_graph_replays():
     timing, err = bench_torch(p, 0.02, graphed=True)
     assert err <= tolerance(3072, "bf16", "fp32", "bf16")
     assert 0 < timing.p20 <= timing.median <= timing.p80 < 1
+
+
+def test_head_to_head_times_each_candidate_in_turn(kernels):
+    """The tuner's rematch of a provisional winner and the default (Measurer.head_to_head)."""
+    from gemmgen.tune.measure import Measurer
+    names = ("split-K 4", "inline split-K 4")
+    cfg = PATHS[names[0]][0]
+    meas = Measurer(128, 256, 8192, "bf16", cfg.out, 2.0, seed=1, layout=cfg.layout)
+    got = meas.head_to_head([(n, PATHS[n][0].as_dict(), kernels[n].cubin, {}, False)
+                             for n in names], rounds=2, budget_s=0.01)
+    assert set(got) == set(names) and all(0 < ms < 100 for ms in got.values()), got

@@ -85,6 +85,47 @@ def test_a_winner_must_beat_the_default_by_the_margin(tmp_path, gain, kept):
         assert choice.how == "exact" and choice.swap == stored["candidates"][other]["swap"]
 
 
+@pytest.mark.parametrize("rematch_gain, kept", [(1.01, False), (1.04, True)])
+def test_a_winner_is_timed_again_beside_the_default(tmp_path, rematch_gain, kept):
+    """A candidate 10% faster in its single timing is timed again side by side with the
+    default; it stays the winner only if it is still 3% faster there."""
+    first = _default().name
+    other = [c for c, _ in plan(Request(*SHAPE, dtype="bf16", layout="rcr", max_configs=4),
+                                DEVICE)[0] if c.role == "neighbour"][0].name
+    speeds = {first: 100.0, other: 110.0}
+    db = tunedb.TuneDB(tmp_path / "db.json")
+    runner = FakeRunner(lambda name: speeds.get(name, 50.0))
+    runner.rematch = lambda name: 100.0 * (rematch_gain if name == other else 1.0)
+    req = Request(*SHAPE, dtype="bf16", layout="rcr", max_configs=4)
+    key, entry, stats = tune(req, db, runner, compile_fn=fake_compile, jobs=2)
+    assert runner.rematched == [first, other]
+    stored = tunedb.TuneDB(db.path).entries[key]
+    h2h = stored["head_to_head"]
+    assert (h2h["default"], h2h["winner"]) == (first, other) and stats["head_to_head"] == h2h
+    assert h2h["default_ms"] / h2h["winner_ms"] == pytest.approx(rematch_gain, rel=1e-3)
+    assert stored["winner"] == (other if kept else None)
+    assert stored["default_stands"] is (not kept)
+
+
+def test_no_rematch_where_the_default_stands(tmp_path):
+    _, runner, _, entry = _tune(tmp_path, lambda name: 100.0)
+    assert entry["winner"] is None and not hasattr(runner, "rematched")
+    assert "head_to_head" not in entry
+
+
+def test_a_head_to_head_about_another_candidate_is_ignored():
+    entry = {"default": "d", "candidates": {
+        "d": {"status": "ok", "tflops": 100.0}, "a": {"status": "ok", "tflops": 120.0},
+        "b": {"status": "ok", "tflops": 110.0}},
+        "head_to_head": {"default": "d", "winner": "b", "default_ms": 1.0, "winner_ms": 1.0}}
+    assert settle(entry) == "a"  # the rematch was about b: a is provisional until its own
+    entry["head_to_head"].update(winner="a")
+    assert settle(entry) is None and entry["default_stands"] is True
+    entry["head_to_head"].update(winner_ms=0.9)
+    assert settle(entry) == "a"
+    entry["head_to_head"].update(winner_ms=None)
+    assert settle(entry) is None
+
 def test_decide_runs_the_default_where_it_stands(tmp_path):
     db = tunedb.TuneDB(tmp_path / "db.json")
     near = _default(16, 4096, 4608)  # a tuned neighbour shape whose winner would be "nearest"

@@ -150,8 +150,11 @@ def settle(entry: dict, margin: float = MARGIN) -> str | None:
     what gemm runs without the database): the fastest verified candidate where it is at least
     ``margin`` times as fast as the default, else None with ``default_stands`` true; records
     ``default_tflops``, ``default_time_ms`` and ``margin``. Without a ``default`` field, or
-    where the default was not measured ok: the fastest verified candidate. Ties go to the larger name. Returns
-    the winner."""
+    where the default was not measured ok: the fastest verified candidate. Ties go to the larger name.
+    A ``head_to_head`` record (the tuner's rematch of that candidate and the default, timed in
+    turn: ``tune.search``) that names this candidate and default and shows it less than
+    ``margin`` times as fast overrules the single timings: the default stands. Returns the
+    winner."""
     ok = {name: r for name, r in entry["candidates"].items()
           if r.get("status") == "ok" and r.get("tflops")}
     best = max(ok, key=lambda name: (ok[name]["tflops"], name)) if ok else None
@@ -164,11 +167,26 @@ def settle(entry: dict, margin: float = MARGIN) -> str | None:
     entry["default_time_ms"] = base.get("time_ms") if base else None
     if base is None:
         entry["winner"], entry["default_stands"] = best, False
-    elif best != entry["default"] and ok[best]["tflops"] >= margin * base["tflops"]:
+    elif (best != entry["default"] and ok[best]["tflops"] >= margin * base["tflops"]
+          and not _lost_head_to_head(entry, best, margin)):
         entry["winner"], entry["default_stands"] = best, False
     else:
         entry["winner"], entry["default_stands"] = None, True
     return entry["winner"]
+
+
+def _lost_head_to_head(entry: dict, best: str, margin: float) -> bool:
+    """Whether ``entry``'s ``head_to_head`` ({"default", "winner", "default_ms", "winner_ms",
+    ...}) is about ``best`` against the entry's default and found ``best`` less than ``margin``
+    times as fast; False where there is none or it is about other candidates."""
+    h2h = entry.get("head_to_head")
+    if not isinstance(h2h, dict) or (h2h.get("winner"), h2h.get("default")) != (
+            best, entry.get("default")):
+        return False
+    ours, theirs = h2h.get("winner_ms"), h2h.get("default_ms")
+    if not (_number(ours) and _number(theirs)) or ours <= 0:
+        return True  # a rematch without figures confirms nothing
+    return theirs < margin * ours
 
 
 MAX_RATIO = 2.0

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import statistics
 import time
 import traceback
 
@@ -17,6 +18,8 @@ from .bench import Problem, device_info, tflops, time_graphed
 from .verify import check, device_runner, tolerance
 
 VERIFY_CASE = (257, 131, 95, 1.5, -0.5)  # ragged in M, N and K, alpha and beta != 0, 1
+REMATCH_ROUNDS = 6
+"""Rounds of ``Measurer.head_to_head``: each times every candidate once, in turn."""
 
 
 class Measurer:
@@ -81,11 +84,31 @@ class Measurer:
                 "tflops": round(tflops(p.m, p.n, p.k, timing.median), 3)}
 
 
+    def head_to_head(self, items, rounds: int = REMATCH_ROUNDS, budget_s: float = 0.05) -> dict:
+        """Time already verified candidates again, in turn, on the target problem: ``items``
+        are (name, config dict, cubin, ptxas, swap); ``rounds`` rounds, each timing every
+        candidate once as CUDA-graph replays (``bench.time_graphed``), the order reversed
+        every other round (A B, B A, ...), so that drift in clocks and power falls on all
+        alike. Returns {name: median ms per launch over the rounds}."""
+        p = self.problem
+        kernels = [(name, from_cubin(config_from_dict(cfg), self.device.arch, cubin), swap)
+                   for name, cfg, cubin, _, swap in items]
+        times: dict[str, list[float]] = {name: [] for name, _, _ in kernels}
+        for r in range(rounds):
+            for name, kernel, swap in (kernels if r % 2 == 0 else kernels[::-1]):
+                timing = time_graphed(lambda i, s, kernel=kernel, swap=swap:
+                                      p.launch(kernel, i, swap, s), p.sets, budget_s)
+                times[name].append(timing.median)
+        return {name: round(statistics.median(t) * 1e3, 5) for name, t in times.items()}
+
+
 def worker_main(device: int | None, request: dict, tasks, results) -> None:
     """Process entry: pin to ``device``, build a Measurer, then measure tasks until None.
 
-    Messages to ``results``: ("ready", device, info), ("start", device, name),
-    ("row", device, name, row), ("fatal", device, text).
+    Tasks: ("measure", name, config dict, cubin, ptxas, swap) or ("head_to_head", items) (see
+    ``Measurer.head_to_head``). Messages to ``results``: ("ready", device, info),
+    ("start", device, name), ("row", device, name, row), ("head_to_head", device, {name: ms}),
+    ("fatal", device, text).
     """
     if device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
@@ -103,7 +126,14 @@ def worker_main(device: int | None, request: dict, tasks, results) -> None:
         results.put(("fatal", device, traceback.format_exc()))
         return
     while (task := tasks.get()) is not None:
-        name, cfg_dict, cubin, ptxas, swap = task
+        kind, *args = task
+        if kind == "head_to_head":
+            try:
+                results.put(("head_to_head", device, meas.head_to_head(args[0])))
+            except Exception:  # noqa: BLE001 - reported to the parent, which stops the run
+                results.put(("fatal", device, traceback.format_exc()))
+            continue
+        name, cfg_dict, cubin, ptxas, swap = args
         results.put(("start", device, name))
         try:
             row = meas.measure(config_from_dict(cfg_dict), cubin, ptxas, swap)
