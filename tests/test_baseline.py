@@ -157,7 +157,7 @@ def test_gemmgen_bench_names_the_baseline_in_rows_and_header(monkeypatch):
 
 
 def test_old_results_files_still_render_their_tables():
-    path = ROOT / "benchmarks/results/llm_NVIDIA_H200.json"
+    path = ROOT / "benchmarks/results/NVIDIA_H200.json"
     doc = json.loads(path.read_text())
     assert all("baseline_tflops" not in r for r in doc["rows"])  # written before the change
     old, _ = tables.summary(doc, {"by": "dtype,layout"})
