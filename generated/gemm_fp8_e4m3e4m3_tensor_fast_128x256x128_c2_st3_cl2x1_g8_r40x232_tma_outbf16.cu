@@ -127,7 +127,9 @@ namespace gemm_fp8_e4m3e4m3_tensor_fast_128x256x128_c2_st3_cl2x1_g8_r40x232_tma_
 [[maybe_unused]] constexpr int B_BOX_BYTES = 16384;
 [[maybe_unused]] constexpr int A_M64_BYTES = 8192;
 [[maybe_unused]] constexpr int A_CONSUMER_BYTES = 8192;
+[[maybe_unused]] constexpr int DESC_LBO = 16;
 [[maybe_unused]] constexpr int DESC_SBO = 1024;
+[[maybe_unused]] constexpr int SWIZZLE_MODE = 1;
 [[maybe_unused]] constexpr int K_STEP_BYTES = 32;
 [[maybe_unused]] constexpr int EMPTY_ARRIVALS = 4;
 [[maybe_unused]] constexpr int FAST = 1;
@@ -277,24 +279,24 @@ __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_g
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // ---- wgmma ----------------------------------------------------------------------------------
-// Shared-memory matrix descriptor of a K-major tile in the 128-byte swizzle layout TMA writes:
-// start address >> 4, leading byte offset 16 (unused for swizzled K-major), stride byte offset
-// DESC_SBO (8 rows of 128 bytes), layout 1 (128-byte swizzle). A k32 step adds 32 bytes to the start.
-__device__ __forceinline__ uint64_t make_desc(uint32_t addr) {
-    return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | static_cast<uint64_t>(16 >> 4) << 16
-           | static_cast<uint64_t>(DESC_SBO >> 4) << 32 | static_cast<uint64_t>(1) << 62;
+// Shared-memory matrix descriptor: start address, leading- and stride-dimension byte offsets
+// (all >> 4) and the swizzle mode (1: 128 B, 2: 64 B, 3: 32 B).
+__device__ __forceinline__ uint64_t desc_field(uint32_t x) { return static_cast<uint64_t>((x & 0x3FFFF) >> 4); }
+__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return desc_field(addr) | desc_field(lbo) << 16 | desc_field(sbo) << 32
+           | static_cast<uint64_t>(SWIZZLE_MODE) << 62;
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
-// Pin accumulator registers here: the compiler may not move their reads or writes across an
-// asynchronous wgmma (its asm defines them at issue, the hardware at the wait).
+// Keep the compiler from moving accumulator reads or writes across the asynchronous wgmma (its
+// asm defines them at issue, the hardware at the wait).
 __device__ __forceinline__ void fence_acc(float (&d)[ACC]) {
 #pragma unroll
     for (int i = 0; i < ACC; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
 }
-// d[64 x BN] (+)= A[64 x 32] * B[BN x 32]^T, both FP8 from shared memory; scale_d = 0 overwrites d.
+// d[64 x BN] (+)= A[64 x 32] * B[32 x BN], both from shared memory; scale_d = 0 overwrites d.
 __device__ __forceinline__ void wgmma(float (&d)[ACC], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
@@ -429,8 +431,8 @@ gemm_fp8_e4m3e4m3_tensor_fast_128x256x128_c2_st3_cl2x1_g8_r40x232_tma_outbf16(co
         const int cw = wg - 1;
         const int warp = wtid / 32, lane = wtid % 32;
         const int row_in = warp * 16 + lane / 4;  // this thread's first row of a 64-row slice (+8 for the second half)
-        const uint64_t desc_a0 = make_desc(smem_a + cw * A_CONSUMER_BYTES);
-        const uint64_t desc_b0 = make_desc(smem_b);
+        const uint64_t desc_a0 = make_desc(smem_a + cw * A_CONSUMER_BYTES, DESC_LBO, DESC_SBO);
+        const uint64_t desc_b0 = make_desc(smem_b, DESC_LBO, DESC_SBO);
         const float tensor_scale = __ldg(scale_a) * __ldg(scale_b);
         int s = 0;
         uint32_t phase = 0;

@@ -320,12 +320,13 @@ __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.a
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
-// Keep the compiler from moving accumulator reads or writes across the asynchronous wgmma.
+// Keep the compiler from moving accumulator reads or writes across the asynchronous wgmma (its
+// asm defines them at issue, the hardware at the wait).
 __device__ __forceinline__ void fence_acc(float (&d)[ACC_PER_WGMMA]) {
 #pragma unroll
     for (int i = 0; i < ACC_PER_WGMMA; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
 }
-// d[64 x BN] (+)= A[64 x WGMMA_K] * B[WGMMA_K x BN], both from shared memory; scale_d = 0 overwrites d.
+// d[64 x BN] (+)= A[64 x 16] * B[16 x BN], both from shared memory; scale_d = 0 overwrites d.
 __device__ __forceinline__ void wgmma(float (&d)[ACC_PER_WGMMA], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"

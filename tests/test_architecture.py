@@ -127,3 +127,13 @@ def test_every_package_is_shipped():
     found = {_module(p) for p in ROOT.rglob("__init__.py")}
     assert found <= listed, sorted(found - listed)
     assert "gemmgen.templates" in listed
+
+
+def test_the_wgmma_wrappers_are_written_once():
+    """Every Hopper kernel (wgmma, FP8, grouped) takes its wgmma PTX wrappers (descriptor,
+    fence, commit, wait, the instruction) from one template file."""
+    templates = ROOT.parent / "templates"
+    for ptx in ("wgmma.mma_async.sync", "wgmma.fence.sync", "wgmma.commit_group",
+                "wgmma.wait_group", "make_desc(uint32_t"):
+        holders = sorted(p.name for p in templates.glob("*.j2") if ptx in p.read_text())
+        assert holders == ["_wgmma_ptx.cu.j2"], (ptx, holders)

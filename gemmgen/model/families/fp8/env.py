@@ -65,7 +65,8 @@ class Fp8Env:
                 "FLAG_OFFSET": bar + self.barrier_bytes, "ALIGN_SLACK": ALIGN_SLACK,
                 "A_BOX_BYTES": e["A_BOX_ROWS"] * self.bk, "B_BOX_BYTES": e["B_BOX_ROWS"] * self.bk,
                 "A_M64_BYTES": WGMMA_M * self.bk, "A_CONSUMER_BYTES": self.consumer_rows * self.bk,
-                "DESC_SBO": 8 * SWIZZLE, "K_STEP_BYTES": WGMMA_K,
+                "DESC_LBO": 16, "DESC_SBO": 8 * SWIZZLE, "SWIZZLE_MODE": 1,  # 128-byte swizzle
+                "K_STEP_BYTES": WGMMA_K,
                 "EMPTY_ARRIVALS": self.consumers * self.cluster,
                 "FAST": int(self.promote == 0),
                 "B_SCALE_SPLIT": int(self.scaling == "block" and BLOCK % self.bn != 0),
