@@ -100,6 +100,14 @@ namespace gemm_fp8_e4m3e4m3_block_p128x2_64x128x128_c1_st9_cl1x1_g8_r40x240_dire
 [[maybe_unused]] constexpr int C_CHUNK = 64;
 [[maybe_unused]] constexpr int A_BOX_ROWS = 64;
 [[maybe_unused]] constexpr int B_BOX_ROWS = 128;
+[[maybe_unused]] constexpr int M_SPLIT = 1;
+[[maybe_unused]] constexpr int ELEM_BYTES = 1;
+[[maybe_unused]] constexpr int PRODUCER = 1;
+[[maybe_unused]] constexpr int SETMAXNREG = 1;
+[[maybe_unused]] constexpr int B_MN_MAJOR = 0;
+[[maybe_unused]] constexpr int SW_ELEMS = 128;
+[[maybe_unused]] constexpr int ROW_MAJOR_TMA_STORE = 0;
+[[maybe_unused]] constexpr int C_BOX_ROWS = 64;
 [[maybe_unused]] constexpr int LAYOUT_A_COL = 0;
 [[maybe_unused]] constexpr int LAYOUT_B_COL = 1;
 [[maybe_unused]] constexpr int LAYOUT_C_COL = 0;
@@ -144,21 +152,31 @@ namespace gemm_fp8_e4m3e4m3_block_p128x2_64x128x128_c1_st9_cl1x1_g8_r40x240_dire
 
 
 // One static_assert per rule of the Python model (gemmgen.config); messages carry the rule id.
-static_assert((BM >= WGMMA_M), "F01 bm-warpgroup-rows: BM >= WGMMA_M");
-static_assert(((WGMMA_M*CONSUMERS) == 0 || (BM) % (WGMMA_M*CONSUMERS) == 0), "F02 bm-per-consumer: BM % (WGMMA_M*CONSUMERS) == 0");
-static_assert(((BN) % (8) == 0), "F03 wgmma-n-multiple: BN % 8 == 0");
-static_assert((BN <= 256), "F04 wgmma-n-range: BN <= 256");
-static_assert((BN >= 8), "F05 wgmma-n-positive: BN >= 8");
-static_assert((BK == SWIZZLE), "F06 bk-swizzle: BK == SWIZZLE");
-static_assert((STAGES == 2 || STAGES == 3 || STAGES == 4 || STAGES == 5 || STAGES == 6 || STAGES == 7 || STAGES == 8 || STAGES == 9 || STAGES == 10 || STAGES == 11 || STAGES == 12 || STAGES == 13 || STAGES == 14 || STAGES == 15 || STAGES == 16), "F07 stages-range: STAGES in {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}");
-static_assert((SMEM_BYTES <= SMEM_OPTIN), "F08 smem-limit: SMEM_BYTES <= SMEM_OPTIN");
-static_assert((CONSUMERS == 1 || CONSUMERS == 2), "F09 consumers-range: CONSUMERS in {1, 2}");
-static_assert((ACC_REGS <= ACC_BUDGET), "F10 acc-registers: ACC_REGS <= ACC_BUDGET");
-static_assert((REGS_PRODUCER == 24 || REGS_PRODUCER == 32 || REGS_PRODUCER == 40 || REGS_PRODUCER == 48 || REGS_PRODUCER == 56 || REGS_PRODUCER == 64 || REGS_PRODUCER == 72 || REGS_PRODUCER == 80 || REGS_PRODUCER == 88 || REGS_PRODUCER == 96 || REGS_PRODUCER == 104 || REGS_PRODUCER == 112 || REGS_PRODUCER == 120 || REGS_PRODUCER == 128 || REGS_PRODUCER == 136 || REGS_PRODUCER == 144 || REGS_PRODUCER == 152 || REGS_PRODUCER == 160 || REGS_PRODUCER == 168 || REGS_PRODUCER == 176 || REGS_PRODUCER == 184 || REGS_PRODUCER == 192 || REGS_PRODUCER == 200 || REGS_PRODUCER == 208 || REGS_PRODUCER == 216 || REGS_PRODUCER == 224 || REGS_PRODUCER == 232 || REGS_PRODUCER == 240 || REGS_PRODUCER == 248 || REGS_PRODUCER == 256), "F11 setmaxnreg-producer-count: REGS_PRODUCER in {24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128, 136, 144, 152, 160, 168, 176, 184, 192, 200, 208, 216, 224, 232, 240, 248, 256}");
-static_assert((REGS_CONSUMER == 24 || REGS_CONSUMER == 32 || REGS_CONSUMER == 40 || REGS_CONSUMER == 48 || REGS_CONSUMER == 56 || REGS_CONSUMER == 64 || REGS_CONSUMER == 72 || REGS_CONSUMER == 80 || REGS_CONSUMER == 88 || REGS_CONSUMER == 96 || REGS_CONSUMER == 104 || REGS_CONSUMER == 112 || REGS_CONSUMER == 120 || REGS_CONSUMER == 128 || REGS_CONSUMER == 136 || REGS_CONSUMER == 144 || REGS_CONSUMER == 152 || REGS_CONSUMER == 160 || REGS_CONSUMER == 168 || REGS_CONSUMER == 176 || REGS_CONSUMER == 184 || REGS_CONSUMER == 192 || REGS_CONSUMER == 200 || REGS_CONSUMER == 208 || REGS_CONSUMER == 216 || REGS_CONSUMER == 224 || REGS_CONSUMER == 232 || REGS_CONSUMER == 240 || REGS_CONSUMER == 248 || REGS_CONSUMER == 256), "F12 setmaxnreg-consumer-count: REGS_CONSUMER in {24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128, 136, 144, 152, 160, 168, 176, 184, 192, 200, 208, 216, 224, 232, 240, 248, 256}");
-static_assert((REG_POOL <= 65536), "F13 setmaxnreg-pool: REG_POOL <= 65536");
-static_assert((REGS_PRODUCER <= ENTRY_REGS), "F14 setmaxnreg-dec: REGS_PRODUCER <= ENTRY_REGS");
-static_assert((REGS_CONSUMER >= ENTRY_REGS), "F15 setmaxnreg-inc: REGS_CONSUMER >= ENTRY_REGS");
+static_assert((BM >= WGMMA_M), "H01 bm-warpgroup-rows: BM >= WGMMA_M");
+static_assert(((WGMMA_M*M_SPLIT) == 0 || (BM) % (WGMMA_M*M_SPLIT) == 0), "H02 bm-per-consumer: BM % (WGMMA_M*M_SPLIT) == 0");
+static_assert(((BN) % (8) == 0), "H03 wgmma-n-multiple: BN % 8 == 0");
+static_assert((BN <= 256), "H04 wgmma-n-range: BN <= 256");
+static_assert((BN >= 8), "H05 wgmma-n-positive: BN >= 8");
+static_assert((SWIZZLE == 32 || SWIZZLE == 64 || SWIZZLE == 128), "H06 swizzle-mode: SWIZZLE in {32, 64, 128}");
+static_assert((BK*ELEM_BYTES == SWIZZLE), "H07 bk-swizzle: BK*ELEM_BYTES == SWIZZLE");
+static_assert((STAGES == 1 || STAGES == 2 || STAGES == 3 || STAGES == 4 || STAGES == 5 || STAGES == 6 || STAGES == 7 || STAGES == 8 || STAGES == 9 || STAGES == 10 || STAGES == 11 || STAGES == 12 || STAGES == 13 || STAGES == 14 || STAGES == 15 || STAGES == 16), "H08 stages-range: STAGES in {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}");
+static_assert((SMEM_BYTES <= SMEM_OPTIN), "H09 smem-limit: SMEM_BYTES <= SMEM_OPTIN");
+static_assert((CONSUMERS == 1 || CONSUMERS == 2), "H10 consumers-range: CONSUMERS in {1, 2}");
+static_assert((ACC_REGS <= ACC_BUDGET), "H11 acc-registers: ACC_REGS <= ACC_BUDGET");
+static_assert(!(SETMAXNREG == 1) || (PRODUCER == 1), "H12 setmaxnreg-producer: PRODUCER == 1 when SETMAXNREG == 1");
+static_assert(!(SETMAXNREG == 1) || (REGS_PRODUCER == 24 || REGS_PRODUCER == 32 || REGS_PRODUCER == 40 || REGS_PRODUCER == 48 || REGS_PRODUCER == 56 || REGS_PRODUCER == 64 || REGS_PRODUCER == 72 || REGS_PRODUCER == 80 || REGS_PRODUCER == 88 || REGS_PRODUCER == 96 || REGS_PRODUCER == 104 || REGS_PRODUCER == 112 || REGS_PRODUCER == 120 || REGS_PRODUCER == 128 || REGS_PRODUCER == 136 || REGS_PRODUCER == 144 || REGS_PRODUCER == 152 || REGS_PRODUCER == 160 || REGS_PRODUCER == 168 || REGS_PRODUCER == 176 || REGS_PRODUCER == 184 || REGS_PRODUCER == 192 || REGS_PRODUCER == 200 || REGS_PRODUCER == 208 || REGS_PRODUCER == 216 || REGS_PRODUCER == 224 || REGS_PRODUCER == 232 || REGS_PRODUCER == 240 || REGS_PRODUCER == 248 || REGS_PRODUCER == 256), "H13 setmaxnreg-producer-count: REGS_PRODUCER in {24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128, 136, 144, 152, 160, 168, 176, 184, 192, 200, 208, 216, 224, 232, 240, 248, 256} when SETMAXNREG == 1");
+static_assert(!(SETMAXNREG == 1) || (REGS_CONSUMER == 24 || REGS_CONSUMER == 32 || REGS_CONSUMER == 40 || REGS_CONSUMER == 48 || REGS_CONSUMER == 56 || REGS_CONSUMER == 64 || REGS_CONSUMER == 72 || REGS_CONSUMER == 80 || REGS_CONSUMER == 88 || REGS_CONSUMER == 96 || REGS_CONSUMER == 104 || REGS_CONSUMER == 112 || REGS_CONSUMER == 120 || REGS_CONSUMER == 128 || REGS_CONSUMER == 136 || REGS_CONSUMER == 144 || REGS_CONSUMER == 152 || REGS_CONSUMER == 160 || REGS_CONSUMER == 168 || REGS_CONSUMER == 176 || REGS_CONSUMER == 184 || REGS_CONSUMER == 192 || REGS_CONSUMER == 200 || REGS_CONSUMER == 208 || REGS_CONSUMER == 216 || REGS_CONSUMER == 224 || REGS_CONSUMER == 232 || REGS_CONSUMER == 240 || REGS_CONSUMER == 248 || REGS_CONSUMER == 256), "H14 setmaxnreg-consumer-count: REGS_CONSUMER in {24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128, 136, 144, 152, 160, 168, 176, 184, 192, 200, 208, 216, 224, 232, 240, 248, 256} when SETMAXNREG == 1");
+static_assert(!(SETMAXNREG == 1) || (REG_POOL <= 65536), "H15 setmaxnreg-pool: REG_POOL <= 65536 when SETMAXNREG == 1");
+static_assert(!(SETMAXNREG == 1) || (REGS_PRODUCER <= ENTRY_REGS), "H16 setmaxnreg-dec: REGS_PRODUCER <= ENTRY_REGS when SETMAXNREG == 1");
+static_assert(!(SETMAXNREG == 1) || (REGS_CONSUMER >= ENTRY_REGS), "H17 setmaxnreg-inc: REGS_CONSUMER >= ENTRY_REGS when SETMAXNREG == 1");
+static_assert((A_BOX_ROWS <= 256), "H20 a-box: A_BOX_ROWS <= 256");
+static_assert(!(B_MN_MAJOR == 1) || ((SW_ELEMS) == 0 || (BN) % (SW_ELEMS) == 0), "H21 b-mn-blocks: BN % SW_ELEMS == 0 when B_MN_MAJOR == 1");
+static_assert((CLUSTER == 1 || CLUSTER == 2), "H22 cluster-size: CLUSTER in {1, 2}");
+static_assert((GROUP >= 1), "H30 group-positive: GROUP >= 1");
+static_assert(!(ROW_MAJOR_TMA_STORE == 1) || ((C_CHUNK) == 0 || (BN) % (C_CHUNK) == 0), "H31 c-store-chunks: BN % C_CHUNK == 0 when ROW_MAJOR_TMA_STORE == 1");
+static_assert(!(STORE_TMA == 1) || (C_BOX_ROWS <= 256), "H34 c-box: C_BOX_ROWS <= 256 when STORE_TMA == 1");
+static_assert((SPLIT_K == 1 || SPLIT_K == 2 || SPLIT_K == 3 || SPLIT_K == 4 || SPLIT_K == 5 || SPLIT_K == 6 || SPLIT_K == 7 || SPLIT_K == 8 || SPLIT_K == 9 || SPLIT_K == 10 || SPLIT_K == 11 || SPLIT_K == 12 || SPLIT_K == 13 || SPLIT_K == 14 || SPLIT_K == 15 || SPLIT_K == 16), "H35 split-k-range: SPLIT_K in {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}");
+static_assert((STAGES >= 2), "F07 stages-ring: STAGES >= 2");
 static_assert((K_MAJOR == 1), "F16 k-major-only: K_MAJOR == 1");
 static_assert((PROMOTE == 0 || PROMOTE == 128 || PROMOTE == 256 || PROMOTE == 512 || PROMOTE == 1024), "F17 promote-interval: PROMOTE in {0, 128, 256, 512, 1024}");
 static_assert(!(PROMOTE == 0) || (SCALE_BLOCK == 0), "F18 fast-needs-tensor-or-row: SCALE_BLOCK == 0 when PROMOTE == 0");
@@ -167,13 +185,7 @@ static_assert(!(SCALE_BLOCK == 1) || (BN <= BLOCK), "F20 block-b-scale-span: BN 
 static_assert((PARTIALS == 1 || PARTIALS == 2), "F21 partials-range: PARTIALS in {1, 2}");
 static_assert(!(PARTIALS == 2) || (PROMOTE >= 1), "F22 partials-need-promotion: PROMOTE >= 1 when PARTIALS == 2");
 static_assert(!(PARTIALS == 2) || (PROMOTE == 0 || PROMOTE == 128), "F23 partials-per-block: PROMOTE in {0, 128} when PARTIALS == 2");
-static_assert((SPLIT_K == 1 || SPLIT_K == 2 || SPLIT_K == 3 || SPLIT_K == 4 || SPLIT_K == 5 || SPLIT_K == 6 || SPLIT_K == 7 || SPLIT_K == 8 || SPLIT_K == 9 || SPLIT_K == 10 || SPLIT_K == 11 || SPLIT_K == 12 || SPLIT_K == 13 || SPLIT_K == 14 || SPLIT_K == 15 || SPLIT_K == 16), "F24 split-k-range: SPLIT_K in {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}");
-static_assert((CLUSTER == 1 || CLUSTER == 2), "F25 cluster-size: CLUSTER in {1, 2}");
 static_assert(!(CLUSTER_M >= 2) || ((8*CLUSTER_M) == 0 || (BN) % (8*CLUSTER_M) == 0), "F26 b-multicast-split: BN % (8*CLUSTER_M) == 0 when CLUSTER_M >= 2");
-static_assert((GROUP >= 1), "F27 group-positive: GROUP >= 1");
-static_assert(!(STORE_TMA == 1) || ((C_CHUNK) == 0 || (BN) % (C_CHUNK) == 0), "F28 c-store-chunks: BN % C_CHUNK == 0 when STORE_TMA == 1");
-static_assert((A_BOX_ROWS <= 256), "F29 a-box: A_BOX_ROWS <= 256");
-static_assert(!(STORE_TMA == 1) || (CONSUMER_ROWS <= 256), "F30 c-box: CONSUMER_ROWS <= 256 when STORE_TMA == 1");
 
 
 using a_t = __nv_fp8_e4m3;      // A

@@ -10,7 +10,20 @@ from gemmgen.model.presets import PRESETS
 
 FAMILIES = {"simt": SimtConfig, "wmma": WmmaConfig, "wgmma": WgmmaConfig, "mma": MmaConfig,
             "fp8": Fp8Config, "grouped": GroupedConfig}
-ALL_RULES = [(family, rule) for family, cls in FAMILIES.items() for rule in cls.rules]
+NEVER_ALONE = {
+    "fp8": {"swizzle-mode": "the family fixes SWIZZLE at 128",
+            "setmaxnreg-producer": "the family always has a producer warpgroup",
+            "b-mn-blocks": "the family reads B K-major only (B_MN_MAJOR 0)"},
+    "grouped": {"swizzle-mode": "the family fixes SWIZZLE at 128",
+                "setmaxnreg-producer": "the family always has a producer warpgroup",
+                "cluster-size": "the family launches no clusters (CLUSTER 1)",
+                "split-k-range": "the family does not split K (SPLIT_K 1)",
+                "wgmma-n-multiple": "c-store-chunks (BN a multiple of 32 or 64) implies it"},
+}
+"""Hopper rules a family cannot break alone, with why: it fixes the quantities the rule reads,
+or another of its rules implies it. Their static_asserts hold in every kernel of the family."""
+ALL_RULES = [(family, rule) for family, cls in FAMILIES.items() for rule in cls.rules
+             if rule.name not in NEVER_ALONE.get(family, {})]
 
 SIMT_BREAKERS = {
     "bm-positive": ("vectorized", {"bm": 0}),
@@ -184,7 +197,8 @@ FP8_BREAKERS = {
     "wgmma-n-range": ("fp8_tensor_fast", {"bn": 264}),
     "wgmma-n-positive": ("fp8_tensor_fast", {"bn": 0}),
     "bk-swizzle": ("fp8_block", {"bk": 64}),
-    "stages-range": ("fp8_block", {"stages": 1}),
+    "stages-range": ("fp8_block_decode", {"stages": 17, "bn": 8}),
+    "stages-ring": ("fp8_block", {"stages": 1}),
     "smem-limit": ("fp8_block_prom2", {"stages": 8}),
     "consumers-range": ("fp8_grad_e5m2", {"consumers": 3, "bm": 192, "regs_consumer": 144,
                                           "stages": 4}),
@@ -219,7 +233,7 @@ GROUPED_BREAKERS = {
     "bm-per-consumer": ("grouped_bf16", {"bm": 192, "bn": 128}),
     "wgmma-n-range": ("grouped_bf16", {"bn": 320, "stages": 2}),
     "wgmma-n-positive": ("grouped_bf16", {"bn": 0}),
-    "bk-row": ("grouped_bf16", {"bk": 32}),
+    "bk-swizzle": ("grouped_bf16", {"bk": 32}),
     "stages-range": ("grouped_bf16", {"stages": 0}),
     "smem-limit": ("grouped_bf16", {"stages": 5}),
     "acc-registers": ("grouped_bf16", {"bm": 256, "stages": 1}),

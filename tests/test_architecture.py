@@ -137,3 +137,18 @@ def test_the_wgmma_wrappers_are_written_once():
                 "wgmma.wait_group", "make_desc(uint32_t"):
         holders = sorted(p.name for p in templates.glob("*.j2") if ptx in p.read_text())
         assert holders == ["_wgmma_ptx.cu.j2"], (ptx, holders)
+
+
+def test_the_hopper_rules_are_written_once():
+    """The wgmma, FP8 and grouped families check one table of Hopper rules (each rule once,
+    by id and by name), then the rules of their own axes; no rule of a family's table repeats
+    a Hopper rule's name."""
+    from gemmgen.model.families import get_family
+    from gemmgen.model.families.hopper import HOPPER_RULES
+    shared = {r.name for r in HOPPER_RULES}
+    for name in ("wgmma", "fp8", "grouped"):
+        table = get_family(name).config.rules
+        assert table[:len(HOPPER_RULES)] == HOPPER_RULES, name
+        own = [r.name for r in table[len(HOPPER_RULES):]]
+        assert not shared & set(own) and len(set(own)) == len(own), (name, own)
+        assert len({r.id for r in table}) == len(table), name

@@ -1,6 +1,6 @@
 """The configuration model: every rule, all-violations errors, suggestions, derived figures."""
 import pytest
-from breakers import ALL_RULES, BREAKERS, FAMILIES, breaker
+from breakers import ALL_RULES, BREAKERS, FAMILIES, NEVER_ALONE, breaker
 from hypothesis import given, settings, strategies as st
 
 from gemmgen import PRESETS, SIMT_RULES, ConfigError, SimtConfig
@@ -11,8 +11,32 @@ from gemmgen.model.rules import violations
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_every_rule_has_a_breaker(family):
     rules = FAMILIES[family].rules
-    assert {r.name for r in rules} == set(BREAKERS[family])
+    assert {r.name for r in rules} == set(BREAKERS[family]) | set(NEVER_ALONE.get(family, {}))
+    assert not set(BREAKERS[family]) & set(NEVER_ALONE.get(family, {}))
     assert len({r.id for r in rules}) == len(rules)
+
+
+@pytest.mark.parametrize("family, name", [(f, n) for f, d in NEVER_ALONE.items() for n in d])
+def test_a_hopper_rule_the_family_fixes_is_never_broken_alone(family, name):
+    """Over the family's presets with random changes from its search domain and edge values,
+    a config that breaks the rule always breaks another one too (and the presets keep it)."""
+    import random
+    cls = FAMILIES[family]
+    presets = [p.config for p in PRESETS.values() if p.config.family == family]
+    domain = {**cls.choices, **cls.search_domain, "bm": (0, 64, 96, 128, 192, 256),
+              "bn": (0, 8, 12, 40, 64, 100, 128, 136, 256, 264), "stages": (0, 1, 4, 17)}
+    rng, broke = random.Random(3), 0
+    for _ in range(400):
+        values = presets[rng.randrange(len(presets))].as_dict()
+        values.pop("family")
+        for key in rng.sample(sorted(k for k in domain if k in values), 3):
+            values[key] = rng.choice(domain[key])
+        cfg = cls.unchecked(**values)
+        found = [v.rule.name for v in violations(cfg.rules, cfg.env())]
+        if name in found:
+            broke += 1
+            assert len(found) > 1, (name, values)
+    assert all(name not in [v.rule.name for v in c.violations()] for c in presets)
 
 
 @pytest.mark.parametrize("family, rule", ALL_RULES, ids=lambda x: getattr(x, "id", x))

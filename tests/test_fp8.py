@@ -63,12 +63,12 @@ def test_prototype_figures():
     (dict(scaling="block", bn=256, stages=4), "F20"),
     (dict(layout="rrr"), "F16"),
     (dict(promote=0, partials=2), "F22"),
-    (dict(bk=64), "F06"),
-    (dict(cluster_m=2, cluster_n=2), "F25"),
-    (dict(stages=9), "F08"),
+    (dict(bk=64), "H07"),
+    (dict(cluster_m=2, cluster_n=2), "H22"),
+    (dict(stages=9), "H09"),
     (dict(promote=100), "F17"),
     (dict(bn=120, cluster_m=2), "F26"),
-    (dict(store="tma", bn=96, stages=4), "F28"),
+    (dict(store="tma", bn=96, stages=4), "H31"),
 ])
 def test_each_rule_names_itself(change, rule):
     with pytest.raises(ConfigError) as info:
@@ -80,7 +80,7 @@ def test_promoted_wide_tiles_exceed_the_register_budget():
     with pytest.raises(ConfigError) as info:
         FP8["fp8_tensor_fast"].replace(promote=128)
     text = str(info.value)
-    assert "F10 acc-registers: ACC_REGS = 256 exceeds ACC_BUDGET = 192" in text
+    assert "H11 acc-registers: ACC_REGS = 256 exceeds ACC_BUDGET = 192" in text
 
 
 def test_header_states_scaling_and_promotion():

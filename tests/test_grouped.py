@@ -300,7 +300,7 @@ def test_a_broken_rule_is_the_static_assert_that_fires(nvcc):
     cfg = _unchecked("grouped_bf16", stages=5)
     with pytest.raises(BuildError) as info:
         compile_source(render(cfg, ARCH), (ARCH,), name=cfg.name)
-    assert info.value.static_assert_ids() == {"G08"}
+    assert info.value.static_assert_ids() == {"H09"}
 
 
 def test_tensor_maps_and_alignment_problems(compiled):

@@ -49,6 +49,11 @@ class Fp8Env:
             "STORE_TMA": int(self.store == "tma"), "OUT_BYTES": self.out_bytes,
             "C_CHUNK": self.c_chunk, "A_BOX_ROWS": div(self.bm, self.cluster_n),
             "B_BOX_ROWS": div(self.bn, self.cluster_m),
+            # the Hopper rules' names for what this family fixes: cooperative consumers, one
+            # byte per element, a producer warpgroup with setmaxnreg, K-major B, row-major C
+            "M_SPLIT": self.consumers, "ELEM_BYTES": 1, "PRODUCER": 1, "SETMAXNREG": 1,
+            "B_MN_MAJOR": 0, "SW_ELEMS": SWIZZLE, "ROW_MAJOR_TMA_STORE": int(self.store == "tma"),
+            "C_BOX_ROWS": self.consumer_rows,
             **self.feature_env(),
         }
 

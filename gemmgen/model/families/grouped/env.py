@@ -45,6 +45,12 @@ class GroupedEnv:
             "STAGE_BYTES": self.stage_bytes, "C_CHUNK": self.c_chunk,
             "C_CHUNKS": self.c_chunks, "C_SMEM_BYTES": self.c_smem_bytes,
             "SMEM_BYTES": self.smem_bytes, "SMEM_OPTIN": SMEM_OPTIN,
+            # the Hopper rules' names for what this family fixes: cooperative consumers, a
+            # producer warpgroup, 128-byte swizzle, no cluster, no split-K, a TMA store of a
+            # row-major C
+            "M_SPLIT": self.consumers, "PRODUCER": 1, "SWIZZLE": C_SWIZZLE, "CLUSTER": 1,
+            "SPLIT_K": 1, "STORE_TMA": 1, "ROW_MAJOR_TMA_STORE": 1,
+            "C_BOX_ROWS": self.consumer_rows,
         }
 
     def template_constants(self) -> dict[str, int]:

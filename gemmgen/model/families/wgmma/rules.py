@@ -1,20 +1,24 @@
-"""The wgmma family's constants and rule table."""
+"""The wgmma family's constants and rule table: the rules every Hopper kernel obeys
+(``families.hopper``) and those of this family's own axes."""
 from __future__ import annotations
 
-from ...arch import get_arch
-from ...config import WARP_SIZE
 from ...rules import Rule, at_least, at_most, equal, multiple_of, one_of
+from ..hopper import (  # noqa: F401 - the family's names for the Hopper constants
+    ALIGN_SLACK,
+    BARRIER_BYTES,
+    C_SWIZZLE,
+    HOPPER_RULES,
+    MAX_BOX,
+    MAX_SPLIT_K,
+    OUTPUT_RULES,
+    REGISTER_FILE,
+    SMEM_OPTIN,
+    WARPGROUP,
+    WGMMA_M,
+)
 
-WARPGROUP = 4 * WARP_SIZE          # threads of one warpgroup
-WGMMA_M = 64                       # rows of one wgmma, per warpgroup
 WGMMA_K_BYTES = 32                 # one wgmma consumes 32 bytes of K: k16 (fp16/bf16), k8 (tf32)
-MAX_BOX = 256                      # cuTensorMapEncodeTiled: every box dimension <= 256
-C_SWIZZLE = 128                    # the C staging tile uses 128-byte swizzled rows
-BARRIER_BYTES = 8                  # one mbarrier
-ALIGN_SLACK = 1024                 # dynamic shared memory is rounded up to a 1024-byte atom
 REG_RESERVE = 48                   # registers a consumer needs besides its accumulators
-REGISTER_FILE = 65536              # 32-bit registers per SM (sm_90)
-MAX_SPLIT_K = 16                   # slices of K one problem may be split into
 MATHS = ("native", "3xtf32")
 """``math``: the dtype's own products, or 3xTF32 (three tf32 products per float32 product)."""
 PACK_TILE = 32                     # the pack kernels move 32 x 32 element tiles
@@ -22,65 +26,14 @@ PACK_ROWS = 8                      # ... with 32 x 8 threads
 PTX_TYPES = {"fp16": "f16", "bf16": "bf16", "tf32": "tf32"}
 DEFER_UNITS = 2                    # overlap: 16-byte units of the staged tile per thread per pass
 OVERLAP_RESERVE = 24               # overlap: registers of a deferred pass beside the accumulators
-SMEM_OPTIN = get_arch("sm_90").smem_per_block_optin
-"""The largest dynamic shared memory one block may opt in to on the only arch this family
-runs on (sm_90a: 232,448 bytes)."""
 
-_SETMAXNREG = equal("SETMAXNREG", 1)
-_STEPS8 = tuple(range(24, 257, 8))
-
-WGMMA_RULES: tuple[Rule, ...] = (
-    Rule("H01", "bm-warpgroup-rows", at_least("BM", "WGMMA_M"),
-         "a consumer warpgroup computes at least the 64 rows of one wgmma"),
-    Rule("H02", "bm-per-consumer", multiple_of("BM", ("WGMMA_M", "M_SPLIT")),
-         "each consumer warpgroup takes whole 64-row wgmma tiles of the block"),
-    Rule("H03", "wgmma-n-multiple", multiple_of("BN", 8), "wgmma N is a multiple of 8"),
-    Rule("H04", "wgmma-n-range", at_most("BN", 256), "wgmma N is at most 256"),
-    Rule("H05", "wgmma-n-positive", at_least("BN", 8), "wgmma N is at least 8"),
-    Rule("H06", "swizzle-mode", one_of("SWIZZLE", (32, 64, 128)),
-         "TMA and wgmma swizzle 32-, 64- or 128-byte rows"),
-    Rule("H07", "bk-swizzle", equal(("BK", "ELEM_BYTES"), "SWIZZLE"),
-         "one K row of a K-major tile is one swizzle row (DeepGEMM: BK = 128 B / element)"),
-    Rule("H08", "stages-range", one_of("STAGES", tuple(range(1, 17))),
-         "1 to 16 shared-memory stages in the TMA ring"),
-    Rule("H09", "smem-limit", at_most("SMEM_BYTES", "SMEM_OPTIN"),
-         "stages x stage bytes + C staging + barriers + alignment fit the arch's opt-in "
-         "shared memory per block"),
-    Rule("H10", "consumers-range", one_of("CONSUMERS", (1, 2)),
-         "one or two consumer warpgroups"),
-    Rule("H11", "acc-registers", at_most(("ACC_REGS",), "ACC_BUDGET"),
-         "accumulators plus 48 working registers must fit a consumer thread's registers "
-         "(REGS_CONSUMER with setmaxnreg, else the __launch_bounds__ cap), or wgmma "
-         "serializes and the kernel spills"),
-    Rule("H12", "setmaxnreg-producer", equal("PRODUCER", 1),
-         "setmaxnreg moves registers from a producer warpgroup to the consumers",
-         when=_SETMAXNREG),
-    Rule("H13", "setmaxnreg-producer-count", one_of("REGS_PRODUCER", _STEPS8),
-         "setmaxnreg takes a multiple of 8 from 24 to 256", when=_SETMAXNREG),
-    Rule("H14", "setmaxnreg-consumer-count", one_of("REGS_CONSUMER", _STEPS8),
-         "setmaxnreg takes a multiple of 8 from 24 to 256", when=_SETMAXNREG),
-    Rule("H15", "setmaxnreg-pool", at_most("REG_POOL", REGISTER_FILE),
-         "(REGS_PRODUCER + CONSUMERS x REGS_CONSUMER) x 128 threads fit the 65,536-register "
-         "file of the SM (one block per SM)", when=_SETMAXNREG),
-    Rule("H16", "setmaxnreg-dec", at_most("REGS_PRODUCER", "ENTRY_REGS"),
-         "the producer can only give registers back: REGS_PRODUCER <= the "
-         "__launch_bounds__(threads, 1) cap at entry", when=_SETMAXNREG),
-    Rule("H17", "setmaxnreg-inc", at_least("REGS_CONSUMER", "ENTRY_REGS"),
-         "consumers can only grow: REGS_CONSUMER >= the __launch_bounds__(threads, 1) cap",
-         when=_SETMAXNREG),
+WGMMA_RULES: tuple[Rule, ...] = HOPPER_RULES + OUTPUT_RULES + (
     Rule("H18", "a-mn-major-16bit", equal("A_MN_MAJOR", 0),
          "an MN-major (column-major) A exists only for 16-bit wgmma inputs, not tf32",
          when=equal("DTYPE_TF32", 1)),
     Rule("H19", "b-mn-major-16bit", equal("B_MN_MAJOR", 0),
          "an MN-major (row-major) B exists only for 16-bit wgmma inputs, not tf32: take "
          "layout 'rc?' or the WMMA family", when=equal("DTYPE_TF32", 1)),
-    Rule("H20", "a-box", at_most("A_BOX_ROWS", MAX_BOX),
-         "a TMA box dimension is at most 256 (cuTensorMapEncodeTiled)"),
-    Rule("H21", "b-mn-blocks", multiple_of("BN", "SW_ELEMS"),
-         "an MN-major B tile is loaded as whole swizzle-width column blocks",
-         when=equal("B_MN_MAJOR", 1)),
-    Rule("H22", "cluster-size", one_of("CLUSTER", (1, 2)),
-         "clusters of 1 or 2 CTAs (CLUSTER_M x CLUSTER_N)"),
     Rule("H23", "cluster-persistent", equal("PERSISTENT", 1),
          "a cluster launch uses the persistent grid, whose size is a multiple of the cluster",
          when=at_least("CLUSTER", 2)),
@@ -99,19 +52,6 @@ WGMMA_RULES: tuple[Rule, ...] = (
     Rule("H29", "no-producer-one-consumer", equal("CONSUMERS", 1),
          "without a producer warpgroup one warpgroup both loads and computes",
          when=equal("PRODUCER", 0)),
-    Rule("H30", "group-positive", at_least("GROUP", 1), "raster groups hold at least one tile"),
-    Rule("H31", "c-store-chunks", multiple_of("BN", "C_CHUNK"),
-         "a TMA store writes row-major C in 128-byte swizzled column chunks",
-         when=equal("ROW_MAJOR_TMA_STORE", 1)),
-    Rule("H32", "fp16-output", equal("DTYPE_FP16", 1), "an fp16 C needs fp16 inputs",
-         when=equal("OUT_FP16", 1)),
-    Rule("H33", "bf16-output", equal("DTYPE_BF16", 1), "a bf16 C needs bf16 inputs",
-         when=equal("OUT_BF16", 1)),
-    Rule("H34", "c-box", at_most("C_BOX_ROWS", MAX_BOX),
-         "a TMA-store box dimension (a consumer's rows, or BN for a column-major C) is at most "
-         "256 (cuTensorMapEncodeTiled)", when=equal("STORE_TMA", 1)),
-    Rule("H35", "split-k-range", one_of("SPLIT_K", tuple(range(1, MAX_SPLIT_K + 1))),
-         f"split-K into 1 to {MAX_SPLIT_K} slices of K"),
     Rule("H36", "split-k-direct", equal("STORE_TMA", 0),
          "split-K slices store fp32 partial sums from registers (store direct); the reduction "
          "kernel applies alpha, beta, bias and the activation once", when=at_least("SPLIT_K", 2)),
