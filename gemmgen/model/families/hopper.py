@@ -10,11 +10,13 @@ the rules of its own axes."""
 from __future__ import annotations
 
 from ..arch import get_arch
-from ..config import WARP_SIZE
+from ..config import WARP_SIZE, div
+from ..dtypes import ELEM_BYTES
 from ..rules import Rule, at_least, at_most, equal, multiple_of, one_of
 
 WARPGROUP = 4 * WARP_SIZE          # threads of one warpgroup
 WGMMA_M = 64                       # rows of one wgmma, per warpgroup
+WGMMA_K_BYTES = 32                 # one wgmma consumes 32 bytes of K: k8 tf32, k16 fp16/bf16, k32 FP8
 MAX_BOX = 256                      # cuTensorMapEncodeTiled: every box dimension <= 256
 C_SWIZZLE = 128                    # the C staging tile uses 128-byte swizzled rows
 BARRIER_BYTES = 8                  # one mbarrier
@@ -94,3 +96,168 @@ OUTPUT_RULES: tuple[Rule, ...] = (
          when=equal("OUT_BF16", 1)),
 )
 """The 16-bit-input families' output rules (wgmma, grouped): a 16-bit C in the inputs' dtype."""
+
+
+def wgmma_asm(bn: int) -> dict:
+    """Operand numbers of the inline asm of a wgmma of ``bn`` columns (fp32 accumulators,
+    bn / 2 per thread): accumulators %0..%(n-1), then descriptor A, descriptor B and the
+    scale-d flag (``templates/_wgmma_ptx.cu.j2``)."""
+    n = bn // 2
+    return {"acc": n, "desc_a": n, "desc_b": n + 1, "scale_d": n + 2,
+            "acc_operands": [f"%{i}" for i in range(n)],
+            "acc_constraints": [f'"+f"(d[{i}])' for i in range(n)]}
+
+
+class HopperTile:
+    """Mixed into the Hopper configs (wgmma, FP8, grouped): the derived figures their kernels
+    share, from the fields ``bm, bn, bk, dtype, out, consumers, stages, regs_producer,
+    regs_consumer`` (and ``cluster_m, cluster_n`` where the family has clusters). A family
+    overrides what its own axes change: ping-pong rows and an optional producer (wgmma), the
+    split-K flags in shared memory and ptxas's entry registers (FP8), no cluster (grouped).
+    ``REG_RESERVE``: registers a consumer thread needs besides its accumulators."""
+
+    __slots__ = ()
+    REG_RESERVE = 48
+
+    @property
+    def elem_bytes(self) -> int:
+        """Bytes of one A or B element."""
+        return ELEM_BYTES.get(self.dtype, 2)
+
+    @property
+    def out_bytes(self) -> int:
+        """Bytes of one C (D) element."""
+        return ELEM_BYTES.get(self.out, 4)
+
+    @property
+    def wgmma_k(self) -> int:
+        """K of one wgmma: 32 bytes of elements (8 tf32, 16 fp16/bf16, 32 FP8)."""
+        return WGMMA_K_BYTES // self.elem_bytes
+
+    @property
+    def threads(self) -> int:
+        """Threads per block: 128 per consumer warpgroup plus the producer warpgroup."""
+        return WARPGROUP * (self.consumers + 1)
+
+    @property
+    def warps(self) -> int:
+        return self.threads // WARP_SIZE
+
+    @property
+    def consumer_rows(self) -> int:
+        """Rows of C one consumer warpgroup computes per tile: BM / consumers (cooperative)."""
+        return div(self.bm, self.consumers)
+
+    @property
+    def m_iters(self) -> int:
+        """64-row wgmma tiles per consumer warpgroup."""
+        return div(self.consumer_rows, WGMMA_M)
+
+    @property
+    def a_stage_bytes(self) -> int:
+        return self.bm * self.bk * self.elem_bytes
+
+    @property
+    def stage_bytes(self) -> int:
+        """Bytes TMA lands in one stage of this CTA (the full mbarrier's transactions)."""
+        return self.a_stage_bytes + self.b_stage_bytes
+
+    @property
+    def c_chunk(self) -> int:
+        """Elements of C in one 128-byte staging row."""
+        return C_SWIZZLE // self.out_bytes
+
+    @property
+    def c_smem_offset(self) -> int:
+        """Where the C staging tile starts: after the stages, rounded up to a 1024-byte atom
+        (the TMA store's 128-byte swizzle is a function of the address bits)."""
+        return -(-self.stages * self.stage_bytes // ALIGN_SLACK) * ALIGN_SLACK
+
+    @property
+    def barrier_bytes(self) -> int:
+        """The full and empty mbarrier of each stage."""
+        return 2 * self.stages * BARRIER_BYTES
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory per block: stages, C staging (1024-byte aligned), barriers and
+        the slack for rounding the base up to a 1024-byte atom."""
+        return self.c_smem_offset + self.c_smem_bytes + self.barrier_bytes + ALIGN_SLACK
+
+    @property
+    def static_smem_bytes(self) -> int:
+        return 0
+
+    @property
+    def dynamic_smem_bytes(self) -> int:
+        return self.smem_bytes
+
+    @property
+    def cluster(self) -> int:
+        """CTAs of one cluster."""
+        return self.cluster_m * self.cluster_n
+
+    @property
+    def setmaxnreg(self) -> bool:
+        """setmaxnreg moves registers from the producer to the consumers (0, 0: it does not)."""
+        return bool(self.regs_producer or self.regs_consumer)
+
+    @property
+    def entry_regs(self) -> int:
+        """Registers per thread at entry under __launch_bounds__(threads, 1): the register
+        file over the threads, in steps of 8, at most 255."""
+        return min(255, div(REGISTER_FILE, self.threads) // 8 * 8)
+
+    @property
+    def consumer_regs(self) -> int:
+        """Registers a consumer thread has for its work: REGS_CONSUMER, or the entry cap
+        without setmaxnreg."""
+        return self.regs_consumer if self.setmaxnreg else self.entry_regs
+
+    def registers_needed(self) -> int:
+        """Registers a consumer thread needs: its accumulators plus ``REG_RESERVE``."""
+        return self.acc_regs + self.REG_RESERVE
+
+    def launch_registers(self) -> int:
+        """Registers per thread the block launches with: the __launch_bounds__(threads, 1)
+        cap (setmaxnreg then moves them between warpgroups)."""
+        return self.entry_regs
+
+    def register_cap(self) -> int:
+        """Registers a consumer thread may use: REGS_CONSUMER after setmaxnreg, else the
+        __launch_bounds__(threads, 1) cap (gemmgen.model.registers reads this instead of its
+        own)."""
+        return self.consumer_regs
+
+    def hopper_env(self) -> dict[str, int]:
+        """The named quantities of every Hopper kernel (``HOPPER_RULES`` read them, the
+        templates declare them); a family's ``env`` adds those of its own axes, and states the
+        ones the Hopper rules read that it fixes."""
+        return {
+            "BM": self.bm, "BN": self.bn, "BK": self.bk, "ELEM_BYTES": self.elem_bytes,
+            "OUT_BYTES": self.out_bytes, "CONSUMERS": self.consumers, "STAGES": self.stages,
+            "GROUP": self.group, "SETMAXNREG": int(self.setmaxnreg),
+            "REGS_PRODUCER": self.regs_producer, "REGS_CONSUMER": self.regs_consumer,
+            "REG_POOL": (self.regs_producer + self.consumers * self.regs_consumer) * WARPGROUP,
+            "ENTRY_REGS": self.entry_regs, "ACC_BUDGET": self.consumer_regs - self.REG_RESERVE,
+            "WGMMA_M": WGMMA_M, "WGMMA_N": self.bn, "WGMMA_K": self.wgmma_k,
+            "K_STEPS": div(self.bk, self.wgmma_k), "CONSUMER_ROWS": self.consumer_rows,
+            "M_ITERS": self.m_iters, "ACC_REGS": self.acc_regs, "THREADS": self.threads,
+            "WARPGROUP": WARPGROUP, "C_CHUNK": self.c_chunk,
+            "SMEM_BYTES": self.smem_bytes, "SMEM_OPTIN": SMEM_OPTIN,
+        }
+
+    def figures(self, arch: str = "sm_90") -> dict:
+        """The derived figures the emitted header and ``gemmgen list`` report."""
+        return {"threads": self.threads, "warpgroups": self.threads // WARPGROUP,
+                "smem_bytes_dynamic": self.smem_bytes, "stage_bytes": self.stage_bytes,
+                "c_staging_bytes": self.c_smem_bytes, "acc_regs_per_consumer": self.acc_regs,
+                "consumer_registers": self.consumer_regs, "entry_registers": self.entry_regs,
+                "wgmma": f"m64n{self.bn}k{self.wgmma_k} x {self.m_iters} per consumer",
+                "flops_per_byte": {k: round(v, 3) for k, v in self.flops_per_byte.items()},
+                f"blocks_per_sm_{get_arch(arch).name}": self.blocks_per_sm(arch)}
+
+    @property
+    def wgmma_asm(self) -> dict:
+        """Operand numbers of the wgmma inline asm (``wgmma_asm``)."""
+        return wgmma_asm(self.bn)

@@ -5,27 +5,16 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ...config import EPILOGUES, LAYOUTS, ConfigBase, div
-from ...dtypes import ELEM_BYTES, FP8_DTYPES
+from ...dtypes import FP8_DTYPES
+from ..hopper import ALIGN_SLACK, HopperTile, REGISTER_FILE
 from .env import Fp8Env
-from .rules import (
-    ALIGN_SLACK,
-    BARRIER_BYTES,
-    C_SWIZZLE,
-    FLAG_BYTES,
-    FP8_RULES,
-    REG_RESERVE,
-    REGISTER_FILE,
-    SCALINGS,
-    STORES,
-    WARPGROUP,
-    WGMMA_M,
-)
+from .rules import FLAG_BYTES, FP8_RULES, REG_RESERVE, SCALINGS, STORES
 
 SCALE_TAGS = {"tensor": "tensor", "row": "row", "block": "block"}
 
 
 @dataclass(frozen=True, slots=True)
-class Fp8Config(Fp8Env, ConfigBase):
+class Fp8Config(Fp8Env, HopperTile, ConfigBase):
     """A Hopper FP8 GEMM kernel: D[M,N] = act(dequant(A[M,K] @ B[K,N]) + bias), A and B FP8
     (e4m3 or e5m2) read K-major by TMA into 128-byte-swizzled shared memory, wgmma
     ``m64nBNk32`` with fp32 accumulators, scales applied in fp32. sm_90a only.
@@ -89,6 +78,7 @@ class Fp8Config(Fp8Env, ConfigBase):
     family = "fp8"
     template = "fp8.cu.j2"
     rules = FP8_RULES
+    REG_RESERVE = REG_RESERVE  # 40: see fp8.rules
     acc = "fp32"
     min_blocks = 1
     field_types: ClassVar[dict] = {"dtype": str, "b_dtype": str, "out": str, "scaling": str, "store": str,
@@ -151,25 +141,6 @@ class Fp8Config(Fp8Env, ConfigBase):
 
     # ---- derived figures ------------------------------------------------------------------
     @property
-    def out_bytes(self) -> int:
-        return ELEM_BYTES.get(self.out, 4)
-
-    @property
-    def threads(self) -> int:
-        """Threads per block: 128 per consumer warpgroup plus the producer warpgroup."""
-        return WARPGROUP * (self.consumers + 1)
-
-    @property
-    def consumer_rows(self) -> int:
-        """Rows of the tile one consumer warpgroup computes: BM / consumers."""
-        return div(self.bm, self.consumers)
-
-    @property
-    def m_iters(self) -> int:
-        """64-row wgmma slices per consumer warpgroup."""
-        return div(self.consumer_rows, WGMMA_M)
-
-    @property
     def acc_regs(self) -> int:
         """Live fp32 accumulator registers per consumer thread: m_iters x BN/2 for fast
         accumulation; promoted, the final sums plus each partial set."""
@@ -182,36 +153,13 @@ class Fp8Config(Fp8Env, ConfigBase):
         return max(1, div(self.promote, self.bk))
 
     @property
-    def a_stage_bytes(self) -> int:
-        return self.bm * self.bk
-
-    @property
     def b_stage_bytes(self) -> int:
         return self.bn * self.bk
-
-    @property
-    def stage_bytes(self) -> int:
-        """Bytes TMA lands in one stage of this CTA (the full barrier's transactions)."""
-        return self.a_stage_bytes + self.b_stage_bytes
-
-    @property
-    def c_chunk(self) -> int:
-        """Elements of D in one 128-byte staging row."""
-        return C_SWIZZLE // self.out_bytes
 
     @property
     def c_smem_bytes(self) -> int:
         """The TMA store's staging tile (BM x BN of D), 0 for direct stores."""
         return self.bm * self.bn * self.out_bytes if self.store == "tma" else 0
-
-    @property
-    def c_smem_offset(self) -> int:
-        """The staging tile starts after the stages, on a 1024-byte swizzle atom."""
-        return -(-self.stages * self.stage_bytes // ALIGN_SLACK) * ALIGN_SLACK
-
-    @property
-    def barrier_bytes(self) -> int:
-        return 2 * self.stages * BARRIER_BYTES
 
     @property
     def smem_bytes(self) -> int:
@@ -221,18 +169,6 @@ class Fp8Config(Fp8Env, ConfigBase):
                 + ALIGN_SLACK)
 
     @property
-    def static_smem_bytes(self) -> int:
-        return 0
-
-    @property
-    def dynamic_smem_bytes(self) -> int:
-        return self.smem_bytes
-
-    @property
-    def cluster(self) -> int:
-        return self.cluster_m * self.cluster_n
-
-    @property
     def entry_regs(self) -> int:
         """Registers per thread the block launches with, as ptxas (nvcc 13.0) sets them for a
         kernel with setmaxnreg: the __launch_bounds__(threads, 1) cap in steps of 8 (248 at
@@ -240,15 +176,6 @@ class Fp8Config(Fp8Env, ConfigBase):
         kernels report 240 registers, its 384-thread ones 168)."""
         cap = min(248, div(REGISTER_FILE, self.threads) // 8 * 8)
         return min(cap, max(self.regs_producer, self.regs_consumer))
-
-    def registers_needed(self) -> int:
-        return self.acc_regs + REG_RESERVE
-
-    def launch_registers(self) -> int:
-        return self.entry_regs
-
-    def register_cap(self) -> int:
-        return self.regs_consumer
 
     def split_slices(self, k: int) -> list[tuple[int, int]]:
         """(first K block, K blocks) of each split-K slice: ceil(blocks / SPLIT_K) each, the

@@ -6,21 +6,8 @@ from __future__ import annotations
 from ...arch import get_arch
 from ...config import div
 from ...dtypes import CTYPES
-from ..wgmma.env import wgmma_asm
-from .rules import (
-    ALIGN_SLACK,
-    BLOCK,
-    C_SWIZZLE,
-    PACK_THREADS,
-    PACK_TILE,
-    PTX_TYPES,
-    REG_RESERVE,
-    SMEM_OPTIN,
-    SWIZZLE,
-    WARPGROUP,
-    WGMMA_K,
-    WGMMA_M,
-)
+from ..hopper import ALIGN_SLACK, C_SWIZZLE, WARPGROUP, WGMMA_M
+from .rules import BLOCK, PACK_THREADS, PACK_TILE, PTX_TYPES, SWIZZLE, WGMMA_K
 
 
 class Fp8Env:
@@ -31,29 +18,19 @@ class Fp8Env:
     def env(self) -> dict[str, int]:
         """The named quantities the rules and the template's constants use."""
         return {
-            "BM": self.bm, "BN": self.bn, "BK": self.bk, "SWIZZLE": SWIZZLE, "BLOCK": BLOCK,
-            "WGMMA_M": WGMMA_M, "WGMMA_K": WGMMA_K, "CONSUMERS": self.consumers,
-            "CONSUMER_ROWS": self.consumer_rows, "M_ITERS": self.m_iters,
-            "STAGES": self.stages, "THREADS": self.threads, "WARPGROUP": WARPGROUP,
-            "SMEM_BYTES": self.smem_bytes, "SMEM_OPTIN": SMEM_OPTIN,
-            "ACC_REGS": self.acc_regs, "ACC_BUDGET": self.regs_consumer - REG_RESERVE,
-            "REGS_PRODUCER": self.regs_producer, "REGS_CONSUMER": self.regs_consumer,
-            "REG_POOL": (self.regs_producer + self.consumers * self.regs_consumer) * WARPGROUP,
-            "ENTRY_REGS": self.entry_regs, "K_MAJOR": int(self.layout == "rcr"),
-            "PROMOTE": self.promote, "PROMOTE_STAGES": self.promote_stages,
-            "PARTIALS": self.partials, "SCALE_TENSOR": int(self.scaling == "tensor"),
-            "SCALE_ROW": int(self.scaling == "row"), "SCALE_BLOCK": int(self.scaling == "block"),
+            **self.hopper_env(), "SWIZZLE": SWIZZLE, "BLOCK": BLOCK,
+            "K_MAJOR": int(self.layout == "rcr"), "PROMOTE": self.promote,
+            "PROMOTE_STAGES": self.promote_stages, "PARTIALS": self.partials,
+            "SCALE_TENSOR": int(self.scaling == "tensor"), "SCALE_ROW": int(self.scaling == "row"),
+            "SCALE_BLOCK": int(self.scaling == "block"),
             "BLOCK_PROMOTED": int(self.scaling == "block" and self.promote > 0),
             "SPLIT_K": self.split_k, "CLUSTER_M": self.cluster_m, "CLUSTER_N": self.cluster_n,
-            "CLUSTER": self.cluster, "GROUP": self.group,
-            "STORE_TMA": int(self.store == "tma"), "OUT_BYTES": self.out_bytes,
-            "C_CHUNK": self.c_chunk, "A_BOX_ROWS": div(self.bm, self.cluster_n),
-            "B_BOX_ROWS": div(self.bn, self.cluster_m),
+            "CLUSTER": self.cluster, "STORE_TMA": int(self.store == "tma"),
+            "A_BOX_ROWS": div(self.bm, self.cluster_n), "B_BOX_ROWS": div(self.bn, self.cluster_m),
             # the Hopper rules' names for what this family fixes: cooperative consumers, one
             # byte per element, a producer warpgroup with setmaxnreg, K-major B, row-major C
-            "M_SPLIT": self.consumers, "ELEM_BYTES": 1, "PRODUCER": 1, "SETMAXNREG": 1,
-            "B_MN_MAJOR": 0, "SW_ELEMS": SWIZZLE, "ROW_MAJOR_TMA_STORE": int(self.store == "tma"),
-            "C_BOX_ROWS": self.consumer_rows,
+            "M_SPLIT": self.consumers, "PRODUCER": 1, "B_MN_MAJOR": 0, "SW_ELEMS": SWIZZLE,
+            "ROW_MAJOR_TMA_STORE": int(self.store == "tma"), "C_BOX_ROWS": self.consumer_rows,
             **self.feature_env(),
         }
 
@@ -138,8 +115,3 @@ class Fp8Env:
                 f"ceil(M/{self.bm * self.cluster_m}) * ceil(N/{self.bn * self.cluster_n}) * "
                 f"{self.split_k} * {self.cluster}{cl}, block = ({self.threads}, 1, 1); tensor "
                 f"maps of A, B and D are the first three parameters")
-
-    @property
-    def wgmma_asm(self) -> dict:
-        """Operand numbers of the wgmma inline asm (``wgmma.env.wgmma_asm``)."""
-        return wgmma_asm(self.bn)

@@ -3,18 +3,7 @@
 from __future__ import annotations
 
 from ...rules import Rule, at_least, at_most, equal, multiple_of, one_of
-from ..hopper import (  # noqa: F401 - the family's names for the Hopper constants
-    ALIGN_SLACK,
-    BARRIER_BYTES,
-    C_SWIZZLE,
-    HOPPER_RULES,
-    MAX_BOX,
-    MAX_SPLIT_K,
-    REGISTER_FILE,
-    SMEM_OPTIN,
-    WARPGROUP,
-    WGMMA_M,
-)
+from ..hopper import HOPPER_RULES
 
 WGMMA_K = 32                       # one FP8 wgmma consumes 32 elements (32 bytes) of K
 SWIZZLE = 128                      # A and B stages: 128-byte swizzled K-major rows

@@ -4,23 +4,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...config import LAYOUTS, WARP_SIZE, ConfigBase, div
-from ...dtypes import ELEM_BYTES
-from ..wgmma.rules import (
-    ALIGN_SLACK,
-    BARRIER_BYTES,
-    REG_RESERVE,
-    REGISTER_FILE,
-    WARPGROUP,
-    WGMMA_K_BYTES,
-    WGMMA_M,
-)
+from ...config import LAYOUTS, ConfigBase, div
+from ..hopper import C_SWIZZLE, HopperTile
 from .env import GroupedEnv
-from .rules import C_SWIZZLE, GROUPED_RULES, GROUPINGS, ORDERS
+from .rules import GROUPED_RULES, GROUPINGS, ORDERS
 
 
 @dataclass(frozen=True, slots=True)
-class GroupedConfig(GroupedEnv, ConfigBase):
+class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
     """A Hopper grouped GEMM for mixture-of-experts: G groups in one persistent launch, read
     through one tensor map per operand with offset arithmetic, scheduled on the device from a
     group-offset array (no host copy, so a CUDA graph can capture it). sm_90a only.
@@ -112,37 +103,6 @@ class GroupedConfig(GroupedEnv, ConfigBase):
 
     # ---- derived figures ------------------------------------------------------------------
     @property
-    def elem_bytes(self) -> int:
-        return ELEM_BYTES.get(self.dtype, 2)
-
-    @property
-    def out_bytes(self) -> int:
-        return ELEM_BYTES.get(self.out, 4)
-
-    @property
-    def wgmma_k(self) -> int:
-        """K of one wgmma: 16 for fp16/bf16."""
-        return WGMMA_K_BYTES // self.elem_bytes
-
-    @property
-    def threads(self) -> int:
-        """A producer warpgroup and the consumer warpgroups."""
-        return WARPGROUP * (self.consumers + 1)
-
-    @property
-    def warps(self) -> int:
-        return self.threads // WARP_SIZE
-
-    @property
-    def consumer_rows(self) -> int:
-        """Rows of a tile one consumer warpgroup computes: BM / consumers."""
-        return div(self.bm, self.consumers)
-
-    @property
-    def m_iters(self) -> int:
-        return div(self.consumer_rows, WGMMA_M)
-
-    @property
     def acc_regs(self) -> int:
         """fp32 accumulators per consumer thread: m_iters x BN/2."""
         return self.m_iters * self.bn // 2
@@ -177,21 +137,8 @@ class GroupedConfig(GroupedEnv, ConfigBase):
         return self._box(self.bn, self.b_mn_major)
 
     @property
-    def a_stage_bytes(self) -> int:
-        return self.bm * self.bk * self.elem_bytes
-
-    @property
     def b_stage_bytes(self) -> int:
         return self.bn * self.bk * self.elem_bytes
-
-    @property
-    def stage_bytes(self) -> int:
-        return self.a_stage_bytes + self.b_stage_bytes
-
-    @property
-    def c_chunk(self) -> int:
-        """Elements of C in one 128-byte staging row."""
-        return C_SWIZZLE // self.out_bytes
 
     @property
     def c_chunks(self) -> int:
@@ -203,53 +150,9 @@ class GroupedConfig(GroupedEnv, ConfigBase):
         return self.consumers * self.consumer_rows * self.bn * self.out_bytes
 
     @property
-    def barrier_bytes(self) -> int:
-        return 2 * self.stages * BARRIER_BYTES
-
-    @property
-    def c_smem_offset(self) -> int:
-        """The C staging tiles start after the stages, on a 1024-byte swizzle atom."""
-        return -(-self.stages * self.stage_bytes // ALIGN_SLACK) * ALIGN_SLACK
-
-    @property
-    def smem_bytes(self) -> int:
-        return self.c_smem_offset + self.c_smem_bytes + self.barrier_bytes + ALIGN_SLACK
-
-    @property
-    def static_smem_bytes(self) -> int:
-        return 0
-
-    @property
-    def dynamic_smem_bytes(self) -> int:
-        return self.smem_bytes
-
-    @property
     def cluster(self) -> int:
         """No clusters: the wgmma macros this family imports read it."""
         return 1
-
-    @property
-    def setmaxnreg(self) -> bool:
-        """setmaxnreg moves registers from the producer to the consumers (0, 0: it does not)."""
-        return bool(self.regs_producer or self.regs_consumer)
-
-    @property
-    def entry_regs(self) -> int:
-        return min(255, div(REGISTER_FILE, self.threads) // 8 * 8)
-
-    def registers_needed(self) -> int:
-        return self.acc_regs + REG_RESERVE
-
-    def launch_registers(self) -> int:
-        return self.entry_regs
-
-    @property
-    def consumer_regs(self) -> int:
-        """Registers a consumer thread has: REGS_CONSUMER, or the entry cap without setmaxnreg."""
-        return self.regs_consumer if self.setmaxnreg else self.entry_regs
-
-    def register_cap(self) -> int:
-        return self.consumer_regs
 
     def tiles_n(self, n: int) -> int:
         return -(-n // self.bn)

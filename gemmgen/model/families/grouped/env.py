@@ -3,12 +3,10 @@ quantities (``env``, which the rules check too), the kernel's compile-time const
 and PTX types, the wgmma inline-asm operand numbers and the header's derived figures."""
 from __future__ import annotations
 
-from ...arch import get_arch
 from ...config import div, tile_intensity
 from ...dtypes import CTYPES
-from ..wgmma.env import wgmma_asm
-from ..wgmma.rules import ALIGN_SLACK, PTX_TYPES, REG_RESERVE, WARPGROUP, WGMMA_K_BYTES, WGMMA_M
-from .rules import C_SWIZZLE, SMEM_OPTIN
+from ..hopper import ALIGN_SLACK, C_SWIZZLE, WGMMA_K_BYTES, WGMMA_M
+from ..wgmma.rules import PTX_TYPES
 
 TILE_UNIT_BYTES = 16
 """The guarded epilogue copies C in 16-byte units (one swizzle unit of the staging tile)."""
@@ -23,28 +21,16 @@ class GroupedEnv:
         """The named quantities the rules and the template's constants use."""
         a, b = self.a_box, self.b_box
         return {
-            "BM": self.bm, "BN": self.bn, "BK": self.bk, "ELEM_BYTES": self.elem_bytes,
-            "OUT_BYTES": self.out_bytes, "CONSUMERS": self.consumers, "STAGES": self.stages,
-            "GROUP": self.group, "SW_ELEMS": self.sw_elems,
-            "REGS_PRODUCER": self.regs_producer, "REGS_CONSUMER": self.regs_consumer,
-            "REG_POOL": (self.regs_producer + self.consumers * self.regs_consumer) * WARPGROUP,
-            "ENTRY_REGS": self.entry_regs, "ACC_BUDGET": self.consumer_regs - REG_RESERVE,
-            "SETMAXNREG": int(self.setmaxnreg),
+            **self.hopper_env(), "SW_ELEMS": self.sw_elems,
             "GROUPING_K": int(self.grouping == "k"), "ORDER_ENDS": int(self.order == "ends"),
             "DTYPE_FP16": int(self.dtype == "fp16"), "DTYPE_BF16": int(self.dtype == "bf16"),
             "OUT_FP16": int(self.out == "fp16"), "OUT_BF16": int(self.out == "bf16"),
             "A_MN_MAJOR": int(self.a_mn_major), "B_MN_MAJOR": int(self.b_mn_major),
-            "LAYOUT_C_COL": int(self.layout[2] == "c"),
-            "WGMMA_M": WGMMA_M, "WGMMA_N": self.bn, "WGMMA_K": self.wgmma_k,
-            "K_STEPS": div(self.bk, self.wgmma_k), "CONSUMER_ROWS": self.consumer_rows,
-            "M_ITERS": self.m_iters, "ACC_REGS": self.acc_regs, "THREADS": self.threads,
-            "WARPGROUP": WARPGROUP,
-            "A_BOX_INNER": a["box"][0], "A_BOX_ROWS": a["box"][1], "A_BOXES": a["count"],
-            "B_BOX_INNER": b["box"][0], "B_BOX_ROWS": b["box"][1], "B_BOXES": b["count"],
-            "A_STAGE_BYTES": self.a_stage_bytes, "B_STAGE_BYTES": self.b_stage_bytes,
-            "STAGE_BYTES": self.stage_bytes, "C_CHUNK": self.c_chunk,
+            "LAYOUT_C_COL": int(self.layout[2] == "c"), "A_BOX_INNER": a["box"][0],
+            "A_BOX_ROWS": a["box"][1], "A_BOXES": a["count"], "B_BOX_INNER": b["box"][0],
+            "B_BOX_ROWS": b["box"][1], "B_BOXES": b["count"], "A_STAGE_BYTES": self.a_stage_bytes,
+            "B_STAGE_BYTES": self.b_stage_bytes, "STAGE_BYTES": self.stage_bytes,
             "C_CHUNKS": self.c_chunks, "C_SMEM_BYTES": self.c_smem_bytes,
-            "SMEM_BYTES": self.smem_bytes, "SMEM_OPTIN": SMEM_OPTIN,
             # the Hopper rules' names for what this family fixes: cooperative consumers, a
             # producer warpgroup, 128-byte swizzle, no cluster, no split-K, a TMA store of a
             # row-major C
@@ -93,21 +79,7 @@ class GroupedEnv:
         return {"global": tile_intensity(self.bm, self.bn, self.elem_bytes),
                 "shared": tile_intensity(self.consumer_rows, self.bn, self.elem_bytes)}
 
-    def figures(self, arch: str = "sm_90") -> dict:
-        return {"threads": self.threads, "warpgroups": self.threads // WARPGROUP,
-                "smem_bytes_dynamic": self.smem_bytes, "stage_bytes": self.stage_bytes,
-                "c_staging_bytes": self.c_smem_bytes, "acc_regs_per_consumer": self.acc_regs,
-                "consumer_registers": self.consumer_regs, "entry_registers": self.entry_regs,
-                "wgmma": f"m64n{self.bn}k{self.wgmma_k} x {self.m_iters} per consumer",
-                "flops_per_byte": {k: round(v, 3) for k, v in self.flops_per_byte.items()},
-                f"blocks_per_sm_{get_arch(arch).name}": self.blocks_per_sm(arch)}
-
     def launch_summary(self) -> str:
         return (f"grid = (min(SMs, an upper bound of the tiles), 1, 1) over the tiles of every "
                 f"group ({self.bm}x{self.bn} each), block = ({self.threads}, 1, 1); tensor maps "
                 f"of A, B and C are the first three parameters, the group offsets the fourth")
-
-    @property
-    def wgmma_asm(self) -> dict:
-        """Operand numbers of the wgmma inline asm (``wgmma.env.wgmma_asm``)."""
-        return wgmma_asm(self.bn)

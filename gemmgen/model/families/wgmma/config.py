@@ -4,28 +4,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...config import LAYOUTS, WARP_SIZE, ConfigBase, div
-from ...dtypes import ELEM_BYTES
+from ...config import LAYOUTS, ConfigBase, div
 from ...epilogue_rules import EPILOGUE_RULES
+from ..hopper import BARRIER_BYTES, HopperTile, WARPGROUP
 from .env import WgmmaEnv
-from .rules import (
-    ALIGN_SLACK,
-    BARRIER_BYTES,
-    C_SWIZZLE,
-    MATHS,
-    OVERLAP_RESERVE,
-    REG_RESERVE,
-    REGISTER_FILE,
-    WARPGROUP,
-    WGMMA_FEATURE_RULES,
-    WGMMA_K_BYTES,
-    WGMMA_M,
-    WGMMA_RULES,
-)
+from .rules import MATHS, OVERLAP_RESERVE, REG_RESERVE, WGMMA_FEATURE_RULES, WGMMA_RULES
 
 
 @dataclass(frozen=True, slots=True)
-class WgmmaConfig(WgmmaEnv, ConfigBase):
+class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
     """A Hopper GEMM kernel: C[M,N] = act(alpha * A[M,K] @ B[K,N] + beta * C + bias), with
     ``wgmma.mma_async`` reading A and B from 128/64/32-byte-swizzled shared memory that TMA
     fills. fp32 accumulators. sm_90a only.
@@ -194,37 +181,15 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
 
     # ---- derived figures ------------------------------------------------------------------
     @property
-    def elem_bytes(self) -> int:
-        return ELEM_BYTES.get(self.dtype, 2)
-
-    @property
-    def out_bytes(self) -> int:
-        return ELEM_BYTES.get(self.out, 4)
-
-    @property
-    def wgmma_k(self) -> int:
-        """K of one wgmma: 16 for fp16/bf16, 8 for tf32."""
-        return WGMMA_K_BYTES // self.elem_bytes
-
-    @property
     def threads(self) -> int:
         """Threads per block: 128 per consumer warpgroup, plus 128 for the producer."""
         return WARPGROUP * (self.consumers + int(self.producer))
-
-    @property
-    def warps(self) -> int:
-        return self.threads // WARP_SIZE
 
     @property
     def consumer_rows(self) -> int:
         """Rows of C one consumer warpgroup computes per tile: BM/consumers (cooperative) or
         BM (ping-pong)."""
         return self.bm if self.pingpong else div(self.bm, self.consumers)
-
-    @property
-    def m_iters(self) -> int:
-        """64-row wgmma tiles per consumer warpgroup."""
-        return div(self.consumer_rows, WGMMA_M)
 
     @property
     def acc_regs(self) -> int:
@@ -283,10 +248,6 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
         return self._box(self.bn, self.b_mn_major, self.cluster_m)
 
     @property
-    def a_stage_bytes(self) -> int:
-        return self.bm * self.bk * self.elem_bytes
-
-    @property
     def b_stage_bytes(self) -> int:
         """B's part of a stage: one BN x BK tile, or the dual GEMM's two (Bg, then Bu)."""
         return self.b_part_bytes * (2 if self.dual else 1)
@@ -294,16 +255,6 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
     @property
     def b_part_bytes(self) -> int:
         return self.bn * self.bk * self.elem_bytes
-
-    @property
-    def stage_bytes(self) -> int:
-        """Bytes TMA lands in one stage of this CTA (the mbarrier's expected transaction)."""
-        return self.a_stage_bytes + self.b_stage_bytes
-
-    @property
-    def c_chunk(self) -> int:
-        """Elements of C in one 128-byte staging row."""
-        return C_SWIZZLE // self.out_bytes
 
     @property
     def c_smem_bytes(self) -> int:
@@ -324,45 +275,6 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
         flag that says its tile's slices are all in)."""
         return 2 * self.stages * BARRIER_BYTES + (16 if self.split_inline else 0)
 
-    @property
-    def c_smem_offset(self) -> int:
-        """Where the C staging tiles start: after the stages, rounded up to a 1024-byte atom
-        (the TMA store's 128-byte swizzle is a function of the address bits)."""
-        return -(-self.stages * self.stage_bytes // ALIGN_SLACK) * ALIGN_SLACK
-
-    @property
-    def smem_bytes(self) -> int:
-        """Dynamic shared memory per block: stages, C staging (1024-byte aligned), barriers and
-        the slack for rounding the base up to a 1024-byte atom."""
-        return self.c_smem_offset + self.c_smem_bytes + self.barrier_bytes + ALIGN_SLACK
-
-    @property
-    def static_smem_bytes(self) -> int:
-        return 0
-
-    @property
-    def dynamic_smem_bytes(self) -> int:
-        return self.smem_bytes
-
-    @property
-    def cluster(self) -> int:
-        return self.cluster_m * self.cluster_n
-
-    @property
-    def setmaxnreg(self) -> bool:
-        return bool(self.regs_producer or self.regs_consumer)
-
-    @property
-    def entry_regs(self) -> int:
-        """Registers per thread at entry under __launch_bounds__(threads, 1): the register
-        file over the threads, in steps of 8, at most 255."""
-        return min(255, div(REGISTER_FILE, self.threads) // 8 * 8)
-
-    @property
-    def consumer_regs(self) -> int:
-        """Registers a consumer thread has for its work: REGS_CONSUMER or the entry cap."""
-        return self.regs_consumer if self.setmaxnreg else self.entry_regs
-
     def registers_needed(self) -> int:
         """Registers a consumer thread needs: accumulators plus REG_RESERVE, plus
         OVERLAP_RESERVE for the deferred passes that run beside the next tile's
@@ -377,16 +289,6 @@ class WgmmaConfig(WgmmaEnv, ConfigBase):
         if self.pingpong and self.split_k > 1 and self.layout[2] == "c":
             return "ping-pong with split-K partials stored to a column-major C"
         return None
-
-    def launch_registers(self) -> int:
-        """Registers per thread the block launches with: the __launch_bounds__(threads, 1)
-        cap (setmaxnreg then moves them between warpgroups)."""
-        return self.entry_regs
-
-    def register_cap(self) -> int:
-        """Registers a consumer thread may use: REGS_CONSUMER after setmaxnreg, else the
-        __launch_bounds__(threads, 1) cap (gemmgen.model.registers reads this instead of its own)."""
-        return self.consumer_regs
 
     def grid(self, m: int, n: int) -> tuple[int, int, int]:
         """CTAs for every tile of an M x N output, in whole clusters:

@@ -3,7 +3,6 @@ quantities (``env``, which the rules check too), the kernel's compile-time const
 and PTX types, the wgmma inline-asm operand numbers and the derived figures of the header."""
 from __future__ import annotations
 
-from ...arch import get_arch
 from ...config import div, tile_intensity
 from ...dtypes import CTYPES
 from ...epilogue_program import program
@@ -15,30 +14,8 @@ from ...epilogue_rules import (
     residual_col,
     residual_dtype,
 )
-from .rules import (
-    ALIGN_SLACK,
-    C_SWIZZLE,
-    DEFER_UNITS,
-    OVERLAP_RESERVE,
-    PACK_ROWS,
-    PACK_TILE,
-    PTX_TYPES,
-    REG_RESERVE,
-    SMEM_OPTIN,
-    WARPGROUP,
-    WGMMA_K_BYTES,
-    WGMMA_M,
-)
-
-
-def wgmma_asm(bn: int) -> dict:
-    """Operand numbers of the inline asm of a wgmma of ``bn`` columns (fp32 accumulators,
-    bn / 2 per thread): accumulators %0..%(n-1), then descriptor A, descriptor B and the
-    scale-d flag. The wgmma, fp8 and grouped templates share it."""
-    n = bn // 2
-    return {"acc": n, "desc_a": n, "desc_b": n + 1, "scale_d": n + 2,
-            "acc_operands": [f"%{i}" for i in range(n)],
-            "acc_constraints": [f'"+f"(d[{i}])' for i in range(n)]}
+from ..hopper import ALIGN_SLACK, C_SWIZZLE, WARPGROUP, WGMMA_K_BYTES, WGMMA_M
+from .rules import DEFER_UNITS, OVERLAP_RESERVE, PACK_ROWS, PACK_TILE, PTX_TYPES, REG_RESERVE
 
 
 class WgmmaEnv:
@@ -50,19 +27,12 @@ class WgmmaEnv:
         """The named quantities the rules and the template's constants use."""
         a, b = self.a_box, self.b_box
         return {
-            "BM": self.bm, "BN": self.bn, "BK": self.bk, "ELEM_BYTES": self.elem_bytes,
-            "OUT_BYTES": self.out_bytes, "CONSUMERS": self.consumers,
-            "PINGPONG": int(self.pingpong), "PRODUCER": int(self.producer),
-            "M_SPLIT": 1 if self.pingpong else self.consumers, "STAGES": self.stages,
+            **self.hopper_env(), "PINGPONG": int(self.pingpong), "PRODUCER": int(self.producer),
+            "M_SPLIT": 1 if self.pingpong else self.consumers,
             "EMPTY_ARRIVALS": (1 if self.pingpong else self.consumers) * self.cluster,
             "SWIZZLE": self.swizzle, "SW_ELEMS": self.sw_elems, "CLUSTER_M": self.cluster_m,
             "CLUSTER_N": self.cluster_n, "CLUSTER": self.cluster,
-            "PERSISTENT": int(self.persistent), "GROUP": self.group,
-            "RASTER_SNAKE": int(self.raster == "snake"),
-            "SETMAXNREG": int(self.setmaxnreg), "REGS_PRODUCER": self.regs_producer,
-            "REGS_CONSUMER": self.regs_consumer,
-            "REG_POOL": (self.regs_producer + self.consumers * self.regs_consumer) * WARPGROUP,
-            "ENTRY_REGS": self.entry_regs, "ACC_BUDGET": self.consumer_regs - REG_RESERVE,
+            "PERSISTENT": int(self.persistent), "RASTER_SNAKE": int(self.raster == "snake"),
             "STORE_TMA": int(self.store == "tma"),
             "ROW_MAJOR_TMA_STORE": int(self.store == "tma" and self.layout[2] == "r"),
             "C_COL_SCATTER": int(self.layout[2] == "c" and (self.store == "tma"
@@ -72,21 +42,15 @@ class WgmmaEnv:
             "OUT_BF16": int(self.out == "bf16"), "OUT_16BIT": int(self.out_bytes == 2),
             "A_MN_MAJOR": int(self.a_mn_major), "B_MN_MAJOR": int(self.b_mn_major),
             "SPLIT_K": self.split_k, "SPLIT_INLINE": int(self.split_inline),
-            "MATH_3XTF32": int(self.math == "3xtf32"),
-            "FLUSH": self.flush, "FLUSH_TILES": 3 * self.flush,
-            "PACK_TILE": PACK_TILE, "PACK_ROWS": PACK_ROWS,
-            "WGMMA_M": WGMMA_M, "WGMMA_N": self.bn, "WGMMA_K": self.wgmma_k,
-            "K_STEPS": div(self.bk, self.wgmma_k), "CONSUMER_ROWS": self.consumer_rows,
-            "M_ITERS": self.m_iters, "ACC_REGS": self.acc_regs, "THREADS": self.threads,
-            "WARPGROUP": WARPGROUP,
+            "MATH_3XTF32": int(self.math == "3xtf32"), "FLUSH": self.flush,
+            "FLUSH_TILES": 3 * self.flush, "PACK_TILE": PACK_TILE, "PACK_ROWS": PACK_ROWS,
             "A_BOX_INNER": a["box"][0], "A_BOX_ROWS": a["box"][1], "A_BOXES": a["count"],
             "B_BOX_INNER": b["box"][0], "B_BOX_ROWS": b["box"][1], "B_BOXES": b["count"],
             "A_SPLIT_UNITS": a["split_units"], "B_SPLIT_UNITS": b["split_units"],
             "A_STAGE_BYTES": self.a_stage_bytes, "B_STAGE_BYTES": self.b_stage_bytes,
-            "STAGE_BYTES": self.stage_bytes, "C_CHUNK": self.c_chunk,
-            "C_CHUNKS": self.c_chunks, "C_SMEM_BYTES": self.c_smem_bytes,
+            "STAGE_BYTES": self.stage_bytes, "C_CHUNKS": self.c_chunks,
+            "C_SMEM_BYTES": self.c_smem_bytes,
             "C_BOX_ROWS": self.consumer_rows if self.layout[2] == "r" else self.bn,
-            "SMEM_BYTES": self.smem_bytes, "SMEM_OPTIN": SMEM_OPTIN,
             **self.feature_env(),
             **({"K_SPEC": self.packed_k(self.k)} if self.k and self.math == "3xtf32" else {}),
             **(self._feature_env() if self.extended else {}),
@@ -175,16 +139,6 @@ class WgmmaEnv:
         return {"global": tile(self.bm * self.cluster_m, self.bn * self.cluster_n),
                 "shared": tile(self.consumer_rows, self.bn)}
 
-    def figures(self, arch: str = "sm_90") -> dict:
-        """The derived figures the emitted header and ``gemmgen list`` report."""
-        return {"threads": self.threads, "warpgroups": self.threads // WARPGROUP,
-                "smem_bytes_dynamic": self.smem_bytes, "stage_bytes": self.stage_bytes,
-                "c_staging_bytes": self.c_smem_bytes, "acc_regs_per_consumer": self.acc_regs,
-                "consumer_registers": self.consumer_regs, "entry_registers": self.entry_regs,
-                "wgmma": f"m64n{self.bn}k{self.wgmma_k} x {self.m_iters} per consumer",
-                "flops_per_byte": {k: round(v, 3) for k, v in self.flops_per_byte.items()},
-                f"blocks_per_sm_{get_arch(arch).name}": self.blocks_per_sm(arch)}
-
     def launch_summary(self) -> str:
         cl = f", cluster = ({self.cluster}, 1, 1)" if self.cluster > 1 else ""
         if self.persistent:
@@ -195,8 +149,3 @@ class WgmmaEnv:
             grid = (f"grid = (ceil(M/{self.bm}) * ceil(N/{self.bn}), 1, batch)")
         return (f"{grid}{cl}, block = ({self.threads}, 1, 1); tensor maps of A, B and C are "
                 f"the first three parameters")
-
-    @property
-    def wgmma_asm(self) -> dict:
-        """Operand numbers of the wgmma inline asm (``wgmma.env.wgmma_asm``)."""
-        return wgmma_asm(self.bn)

@@ -3,21 +3,8 @@
 from __future__ import annotations
 
 from ...rules import Rule, at_least, at_most, equal, multiple_of, one_of
-from ..hopper import (  # noqa: F401 - the family's names for the Hopper constants
-    ALIGN_SLACK,
-    BARRIER_BYTES,
-    C_SWIZZLE,
-    HOPPER_RULES,
-    MAX_BOX,
-    MAX_SPLIT_K,
-    OUTPUT_RULES,
-    REGISTER_FILE,
-    SMEM_OPTIN,
-    WARPGROUP,
-    WGMMA_M,
-)
+from ..hopper import HOPPER_RULES, OUTPUT_RULES
 
-WGMMA_K_BYTES = 32                 # one wgmma consumes 32 bytes of K: k16 (fp16/bf16), k8 (tf32)
 REG_RESERVE = 48                   # registers a consumer needs besides its accumulators
 MATHS = ("native", "3xtf32")
 """``math``: the dtype's own products, or 3xTF32 (three tf32 products per float32 product)."""
