@@ -357,12 +357,15 @@ __device__ __forceinline__ Unit unit_of(int u, int tiles_m, int tiles_n, int kb_
 }  // namespace gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf16_cfg
 
 extern "C" __global__ void __launch_bounds__(gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf16_cfg::THREADS, 1)
-gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf16(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-                                                                                  const __grid_constant__ CUtensorMap tmap_d, int m_arg, int n_arg, int k_arg,
-                                                                                  const float* __restrict__ scale_a, int sa_m, int sa_k,
-                                                                                  const float* __restrict__ scale_b, int sb_n, int sb_k,
-                                                                                  gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf16_cfg::out_t* __restrict__ D, int ldd, const gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf16_cfg::out_t* __restrict__ bias,
-                                                                                  float* __restrict__ workspace, int* __restrict__ counters)
+gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf16(
+    const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+    const __grid_constant__ CUtensorMap tmap_d, int m_arg, int n_arg, int k_arg,
+    const float* __restrict__ scale_a, int sa_m, int sa_k, const float* __restrict__ scale_b,
+    int sb_n, int sb_k,
+    gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf16_cfg::out_t* __restrict__ D,
+    int ldd,
+    const gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf16_cfg::out_t* __restrict__ bias,
+    float* __restrict__ workspace, int* __restrict__ counters)
 {
     using namespace gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf16_cfg;
     // Extents: compile-time constants where the shape is specialized (the launch checks them).

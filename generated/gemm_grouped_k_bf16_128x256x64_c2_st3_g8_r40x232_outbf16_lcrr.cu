@@ -346,10 +346,12 @@ struct Sched {
 // the group count; rows (M, the rows of each C[g]); N; the rows of A^T and B (the reduction dimension);
 // mode (0 offs, 1 masked); C, its leading dimension and the elements between C's matrices.
 extern "C" __global__ void __launch_bounds__(gemm_grouped_k_bf16_128x256x64_c2_st3_g8_r40x232_outbf16_lcrr_cfg::THREADS, 1)
-gemm_grouped_k_bf16_128x256x64_c2_st3_g8_r40x232_outbf16_lcrr(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-                                                              const __grid_constant__ CUtensorMap tmap_c, const int* __restrict__ offs, int groups,
-                                                              int rows, int n_arg, int k_arg, int mode, gemm_grouped_k_bf16_128x256x64_c2_st3_g8_r40x232_outbf16_lcrr_cfg::out_t* __restrict__ C, int ldc,
-                                                              long long stride_c)
+gemm_grouped_k_bf16_128x256x64_c2_st3_g8_r40x232_outbf16_lcrr(
+    const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+    const __grid_constant__ CUtensorMap tmap_c, const int* __restrict__ offs, int groups, int rows,
+    int n_arg, int k_arg, int mode,
+    gemm_grouped_k_bf16_128x256x64_c2_st3_g8_r40x232_outbf16_lcrr_cfg::out_t* __restrict__ C,
+    int ldc, long long stride_c)
 {
     using namespace gemm_grouped_k_bf16_128x256x64_c2_st3_g8_r40x232_outbf16_lcrr_cfg;
     const int N = n_arg;

@@ -385,12 +385,17 @@ __device__ __forceinline__ Tile tile_of(int t, int tiles_m, int tiles_n, int ran
 }  // namespace gemm_wgmma_fp16_128x256x64_c2co_ws_st4_sw128_cl1x1_pg8_r40x232_direct_outfp16_cfg
 
 extern "C" __global__ void __launch_bounds__(gemm_wgmma_fp16_128x256x64_c2co_ws_st4_sw128_cl1x1_pg8_r40x232_direct_outfp16_cfg::THREADS, 1)
-gemm_wgmma_fp16_128x256x64_c2co_ws_st4_sw128_cl1x1_pg8_r40x232_direct_outfp16(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-                                                                              const __grid_constant__ CUtensorMap tmap_c, int m_arg, int n_arg, int k_arg, float alpha,
-                                                                              const gemm_wgmma_fp16_128x256x64_c2co_ws_st4_sw128_cl1x1_pg8_r40x232_direct_outfp16_cfg::in_t* __restrict__ A, int lda, const gemm_wgmma_fp16_128x256x64_c2co_ws_st4_sw128_cl1x1_pg8_r40x232_direct_outfp16_cfg::in_t* __restrict__ B, int ldb,
-                                                                              float beta, gemm_wgmma_fp16_128x256x64_c2co_ws_st4_sw128_cl1x1_pg8_r40x232_direct_outfp16_cfg::out_t* __restrict__ C, int ldc,
-                                                                              long long stride_a, long long stride_b, long long stride_c,
-                                                                              const gemm_wgmma_fp16_128x256x64_c2co_ws_st4_sw128_cl1x1_pg8_r40x232_direct_outfp16_cfg::out_t* __restrict__ bias, int batch)
+gemm_wgmma_fp16_128x256x64_c2co_ws_st4_sw128_cl1x1_pg8_r40x232_direct_outfp16(
+    const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+    const __grid_constant__ CUtensorMap tmap_c, int m_arg, int n_arg, int k_arg, float alpha,
+    const gemm_wgmma_fp16_128x256x64_c2co_ws_st4_sw128_cl1x1_pg8_r40x232_direct_outfp16_cfg::in_t* __restrict__ A,
+    int lda,
+    const gemm_wgmma_fp16_128x256x64_c2co_ws_st4_sw128_cl1x1_pg8_r40x232_direct_outfp16_cfg::in_t* __restrict__ B,
+    int ldb, float beta,
+    gemm_wgmma_fp16_128x256x64_c2co_ws_st4_sw128_cl1x1_pg8_r40x232_direct_outfp16_cfg::out_t* __restrict__ C,
+    int ldc, long long stride_a, long long stride_b, long long stride_c,
+    const gemm_wgmma_fp16_128x256x64_c2co_ws_st4_sw128_cl1x1_pg8_r40x232_direct_outfp16_cfg::out_t* __restrict__ bias,
+    int batch)
 {
     using namespace gemm_wgmma_fp16_128x256x64_c2co_ws_st4_sw128_cl1x1_pg8_r40x232_direct_outfp16_cfg;
     // Extents: compile-time constants where the shape is specialized (the launch checks them).

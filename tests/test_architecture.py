@@ -152,3 +152,19 @@ def test_the_hopper_rules_are_written_once():
         own = [r.name for r in table[len(HOPPER_RULES):]]
         assert not shared & set(own) and len(set(own)) == len(own), (name, own)
         assert len({r.id for r in table}) == len(table), name
+
+
+def test_hopper_kernel_parameters_are_declared_once():
+    """A Hopper kernel's parameter list is its config's ``params()``: the template writes the
+    signature from it (no template spells a tensor-map parameter) and the runtime packs the
+    launch block from it."""
+    from gemmgen import PRESETS
+    from gemmgen.codegen.render import render
+    templates = ROOT.parent / "templates"
+    assert not [p.name for p in templates.glob("*.j2") if "CUtensorMap tmap_" in p.read_text()]
+    for preset in PRESETS.values():
+        cfg = preset.config
+        if cfg.family not in ("wgmma", "fp8", "grouped"):
+            continue
+        source = render(cfg, "sm_90a")
+        assert cfg.kernel_signature(cfg.name, f"{cfg.name}_cfg") in source, preset.name

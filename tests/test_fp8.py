@@ -14,7 +14,7 @@ from gemmgen.heuristics import cost
 from gemmgen.heuristics.fp8 import choose_fp8, explain_fp8, split_for
 from gemmgen.model.dtypes import dtype_name_of, numpy_dtype
 from gemmgen.model.families.fp8 import Fp8Config, space
-from gemmgen.runtime.fp8_kernel import PACK_OFFSETS, PARAM_KINDS
+from gemmgen.runtime.fp8_kernel import PACK_OFFSETS
 from gemmgen.runtime.fp8_operands import check_fp8, scaling_of
 from gemmgen.runtime.operands import OperandError
 from gemmgen.runtime.tma import ParamPacker, param_layout
@@ -242,7 +242,7 @@ def test_no_spills_no_stack_and_the_parameter_table(compiled):
     for name, (cfg, cubin, res) in compiled.items():
         assert res.spills == 0 and res.stack_bytes == 0, (name, res)
         layout = param_layout(cubin, name)
-        ParamPacker(layout, PARAM_KINDS)
+        ParamPacker(layout, tuple(p.kind for p in cfg.params()))
         assert layout.offsets[:3] == (112, 240, 368)
         assert param_layout(cubin, f"{name}_pack").offsets == PACK_OFFSETS
 

@@ -15,7 +15,7 @@ from gemmgen.compile.nvcc import sass, tool_path
 from gemmgen.heuristics import grouped as hg
 from gemmgen.model.families import families_for
 from gemmgen.model.families.grouped import GroupedConfig
-from gemmgen.runtime.grouped_kernel import PARAM_KINDS, GroupedKernel, GroupedProblem
+from gemmgen.runtime.grouped_kernel import GroupedKernel, GroupedProblem
 from gemmgen.runtime.grouped_operands import check_grouped
 from gemmgen.runtime.operands import OperandError
 from gemmgen.runtime.tma import ParamPacker, param_layout
@@ -279,9 +279,10 @@ def test_no_spills_no_stack_and_the_parameter_table(compiled):
     for name, (cfg, cubin, res) in compiled.items():
         assert res.spills == 0 and res.stack_bytes == 0, (name, res)
         layout = param_layout(cubin, name)
-        assert len(layout.offsets) == len(PARAM_KINDS)
+        kinds = tuple(p.kind for p in cfg.params())
+        assert len(layout.offsets) == len(kinds)
         assert layout.offsets[:3] == (112, 240, 368), "tensor maps 128-byte aligned in c[0x0]"
-        ParamPacker(layout, PARAM_KINDS)
+        ParamPacker(layout, tuple(p.kind for p in cfg.params()))
 
 
 def test_sass_has_hgmma_tma_and_no_local_memory(compiled):

@@ -14,7 +14,6 @@ from gemmgen.model.config import LAYOUTS
 from gemmgen.model.families import fallback_config
 from gemmgen.model.families.wgmma import WgmmaConfig
 from gemmgen.runtime.tma import MapSpec, ParamPacker, TmaError, encode, operand_map, param_layout
-from gemmgen.runtime.tma_kernel import PARAM_KINDS
 
 WGMMA = {n: p.config for n, p in PRESETS.items() if p.config.family == "wgmma"}
 ARCH = "sm_90a"
@@ -148,9 +147,10 @@ def test_no_spills_no_stack_and_the_parameter_table(compiled):
     for name, (cfg, cubin, res) in compiled.items():
         assert res.spills == 0 and res.stack_bytes == 0, (name, res)
         layout = param_layout(cubin, name)
-        assert len(layout.offsets) == len(PARAM_KINDS)
+        kinds = tuple(p.kind for p in cfg.params())
+        assert len(layout.offsets) == len(kinds)
         assert layout.offsets[:3] == (112, 240, 368), "tensor maps 128-byte aligned in c[0x0]"
-        ParamPacker(layout, PARAM_KINDS)  # sizes agree with the launch's struct codes
+        ParamPacker(layout, tuple(p.kind for p in cfg.params()))  # sizes agree with the launch's struct codes
 
 
 def test_parameter_table_agrees_with_cuobjdump(compiled, tmp_path):

@@ -18,10 +18,6 @@ from .kernel import Kernel
 from .recipe import Launch, MapRef, Recipe, Ref, field_offsets, pack, workspace
 from .tma import MapSpec, ParamPacker, encode, operand_map, param_layout
 
-# tmap_a, tmap_b, tmap_d, M, N, K, scale_a, sa_m, sa_k, scale_b, sb_n, sb_k, D, ldd, bias,
-# workspace, counters.
-PARAM_KINDS = ("128s", "128s", "128s", "i", "i", "i", "Q", "i", "i", "Q", "i", "i", "Q", "i",
-               "Q", "Q", "Q")
 OPERANDS = ("A", "B", "D", "bias", "scale_a", "scale_b")
 """Operand numbers of an FP8 recipe (its patches name them by position)."""
 ORDER = tuple(range(len(OPERANDS)))
@@ -48,7 +44,7 @@ class Fp8Kernel(Kernel):
     def __post_init__(self):
         super().__post_init__()
         layout = param_layout(self.cubin, self.config.name)
-        self._packer = ParamPacker(layout, PARAM_KINDS)
+        self._packer = ParamPacker(layout, tuple(p.kind for p in self.config.params()))
         self._offsets = layout.offsets
         self._fallback = None
         self._recipes: dict[tuple, Recipe] = {}

@@ -14,9 +14,6 @@ from .operands import OperandError
 from .recipe import Launch, MapRef, Recipe, Ref, pack
 from .tma import ParamPacker, encode, operand_map, param_layout
 
-# The kernel's parameters, in order: tensor maps of A, B, C; offs, groups, rows, N, K, mode,
-# C, ldc, stride_c.
-PARAM_KINDS = ("128s", "128s", "128s", "Q", "i", "i", "i", "i", "i", "Q", "i", "q")
 MODES = {"offs": 0, "masked": 1}
 OPERANDS = ("A", "B", "C", "offs")
 """Operand numbers of a grouped recipe: 0 A, 1 B, 2 C, 3 the offsets (or counts)."""
@@ -62,7 +59,7 @@ class GroupedKernel(Kernel):
     def __post_init__(self):
         super().__post_init__()
         layout = param_layout(self.cubin, self.config.name)
-        self._packer = ParamPacker(layout, PARAM_KINDS)
+        self._packer = ParamPacker(layout, tuple(p.kind for p in self.config.params()))
         self._offsets = layout.offsets
         env = self.config.env()
         self._a_box = (env["A_BOX_INNER"], env["A_BOX_ROWS"])
@@ -137,4 +134,4 @@ def _encoded(spec, name: str, ptr):
     return MapRef(data, ptr) if isinstance(ptr, Ref) else data
 
 
-__all__ = ["OPERANDS", "PARAM_KINDS", "GroupedKernel", "GroupedProblem"]
+__all__ = ["OPERANDS", "GroupedKernel", "GroupedProblem"]

@@ -20,13 +20,6 @@ from .recipe import (GRID_LIMIT_YZ, Block, Launch, MapRef, Recipe, Ref, field_of
                      offset, pack, workspace)
 from .tma import MapSpec, ParamPacker, TmaError, encode, operand_map, param_layout
 
-# The kernel's parameters, in order: tensor maps of A, B, C; M, N, K, alpha, A, lda, B, ldb,
-# beta, C, ldc, stride_a, stride_b, stride_c, bias, batch.
-PARAM_KINDS = ("128s", "128s", "128s", "i", "i", "i", "f", "Q", "i", "Q", "i", "f", "Q", "i",
-               "q", "q", "q", "Q", "i")
-SPLIT_INLINE_KINDS = ("Q", "i", "q", "Q")
-"""The parameters an inline split-K adds after ``batch``: the partials' workspace, its leading
-dimension and slice stride, and the tiles' arrival counters."""
 NO_MAP = bytes(128)
 LAUNCH_CACHE = 1024  # recipes kept per kernel for launch_raw
 
@@ -62,8 +55,8 @@ class TmaKernel(Kernel):
         layout = param_layout(self.cubin, self.config.name)
         self._tree = tree_of(self.config)
         epi_kind = (f"{EPI_STRUCT.size}s",) if takes_args(self.config) else ()
-        kinds = PARAM_KINDS + (SPLIT_INLINE_KINDS if self.config.split_inline else ()) + epi_kind
-        self._packer = ParamPacker(layout, kinds)
+        # the parameters as the config declares them (its template writes the same list)
+        self._packer = ParamPacker(layout, tuple(p.kind for p in self.config.params()))
         self._offsets = layout.offsets
         self._epi = bool(epi_kind)
         if self._epi and self.config.split_k > 1:  # <name>_reduce takes the struct too

@@ -9,6 +9,8 @@ it: ``SETMAXNREG`` 1 where setmaxnreg is always used, ``B_MN_MAJOR`` 0 where B i
 the rules of its own axes."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..arch import get_arch
 from ..config import WARP_SIZE, div
 from ..dtypes import ELEM_BYTES
@@ -96,6 +98,45 @@ OUTPUT_RULES: tuple[Rule, ...] = (
          when=equal("OUT_BF16", 1)),
 )
 """The 16-bit-input families' output rules (wgmma, grouped): a 16-bit C in the inputs' dtype."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter, declared once for the kernel's signature (``signature``) and for
+    packing its value into the launch's parameter block: ``name``; ``ctype``, its C++ type
+    (``{ns}`` stands for the kernel's namespace); ``kind``, its struct code ("128s" a tensor
+    map, "i" int, "f" float, "q" long long, "Q" a pointer, "<n>s" a struct of n bytes)."""
+
+    name: str
+    ctype: str
+    kind: str
+
+
+MAP = "const __grid_constant__ CUtensorMap"
+
+
+def tensor_maps(*names: str) -> tuple[Param, ...]:
+    """A tensor-map parameter (passed by value, 128 bytes) for each of ``names``."""
+    return tuple(Param(n, MAP, "128s") for n in names)
+
+
+def ints(*names: str) -> tuple[Param, ...]:
+    return tuple(Param(n, "int", "i") for n in names)
+
+
+def signature(name: str, params: tuple[Param, ...], ns: str, width: int = 100) -> str:
+    """``name(`` and the kernel's parameter declarations, four spaces in, as many to a line as
+    fit ``width`` columns, then ``)``."""
+    decls = [f"{p.ctype.format(ns=ns)} {p.name}" for p in params]
+    lines, line = [name + "("], "   "
+    for i, decl in enumerate(decls):
+        piece = decl + ("," if i < len(decls) - 1 else ")")
+        if line.strip() and len(line) + 1 + len(piece) > width:
+            lines.append(line)
+            line = "   "
+        line += " " + piece
+    lines.append(line)
+    return "\n".join(lines)
 
 
 def wgmma_asm(bn: int) -> dict:
@@ -256,6 +297,15 @@ class HopperTile:
                 "wgmma": f"m64n{self.bn}k{self.wgmma_k} x {self.m_iters} per consumer",
                 "flops_per_byte": {k: round(v, 3) for k, v in self.flops_per_byte.items()},
                 f"blocks_per_sm_{get_arch(arch).name}": self.blocks_per_sm(arch)}
+
+    def params(self) -> tuple[Param, ...]:
+        """The GEMM kernel's parameters, in order: its signature (``kernel_signature``) and
+        the launch's parameter block (``gemmgen.runtime``) both come from this one list."""
+        raise NotImplementedError
+
+    def kernel_signature(self, name: str, ns: str) -> str:
+        """The kernel's name and parameter list as the template writes it (``signature``)."""
+        return signature(name, self.params(), ns)
 
     @property
     def wgmma_asm(self) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ...arch import get_arch
 from ...config import div
 from ...dtypes import CTYPES
-from ..hopper import ALIGN_SLACK, C_SWIZZLE, WARPGROUP, WGMMA_M
+from ..hopper import ALIGN_SLACK, C_SWIZZLE, WARPGROUP, WGMMA_M, Param, ints, tensor_maps
 from .rules import BLOCK, PACK_THREADS, PACK_TILE, PTX_TYPES, SWIZZLE, WGMMA_K
 
 
@@ -33,6 +33,19 @@ class Fp8Env:
             "ROW_MAJOR_TMA_STORE": int(self.store == "tma"), "C_BOX_ROWS": self.consumer_rows,
             **self.feature_env(),
         }
+
+    def params(self) -> tuple[Param, ...]:
+        """The GEMM kernel's parameters, in order: tensor maps of A, B and D; M, N, K; the
+        scales of A and B with their extents; D, ldd, bias; the split-K workspace and arrival
+        counters."""
+        scale = "const float* __restrict__"
+        return (*tensor_maps("tmap_a", "tmap_b", "tmap_d"), *ints("m_arg", "n_arg", "k_arg"),
+                Param("scale_a", scale, "Q"), *ints("sa_m", "sa_k"),
+                Param("scale_b", scale, "Q"), *ints("sb_n", "sb_k"),
+                Param("D", "{ns}::out_t* __restrict__", "Q"), *ints("ldd"),
+                Param("bias", "const {ns}::out_t* __restrict__", "Q"),
+                Param("workspace", "float* __restrict__", "Q"),
+                Param("counters", "int* __restrict__", "Q"))
 
     def template_constants(self) -> dict[str, int]:
         """Every compile-time constant the kernel declares: the env plus shared-memory offsets,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ...config import div, tile_intensity
 from ...dtypes import CTYPES
-from ..hopper import ALIGN_SLACK, C_SWIZZLE, WGMMA_K_BYTES, WGMMA_M
+from ..hopper import ALIGN_SLACK, C_SWIZZLE, WGMMA_K_BYTES, WGMMA_M, Param, ints, tensor_maps
 from ..wgmma.rules import PTX_TYPES
 
 TILE_UNIT_BYTES = 16
@@ -38,6 +38,15 @@ class GroupedEnv:
             "SPLIT_K": 1, "STORE_TMA": 1, "ROW_MAJOR_TMA_STORE": 1,
             "C_BOX_ROWS": self.consumer_rows,
         }
+
+    def params(self) -> tuple[Param, ...]:
+        """The grouped kernel's parameters, in order: tensor maps of A, B and C; the group
+        offsets (or counts), groups, rows, N, K, mode; C, ldc, stride_c."""
+        return (*tensor_maps("tmap_a", "tmap_b", "tmap_c"),
+                Param("offs", "const int* __restrict__", "Q"),
+                *ints("groups", "rows", "n_arg", "k_arg", "mode"),
+                Param("C", "{ns}::out_t* __restrict__", "Q"), *ints("ldc"),
+                Param("stride_c", "long long", "q"))
 
     def template_constants(self) -> dict[str, int]:
         """Every compile-time constant the kernel declares: the env plus shared-memory offsets,

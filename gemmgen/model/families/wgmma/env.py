@@ -14,7 +14,16 @@ from ...epilogue_rules import (
     residual_col,
     residual_dtype,
 )
-from ..hopper import ALIGN_SLACK, C_SWIZZLE, WARPGROUP, WGMMA_K_BYTES, WGMMA_M
+from ..hopper import (
+    ALIGN_SLACK,
+    C_SWIZZLE,
+    WARPGROUP,
+    WGMMA_K_BYTES,
+    WGMMA_M,
+    Param,
+    ints,
+    tensor_maps,
+)
 from .rules import DEFER_UNITS, OVERLAP_RESERVE, PACK_ROWS, PACK_TILE, PTX_TYPES, REG_RESERVE
 
 
@@ -55,6 +64,26 @@ class WgmmaEnv:
             **({"K_SPEC": self.packed_k(self.k)} if self.k and self.math == "3xtf32" else {}),
             **(self._feature_env() if self.extended else {}),
         }
+
+    def params(self) -> tuple[Param, ...]:
+        """The GEMM kernel's parameters, in order: tensor maps of A, B and C; M, N, K, alpha,
+        A, lda, B, ldb, beta, C, ldc, the batch strides, bias, batch; with an inline split-K
+        the partials' workspace, its leading dimension and slice stride and the tiles'
+        arrival counters; with an epilogue tree that has operands, its ``EpilogueArgs``."""
+        out = (*tensor_maps("tmap_a", "tmap_b", "tmap_c"), *ints("m_arg", "n_arg", "k_arg"),
+               Param("alpha", "float", "f"), Param("A", "const {ns}::in_t* __restrict__", "Q"),
+               *ints("lda"), Param("B", "const {ns}::in_t* __restrict__", "Q"), *ints("ldb"),
+               Param("beta", "float", "f"), Param("C", "{ns}::out_t* __restrict__", "Q"),
+               *ints("ldc"), *(Param(f"stride_{x}", "long long", "q") for x in "abc"),
+               Param("bias", "const {ns}::out_t* __restrict__", "Q"), *ints("batch"))
+        if self.split_inline:
+            out += (Param("split_ws", "float* __restrict__", "Q"), *ints("split_ld"),
+                    Param("split_stride", "long long", "q"),
+                    Param("split_sem", "int* __restrict__", "Q"))
+        if self.extended and self.env()["EPI_ARGS"]:
+            out += (Param("epi", "const __grid_constant__ {ns}::EpilogueArgs",
+                          f"{EPILOGUE_ARGS_BYTES}s"),)
+        return out
 
     def _feature_env(self) -> dict[str, int]:
         """Named quantities of the features beyond the family's table (only for configs
