@@ -373,14 +373,14 @@ gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl2x1_g8_r40x232_direct_outbf1
     const int N = n_arg;
     const int K = k_arg;
 
-    // Dynamic shared memory, rounded up to a 1024-byte swizzle atom: STAGES x A, STAGES x B,
-    // the staging tile of the TMA store, the full[] and empty[] barriers, the split-K flags.
+    // Dynamic shared memory, rounded up to a 1024-byte swizzle atom: STAGES x A, STAGES x B, the
+    // staging tile of the TMA store, the full[] and empty[] barriers, the split-K flags.
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((ALIGN_SLACK - (smem_u32(smem_raw) & (ALIGN_SLACK - 1))) & (ALIGN_SLACK - 1));
     const uint32_t smem_a = smem_u32(smem + A_SMEM_OFFSET);
     const uint32_t smem_b = smem_u32(smem + B_SMEM_OFFSET);
-    const uint32_t full_bar = smem_u32(smem + BAR_OFFSET);   // full[s]: TMA landed stage s
-    const uint32_t empty_bar = full_bar + STAGES * 8;        // empty[s]: every consumer released it
+    const uint32_t full_bar = smem_u32(smem + BAR_OFFSET);                 // full[s]: TMA landed stage s
+    const uint32_t empty_bar = full_bar + STAGES * 8;                      // empty[s]: its consumers released it
     volatile int* flags = reinterpret_cast<volatile int*>(smem + FLAG_OFFSET);
 
     const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / WARPGROUP, 0);  // warp-uniform
@@ -399,8 +399,8 @@ gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl2x1_g8_r40x232_direct_outbf1
         asm volatile("prefetch.tensormap [%0];\n" :: "l"(&tmap_b) : "memory");
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
-            mbar_init(full_bar + 8 * s, 1);                  // the producer's arrive.expect_tx
-            mbar_init(empty_bar + 8 * s, EMPTY_ARRIVALS);    // one per consumer warpgroup of every CTA of the cluster
+            mbar_init(full_bar + 8 * s, 1);  // the producer's arrive.expect_tx
+            mbar_init(empty_bar + 8 * s, EMPTY_ARRIVALS);  // each consuming warpgroup (of each CTA)
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }

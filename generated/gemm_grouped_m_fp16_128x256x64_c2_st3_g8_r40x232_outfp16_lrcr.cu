@@ -380,14 +380,14 @@ gemm_grouped_m_fp16_128x256x64_c2_st3_g8_r40x232_outfp16_lrcr(
         return sc;
     };
 
-    // Dynamic shared memory, rounded up to a 1024-byte swizzle atom: STAGES x A, STAGES x B,
-    // the C staging tiles, then the full[] and empty[] barriers.
+    // Dynamic shared memory, rounded up to a 1024-byte swizzle atom: STAGES x A, STAGES x B, the C
+    // staging tiles, then the full[] and empty[] barriers.
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((ALIGN_SLACK - (smem_u32(smem_raw) & (ALIGN_SLACK - 1))) & (ALIGN_SLACK - 1));
     const uint32_t smem_a = smem_u32(smem + A_SMEM_OFFSET);
     const uint32_t smem_b = smem_u32(smem + B_SMEM_OFFSET);
     const uint32_t full_bar = smem_u32(smem + BAR_OFFSET);                 // full[s]: TMA landed stage s
-    const uint32_t empty_bar = full_bar + STAGES * 8;                      // empty[s]: consumers released it
+    const uint32_t empty_bar = full_bar + STAGES * 8;                      // empty[s]: its consumers released it
     const int wg = threadIdx.x / WARPGROUP;
     const int wtid = threadIdx.x % WARPGROUP;
 
@@ -397,8 +397,8 @@ gemm_grouped_m_fp16_128x256x64_c2_st3_g8_r40x232_outfp16_lrcr(
         asm volatile("prefetch.tensormap [%0];\n" :: "l"(&tmap_c) : "memory");
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
-            mbar_init(full_bar + 8 * s, 1);               // the producer's arrive.expect_tx
-            mbar_init(empty_bar + 8 * s, CONSUMERS);      // one per consumer warpgroup
+            mbar_init(full_bar + 8 * s, 1);  // the producer's arrive.expect_tx
+            mbar_init(empty_bar + 8 * s, CONSUMERS);  // each consuming warpgroup (of each CTA)
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
