@@ -462,9 +462,11 @@ gemm_grouped_k_bf16_128x256x64_c2_st3_g8_r40x232_outbf16_lcrr(
         const uint32_t cs_addr = smem_u32(cs);
         if (wtid == 0) bulk_wait_read();            // the previous tile's TMA store has read it
         named_sync(BAR_STORE_BASE + cw, WARPGROUP);  // ... and every thread's guarded copy too
+        // Row-major staging: chunk c / C_CHUNK holds rows [CONSUMER_ROWS][C_CHUNK]; the 16-byte
+        // unit u of row r sits at u ^ (r % 8).
         auto staged = [&](int r, int c) -> uint32_t {
-            return cs_addr + (c / C_CHUNK) * C_CHUNK_BYTES + r * ROW_BYTES
-                   + ((((c % C_CHUNK) * OUT_BYTES) / UNIT_BYTES) ^ (r % 8)) * UNIT_BYTES + ((c % C_CHUNK) * OUT_BYTES) % UNIT_BYTES;
+            return cs_addr + (c / C_CHUNK) * C_CHUNK_BYTES + r * 128
+                   + ((((c % C_CHUNK) * OUT_BYTES) / 16) ^ (r % 8)) * 16 + ((c % C_CHUNK) * OUT_BYTES) % 16;
         };
         // Accumulator i of slice mi holds C(row, col) with row = mi*64 + warp*16 + lane/4 +
         // 8*((i%4)/2) and col = 8*(i/4) + 2*(lane%4) + i%2 (the wgmma D fragment layout).
@@ -493,8 +495,9 @@ gemm_grouped_k_bf16_128x256x64_c2_st3_g8_r40x232_outbf16_lcrr(
         if (valid >= CONSUMER_ROWS) {
             if (wtid == 0) {
 #pragma unroll
-                for (int j = 0; j < C_CHUNKS; ++j)
+                for (int j = 0; j < C_CHUNKS; ++j) {
                     tma_store(&tmap_c, cs_addr + j * C_CHUNK_BYTES, tile.n0 + j * C_CHUNK, tile.row + row0, tile.z);
+                }
                 bulk_commit();
             }
         } else if (valid > 0) {
