@@ -159,6 +159,9 @@ class HopperTile:
 
     __slots__ = ()
     REG_RESERVE = 48
+    dual = False
+    """The dual GEMM (gate and up sharing A) is an axis of the wgmma family; the other Hopper
+    kernels compute one product (their shared templates read ``dual``)."""
 
     @property
     def elem_bytes(self) -> int:
