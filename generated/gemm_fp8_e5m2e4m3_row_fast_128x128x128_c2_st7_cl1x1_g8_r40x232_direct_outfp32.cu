@@ -406,6 +406,14 @@ gemm_fp8_e5m2e4m3_row_fast_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outfp32(
     __syncthreads();
 
     if (wg == 0) {
+        // The TMA loads of K block k0 of the tile at (m0, n0) into stage s (whole boxes count
+        // towards the stage's bytes, the zeros past a tensor's end too).
+        auto load_stage = [&](int s, int m0, int n0, int k0) {
+            const uint32_t bar = full_bar + 8 * s;
+            const uint32_t a_dst = smem_a + s * A_STAGE_BYTES, b_dst = smem_b + s * B_STAGE_BYTES;
+            tma_load(a_dst, &tmap_a, bar, k0, m0, 0);
+            tma_load(b_dst, &tmap_b, bar, k0, n0, 0);
+        };
         // ---- producer warpgroup: one thread keeps the ring full ----
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(REGS_PRODUCER));
         if (wtid == 0) {
@@ -415,13 +423,9 @@ gemm_fp8_e5m2e4m3_row_fast_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outfp32(
                 const Unit w = unit_of(u, tiles_m, tiles_n, kb_total, kb_per);
                 const int m0 = (w.tile_m * CLUSTER_M + rank_m) * BM, n0 = (w.tile_n * CLUSTER_N + rank_n) * BN;
                 for (int kb = 0; kb < w.nk; ++kb) {
-                    mbar_wait(empty_bar + 8 * s, phase ^ 1);          // a fresh barrier passes parity 1
-                    const uint32_t bar = full_bar + 8 * s;
-                    mbar_expect_tx(bar, STAGE_BYTES);                 // whole boxes count, OOB zeros too
-                    const int k0 = (w.kb0 + kb) * BK;
-                    const uint32_t a_dst = smem_a + s * A_STAGE_BYTES, b_dst = smem_b + s * B_STAGE_BYTES;
-                    tma_load(a_dst, &tmap_a, bar, k0, m0, 0);
-                    tma_load(b_dst, &tmap_b, bar, k0, n0, 0);
+                    mbar_wait(empty_bar + 8 * s, phase ^ 1);   // a fresh barrier passes parity 1
+                    mbar_expect_tx(full_bar + 8 * s, STAGE_BYTES);
+                    load_stage(s, m0, n0, (w.kb0 + kb) * BK);
                     if (++s == STAGES) { s = 0; phase ^= 1; }
                 }
             }
