@@ -168,3 +168,21 @@ def test_hopper_kernel_parameters_are_declared_once():
             continue
         source = render(cfg, "sm_90a")
         assert cfg.kernel_signature(cfg.name, f"{cfg.name}_cfg") in source, preset.name
+
+
+def test_a_kernels_class_comes_from_one_table():
+    """build.from_cubin takes a family's Kernel class from KERNEL_CLASSES (the Hopper families:
+    tensor maps and helper kernels), else the plain Kernel; every class keeps the base's
+    fallback contract."""
+    from gemmgen import PRESETS
+    from gemmgen.model.families import FAMILIES
+    from gemmgen.runtime.build import KERNEL_CLASSES
+    from gemmgen.runtime.kernel import Kernel
+    assert set(KERNEL_CLASSES) == {"wgmma", "fp8", "grouped"} <= set(FAMILIES)
+    assert all(issubclass(c, Kernel) and "fallback" not in vars(c) for c in KERNEL_CLASSES.values())
+    plain = Kernel(PRESETS["naive"].config, "sm_80", b"")
+    with pytest.raises(RuntimeError, match="no fallback kernel"):
+        plain.fallback
+    built = []
+    made = Kernel(PRESETS["naive"].config, "sm_80", b"", build_fallback=lambda: built.append(1) or plain)
+    assert made.fallback is plain and made.fallback is plain and built == [1]

@@ -16,7 +16,7 @@ from ..codegen.render import config_from_source, render
 from ..compile.cache import compile_cached, compile_many, target_arch
 from ..compile.nvcc import BuildError, Resources
 from ..model.config import ConfigBase
-from ..model.families import fallback_config, get_family
+from ..model.families import fallback_config
 from . import driver
 from .device import device_arch, gpu_problem, pycuda_modules
 from .fp8_kernel import Fp8Kernel
@@ -25,8 +25,9 @@ from .kernel import Kernel
 from .tma_kernel import TmaKernel
 
 _CACHE: dict[tuple[str, str, str], Kernel] = {}
-KERNEL_CLASSES = {"grouped": GroupedKernel}
-"""A family's ``problem`` -> the Kernel class that launches it (other than plain GEMMs)."""
+KERNEL_CLASSES = {"wgmma": TmaKernel, "fp8": Fp8Kernel, "grouped": GroupedKernel}
+"""The family -> the Kernel class that launches its kernels, where that is not the plain
+``Kernel`` (the Hopper families: tensor maps in the parameter block, helper kernels)."""
 _LOCK = threading.Lock()
 
 
@@ -79,7 +80,7 @@ def adopt_pycuda() -> None:
 def from_cubin(config: ConfigBase, arch: str, cubin: bytes, resources: Resources | None = None,
                source_path: str | None = None) -> Kernel:
     """A Kernel of a cubin (compiled here or in a worker process), loaded on the current
-    device: a ``TmaKernel`` for families that take tensor maps. Raises ``BuildError`` when the
+    device, of its family's class (``KERNEL_CLASSES``). Raises ``BuildError`` when the
     kernel needs more shared memory than the device allows a block."""
     dev = driver.current_device()
     dynamic = config.dynamic_smem_bytes
@@ -87,17 +88,9 @@ def from_cubin(config: ConfigBase, arch: str, cubin: bytes, resources: Resources
     if dynamic > limit:
         raise BuildError(source_path or config.name, f"{config.name} needs {dynamic} bytes "
                          f"of shared memory; this device allows {limit} per block")
-    family = get_family(config.family)
-    if config.family == "fp8":  # scales, split-K counters and packs: its own launch
-        kernel = Fp8Kernel(config, arch, cubin, resources, source_path,
-                           build_fallback=lambda: build(fallback_config(config)))
-    elif family.problem in KERNEL_CLASSES:
-        kernel = KERNEL_CLASSES[family.problem](config, arch, cubin, resources, source_path)
-    elif family.tma:  # tensor maps in the parameter block: its own launch
-        kernel = TmaKernel(config, arch, cubin, resources, source_path,
-                           build_fallback=lambda: build(fallback_config(config)))
-    else:
-        kernel = Kernel(config, arch, cubin, resources, source_path)
+    cls = KERNEL_CLASSES.get(config.family, Kernel)
+    kernel = cls(config, arch, cubin, resources, source_path,
+                 build_fallback=lambda: build(fallback_config(config)))
     kernel.function(dev)  # load it here: a failure shows at build, not at the first launch
     return kernel
 

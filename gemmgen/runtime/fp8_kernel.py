@@ -8,8 +8,7 @@ A call's operands are numbered as ``gemmgen.runtime.recipe`` patches them: 0 A, 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import driver
 from .fp8_blas import call_fp8
@@ -39,29 +38,15 @@ class Fp8Kernel(Kernel):
     Workspaces are slots of the recipe, with buffers per stream (``gemmgen.runtime.
     workspaces``): launches on several streams may overlap."""
 
-    build_fallback: Callable[[], Kernel] | None = field(default=None, repr=False)
-
     def __post_init__(self):
         super().__post_init__()
         layout = param_layout(self.cubin, self.config.name)
         self._packer = ParamPacker(layout, tuple(p.kind for p in self.config.params()))
         self._offsets = layout.offsets
-        self._fallback = None
         self._recipes: dict[tuple, Recipe] = {}
         env = self.config.template_constants()
         self._a_box, self._b_box = env["A_BOX_ROWS"], env["B_BOX_ROWS"]
         self._c_box = (env["C_CHUNK"], env["CONSUMER_ROWS"])
-
-    @property
-    def fallback(self) -> Kernel:
-        """The same kernel with direct stores, for a D a TMA store cannot take (built on first
-        use). Raises ``RuntimeError`` for a kernel made without ``build_fallback``."""
-        if self._fallback is None:
-            if self.build_fallback is None:
-                raise RuntimeError(f"{self.name}: no fallback kernel (made without "
-                                   f"build_fallback)")
-            self._fallback = self.build_fallback()
-        return self._fallback
 
     def grid(self, m: int, n: int, sms: int) -> tuple[int, int, int]:
         """Persistent: at most one CTA per SM, in whole clusters, no more than the units."""

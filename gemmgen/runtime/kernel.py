@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..compile.nvcc import Resources
@@ -34,7 +35,9 @@ class Kernel:
     ``cubin``: the compiled module; ``resources``: ptxas's report (registers, spills, stack)
     when gemmgen compiled it. ``registers``, ``smem_bytes`` (static) and ``local_bytes`` (per
     thread) come from the loaded function on the current device (``cuFuncGetAttribute``);
-    ``last_path`` says what the last call ran (a recipe's ``path``).
+    ``last_path`` says what the last call ran (a recipe's ``path``). ``build_fallback`` makes
+    the kernel that takes over where this one's fast path cannot (``fallback``; the Hopper
+    kernels' TMA paths: ``gemmgen.runtime.build`` sets it).
     """
 
     config: ConfigBase
@@ -43,10 +46,25 @@ class Kernel:
     resources: Resources | None = None
     source_path: str | None = None
     last_path: str = ""
+    build_fallback: Callable[[], Kernel] | None = field(default=None, repr=False)
 
     def __post_init__(self):
         self._modules: dict[int, driver.Module] = {}
         self._lock = threading.Lock()
+        self._fallback = None
+
+    @property
+    def fallback(self) -> Kernel:
+        """The kernel for operands this one's fast path cannot take (for the Hopper kernels,
+        the family's ``fallback`` configuration: operands TMA cannot describe, or a C a TMA
+        store cannot write), built on first use by ``build_fallback``. Raises
+        ``RuntimeError`` for a kernel made without it."""
+        if self._fallback is None:
+            if self.build_fallback is None:
+                raise RuntimeError(f"{self.name}: no fallback kernel (made without "
+                                   f"build_fallback)")
+            self._fallback = self.build_fallback()
+        return self._fallback
 
     @property
     def name(self) -> str:

@@ -5,9 +5,8 @@ around the GEMM, and the slower paths for operands TMA cannot describe.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import product
-from typing import Callable
 
 from ..heuristics.cost import stored_shape, unaligned
 from ..model.dtypes import ELEM_BYTES
@@ -48,8 +47,6 @@ class TmaKernel(Kernel):
     ``build_fallback`` makes the fallback kernel (``gemmgen.runtime.build`` sets it).
     """
 
-    build_fallback: Callable[[], Kernel] | None = field(default=None, repr=False)
-
     def __post_init__(self):
         super().__post_init__()
         layout = param_layout(self.cubin, self.config.name)
@@ -63,25 +60,12 @@ class TmaKernel(Kernel):
             reduce = param_layout(self.cubin, self.config.name + "_reduce")
             self._reduce = ParamPacker(reduce, tuple(HELPER_SIGNATURES["reduce"].replace(
                 "P", "Q")) + epi_kind), reduce.offsets
-        self._fallback = None
         self._recipes: dict[tuple, Recipe] = {}
         self._block = (self.config.threads, 1, 1)
         env = self.config.env()
         self._a_box = (env["A_BOX_INNER"], env["A_BOX_ROWS"])
         self._b_box = (env["B_BOX_INNER"], env["B_BOX_ROWS"])
         self._c_box = (env["C_CHUNK"], self.config.template_constants()["C_BOX_ROWS"])
-
-    @property
-    def fallback(self) -> Kernel:
-        """The kernel for operands TMA cannot take (built on first use by ``build_fallback``:
-        the family's ``fallback`` configuration). Raises ``RuntimeError`` for a TmaKernel made
-        without it."""
-        if self._fallback is None:
-            if self.build_fallback is None:
-                raise RuntimeError(f"{self.name}: no fallback kernel for operands TMA cannot "
-                                   f"describe (made without build_fallback)")
-            self._fallback = self.build_fallback()
-        return self._fallback
 
     def _a_map(self, ptr, m, k, lda, batch, stride):
         cfg = self.config
