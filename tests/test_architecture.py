@@ -184,5 +184,6 @@ def test_a_kernels_class_comes_from_one_table():
     with pytest.raises(RuntimeError, match="no fallback kernel"):
         plain.fallback
     built = []
-    made = Kernel(PRESETS["naive"].config, "sm_80", b"", build_fallback=lambda: built.append(1) or plain)
+    made = Kernel(PRESETS["naive"].config, "sm_80", b"",
+                  build_fallback=lambda: built.append(1) or plain)
     assert made.fallback is plain and made.fallback is plain and built == [1]

@@ -18,7 +18,7 @@ from ..rules import Rule, at_least, at_most, equal, multiple_of, one_of
 
 WARPGROUP = 4 * WARP_SIZE          # threads of one warpgroup
 WGMMA_M = 64                       # rows of one wgmma, per warpgroup
-WGMMA_K_BYTES = 32                 # one wgmma consumes 32 bytes of K: k8 tf32, k16 fp16/bf16, k32 FP8
+WGMMA_K_BYTES = 32                 # one wgmma takes 32 bytes of K: k8 tf32, k16 16-bit, k32 FP8
 MAX_BOX = 256                      # cuTensorMapEncodeTiled: every box dimension <= 256
 C_SWIZZLE = 128                    # the C staging tile uses 128-byte swizzled rows
 BARRIER_BYTES = 8                  # one mbarrier
