@@ -499,6 +499,10 @@ EXTRA_CASES = [
     ("explain 0x4 4 4", U, "is not a valid integer"),
     ("explain 64 64 64 --dtype bf16 --cc 50", U, "no kernel family takes dtype 'bf16' on sm_50"),
     ("explain 64 64 64 --groups 4 --dtype bf16 --layout ccc", U, "layout"),
+    # --db names the GEMM database: a grouped problem refuses it rather than ignore it
+    ("explain 4096 4096 4096 --groups 8 --dtype bf16 --db emptydb.json", U, "grouped tuning file"),
+    ("tune --m 4096 --n 4096 --k 4096 --groups 8 --dtype bf16 --db x.json", U,
+     "grouped tuning file"),
     ("emit --preset smem -o missing/dir/k.cu", U, "does not exist"),
 ]
 
@@ -506,3 +510,32 @@ EXTRA_CASES = [
 @pytest.mark.parametrize("line, code, match", EXTRA_CASES, ids=[c[0] for c in EXTRA_CASES])
 def test_more_bad_command_lines(workdir, line, code, match):
     test_bad_command_line(workdir, line, code, match)
+
+
+def test_explain_groups_reads_the_grouped_tuning_file(workdir, monkeypatch):
+    """explain --groups says what grouped_gemm runs: the tuned winner of the grouped tuning
+    file (named in the output) where it has one for the GPU, else the cost model's choice."""
+    import json
+
+    from gemmgen import PRESETS
+    from gemmgen.heuristics import grouped_db
+    path = workdir / "grouped.json"
+    monkeypatch.setenv("GEMMGEN_GROUPED_DB", str(path))
+    line = "explain 8192 4096 7168 --groups 8 --dtype bf16".split()
+    plain = invoke(line)
+    assert plain.exit_code == 0, plain.output
+    assert "how     default" in plain.output and f"{path} (no file" in plain.output
+    cfg = PRESETS["grouped_small"].config.replace(dtype="bf16", out="bf16", layout="rcr")
+    key = grouped_db.key("NVIDIA H200", "bf16", "bf16", "m", "rcr", 8, 8192, 4096, 7168,
+                         "uniform")
+    entry = {"candidates": {cfg.name: {"config": cfg.as_dict(), "status": "ok"}},
+             "winner": cfg.name}
+    path.write_text(json.dumps({"version": 1, "entries": {key: entry}}))
+    tuned = invoke(line)
+    assert tuned.exit_code == 0, tuned.output
+    assert "how     tuned" in tuned.output and cfg.name in tuned.output, tuned.output
+    other = invoke(line + ["--gpu", "NVIDIA H100 80GB HBM3"])  # tuned on another GPU only
+    assert "how     default" in other.output, other.output
+    path.write_text("{not json")
+    bad = invoke(line)
+    assert_clean(bad, 2, "cannot read grouped tuning file")

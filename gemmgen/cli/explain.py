@@ -5,15 +5,24 @@ from __future__ import annotations
 
 import click
 
+from ..heuristics import grouped_db
 from ..heuristics.explain import explain as explain_text
 from ..heuristics.grouped import explain_grouped
 from ..heuristics.select import tight_lds
+from ..heuristics.tunedb import TuneDBError
 from ..model.config import EPILOGUES, LAYOUTS
 from ..model.dtypes import FP8_DTYPES
 from ..tune.suite_cases import SCALINGS
 from .fp8 import DTYPE_CHOICES
 from .main import main
-from .tune import EXTENT, _group_options, _open_db, check_grouped, check_scoped
+from .tune import (
+    EXTENT,
+    _group_options,
+    _open_db,
+    check_grouped,
+    check_scoped,
+    refuse_grouped_db,
+)
 
 
 @main.command()
@@ -54,7 +63,7 @@ def explain(ctx, m, n, k, dtype, scaling, fast_accum, math_, layout, epilogue, l
     GPU."""
     check_scoped(ctx, dtype, groups)
     if groups is not None:
-        _explain_grouped(ctx, m, n, k, dtype, layout, groups, grouping, dist)
+        _explain_grouped(ctx, m, n, k, dtype, layout, groups, grouping, dist, gpu, db)
         return
     layout = layout or ("rcr" if dtype in FP8_DTYPES else "rrr")
     lds = _leading_dims(layout, m, n, k, (lda, ldb, ldc))
@@ -92,12 +101,21 @@ def _leading_dims(layout: str, m: int, n: int, k: int, given: tuple) -> tuple:
     return lds
 
 
-def _explain_grouped(ctx, m, n, k, dtype, layout, groups, grouping, dist) -> None:
-    """``explain --groups``: the grouped kernel for M rows (or K, K-grouped) over ``groups``."""
+def _explain_grouped(ctx, m, n, k, dtype, layout, groups, grouping, dist, gpu, db) -> None:
+    """``explain --groups``: the grouped kernel for M rows (or K, K-grouped) over ``groups``,
+    from the grouped tuning file grouped_gemm reads (named in the output)."""
     check_grouped(dtype, dist)
+    refuse_grouped_db(db)
     given = ctx.get_parameter_source("layout") is click.core.ParameterSource.COMMANDLINE
+    path = grouped_db.default_path()
+    try:
+        tuned = grouped_db.load(path)
+    except TuneDBError as exc:
+        raise click.UsageError(str(exc)) from None
     try:
         click.echo(explain_grouped(dtype, groups, m, n, k, dist, grouping,
-                                   layout if given else None))
+                                   layout if given else None, tuned=tuned, gpu=gpu))
     except ValueError as exc:  # no grouped kernel for these arguments
         raise click.UsageError(str(exc)) from None
+    click.echo(f"grouped tuning file: {path}" + ("" if path.exists()
+                                                 else " (no file: nothing tuned)"))

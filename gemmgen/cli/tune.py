@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from ..heuristics import tunedb
+from ..heuristics import grouped_db, tunedb
 from ..heuristics.grouped import DISTRIBUTIONS, row_counts
 from ..heuristics.tunedb import parse_key
 from ..model.config import INT32_MAX, LAYOUTS
@@ -147,7 +147,8 @@ def tune(m, n, k, shapes_path, dtype, scaling, fast_accum, family, layout, budge
     if groups is not None:
         if shapes_path:
             raise click.UsageError("give --shapes or --groups, not both")
-        _tune_grouped(m, n, k, dtype, layout, budget, max_configs, groups, grouping, dist)
+        _tune_grouped(m, n, k, dtype, layout, budget, max_configs, groups, grouping, dist,
+                      db_path)
         return
     if dtype in FP8_DTYPES:
         if shapes_path or family not in (None, "fp8") or layout not in ("rcr", "rrr") or devices:
@@ -318,9 +319,22 @@ def check_grouped(dtype: str, dist: str) -> None:
         raise click.BadParameter(str(exc), param_hint="--dist") from None
 
 
-def _tune_grouped(m, n, k, dtype, layout, budget, max_configs, groups, grouping, dist) -> None:
+def refuse_grouped_db(db) -> None:
+    """``--db`` names the GEMM tuning database; a grouped problem is tuned into, and read from,
+    the grouped tuning file (``$GEMMGEN_GROUPED_DB``, else beside the database): a usage error
+    that says so, rather than a ``--db`` that is silently not used."""
+    if db is not None:
+        raise click.BadParameter(
+            f"--db names the GEMM tuning database; grouped problems use the grouped tuning "
+            f"file {grouped_db.default_path()} (set $GEMMGEN_GROUPED_DB to choose another)",
+            param_hint="--db")
+
+
+def _tune_grouped(m, n, k, dtype, layout, budget, max_configs, groups, grouping, dist,
+                  db_path=None) -> None:
     """``tune --groups``: every grouped configuration on one distribution, on this GPU."""
     check_grouped(dtype, dist)
+    refuse_grouped_db(db_path)
     source = click.get_current_context().get_parameter_source("layout")
     if source is not click.core.ParameterSource.COMMANDLINE:
         layout = None  # the grouping's own: rcr (forward) or crr (wgrad)

@@ -14,8 +14,9 @@ import math
 from dataclasses import dataclass, field
 
 from ..model.dtypes import ELEM_BYTES
+from ..model.families import config_from_dict
 from ..model.families.grouped import PRESETS as GROUPED_PRESETS, GroupedConfig, space
-from . import cost
+from . import cost, grouped_db
 
 DISTRIBUTIONS = ("uniform", "skew65", "skew90", "empty", "random")
 """Named row distributions over the groups: equal shares; one group with 65% or 90% of the
@@ -313,21 +314,27 @@ def choose(dtype: str, grouping: str, layout: str, out: str, groups: int, rows: 
 
 def explain_grouped(dtype: str, groups: int, rows: int, n: int, k: int, dist: str = "uniform",
                     grouping: str = "m", layout: str | None = None, out: str | None = None,
-                    sms: int = cost.SMS, seed: int = 0) -> str:
+                    sms: int = cost.SMS, seed: int = 0, tuned: dict | None = None,
+                    gpu: str | None = None) -> str:
     """Text: the kernel ``grouped_gemm`` runs for a grouped problem (``rows`` in total over
     ``groups`` groups, N ``n``, K ``k``; for ``grouping`` "k", ``rows`` is M and ``k`` the
     total rows) and how it fares on distribution ``dist``: the choice and its reasons (made,
-    as at run time, from the totals alone), the distribution's shape, the schedule (tiles
-    per CTA) and every tile shape's predicted time on it."""
+    as at run time, from the grouped tuning file's entries ``tuned``, read by
+    ``grouped_db.load``, for GPU ``gpu``, else from the totals alone), the distribution's
+    shape, the schedule (tiles per CTA) and every tile shape's predicted time on it."""
     layout = layout or ("rcr" if grouping == "m" else "crr")
     out = out or dtype
+    ch = choose(dtype, grouping, layout, out, groups, rows, n, k, None, sms)
+    won = grouped_db.winner(tuned or {}, gpu or "", dtype, out, grouping, layout, groups, rows,
+                            n, k)
+    if won is not None:  # as grouped_gemm's dispatch: the tuned winner first
+        ch = GroupedChoice(config_from_dict(won[0]), "tuned",
+                           [f"tuned on {gpu} for this problem ({won[1]} rows per group)"])
     if grouping == "k":
-        ch = choose(dtype, grouping, layout, out, groups, rows, n, k, None, sms)
         counts = row_counts(dist, k, groups, seed)
         tiles = list(tiles_k_grouped(ch.config, offsets(counts), rows, n, k))
         flops = 2.0 * rows * n * k
     else:
-        ch = choose(dtype, grouping, layout, out, groups, rows, n, k, None, sms)
         counts = row_counts(dist, rows, groups, seed)
         tiles = list(tiles_m_grouped(ch.config, offsets(counts), rows, n, k))
         flops = 2.0 * rows * n * k
