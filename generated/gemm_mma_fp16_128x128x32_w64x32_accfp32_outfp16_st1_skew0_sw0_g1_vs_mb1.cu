@@ -269,7 +269,7 @@ gemm_mma_fp16_128x128x32_w64x32_accfp32_outfp16_st1_skew0_sw0_g1_vs_mb1(int m_ar
                                                                         const gemm_mma_fp16_128x128x32_w64x32_accfp32_outfp16_st1_skew0_sw0_g1_vs_mb1_cfg::out_t* __restrict__ bias)
 {
     using namespace gemm_mma_fp16_128x128x32_w64x32_accfp32_outfp16_st1_skew0_sw0_g1_vs_mb1_cfg;
-// Extents: compile-time constants where the shape is specialized (the launch checks them).
+    // Extents: compile-time constants where the shape is specialized (the launch checks them).
     const int M = m_arg;
     const int N = n_arg;
     const int K = k_arg;

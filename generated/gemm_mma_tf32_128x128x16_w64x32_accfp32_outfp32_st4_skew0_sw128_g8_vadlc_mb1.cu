@@ -269,7 +269,7 @@ gemm_mma_tf32_128x128x16_w64x32_accfp32_outfp32_st4_skew0_sw128_g8_vadlc_mb1(int
                                                                              const gemm_mma_tf32_128x128x16_w64x32_accfp32_outfp32_st4_skew0_sw128_g8_vadlc_mb1_cfg::out_t* __restrict__ bias)
 {
     using namespace gemm_mma_tf32_128x128x16_w64x32_accfp32_outfp32_st4_skew0_sw128_g8_vadlc_mb1_cfg;
-// Extents: compile-time constants where the shape is specialized (the launch checks them).
+    // Extents: compile-time constants where the shape is specialized (the launch checks them).
     const int M = m_arg;
     const int N = n_arg;
     const int K = k_arg;

@@ -226,7 +226,7 @@ gemm_simt_f32_128x128x16_w32x64_t4x4_v4_skew4_st2_at_on_mb2(int m_arg, int n_arg
                                                             const float* __restrict__ bias)
 {
     using namespace gemm_simt_f32_128x128x16_w32x64_t4x4_v4_skew4_st2_at_on_mb2_cfg;
-// Extents: compile-time constants where the shape is specialized (the launch checks them).
+    // Extents: compile-time constants where the shape is specialized (the launch checks them).
     const int M = m_arg;
     const int N = n_arg;
     const int K = k_arg;

@@ -232,7 +232,7 @@ gemm_simt_f32_256x128x8_w64x64_t4x4_v4_skew0_st2_at_on_mb1_cs_swz_fdb(int m_arg,
                                                                       const float* __restrict__ bias)
 {
     using namespace gemm_simt_f32_256x128x8_w64x64_t4x4_v4_skew0_st2_at_on_mb1_cs_swz_fdb_cfg;
-// Extents: compile-time constants where the shape is specialized (the launch checks them).
+    // Extents: compile-time constants where the shape is specialized (the launch checks them).
     const int M = m_arg;
     const int N = n_arg;
     const int K = k_arg;

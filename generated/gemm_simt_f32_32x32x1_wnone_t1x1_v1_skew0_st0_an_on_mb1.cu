@@ -226,7 +226,7 @@ gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_on_mb1(int m_arg, int n_arg, in
                                                         const float* __restrict__ bias)
 {
     using namespace gemm_simt_f32_32x32x1_wnone_t1x1_v1_skew0_st0_an_on_mb1_cfg;
-// Extents: compile-time constants where the shape is specialized (the launch checks them).
+    // Extents: compile-time constants where the shape is specialized (the launch checks them).
     const int M = m_arg;
     const int N = n_arg;
     const int K = k_arg;

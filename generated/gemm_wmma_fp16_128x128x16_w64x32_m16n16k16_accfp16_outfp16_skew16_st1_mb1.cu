@@ -180,7 +180,7 @@ gemm_wmma_fp16_128x128x16_w64x32_m16n16k16_accfp16_outfp16_skew16_st1_mb1(int m_
                                                                           const gemm_wmma_fp16_128x128x16_w64x32_m16n16k16_accfp16_outfp16_skew16_st1_mb1_cfg::out_t* __restrict__ bias)
 {
     using namespace gemm_wmma_fp16_128x128x16_w64x32_m16n16k16_accfp16_outfp16_skew16_st1_mb1_cfg;
-// Extents: compile-time constants where the shape is specialized (the launch checks them).
+    // Extents: compile-time constants where the shape is specialized (the launch checks them).
     const int M = m_arg;
     const int N = n_arg;
     const int K = k_arg;

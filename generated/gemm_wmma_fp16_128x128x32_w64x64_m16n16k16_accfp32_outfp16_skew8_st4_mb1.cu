@@ -180,7 +180,7 @@ gemm_wmma_fp16_128x128x32_w64x64_m16n16k16_accfp32_outfp16_skew8_st4_mb1(int m_a
                                                                          const gemm_wmma_fp16_128x128x32_w64x64_m16n16k16_accfp32_outfp16_skew8_st4_mb1_cfg::out_t* __restrict__ bias)
 {
     using namespace gemm_wmma_fp16_128x128x32_w64x64_m16n16k16_accfp32_outfp16_skew8_st4_mb1_cfg;
-// Extents: compile-time constants where the shape is specialized (the launch checks them).
+    // Extents: compile-time constants where the shape is specialized (the launch checks them).
     const int M = m_arg;
     const int N = n_arg;
     const int K = k_arg;
