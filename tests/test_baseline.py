@@ -168,3 +168,16 @@ def test_old_results_files_still_render_their_tables():
     assert tables.summary(renamed, {"by": "dtype,layout"})[0] == old
     assert results.row_baseline({"cublas_tflops": 3.0, "pct_cublas": 9.0}, "pct") == 9.0
     assert results.row_baseline({"baseline_tflops": 2.0, "cublas_tflops": 3.0}) == 2.0
+
+
+def test_the_timers_share_their_counts_and_summary():
+    """Every timer (eager launches, graph replays of gemmgen's launches or of PyTorch's calls,
+    the suites') sizes its warm-up and timed repetitions and summarizes its times one way."""
+    from gemmgen.tune.bench import GRAPH_LAUNCHES, graph_launches, repetitions, summary
+    assert repetitions(1e-3, 0.25) == (20, 200) and repetitions(0.1, 0.25) == (2, 5)
+    assert repetitions(0.01, 0.25) == (5, 25) and repetitions(0.0, 0.25) == (20, 200)
+    assert graph_launches(1e-3) == 1 and graph_launches(1e-5) == 20
+    assert graph_launches(0.0) == GRAPH_LAUNCHES
+    t = summary([5.0, 1.0, 3.0, 2.0, 4.0], 5)
+    assert (t.median, t.reps) == (3.0, 5) and t.p20 < t.median < t.p80
+    assert summary([2.0], 1) == Timing(2.0, 2.0, 2.0, 1)

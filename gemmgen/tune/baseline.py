@@ -11,22 +11,21 @@ inside the functions that time it.
 """
 from __future__ import annotations
 
-import statistics
-
 import numpy as np
 
 from ..model.dtypes import stored_as
 from .bench import (
     DEFAULT_SIZES,
-    GRAPH_LAUNCHES,
-    GRAPH_SPAN_S,
     Problem,
     Timing,
     bench_cublas,
     bench_kernel,
     cublas_available,
     device_info,
+    graph_launches,
     kernel_row,
+    repetitions,
+    summary,
     time_launches,
 )
 
@@ -196,15 +195,14 @@ def time_torch_graph(call, sets: int, budget_s: float, torch) -> Timing:
     end.record()
     end.synchronize()
     first = max(start.elapsed_time(end) / 1e3, 1e-6)
-    per = min(max(int(GRAPH_SPAN_S / first), 1), GRAPH_LAUNCHES)
+    per = graph_launches(first)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for i in range(per):
             call(i % sets)
-    one = max(first * per, 1e-6)
-    for _ in range(min(max(int(0.05 / one), 2), 20)):
+    warm, reps = repetitions(first * per, budget_s)
+    for _ in range(warm):
         graph.replay()
-    reps = min(max(int(budget_s / one), 5), 200)
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(reps)]
     for s, e in events:
@@ -212,10 +210,9 @@ def time_torch_graph(call, sets: int, budget_s: float, torch) -> Timing:
         graph.replay()
         e.record()
     torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) / 1e3 / per for s, e in events)
+    times = [s.elapsed_time(e) / 1e3 / per for s, e in events]
     del graph
-    q = statistics.quantiles(times, n=5) if len(times) > 1 else times * 4
-    return Timing(statistics.median(times), q[0], q[-1], reps)
+    return summary(times, reps)
 
 
 def run_bench(targets, sizes=DEFAULT_SIZES, seed: int | None = None, progress=None,

@@ -41,6 +41,26 @@ class Timing:
     reps: int
 
 
+WARM_S = 0.05
+"""About how long the warm-up before a timing lasts (clocks, caches, cuBLAS heuristics)."""
+
+
+def repetitions(one: float, budget_s: float) -> tuple[int, int]:
+    """(warm-up, timed) repetitions of a unit of work that takes ``one`` seconds: as many
+    warm-ups as fill ``WARM_S`` (2 to 20), as many timed ones as fill ``budget_s`` (5 to
+    200)."""
+    one = max(one, 1e-6)
+    return min(max(int(WARM_S / one), 2), 20), min(max(int(budget_s / one), 5), 200)
+
+
+def summary(times: list[float], reps: int) -> Timing:
+    """The ``Timing`` of ``reps`` measured seconds ``times``: median, 20th and 80th
+    percentiles."""
+    times = sorted(times)
+    q = statistics.quantiles(times, n=5) if len(times) > 1 else times * 4
+    return Timing(statistics.median(times), q[0], q[-1], reps)
+
+
 def time_launches(launch: Callable[[int], None], sets: int, budget_s: float = 0.25) -> Timing:
     """Time ``launch(i)`` (i picks an input set, rotating so L2 does not hold the inputs) with
     one CUDA event pair per launch, after a warm-up. The number of launches is chosen so that
@@ -51,25 +71,27 @@ def time_launches(launch: Callable[[int], None], sets: int, budget_s: float = 0.
     launch(0)
     end.record()
     end.synchronize()
-    first = max(end.time_since(start) / 1e3, 1e-6)
-    for i in range(min(max(int(0.05 / first), 2), 20)):  # warm-up: clocks, caches, cuBLAS
+    warm, reps = repetitions(end.time_since(start) / 1e3, budget_s)
+    for i in range(warm):  # warm-up: clocks, caches, cuBLAS
         launch(i % sets)
-    reps = min(max(int(budget_s / first), 5), 200)
     events = [(drv.Event(), drv.Event()) for _ in range(reps)]
     for i, (s, e) in enumerate(events):
         s.record()
         launch(i % sets)
         e.record()
     events[-1][1].synchronize()
-    times = sorted(e.time_since(s) / 1e3 for s, e in events)
-    q = statistics.quantiles(times, n=5) if len(times) > 1 else times * 4
-    return Timing(statistics.median(times), q[0], q[-1], reps)
+    return summary([e.time_since(s) / 1e3 for s, e in events], reps)
 
 
 GRAPH_SPAN_S = 200e-6
 """About how long one replay of ``time_graphed``'s graph lasts: launches per graph are
 chosen so, between 1 and ``GRAPH_LAUNCHES``."""
 GRAPH_LAUNCHES = 50
+
+
+def graph_launches(first: float) -> int:
+    """Launches per captured graph for a launch of ``first`` seconds (``GRAPH_SPAN_S``)."""
+    return min(max(int(GRAPH_SPAN_S / max(first, 1e-6)), 1), GRAPH_LAUNCHES)
 
 
 def time_graphed(launch: Callable[[int, int], None], sets: int, budget_s: float = 0.25
@@ -98,19 +120,18 @@ def time_graphed(launch: Callable[[int, int], None], sets: int, budget_s: float 
         launch(1 % sets, stream.handle)
         end.record(stream.handle)
         first = max(end.seconds_since(start), 1e-6)
-        per = min(max(int(GRAPH_SPAN_S / first), 1), GRAPH_LAUNCHES)
+        per = graph_launches(first)
         graph = Graph(stream, lambda h: [launch(i % sets, h) for i in range(per)])
         try:
-            one = max(first * per, 1e-6)
-            for _ in range(min(max(int(0.05 / one), 2), 20)):  # warm-up: clocks
+            warm, reps = repetitions(first * per, budget_s)
+            for _ in range(warm):  # warm-up: clocks
                 graph.launch()
-            reps = min(max(int(budget_s / one), 5), 200)
             events = [(Event(), Event()) for _ in range(reps)]
             for s, e in events:
                 s.record(stream.handle)
                 graph.launch()
                 e.record(stream.handle)
-            times = sorted(e.seconds_since(s) / per for s, e in events)
+            times = [e.seconds_since(s) / per for s, e in events]
         finally:
             driver.stream_synchronize(stream.handle)
             graph.close()
@@ -118,8 +139,7 @@ def time_graphed(launch: Callable[[int, int], None], sets: int, budget_s: float 
         driver.stream_synchronize(stream.handle)
         workspaces.release_captures(device, stream.handle)
         stream.close()
-    q = statistics.quantiles(times, n=5) if len(times) > 1 else times * 4
-    return Timing(statistics.median(times), q[0], q[-1], reps)
+    return summary(times, reps)
 
 
 class Problem:

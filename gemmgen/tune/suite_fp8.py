@@ -16,7 +16,7 @@ from ..runtime.build import build
 from ..runtime.device import device_arch, sm_count
 from ..runtime.fp8_launch import make_plan
 from ..runtime.fp8_operands import check_fp8
-from .bench import L2_MULTIPLE, Timing, tflops, with_baseline
+from .bench import L2_MULTIPLE, Timing, summary, tflops, with_baseline
 from .fp8_verify import fp8_tolerance
 from .suite_cases import Case
 from .suite_run import RunEnv, failed_row, suite_row, why
@@ -173,8 +173,7 @@ def graph_time(torch, call, sets: int, budget: float) -> Timing:
         end.synchronize()
         times.append(start.elapsed_time(end) / 1e3 / calls)
     del g
-    q = statistics.quantiles(times, n=5)
-    return Timing(statistics.median(times), q[0], q[-1], REPEATS * calls)
+    return summary(times, REPEATS * calls)
 
 
 def _measure(case: Case, kernel, env: RunEnv, torch, copy: float, label: str,

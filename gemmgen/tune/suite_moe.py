@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 import sys
 
 from ..compile.cache import compile_many
 from ..heuristics.grouped import choose, offsets, row_counts
 from ..runtime.device import device_arch
 from ..runtime.grouped_api import chosen_grouped, grouped_gemm
-from .bench import Timing, tflops, with_baseline
+from .bench import Timing, summary, tflops, with_baseline
 from .suite_cases import Case
 from .suite_rows import RunEnv, failed_row, suite_row, why
 from .verify import tolerance
@@ -88,9 +87,7 @@ def time_calls(torch, fn, budget: float) -> Timing:
         fn()
         e.record()
     pairs[-1][1].synchronize()
-    times = sorted(s.elapsed_time(e) / 1e3 for s, e in pairs)
-    q = statistics.quantiles(times, n=5) if len(times) > 1 else times * 4
-    return Timing(statistics.median(times), q[0], q[-1], reps)
+    return summary([s.elapsed_time(e) / 1e3 for s, e in pairs], reps)
 
 
 def _measure(torch, case: Case, t: dict, budget: float) -> dict:

@@ -5,7 +5,6 @@ host time, on the same tensors. Methods: ``suite_run.TORCH_METHOD``.
 from __future__ import annotations
 
 import math
-import statistics
 import time
 
 from ..compile.cache import compile_many
@@ -15,7 +14,7 @@ from ..model.dtypes import ELEM_BYTES, stored_as
 from ..model.families import fallback_config, get_family
 from ..runtime.api import chosen_choice
 from ..runtime.device import device_arch, device_cc
-from .bench import L2_MULTIPLE, Timing, tflops, with_baseline
+from .bench import L2_MULTIPLE, Timing, summary, tflops, with_baseline
 from .suite_cases import Case
 from .suite_rows import RunEnv, failed_row, problem_groups, suite_row, why
 from .verify import tolerance
@@ -128,11 +127,6 @@ def _error(fn, x, w, torch) -> float:
     return err if math.isfinite(err) else math.inf
 
 
-def _timing(per_call: list[float], reps: int) -> Timing:
-    q = statistics.quantiles(per_call, n=5) if len(per_call) > 1 else per_call * 4
-    return Timing(statistics.median(per_call), q[0], q[-1], reps)
-
-
 def _calls(fn, sets: int, budget: float, torch) -> int:
     """Calls per loop so that REPEATS loops take about ``budget`` seconds (3 to 2000)."""
     fn(0)
@@ -157,7 +151,7 @@ def eager(fn, sets: int, budget: float, torch) -> Timing:
         end.record()
         end.synchronize()
         per.append(start.elapsed_time(end) / 1e3 / calls)
-    return _timing(per, REPEATS * calls)
+    return summary(per, REPEATS * calls)
 
 
 def graph(fn, sets: int, budget: float, torch) -> Timing:
@@ -183,7 +177,7 @@ def graph(fn, sets: int, budget: float, torch) -> Timing:
         end.synchronize()
         per.append(start.elapsed_time(end) / 1e3 / calls)
     del g
-    return _timing(per, REPEATS * calls)
+    return summary(per, REPEATS * calls)
 
 
 def host(fn, sets: int, budget: float, torch) -> Timing:
@@ -201,7 +195,7 @@ def host(fn, sets: int, budget: float, torch) -> Timing:
             fn(j % sets)
             times.append(time.perf_counter() - t0)
     torch.cuda.synchronize()
-    return _timing(times, len(times))
+    return summary(times, len(times))
 
 
 MODES = {"eager": eager, "graph": graph, "host": host}
