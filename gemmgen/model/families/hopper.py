@@ -159,6 +159,7 @@ class HopperTile:
 
     __slots__ = ()
     REG_RESERVE = 48
+    """Registers a consumer thread needs besides its accumulators (16-bit and tf32 wgmma)."""
     dual = False
     """The dual GEMM (gate and up sharing A) is an axis of the wgmma family; the other Hopper
     kernels compute one product (their shared templates read ``dual``)."""

@@ -8,7 +8,7 @@ from ...config import LAYOUTS, ConfigBase, div
 from ...epilogue_rules import EPILOGUE_RULES
 from ..hopper import BARRIER_BYTES, HopperTile, WARPGROUP
 from .env import WgmmaEnv
-from .rules import MATHS, OVERLAP_RESERVE, REG_RESERVE, WGMMA_FEATURE_RULES, WGMMA_RULES
+from .rules import MATHS, OVERLAP_RESERVE, WGMMA_FEATURE_RULES, WGMMA_RULES
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,7 +279,7 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
         """Registers a consumer thread needs: accumulators plus REG_RESERVE, plus
         OVERLAP_RESERVE for the deferred passes that run beside the next tile's
         accumulators."""
-        return self.acc_regs + REG_RESERVE + (OVERLAP_RESERVE if self.overlap else 0)
+        return self.acc_regs + self.REG_RESERVE + (OVERLAP_RESERVE if self.overlap else 0)
 
     def stack_risk(self) -> str | None:
         """Why ptxas would likely spill whatever the estimate says, or None: a ping-pong

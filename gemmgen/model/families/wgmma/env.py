@@ -24,7 +24,7 @@ from ..hopper import (
     ints,
     tensor_maps,
 )
-from .rules import DEFER_UNITS, OVERLAP_RESERVE, PACK_ROWS, PACK_TILE, PTX_TYPES, REG_RESERVE
+from .rules import DEFER_UNITS, PACK_ROWS, PACK_TILE, PTX_TYPES
 
 
 class WgmmaEnv:
@@ -92,8 +92,8 @@ class WgmmaEnv:
         return {"DUAL": int(self.dual), "OVERLAP": int(self.overlap),
                 "B_PART_BYTES": self.b_part_bytes, "DEFER_UNITS": DEFER_UNITS,
                 "DEFER_UNITS_TOTAL": units,
-                "ACC_BUDGET": self.consumer_regs - REG_RESERVE
-                - (OVERLAP_RESERVE if self.overlap else 0)}
+                # the consumer's registers less what it needs beside its accumulators
+                "ACC_BUDGET": self.consumer_regs - (self.registers_needed() - self.acc_regs)}
 
     def template_constants(self) -> dict[str, int]:
         """Every compile-time constant the kernel declares: the env plus shared-memory offsets

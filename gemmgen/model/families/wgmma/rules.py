@@ -5,7 +5,6 @@ from __future__ import annotations
 from ...rules import Rule, at_least, at_most, equal, multiple_of, one_of
 from ..hopper import HOPPER_RULES, OUTPUT_RULES
 
-REG_RESERVE = 48                   # registers a consumer needs besides its accumulators
 MATHS = ("native", "3xtf32")
 """``math``: the dtype's own products, or 3xTF32 (three tf32 products per float32 product)."""
 PACK_TILE = 32                     # the pack kernels move 32 x 32 element tiles
