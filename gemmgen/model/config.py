@@ -220,6 +220,24 @@ class ConfigBase:
         by_smem = div(a.smem_per_sm, max(self.smem_bytes, 0) + a.smem_reserved_per_block)
         return min(a.blocks_per_sm, div(a.threads_per_sm, self.threads), by_smem)
 
+    def _blocks_per_sm(self, arch: str) -> int:
+        """``blocks_per_sm`` as ``figures`` reports it: 0 for an unchecked config whose shared
+        memory comes out negative (render() must work on any config; the static_asserts
+        reject it)."""
+        return self.blocks_per_sm(arch) if self.smem_bytes >= 0 else 0
+
+    @property
+    def static_smem_bytes(self) -> int:
+        """Shared memory the kernel declares statically (what ptxas reports as ``smem``):
+        none, unless the family says otherwise (simt)."""
+        return 0
+
+    @property
+    def dynamic_smem_bytes(self) -> int:
+        """Dynamic shared memory passed at launch: all of ``smem_bytes``, unless the family
+        says otherwise (simt)."""
+        return self.smem_bytes
+
     def launch_summary(self) -> str:
         """How the kernel is launched, for the emitted header."""
         return (f"grid = (ceil(N/BN), ceil(M/BM), 1) = (ceil(N/{self.bn}), ceil(M/{self.bm}), 1), "

@@ -230,14 +230,6 @@ class HopperTile:
         return self.c_smem_offset + self.c_smem_bytes + self.barrier_bytes + ALIGN_SLACK
 
     @property
-    def static_smem_bytes(self) -> int:
-        return 0
-
-    @property
-    def dynamic_smem_bytes(self) -> int:
-        return self.smem_bytes
-
-    @property
     def cluster(self) -> int:
         """CTAs of one cluster."""
         return self.cluster_m * self.cluster_n

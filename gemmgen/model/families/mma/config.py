@@ -4,13 +4,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...arch import get_arch
-from ...config import LAYOUTS, WARP_SIZE, ConfigBase, div, tile_intensity
+from ...config import LAYOUTS, WARP_SIZE, ConfigBase, div
 from ...dtypes import CTYPES, ELEM_BYTES
+from ..tiled import WarpTiled
 from .rules import C_PAD_FLOATS, CHUNK_BYTES, MMA_RULES, MMA_SHAPES, PTX_TYPES
 
 
 @dataclass(frozen=True, slots=True)
-class MmaConfig(ConfigBase):
+class MmaConfig(WarpTiled, ConfigBase):
     """A tensor-core GEMM from raw ``mma.sync`` PTX (gty111's GEMM_MMA steps): C[M,N] =
     act(alpha * A[M,K] @ B[K,N] + beta * C + bias) in any of the 8 layouts.
 
@@ -85,10 +86,6 @@ class MmaConfig(ConfigBase):
 
     # ---- derived figures ------------------------------------------------------------------
     @property
-    def elem_bytes(self) -> int:
-        return ELEM_BYTES.get(self.dtype, 4)
-
-    @property
     def chunk_elems(self) -> int:
         """Elements per 16-byte chunk (the swizzle and ldmatrix granule)."""
         return CHUNK_BYTES // self.elem_bytes
@@ -100,21 +97,8 @@ class MmaConfig(ConfigBase):
 
     @property
     def mnk(self) -> tuple[int, int, int]:
+        """(M, N, K) of one mma: m16n8k16, or m16n8k8 for TF32."""
         return MMA_SHAPES.get(self.dtype, (16, 8, 16))
-
-    @property
-    def threads(self) -> int:
-        return WARP_SIZE * div(self.bm, self.wm) * div(self.bn, self.wn)
-
-    @property
-    def warps(self) -> int:
-        return div(self.threads, WARP_SIZE)
-
-    @property
-    def frags(self) -> tuple[int, int]:
-        """mma tiles per warp along M (m16) and N (n8)."""
-        m, n, _ = self.mnk
-        return div(self.wm, m), div(self.wn, n)
 
     @property
     def acc_regs(self) -> int:
@@ -180,14 +164,6 @@ class MmaConfig(ConfigBase):
         return max(self.pipeline_bytes + self.acc_smem_bytes, self.c_stage_bytes)
 
     @property
-    def static_smem_bytes(self) -> int:
-        return 0
-
-    @property
-    def dynamic_smem_bytes(self) -> int:
-        return self.smem_bytes
-
-    @property
     def epi_vec(self) -> int:
         """C elements per 16-byte store of the staged epilogue."""
         return CHUNK_BYTES // ELEM_BYTES.get(self.out, 4)
@@ -247,12 +223,6 @@ class MmaConfig(ConfigBase):
         return {"in_t": CTYPES.get(self.dtype, "float"), "out_t": CTYPES.get(self.out, "float"),
                 "mma_shape": f"m{m}n{n}k{k}", "mma_ab": PTX_TYPES.get(self.dtype, "f16")}
 
-    @property
-    def flops_per_byte(self) -> dict[str, float | None]:
-        """FLOP per byte at the block tile (global) and warp tile (shared) levels."""
-        return {"global": tile_intensity(self.bm, self.bn, self.elem_bytes),
-                "shared": tile_intensity(self.wm, self.wn, self.elem_bytes)}
-
     def figures(self, arch: str = "sm_90") -> dict:
         return {"threads": self.threads, "warps": self.warps,
                 "mma_shape": self.ctypes()["mma_shape"],
@@ -262,8 +232,7 @@ class MmaConfig(ConfigBase):
                 "b_swizzle_span_chunks": self.sw_span("B"),
                 "a_ldmatrix": self.ldsm("A"), "b_ldmatrix": self.ldsm("B"),
                 "flops_per_byte": {k: round(v, 3) for k, v in self.flops_per_byte.items()},
-                f"blocks_per_sm_{get_arch(arch).name}":
-                    self.blocks_per_sm(arch) if self.smem_bytes >= 0 else 0}
+                f"blocks_per_sm_{get_arch(arch).name}": self._blocks_per_sm(arch)}
 
     def brief(self) -> str:
         return (f"block {self.bm}x{self.bn}x{self.bk}  warp {self.wm}x{self.wn}  "

@@ -5,6 +5,7 @@ import itertools
 
 from ...config import Family, Preset
 from ...dtypes import stored_as
+from ..tiled import BLOCK_TILE_HELP, MIN_BLOCKS_HELP, WARP_TILE_HELP
 from .config import MmaConfig
 
 
@@ -111,8 +112,7 @@ FAMILY = Family(
     defaults={"fp16": "mma_fp16", "bf16": "mma_bf16", "tf32": "mma_tf32"},
     flag_defaults={"bm": 128, "bn": 128, "bk": 32, "wm": 64, "wn": 64},
     field_help={
-        "bm": "block tile rows (M)", "bn": "block tile columns (N)", "bk": "block tile depth (K)",
-        "wm": "warp tile rows", "wn": "warp tile columns", "dtype": "A and B dtype",
+        **BLOCK_TILE_HELP, **WARP_TILE_HELP, "dtype": "A and B dtype",
         "acc": "accumulator dtype (fp32)", "out": "C dtype",
         "vector": "16-byte global loads", "skew": "padding elements per shared-memory row",
         "cp_async": "cp.async global -> shared copies", "acc_smem": "accumulators in shared memory",
@@ -120,6 +120,6 @@ FAMILY = Family(
         "ldmatrix": "fragments loaded by ldmatrix", "swizzle": "XOR swizzle width in bytes",
         "staged_c": "C staged in shared memory for 16-byte stores",
         "group_m": "block rows per rasterization group",
-        "min_blocks": "resident blocks per SM asked of ptxas (__launch_bounds__)",
+        "min_blocks": MIN_BLOCKS_HELP,
     },
     space=space, min_cc=80, adjust=_adjust)

@@ -292,12 +292,6 @@ class SimtConfig(ConfigBase):
                                    for k, v in self.flops_per_byte.items()},
                 f"blocks_per_sm_{get_arch(arch).name}": self._blocks_per_sm(arch)}
 
-    def _blocks_per_sm(self, arch: str) -> int:
-        """``blocks_per_sm``, or 0 for an unchecked config whose shared memory comes out
-        negative (render() must work on any config; the static_asserts reject it)."""
-        return self.blocks_per_sm(arch) if self.smem_bytes >= 0 else 0
-
-
     def brief(self) -> str:
         warp = f"{self.wm}x{self.wn}" if self.warp_tiled else "-"
         a = "transposed" if self.transpose_a else "row-major"

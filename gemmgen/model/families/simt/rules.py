@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 from ...arch import STATIC_SMEM_LIMIT
-from ...config import MAX_THREADS_PER_SM, WARP_SIZE
+from ...config import WARP_SIZE
 from ...rules import Cmp, Rule, at_least, at_most, equal, multiple_of, not_equal, one_of
+from ..tiled import (block_tile_rules, max_threads_rule, min_blocks_rules, skew_rule,
+                     tile_load_rules, warp_cover_rules)
 
 FLOAT_BYTES = 4
 LANES_M, LANES_N = 8, 4  # lanes of a warp along M and N, as in Lei Mao's v06
@@ -21,15 +23,13 @@ _SMEM_STORE = equal("STORE_SMEM", 1)
 _SWIZZLED = equal("SWIZZLE_A", 1)
 
 SIMT_RULES: tuple[Rule, ...] = (
-    Rule("R01", "bm-positive", at_least("BM", 1), "the block tile needs rows"),
-    Rule("R02", "bn-positive", at_least("BN", 1), "the block tile needs columns"),
-    Rule("R03", "bk-positive", at_least("BK", 1), "each K step covers at least one k"),
+    *block_tile_rules("R01", "R02", "R03"),
     Rule("R04", "tm-positive", at_least("TM", 1), "each thread owns at least one row"),
     Rule("R05", "tn-positive", at_least("TN", 1), "each thread owns at least one column"),
     Rule("R06", "wm-nonnegative", at_least("WM", 0), "WM is a tile size, 0 meaning no warp tile"),
     Rule("R07", "wn-nonnegative", at_least("WN", 0), "WN is a tile size, 0 meaning no warp tile"),
     Rule("R08", "vec-width", one_of("VEC", (1, 2, 4)), "float, float2 or float4 accesses"),
-    Rule("R09", "skew-nonnegative", at_least("SKEW", 0), "skew pads shared-memory rows"),
+    skew_rule("R09"),
     Rule("R10", "stages-range", one_of("STAGES", (0, 1, 2)),
          "0 = no shared memory, 1 = single buffer, 2 = double buffer"),
     Rule("R11", "wm-needs-wn", not_equal("WN", 0), "a warp tile needs both WM and WN",
@@ -38,23 +38,18 @@ SIMT_RULES: tuple[Rule, ...] = (
          when=not_equal("WN", 0)),
     Rule("R13", "bm-tm", multiple_of("BM", "TM"), "thread tiles must cover the block rows"),
     Rule("R14", "bn-tn", multiple_of("BN", "TN"), "thread tiles must cover the block columns"),
-    Rule("R15", "bm-wm", multiple_of("BM", "WM"), "warp tiles must cover the block rows",
-         when=_WARP_TILED),
-    Rule("R16", "bn-wn", multiple_of("BN", "WN"), "warp tiles must cover the block columns",
-         when=not_equal("WN", 0)),
+    *warp_cover_rules("R15", "R16", when_m=_WARP_TILED, when_n=not_equal("WN", 0)),
     Rule("R17", "wm-lanes", multiple_of("WM", ("LANES_M", "TM")),
          "the warp's 8 lane rows of TM must cover WM", when=_WARP_TILED),
     Rule("R18", "wn-lanes", multiple_of("WN", ("LANES_N", "TN")),
          "the warp's 4 lane columns of TN must cover WN", when=not_equal("WN", 0)),
     Rule("R19", "whole-warps", multiple_of("THREADS", WARP_SIZE), "blocks are whole warps"),
-    Rule("R20", "max-threads", at_most("THREADS", 1024), "CUDA allows 1024 threads per block"),
+    max_threads_rule("R20"),
     Rule("R21", "a-contig-vec", multiple_of("A_CONTIG", "VEC"),
          "A is loaded in vectors along its contiguous dimension (K if row-major, M if not)",
          when=_STAGED),
-    Rule("R22", "a-tile-loads", multiple_of(("BM", "BK"), ("THREADS", "VEC")),
-         "every thread loads the same number of A vectors", when=_STAGED),
-    Rule("R23", "b-tile-loads", multiple_of(("BK", "BN"), ("THREADS", "VEC")),
-         "every thread loads the same number of B vectors", when=_STAGED),
+    *tile_load_rules("R22", "R23", "VEC", "every thread loads the same number of {} vectors",
+                     when=_STAGED),
     Rule("R24", "tn-vec", multiple_of("TN", "VEC"),
          "B fragments are read from shared memory as vectors", when=_STAGED),
     Rule("R25", "tm-vec", multiple_of("TM", "VEC"),
@@ -75,10 +70,7 @@ SIMT_RULES: tuple[Rule, ...] = (
                   "without shared memory there is no A tile to transpose"),
     Rule("R35", "thread-order", equal("STAGES", 0),
          "only the naive kernel walks M with consecutive threads", when=equal("THREAD_ORDER_M", 1)),
-    Rule("R36", "min-blocks-positive", at_least("MIN_BLOCKS", 1),
-         "__launch_bounds__ asks for at least one resident block"),
-    Rule("R37", "min-blocks-threads", at_most(("MIN_BLOCKS", "THREADS"), MAX_THREADS_PER_SM),
-         "no SM holds more than 2048 threads"),
+    *min_blocks_rules("R36", "R37"),
     Rule("R38", "b-contig-vec", multiple_of("B_CONTIG", "VEC"),
          "B is loaded in vectors along its contiguous dimension (N if row-major, K if not)",
          when=_STAGED),

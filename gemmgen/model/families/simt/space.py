@@ -4,6 +4,7 @@ from __future__ import annotations
 import itertools
 
 from ...config import Family, Preset
+from ..tiled import BLOCK_TILE_HELP, MIN_BLOCKS_HELP
 from .config import SimtConfig
 
 # The ladder's last steps, each adding one technique to the step before it.
@@ -108,15 +109,14 @@ FAMILY = Family(
     dtypes=("fp32",), presets=PRESETS, defaults={"fp32": "warptile_tuned"},
     flag_defaults={"bm": 128, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "skew": 4},
     field_help={
-        "bm": "block tile rows (M)", "bn": "block tile columns (N)", "bk": "block tile depth (K)",
-        "wm": "warp tile rows (omit for no warp tiling)", "wn": "warp tile columns",
-        "tm": "thread tile rows", "tn": "thread tile columns",
+        **BLOCK_TILE_HELP, "wm": "warp tile rows (omit for no warp tiling)",
+        "wn": "warp tile columns", "tm": "thread tile rows", "tn": "thread tile columns",
         "vec": "floats per global/shared access: 1, 2 or 4",
         "skew": "padding floats per shared-memory row",
         "stages": "0 none, 1 single, 2 double buffer",
         "transpose_a": "store the A tile K-major in shared memory",
         "thread_order": "n: consecutive threads take columns; m: rows, the naive order",
-        "min_blocks": "resident blocks per SM asked of ptxas (__launch_bounds__)",
+        "min_blocks": MIN_BLOCKS_HELP,
         "store": "direct: from registers; smem: maxas output stage, 128-bit coalesced stores",
         "swizzle_a": "XOR-swizzle the transposed A tile instead of padding it",
         "frag_db": "double-buffer the k-slice fragments in registers",

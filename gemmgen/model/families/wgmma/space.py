@@ -17,6 +17,11 @@ def _c(**kw) -> WgmmaConfig:
 
 _BASE = dict(bm=128, bn=128, bk=64, consumers=1, producer=False, persistent=False,
              regs_producer=0, regs_consumer=0, store="direct", stages=1)
+# The ladder's later steps, each adding one technique to the step before it.
+_2C = {**_BASE, "bn": 256, "stages": 4, "producer": True, "consumers": 2, "regs_producer": 40,
+       "regs_consumer": 232}
+_PERSISTENT = {**_2C, "persistent": True, "group": 8}
+_TMA_STORE = {**_PERSISTENT, "stages": 3, "store": "tma"}
 
 PRESETS: tuple[Preset, ...] = (
     Preset("wgmma_tma", _c(**_BASE),
@@ -31,54 +36,36 @@ PRESETS: tuple[Preset, ...] = (
            "warp specialization: a producer warpgroup issues TMA into a full/empty barrier ring, "
            "the consumer keeps one wgmma batch in flight (wait_group 1)",
            "fast.cu kernel 4; CUTLASS warp-specialized mainloop"),
-    Preset("wgmma_2c", _c(**{**_BASE, "bn": 256, "stages": 4, "producer": True, "consumers": 2,
-                             "regs_producer": 40, "regs_consumer": 232}),
+    Preset("wgmma_2c", _c(**_2C),
            "128x256 tiles: two consumer warpgroups of 64x256 (128 fp32 accumulators each), "
            "setmaxnreg 40/232 moves registers from the producer to them",
            "fast.cu kernel 5; ThunderKittens 40/232"),
-    Preset("wgmma_persistent", _c(**{**_BASE, "bn": 256, "stages": 4, "producer": True,
-                                     "consumers": 2, "regs_producer": 40,
-                                     "regs_consumer": 232, "persistent": True, "group": 8}),
+    Preset("wgmma_persistent", _c(**_PERSISTENT),
            "persistent grid, one CTA per SM, tiles in groups of 8 M-rows: the producer loads "
            "the next tile while consumers store this one",
            "fast.cu kernel 6; Triton grouped ordering"),
-    Preset("wgmma_tma_store", _c(**{**_BASE, "bn": 256, "stages": 3, "producer": True,
-                                    "consumers": 2, "regs_producer": 40, "regs_consumer": 232,
-                                    "persistent": True, "group": 8, "store": "tma"}),
+    Preset("wgmma_tma_store", _c(**_TMA_STORE),
            "epilogue through stmatrix into 128-byte-swizzled shared memory and an asynchronous "
            "TMA store that overlaps the next tile's main loop",
            "fast.cu kernels 10 and 12; DeepGEMM epilogue"),
-    Preset("wgmma_cluster", _c(**{**_BASE, "bn": 256, "stages": 3, "producer": True,
-                                  "consumers": 2, "regs_producer": 40, "regs_consumer": 232,
-                                  "persistent": True, "group": 8, "store": "tma",
-                                  "cluster_m": 2}),
+    Preset("wgmma_cluster", _c(**{**_TMA_STORE, "cluster_m": 2}),
            "2-CTA clusters along M: each CTA loads half of the shared B tile and TMA multicasts "
            "it to both", "fast.cu kernels 8-9; CUTLASS multicast TMA"),
-    Preset("wgmma_overlap", _c(**{**_BASE, "bn": 256, "stages": 3, "producer": True,
-                                  "consumers": 2, "regs_producer": 40, "regs_consumer": 232,
-                                  "persistent": True, "group": 8, "store": "tma",
-                                  "epilogue": "bias_gelu", "overlap": True}),
+    Preset("wgmma_overlap", _c(**{**_TMA_STORE, "epilogue": "bias_gelu", "overlap": True}),
            "bias+GELU with the epilogue hidden behind the main loop: each consumer stages the "
            "pre-activation (alpha*acc + beta*C + bias, in C's dtype) and starts its next tile at "
            "once; GELU runs on the staged tile between that tile's wgmma batches, then the TMA "
            "store drains under the rest of its main loop",
            "FlashAttention-3's intra-warpgroup pipelining (softmax of one block beside the "
            "next block's wgmmas); CUTLASS sm90 TMA-store epilogue"),
-    Preset("wgmma_bf16", _c(**{**_BASE, "bn": 256, "stages": 3, "producer": True,
-                               "consumers": 2, "regs_producer": 40, "regs_consumer": 232,
-                               "persistent": True, "group": 8, "store": "tma",
-                               "dtype": "bf16", "out": "bf16"}),
+    Preset("wgmma_bf16", _c(**{**_TMA_STORE, "dtype": "bf16", "out": "bf16"}),
            "the TMA-store kernel on bf16 inputs and output", "fast.cu kernel 12 (bf16)"),
-    Preset("wgmma_tf32", _c(**{**_BASE, "bk": 32, "bn": 256, "stages": 4, "producer": True,
-                               "consumers": 2, "regs_producer": 40, "regs_consumer": 232,
-                               "persistent": True, "group": 8, "store": "direct",
-                               "dtype": "tf32", "out": "fp32", "layout": "rcr"}),
+    Preset("wgmma_tf32", _c(**{**_PERSISTENT, "bk": 32, "dtype": "tf32", "out": "fp32",
+                               "layout": "rcr"}),
            "tf32 wgmma (m64n256k8) on float32 data, 4 stages, direct stores (an fp32 C tile "
            "would take the fourth stage's shared memory); K-major B (layout rcr): tf32 wgmma "
            "reads no MN-major operand", "CUTLASS sm90 tf32 GEMM; benchmarks/explore.py"),
-    Preset("wgmma_3xtf32", _c(**{**_BASE, "bk": 32, "bn": 128, "stages": 6, "producer": True,
-                                 "consumers": 2, "regs_producer": 40, "regs_consumer": 232,
-                                 "persistent": True, "group": 8, "store": "direct",
+    Preset("wgmma_3xtf32", _c(**{**_PERSISTENT, "bk": 32, "bn": 128, "stages": 6,
                                  "dtype": "tf32", "out": "fp32", "math": "3xtf32"}),
            "FP32-accurate GEMM on tf32 tensor cores: float32 A and B split into tf32 big + "
            "small parts, three products per chunk of K, each chunk added to the accumulators "

@@ -4,13 +4,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...arch import get_arch
-from ...config import LAYOUTS, WARP_SIZE, ConfigBase, div, tile_intensity
+from ...config import LAYOUTS, WARP_SIZE, ConfigBase, div
 from ...dtypes import CTYPES, ELEM_BYTES
+from ..tiled import WarpTiled
 from .rules import FRAG_CTYPES, LOAD_BYTES, SHAPES, WMMA_RULES
 
 
 @dataclass(frozen=True, slots=True)
-class WmmaConfig(ConfigBase):
+class WmmaConfig(WarpTiled, ConfigBase):
     """A tensor-core GEMM through the WMMA API (Lei Mao's v07; gty111's steps): C[M,N] =
     alpha * A[M,K] @ B[K,N] + beta * C, row-major.
 
@@ -69,31 +70,14 @@ class WmmaConfig(ConfigBase):
 
     # ---- derived figures ------------------------------------------------------------------
     @property
-    def elem_bytes(self) -> int:
-        return ELEM_BYTES.get(self.dtype, 4)
-
-    @property
     def vec(self) -> int:
         """Elements per 16-byte copy."""
         return LOAD_BYTES // self.elem_bytes
 
     @property
     def mnk(self) -> tuple[int, int, int]:
+        """(M, N, K) of the WMMA ``shape``."""
         return SHAPES.get(self.shape, (16, 16, 16))
-
-    @property
-    def threads(self) -> int:
-        return WARP_SIZE * div(self.bm, self.wm) * div(self.bn, self.wn)
-
-    @property
-    def warps(self) -> int:
-        return div(self.threads, WARP_SIZE)
-
-    @property
-    def frags(self) -> tuple[int, int]:
-        """Accumulator fragments per warp along M and N."""
-        m, n, _ = self.mnk
-        return div(self.wm, m), div(self.wn, n)
 
     @property
     def acc_regs(self) -> int:
@@ -146,14 +130,6 @@ class WmmaConfig(ConfigBase):
         return self.pipeline_bytes + self.warps * self.c_tile_elems * ELEM_BYTES[self.acc]
 
     @property
-    def static_smem_bytes(self) -> int:
-        return 0
-
-    @property
-    def dynamic_smem_bytes(self) -> int:
-        return self.smem_bytes
-
-    @property
     def a_loads(self) -> int:
         return div(self.bm * self.bk, self.threads * self.vec)
 
@@ -192,24 +168,12 @@ class WmmaConfig(ConfigBase):
                 "acc_t": CTYPES[self.acc] if self.acc in CTYPES else "float",
                 "out_t": CTYPES.get(self.out, "float")}
 
-    @property
-    def flops_per_byte(self) -> dict[str, float | None]:
-        """FLOP per byte at the block tile (global) and warp tile (shared) levels."""
-        def tile(a: int, b: int) -> float:
-            return tile_intensity(a, b, self.elem_bytes)
-        return {"global": tile(self.bm, self.bn), "shared": tile(self.wm, self.wn)}
-
     def figures(self, arch: str = "sm_90") -> dict:
         return {"threads": self.threads, "warps": self.warps, "vec_elems": self.vec,
                 "smem_bytes_dynamic": self.smem_bytes, "acc_regs": self.acc_regs,
                 "a_copies_per_thread": self.a_loads, "b_copies_per_thread": self.b_loads,
                 "flops_per_byte": {k: round(v, 3) for k, v in self.flops_per_byte.items()},
                 f"blocks_per_sm_{get_arch(arch).name}": self._blocks_per_sm(arch)}
-
-    def _blocks_per_sm(self, arch: str) -> int:
-        """``blocks_per_sm``, or 0 for an unchecked config whose shared memory comes out
-        negative (render() must work on any config; the static_asserts reject it)."""
-        return self.blocks_per_sm(arch) if self.smem_bytes >= 0 else 0
 
     def brief(self) -> str:
         return (f"block {self.bm}x{self.bn}x{self.bk}  warp {self.wm}x{self.wn}  {self.shape}  "

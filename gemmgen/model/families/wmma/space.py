@@ -5,6 +5,7 @@ import itertools
 
 from ...config import Family, Preset
 from ...dtypes import stored_as
+from ..tiled import BLOCK_TILE_HELP, MIN_BLOCKS_HELP, WARP_TILE_HELP
 from .config import WmmaConfig
 
 PRESETS: tuple[Preset, ...] = (
@@ -78,10 +79,9 @@ FAMILY = Family(
     defaults={"fp16": "wmma_pipeline", "bf16": "wmma_bf16", "tf32": "wmma_tf32"},
     flag_defaults={"bm": 128, "bn": 128, "bk": 32, "wm": 64, "wn": 64},
     field_help={
-        "bm": "block tile rows (M)", "bn": "block tile columns (N)", "bk": "block tile depth (K)",
-        "wm": "warp tile rows", "wn": "warp tile columns", "shape": "WMMA fragment shape",
+        **BLOCK_TILE_HELP, **WARP_TILE_HELP, "shape": "WMMA fragment shape",
         "dtype": "A and B dtype", "acc": "accumulator dtype", "out": "C dtype",
         "skew": "padding elements per shared-memory row", "stages": "shared buffers, 1 to 6",
-        "min_blocks": "resident blocks per SM asked of ptxas (__launch_bounds__)",
+        "min_blocks": MIN_BLOCKS_HELP,
     },
     space=space, min_cc=80, adjust=_adjust)
