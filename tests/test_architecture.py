@@ -170,16 +170,17 @@ def test_hopper_kernel_parameters_are_declared_once():
         assert cfg.kernel_signature(cfg.name, f"{cfg.name}_cfg") in source, preset.name
 
 
-def test_a_kernels_class_comes_from_one_table():
-    """build.from_cubin takes a family's Kernel class from KERNEL_CLASSES (the Hopper families:
-    tensor maps and helper kernels), else the plain Kernel; every class keeps the base's
-    fallback contract."""
+def test_every_family_is_one_kernel_class_with_its_launcher_from_one_table():
+    """One Kernel class; how a family's calls become launches is its ``Launcher``, taken from
+    kernel.LAUNCHERS (the Hopper families: tensor maps and helper kernels), else the direct
+    launch; the fallback contract is the Kernel's."""
     from gemmgen import PRESETS
     from gemmgen.model.families import FAMILIES
-    from gemmgen.runtime.build import KERNEL_CLASSES
-    from gemmgen.runtime.kernel import Kernel
-    assert set(KERNEL_CLASSES) == {"wgmma", "fp8", "grouped"} <= set(FAMILIES)
-    assert all(issubclass(c, Kernel) and "fallback" not in vars(c) for c in KERNEL_CLASSES.values())
+    from gemmgen.runtime.kernel import LAUNCHERS, DirectLaunch, Kernel
+    from gemmgen.runtime.recipe import Launcher
+    assert set(LAUNCHERS) == {"wgmma", "fp8", "grouped"} <= set(FAMILIES)
+    assert all(issubclass(c, Launcher) for c in (*LAUNCHERS.values(), DirectLaunch))
+    assert Kernel.__subclasses__() == []
     plain = Kernel(PRESETS["naive"].config, "sm_80", b"")
     with pytest.raises(RuntimeError, match="no fallback kernel"):
         plain.fallback

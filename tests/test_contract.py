@@ -10,19 +10,48 @@ import pytest
 
 from gemmgen import PRESETS
 from gemmgen.runtime import fp8_blas
-from gemmgen.runtime.fp8_kernel import Fp8Kernel
-from gemmgen.runtime.kernel import Kernel
+from gemmgen.runtime.kernel import LAUNCHERS, DirectLaunch, Kernel
 from gemmgen.runtime.operands import OperandError
-from gemmgen.runtime.tma_kernel import TmaKernel
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 CONTRACT = ["self", "A", "B", "C", "alpha", "beta", "bias", "stream"]
 
 
-@pytest.mark.parametrize("cls", [Kernel, TmaKernel, Fp8Kernel])
-def test_every_kernel_class_takes_the_same_call(cls):
-    params = list(inspect.signature(cls.__call__).parameters)
+def test_every_family_takes_one_call_and_one_launch_contract():
+    params = list(inspect.signature(Kernel.__call__).parameters)
     assert params[:len(CONTRACT)] == CONTRACT
+    for method in ("launches", "launch_raw", "grid"):  # one launch contract: KernelArgs
+        assert list(inspect.signature(getattr(Kernel, method)).parameters)[:2] == ["self", "args"]
+    for launcher in (*LAUNCHERS.values(), DirectLaunch):
+        for method in ("launches", "grid"):
+            assert list(inspect.signature(getattr(launcher, method)).parameters)[:2] == \
+                ["self", "args"], (launcher, method)
+
+
+def test_each_family_takes_its_call_through_the_one_kernel_call(monkeypatch):
+    """``kernel(A, B, C, ...)`` reaches the family's call with every keyword: FP8 scales to
+    ``call_fp8``, offs and counts to ``call_grouped``, the rest to ``launch``."""
+    from gemmgen.runtime import build as build_mod
+    seen = []
+    for family in ("fp8", "grouped"):
+        monkeypatch.setitem(build_mod.CALLS, family, lambda k, *a, **kw: seen.append((k, a, kw)))
+    monkeypatch.setattr(build_mod.driver, "current_device", lambda: 0)
+    monkeypatch.setattr(build_mod.driver, "device_attribute", lambda dev, name: 1 << 20)
+    monkeypatch.setattr(Kernel, "function", lambda self, dev=None, suffix="": None)
+    for preset, extra in (("fp8_tensor_fast", {"scale_a": 2.0}), ("grouped_bf16", {"offs": 7})):
+        cfg = PRESETS[preset].config
+        monkeypatch.setitem(LAUNCHERS, cfg.family, DirectLaunch)  # no cubin to read
+        kernel = build_mod.from_cubin(cfg, "sm_90a", b"")
+        kernel(1, 2, 3, beta=0.5, **extra)
+        assert seen[-1] == (kernel, (1, 2, 3), {"alpha": 1.0, "beta": 0.5, "bias": None,
+                                                "stream": None, **extra})
+
+
+def test_a_grouped_kernel_refuses_alpha_beta_and_bias_by_name():
+    from gemmgen.runtime.grouped_api import call_grouped
+    for name, value in (("alpha", 2.0), ("beta", 1.0), ("bias", object())):
+        with pytest.raises(OperandError, match=f"^{name} = "):
+            call_grouped(None, None, None, **{name: value})
 
 
 class FakeFp8:

@@ -11,11 +11,11 @@ from gemmgen.codegen.render import render
 from gemmgen.compile.cache import compile_cached
 from gemmgen.heuristics.select import decide
 from gemmgen.model.epilogue_rules import EPILOGUE_ARGS
-from gemmgen.runtime import tma_kernel
+from gemmgen.runtime import driver as driver_mod, tma
 from gemmgen.runtime.epilogue_args import INDEX, UP_INDEX, check_epilogue
 from gemmgen.runtime.kernel import Kernel
 from gemmgen.runtime.operands import OperandError
-from gemmgen.runtime.recipe import PATCH_MAP, PATCH_POINTER, WORK_BASE, Ref
+from gemmgen.runtime.recipe import PATCH_MAP, PATCH_POINTER, WORK_BASE, KernelArgs, Ref
 from gemmgen.runtime.tma import param_layout
 
 TREE = "silu(acc*row_scale*col_scale + bias) + R"
@@ -75,9 +75,9 @@ def _kernel(monkeypatch, cfg):
             self.handle, self.dynamic_smem = handle, smem
     monkeypatch.setattr(Kernel, "function", lambda self, device=None, suffix="": Fn(
         hash(suffix) & 0xFFFF, 0 if suffix else self.config.dynamic_smem_bytes))
-    monkeypatch.setattr(tma_kernel.driver, "device_attribute", lambda dev, name: 132)
-    monkeypatch.setattr(tma_kernel, "encode", lambda spec, name="": bytes([spec.ptr % 251]) * 128)
-    return tma_kernel.TmaKernel(cfg, "sm_90a", cubin), cubin
+    monkeypatch.setattr(driver_mod, "device_attribute", lambda dev, name: 132)
+    monkeypatch.setattr(tma, "encode", lambda spec, name="": bytes([spec.ptr % 251]) * 128)
+    return Kernel(cfg, "sm_90a", cubin), cubin
 
 
 def _refs(n):
@@ -104,8 +104,9 @@ def test_the_epilogue_args_sit_at_the_cubins_offset_with_patched_pointers(nvcc, 
     assert layout.sizes[-1] == 88 and layout.offsets[-1] == 600  # docs-notes/epilogue_abi.md
     epi = check_epilogue(cfg, _operands(m, n), m, n, None)
     refs = _refs(4)
-    r = k.launches(m, n, 512, 1.0, refs[0], 512, refs[1], n, 0.0, refs[2], n, 0, 0, 0, refs[3],
-                   1, device=0, epi=epi.block(refs=True))
+    r = k.launches(KernelArgs.blas(
+        m, n, 512, 1.0, refs[0], 512, refs[1], n, 0.0, refs[2], n, 0, 0, 0, refs[3], 1,
+        epi=epi.block(refs=True)), 0)
     (gemm,) = r.launches
     assert r.path == "tma"
     _check_block(gemm.params, gemm.patches, layout.offsets[-1], epi)
@@ -121,8 +122,9 @@ def test_split_k_passes_the_struct_to_the_reduction(nvcc, monkeypatch):
     assert reduce.offsets[-1] == 80 and reduce.sizes[-1] == 88
     epi = check_epilogue(cfg, _operands(m, n), m, n, None)
     refs = _refs(4)
-    r = k.launches(m, n, 8192, 1.0, refs[0], 8192, refs[1], n, 0.0, refs[2], n, 0, 0, 0,
-                   refs[3], 1, device=0, epi=epi.block(refs=True))
+    r = k.launches(KernelArgs.blas(
+        m, n, 8192, 1.0, refs[0], 8192, refs[1], n, 0.0, refs[2], n, 0, 0, 0, refs[3], 1,
+        epi=epi.block(refs=True)), 0)
     _, red = r.launches
     assert r.path == "tma + split-K 2"
     _check_block(red.params, red.patches, 80, epi)
@@ -134,14 +136,14 @@ def test_dual_b_reads_a_fused_pair_in_place_else_packs_both(nvcc, monkeypatch):
     k, _ = _kernel(monkeypatch, cfg)
     m, n, kk = 512, 1024, 512
     a, b, c = Ref(0, 0x1000000), Ref(1, 0x2000000), Ref(2, 0x9000000)
-    fused = k.launches(m, n, kk, 1.0, a, kk, b, kk, 0.0, c, n, device=0,
-                       up=(Ref(UP_INDEX, 0x2000000 + n * kk * 2), kk, 0))
+    fused = k.launches(KernelArgs.blas(m, n, kk, 1.0, a, kk, b, kk, 0.0, c, n,
+                                       up=(Ref(UP_INDEX, 0x2000000 + n * kk * 2), kk, 0)), 0)
     (gemm,) = fused.launches
     assert fused.path == "tma"
     maps = {(p.offset, p.index) for p in gemm.patches if p.kind == PATCH_MAP}
     assert len(maps) == 3 and all(i in (0, 1, 2) for _, i in maps)
-    apart = k.launches(m, n, kk, 1.0, a, kk, b, kk, 0.0, c, n, device=0,
-                       up=(Ref(UP_INDEX, 0x1800000), kk, 0))  # Bu before Bg: packed
+    apart = k.launches(KernelArgs.blas(m, n, kk, 1.0, a, kk, b, kk, 0.0, c, n,
+                                       up=(Ref(UP_INDEX, 0x1800000), kk, 0)), 0)  # Bu, Bg: packed
     pack_g, pack_u, gemm = apart.launches
     assert apart.path == "tma + pack B+up"
     assert pack_g.patches[0].index == 1 and pack_u.patches[0].index == UP_INDEX

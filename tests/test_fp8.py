@@ -14,7 +14,7 @@ from gemmgen.heuristics import cost
 from gemmgen.heuristics.fp8 import choose_fp8, explain_fp8, split_for
 from gemmgen.model.dtypes import dtype_name_of, numpy_dtype
 from gemmgen.model.families.fp8 import Fp8Config, space
-from gemmgen.runtime.fp8_kernel import PACK_OFFSETS
+from gemmgen.runtime.hopper import TRANSPOSE_OFFSETS
 from gemmgen.runtime.fp8_operands import check_fp8, scaling_of
 from gemmgen.runtime.operands import OperandError
 from gemmgen.runtime.tma import ParamPacker, param_layout
@@ -244,7 +244,7 @@ def test_no_spills_no_stack_and_the_parameter_table(compiled):
         layout = param_layout(cubin, name)
         ParamPacker(layout, tuple(p.kind for p in cfg.params()))
         assert layout.offsets[:3] == (112, 240, 368)
-        assert param_layout(cubin, f"{name}_pack").offsets == PACK_OFFSETS
+        assert param_layout(cubin, f"{name}_pack").offsets == TRANSPOSE_OFFSETS
 
 
 def test_sass_has_qgmma_of_the_dtypes_and_no_local_memory(compiled):
@@ -348,23 +348,24 @@ def test_recipe_packs_patches_and_workspaces_without_a_gpu(compiled, monkeypatch
     import struct
     from types import SimpleNamespace
 
-    from gemmgen.runtime import fp8_kernel
-    from gemmgen.runtime.fp8_operands import Matrix, Scale
-    from gemmgen.runtime.recipe import PATCH_MAP, PATCH_POINTER, WORK_BASE, Ref
+    from gemmgen.runtime import driver as driver_mod, hopper, tma
+    from gemmgen.runtime.kernel import Kernel
+    from gemmgen.runtime.recipe import PATCH_MAP, PATCH_POINTER, WORK_BASE, KernelArgs, Ref, Scale
     cfg = FP8["fp8_block_decode"]
     _, cubin, _ = compiled[cfg.name]
-    kernel = fp8_kernel.Fp8Kernel(cfg, ARCH, cubin)
-    monkeypatch.setattr(fp8_kernel.driver, "current_device", lambda: 0)
-    monkeypatch.setattr(fp8_kernel.driver, "device_attribute", lambda dev, name: 132)
-    monkeypatch.setattr(fp8_kernel, "encode", lambda spec, name: bytes(128))
+    kernel = Kernel(cfg, ARCH, cubin)
+    monkeypatch.setattr(driver_mod, "current_device", lambda: 0)
+    monkeypatch.setattr(driver_mod, "device_attribute", lambda dev, name: 132)
+    monkeypatch.setattr(tma, "encode", lambda spec, name: bytes(128))
     monkeypatch.setattr(type(kernel), "function", lambda self, dev=None, suffix="":
                         SimpleNamespace(handle=7 if suffix else 9, dynamic_smem=0 if suffix
                                         else cfg.smem_bytes))
     m, n, k = 64, 2112, 7168
-    a = Matrix(Ref(0, 0x7000000), m, k_major=False)            # A column-major: packed
-    b = Matrix(Ref(1, 0x8000000), k)                           # B K-major, aligned: as it is
-    recipe = kernel.launches(m, n, k, a, b, Ref(2, 0x9000000), n, Scale(Ref(4, 0xa000000), 1, m),
-                             Scale(Ref(5, 0xb000000), 56, 1), 0, device=0)
+    recipe = kernel.launches(KernelArgs(
+        m, n, k, Ref(0, 0x7000000), m, Ref(1, 0x8000000), k, Ref(2, 0x9000000), n,
+        a_k_major=False,                                       # A column-major: packed
+        b_k_major=True,                                        # B K-major, aligned: as it is
+        scale_a=Scale(Ref(4, 0xa000000), 1, m), scale_b=Scale(Ref(5, 0xb000000), 56, 1)), 0)
     assert recipe.path == "fp8 + pack A + split-K 7"
     pack, gemm = recipe.launches
     assert pack.function.handle == 7 and pack.grid == (112, 1, 1)
@@ -381,4 +382,4 @@ def test_recipe_packs_patches_and_workspaces_without_a_gpu(compiled, monkeypatch
     assert list(slots) == ["pack A", "split-K", "split-K counters"]
     assert slots["split-K counters"].zero and slots["split-K counters"].nbytes == 17 * 4
     assert slots["split-K"].nbytes == 17 * 7 * 64 * 128 * 4 and not slots["split-K"].zero
-    assert len(recipe.to_bytes(fp8_kernel.ORDER)) > len(gemm.params)
+    assert len(recipe.to_bytes(hopper.FP8_ORDER)) > len(gemm.params)

@@ -259,6 +259,7 @@ def test_a_captured_launch_replays_each_path_correctly_and_frees_its_workspaces(
     from gemmgen.runtime import driver, workspaces
     from gemmgen.runtime.device import pycuda_modules
     from gemmgen.runtime.graphs import Graph, Stream
+    from gemmgen.runtime.recipe import KernelArgs
     from gemmgen.tune.bench import Problem, time_graphed
     pycuda_modules()  # PyCUDA's context current: the Problem's buffers are PyCUDA's
     cfg, (m, n, k), _, _ = PATHS[label]
@@ -269,8 +270,8 @@ def test_a_captured_launch_replays_each_path_correctly_and_frees_its_workspaces(
     p.launch(kernel, 0, False, stream.handle)  # eager: module loaded, workspaces sized
     driver.stream_synchronize(stream.handle)
     graph = Graph(stream, lambda h: p.launch(kernel, 0, False, h))
-    assert len(workspaces._CAPTURED) == captured + (1 if kernel.launches(
-        m, n, k, 1.0, 0, p.lda, 0, p.ldb, 0.0, 0, p.ldc).workspaces else 0)
+    assert len(workspaces._CAPTURED) == captured + (1 if kernel.launches(KernelArgs.blas(
+        m, n, k, 1.0, 0, p.lda, 0, p.ldb, 0.0, 0, p.ldc)).workspaces else 0)
 
     def replay():
         driver.synchronize()  # C poisoned on the legacy stream first

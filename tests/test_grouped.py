@@ -15,7 +15,8 @@ from gemmgen.compile.nvcc import sass, tool_path
 from gemmgen.heuristics import grouped as hg
 from gemmgen.model.families import families_for
 from gemmgen.model.families.grouped import GroupedConfig
-from gemmgen.runtime.grouped_kernel import GroupedKernel, GroupedProblem
+from gemmgen.runtime.kernel import Kernel
+from gemmgen.runtime.recipe import KernelArgs
 from gemmgen.runtime.grouped_operands import check_grouped
 from gemmgen.runtime.operands import OperandError
 from gemmgen.runtime.tma import ParamPacker, param_layout
@@ -306,22 +307,23 @@ def test_a_broken_rule_is_the_static_assert_that_fires(nvcc):
 
 def test_tensor_maps_and_alignment_problems(compiled):
     cfg, cubin, res = compiled[GROUPED["grouped_bf16"].name]
-    k = GroupedKernel(cfg, ARCH, cubin, res)
-    p = GroupedProblem("m", "offs", 8, 1000, 4096, 7168, 1 << 20, 7168, 1 << 30, 7168,
-                       1 << 32, 4096, 1 << 34, stride_b=4096 * 7168)
-    a, b, c = k.maps(p)
+    k = Kernel(cfg, ARCH, cubin, res)
+    p = KernelArgs(1000, 4096, 7168, 1 << 20, 7168, 1 << 30, 7168, 1 << 32, 4096,
+                   stride_b=4096 * 7168, grouping="m", mode="offs", groups=8, offs=1 << 34)
+    a, b, c = k.launcher.maps(p)
     assert a.dims == (7168, 1000, 1) and a.box == (64, 128, 1)
     assert b.dims == (7168, 4096, 8) and b.box == (64, 256, 1)  # [G, N, K]: K contiguous
     assert c.dims == (4096, 1000, 1) and c.box == (64, 64, 1)
-    assert k.problems(p) == []
-    odd = GroupedProblem("m", "offs", 8, 1000, 4100, 7170, (1 << 20) + 2, 7170, 1 << 30, 7170,
-                         1 << 32, 4100, 1 << 34)
-    text = "; ".join(k.problems(odd))
+    assert k.launcher.problems(p) == []
+    odd = KernelArgs(1000, 4100, 7170, (1 << 20) + 2, 7170, 1 << 30, 7170, 1 << 32, 4100,
+                     grouping="m", mode="offs", groups=8, offs=1 << 34)
+    text = "; ".join(k.launcher.problems(odd))
     assert "A's address is not 16-byte aligned" in text and "B's group stride is 0" in text
     assert "C's rows hold N = 4100 values, not a multiple of 8 (16 bytes)" in text
     assert k.grid(p, 132) == (132, 1, 1)
-    assert k.grid(GroupedProblem("m", "masked", 2, 64, 256, 64, 0, 64, 0, 64, 0, 256, 0), 132) \
-        == (2, 1, 1)
+    masked = KernelArgs(64, 256, 64, 0, 64, 0, 64, 0, 256, grouping="m", mode="masked",
+                        groups=2)
+    assert k.grid(masked, 132) == (2, 1, 1)
 
 
 # ---- choice and explain -----------------------------------------------------------------------

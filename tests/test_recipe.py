@@ -8,9 +8,10 @@ import pytest
 from gemmgen import PRESETS
 from gemmgen.codegen.render import render
 from gemmgen.compile.cache import compile_cached
-from gemmgen.runtime import kernel as kernel_mod, recipe as rc, tma_kernel
+from gemmgen.runtime import driver as driver_mod, hopper, kernel as kernel_mod, recipe as rc, tma
 from gemmgen.runtime.kernel import _PARAMS, Kernel
-from gemmgen.runtime.recipe import PATCH_MAP, PATCH_POINTER, WORK_BASE, Ref, Workspace
+from gemmgen.runtime.recipe import (PATCH_MAP, PATCH_POINTER, WORK_BASE, KernelArgs, Ref,
+                                    Workspace)
 from gemmgen.runtime.tma import param_layout
 
 
@@ -42,8 +43,8 @@ def test_plain_kernel_recipe_patches_every_operand(nvcc, monkeypatch):
     _fake_functions(monkeypatch)
     k = Kernel(cfg, "sm_80", cubin)
     refs = [Ref(i, 0x10000 * (i + 1)) for i in range(4)]
-    r = k.launches(300, 200, 100, 1.0, refs[0], 100, refs[1], 200, 0.5, refs[2], 200,
-                   0, 0, 0, refs[3], 1, device=0)
+    r = k.launches(KernelArgs.blas(
+        300, 200, 100, 1.0, refs[0], 100, refs[1], 200, 0.5, refs[2], 200, 0, 0, 0, refs[3], 1), 0)
     (ln,) = r.launches
     offsets = param_layout(cubin, cfg.name).offsets
     # M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, strides, bias: A is field 4, B 6, C 9, bias 14
@@ -53,8 +54,8 @@ def test_plain_kernel_recipe_patches_every_operand(nvcc, monkeypatch):
     assert ln.params == _PARAMS.pack(300, 200, 100, 1.0, 0x10000, 100, 0x20000, 200, 0.5,
                                      0x30000, 200, 0, 0, 0, 0x40000)
     assert ln.grid == (-(-200 // cfg.bn), -(-300 // cfg.bm), 1)
-    empty = k.launches(0, 200, 100, 1.0, refs[0], 100, refs[1], 200, 0.0, refs[2], 200,
-                       device=0)
+    empty = k.launches(KernelArgs.blas(
+        0, 200, 100, 1.0, refs[0], 100, refs[1], 200, 0.0, refs[2], 200), 0)
     assert empty.launches == [], "an empty output launches nothing"
 
 
@@ -62,16 +63,16 @@ def _tma_kernel(monkeypatch, preset, **changes):
     cfg = PRESETS[preset].config.replace(**changes)
     cubin, _ = compile_cached(render(cfg, "sm_90a"), "sm_90a", cfg.name)
     _fake_functions(monkeypatch)
-    monkeypatch.setattr(tma_kernel.driver, "device_attribute", lambda dev, name: 132)
-    monkeypatch.setattr(tma_kernel, "encode", lambda spec, name="": bytes([spec.ptr % 251]) * 128)
-    return tma_kernel.TmaKernel(cfg, "sm_90a", cubin), param_layout(cubin, cfg.name).offsets
+    monkeypatch.setattr(driver_mod, "device_attribute", lambda dev, name: 132)
+    monkeypatch.setattr(tma, "encode", lambda spec, name="": bytes([spec.ptr % 251]) * 128)
+    return Kernel(cfg, "sm_90a", cubin), param_layout(cubin, cfg.name).offsets
 
 
 def test_tma_recipe_patches_the_tensor_maps_and_pointers(nvcc, monkeypatch):
     k, offsets = _tma_kernel(monkeypatch, "wgmma_tma_store")
     refs = [Ref(i, 0x100000 * (i + 1)) for i in range(3)]
-    r = k.launches(4096, 4096, 4096, 1.0, refs[0], 4096, refs[1], 4096, 0.0, refs[2], 4096,
-                   device=0)
+    r = k.launches(KernelArgs.blas(
+        4096, 4096, 4096, 1.0, refs[0], 4096, refs[1], 4096, 0.0, refs[2], 4096), 0)
     (gemm,) = r.launches
     assert r.path == "tma"
     # tensor maps of A, B, C are parameters 0-2; the pointers A 7, B 9, C 12, bias 17
@@ -85,15 +86,16 @@ def test_tma_recipe_patches_the_tensor_maps_and_pointers(nvcc, monkeypatch):
 def test_split_k_recipe_writes_partials_to_the_workspace_and_reduces_into_c(nvcc, monkeypatch):
     k, offsets = _tma_kernel(monkeypatch, "wgmma_tma_store", store="direct", split_k=2)
     refs = [Ref(i, 0x100000 * (i + 1)) for i in range(4)]
-    r = k.launches(128, 4096, 8192, 1.0, refs[0], 8192, refs[1], 4096, 0.0, refs[2], 4096,
-                   0, 0, 0, refs[3], 1, device=0)
+    r = k.launches(KernelArgs.blas(
+        128, 4096, 8192, 1.0, refs[0], 8192, refs[1], 4096, 0.0, refs[2], 4096, 0, 0, 0, refs[3],
+        1), 0)
     gemm, reduce = r.launches
     assert r.path == "tma + split-K 2"
     assert not [p for p in gemm.patches if p.index in (2, 3)], "the GEMM writes the workspace"
     assert r.workspaces == (Workspace("split-K", 4096 * 128 * 2 * 4, False),)
     assert (offsets[12], PATCH_POINTER, WORK_BASE) in {(p.offset, p.kind, p.index)
                                                        for p in gemm.patches}
-    helper = tma_kernel.HELPER_OFFSETS["reduce"]  # ws, ldp, slice, m, n, alpha, beta, C, ...
+    helper = hopper.HELPER_OFFSETS["reduce"]  # ws, ldp, slice, m, n, alpha, beta, C, ...
     assert {(p.offset, p.index) for p in reduce.patches} == {
         (helper[0], WORK_BASE), (helper[7], 2), (helper[10], 3)}, \
         "the reduction reads the stream's workspace, writes C and reads bias"
@@ -103,8 +105,9 @@ def test_inline_split_k_is_one_launch_that_writes_c_itself(nvcc, monkeypatch):
     k, offsets = _tma_kernel(monkeypatch, "wgmma_tma_store", store="direct", split_k=4,
                              split_inline=True)
     refs = [Ref(i, 0x100000 * (i + 1)) for i in range(4)]
-    r = k.launches(64, 1024, 8192, 1.0, refs[0], 8192, refs[1], 1024, 0.5, refs[2], 1024,
-                   0, 0, 0, refs[3], 1, device=0)
+    r = k.launches(KernelArgs.blas(
+        64, 1024, 8192, 1.0, refs[0], 8192, refs[1], 1024, 0.5, refs[2], 1024, 0, 0, 0, refs[3], 1),
+        0)
     (gemm,) = r.launches
     assert r.path == "tma + split-K 4 inline"
     ptrs = {(p.offset, p.index) for p in gemm.patches if p.kind == PATCH_POINTER}
@@ -120,15 +123,15 @@ def test_inline_split_k_is_one_launch_that_writes_c_itself(nvcc, monkeypatch):
 def test_unaligned_a_is_repacked_with_the_callers_address_patched(nvcc, monkeypatch):
     k, offsets = _tma_kernel(monkeypatch, "wgmma_tma_store")
     a = Ref(0, 0x100002)  # off 16-byte alignment
-    r = k.launches(4096, 4096, 4095, 1.0, a, 4095, Ref(1, 0x200000), 4096, 0.0,
-                   Ref(2, 0x300000), 4096, device=0)
+    r = k.launches(KernelArgs.blas(4096, 4096, 4095, 1.0, a, 4095, Ref(1, 0x200000), 4096, 0.0,
+                   Ref(2, 0x300000), 4096), 0)
     pack, gemm = r.launches
     assert r.path == "tma + repack A"
     assert [p.index for p in pack.patches] == [0, WORK_BASE], "pack reads the caller's A"
     assert 0 not in {p.index for p in gemm.patches}, "the GEMM reads the padded copy"
     assert r.workspaces == (Workspace("pack A", 4096 * 4096 * 2, False),)
     assert (0, PATCH_POINTER, 0) in {(p.offset, p.kind, p.index) for p in pack.patches}
-    dst = tma_kernel.HELPER_OFFSETS["pack"][3]
+    dst = hopper.HELPER_OFFSETS["pack"][3]
     assert (dst, PATCH_POINTER, WORK_BASE) in {(p.offset, p.kind, p.index) for p in pack.patches}
     assert (offsets[0], PATCH_MAP, WORK_BASE) in {(p.offset, p.kind, p.index)
                                                   for p in gemm.patches}, "A's map: the copy"
@@ -137,8 +140,9 @@ def test_unaligned_a_is_repacked_with_the_callers_address_patched(nvcc, monkeypa
 def test_serialized_recipe_matches_the_launchers_format(nvcc, monkeypatch):
     k, _ = _tma_kernel(monkeypatch, "wgmma_tma_store", store="direct", split_k=2)
     refs = [Ref(i, 0x100000 * (i + 1)) for i in range(4)]
-    r = k.launches(128, 4096, 8192, 1.0, refs[0], 8192, refs[1], 4096, 0.0, refs[2], 4096,
-                   0, 0, 0, refs[3], 1, device=0)
+    r = k.launches(KernelArgs.blas(
+        128, 4096, 8192, 1.0, refs[0], 8192, refs[1], 4096, 0.0, refs[2], 4096, 0, 0, 0, refs[3],
+        1), 0)
     data = r.to_bytes((1, 0, 2, 3))
     version, count = struct.unpack_from("<II", data)
     assert (version, count) == (rc.FORMAT_VERSION, 2)
@@ -207,7 +211,8 @@ def test_packing_a_value_beyond_its_field_names_the_field(monkeypatch):
     _fake_functions(monkeypatch)
     k = Kernel(PRESETS["smem"].config, "sm_80", b"")
     with pytest.raises(OperandError, match=r"^ldb = -2147483649"):
-        k.launches(4, 4, 4, 1.0, 0x1000, 4, 0x2000, -2 ** 31 - 1, 0.0, 0x3000, 4, device=0)
+        k.launches(KernelArgs.blas(
+            4, 4, 4, 1.0, 0x1000, 4, 0x2000, -2 ** 31 - 1, 0.0, 0x3000, 4), 0)
 
 
 def _within_grid_limits(recipe) -> None:
@@ -221,11 +226,11 @@ def test_helper_launches_stay_within_the_grid_limits_at_four_million_rows(nvcc, 
     past gridDim.y's 65535, so it is launched in pieces whose rows and addresses add up."""
     k, _ = _tma_kernel(monkeypatch, "wgmma_3xtf32")
     m, n, kk = 4_000_000, 128, 64
-    r = k.launches(m, n, kk, 1.0, Ref(0, 0x100000), kk, Ref(1, 0x200000), n, 0.0,
-                   Ref(2, 0x300000), n, device=0)
+    r = k.launches(KernelArgs.blas(m, n, kk, 1.0, Ref(0, 0x100000), kk, Ref(1, 0x200000), n, 0.0,
+                   Ref(2, 0x300000), n), 0)
     _within_grid_limits(r)
     splits = [ln for ln in r.launches if ln.function.handle != k.function(0).handle]
-    offsets = tma_kernel.HELPER_OFFSETS["split3"]  # src, so, sk, sbs, dst, ldd, sbd, outer, ...
+    offsets = hopper.HELPER_OFFSETS["split3"]  # src, so, sk, sbs, dst, ldd, sbd, outer, ...
     pieces = [(struct.unpack_from("<i", ln.params, offsets[7])[0],
                [p for p in ln.patches if p.index == 0]) for ln in splits]
     a_pieces = [(outer, patches[0].delta) for outer, patches in pieces if patches]
@@ -239,8 +244,8 @@ def test_helper_launches_stay_within_the_grid_limits_at_four_million_rows(nvcc, 
 def test_batched_helper_launches_stay_within_the_grid_limits(nvcc, monkeypatch):
     k, _ = _tma_kernel(monkeypatch, "wgmma_3xtf32")
     batch = 70_000
-    r = k.launches(64, 64, 64, 1.0, Ref(0, 0x100000), 64, Ref(1, 0x200000), 64, 0.0,
-                   Ref(2, 0x300000), 64, 64 * 64, 64 * 64, 64 * 64, batch=batch, device=0)
+    r = k.launches(KernelArgs.blas(64, 64, 64, 1.0, Ref(0, 0x100000), 64, Ref(1, 0x200000), 64, 0.0,
+                   Ref(2, 0x300000), 64, 64 * 64, 64 * 64, 64 * 64, batch=batch), 0)
     _within_grid_limits(r)
 
 

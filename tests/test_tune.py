@@ -271,13 +271,14 @@ def test_gemm_checks_a_signature_once_then_only_launches(monkeypatch):
             self.args = args
 
         def run(self, ptrs, stream=None):  # the operands' addresses patched in, as launched
-            m, n, k, alpha, _, lda, _, ldb, beta, _, ldc = self.args[:11]
-            launches.append((m, n, k, alpha, ptrs[0], lda, ptrs[1], ldb, beta, ptrs[2], ldc))
+            x = self.args
+            launches.append((x.m, x.n, x.k, x.alpha, ptrs[0], x.lda, ptrs[1], x.ldb, x.beta,
+                             ptrs[2], x.ldc))
 
     class FakeKernel:
         config = PRESETS["wgmma_tma_store"].config
 
-        def launches(self, *args, device=None):
+        def launches(self, args, device=None):
             return FakeRecipe(args)
 
         def __call__(self, A, B, C=None, **kw):  # the full path, as Kernel.__call__

@@ -305,11 +305,11 @@ class Family:
     (major*10+minor) it compiles for; ``arch_suffix``: "a" when it needs the arch-specific
     target (sm_90a for wgmma); ``adjust(values, given)``: fills fields that depend on others
     (e.g. the TF32 WMMA shape) before the config is built; ``tma``: its kernels take tensor
-    maps (launched by ``gemmgen.runtime.tma_kernel.TmaKernel``); ``fallback(cfg)``: a config of
+    maps (launched by ``gemmgen.runtime.hopper``); ``fallback(cfg)``: a config of
     another family computing the same thing, for operands this family's kernels cannot read;
     ``problem``: what its kernels compute: "gemm" (one C = A @ B per launch: ``gemm`` and
     ``tune`` choose among these families) or "grouped" (``gemmgen.grouped_gemm``: many
-    products in one launch, launched by ``gemmgen.runtime.grouped_kernel``).
+    products in one launch, launched by ``gemmgen.runtime.hopper.GroupedLaunch``).
     """
 
     name: str

@@ -5,7 +5,7 @@ Device operands take a fast path (``gemmgen.runtime.plans``): the first call wit
 operand signature (kind, shape, strides, dtype, device; not the pointer) runs every check and
 builds a launch plan; later calls with the same signature only read the pointers and launch.
 Operands TMA cannot read are repacked or sent to the fallback kernel at launch
-(``gemmgen.runtime.tma_kernel``).
+(``gemmgen.runtime.hopper``).
 """
 from __future__ import annotations
 

@@ -19,15 +19,14 @@ from ..model.config import ConfigBase
 from ..model.families import fallback_config
 from . import driver
 from .device import device_arch, gpu_problem, pycuda_modules
-from .fp8_kernel import Fp8Kernel
-from .grouped_kernel import GroupedKernel
+from .fp8_blas import call_fp8
 from .kernel import Kernel
-from .tma_kernel import TmaKernel
 
 _CACHE: dict[tuple[str, str, str], Kernel] = {}
-KERNEL_CLASSES = {"wgmma": TmaKernel, "fp8": Fp8Kernel, "grouped": GroupedKernel}
-"""The family -> the Kernel class that launches its kernels, where that is not the plain
-``Kernel`` (the Hopper families: tensor maps in the parameter block, helper kernels)."""
+CALLS = {"fp8": call_fp8}
+"""The family -> how its kernels take ``kernel(A, B, C, ...)`` (``Kernel.call``), where that
+is not ``launch``: the FP8 scales; the grouped family's is added by
+``gemmgen.runtime.grouped_api`` (which builds its kernels here)."""
 _LOCK = threading.Lock()
 
 
@@ -79,8 +78,8 @@ def adopt_pycuda() -> None:
 
 def from_cubin(config: ConfigBase, arch: str, cubin: bytes, resources: Resources | None = None,
                source_path: str | None = None) -> Kernel:
-    """A Kernel of a cubin (compiled here or in a worker process), loaded on the current
-    device, of its family's class (``KERNEL_CLASSES``). Raises ``BuildError`` when the
+    """The Kernel of a cubin (compiled here or in a worker process), loaded on the current
+    device. Raises ``BuildError`` when the
     kernel needs more shared memory than the device allows a block."""
     dev = driver.current_device()
     dynamic = config.dynamic_smem_bytes
@@ -88,9 +87,9 @@ def from_cubin(config: ConfigBase, arch: str, cubin: bytes, resources: Resources
     if dynamic > limit:
         raise BuildError(source_path or config.name, f"{config.name} needs {dynamic} bytes "
                          f"of shared memory; this device allows {limit} per block")
-    cls = KERNEL_CLASSES.get(config.family, Kernel)
-    kernel = cls(config, arch, cubin, resources, source_path,
-                 build_fallback=lambda: build(fallback_config(config)))
+    kernel = Kernel(config, arch, cubin, resources, source_path,
+                 build_fallback=lambda: build(fallback_config(config)),
+                 call=CALLS.get(config.family))
     kernel.function(dev)  # load it here: a failure shows at build, not at the first launch
     return kernel
 

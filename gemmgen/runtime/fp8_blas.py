@@ -29,8 +29,8 @@ from .operands import OperandError, check_scalars
 
 def call_fp8(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
              stream=None, scale_a=1.0, scale_b=1.0):
-    """``Fp8Kernel.__call__``: see the module docstring. Returns C (a new array of A's library
-    when C is None). Raises ``OperandError`` naming a bad argument, and for beta != 0 on a
+    """An fp8-family kernel's call (``Kernel.__call__``): see the module docstring. Returns C
+    (a new array of A's library when C is None). Raises ``OperandError`` naming a bad argument, and for beta != 0 on a
     kernel whose epilogue has an activation."""
     alpha, beta = check_scalars(alpha, beta)
     epilogue = kernel.config.epilogue

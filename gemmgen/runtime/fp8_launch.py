@@ -1,7 +1,7 @@
 """Launching an fp8-family kernel on checked arguments: its recipe with the addresses as
 ``Ref``s (a launch plan, patched per call), one call of it, and NumPy operands through PyCUDA
 (D comes back as NumPy). ``gemmgen.runtime.fp8_api`` picks the kernel; this module only runs
-it (``Fp8Kernel.__call__`` comes here)."""
+it (an fp8 ``Kernel.__call__`` comes here)."""
 from __future__ import annotations
 
 import numbers
@@ -12,10 +12,10 @@ import numpy as np
 from ..model.dtypes import numpy_dtype
 from . import driver
 from .device import pycuda_context
-from .fp8_operands import Fp8Args, Matrix, Scale, as_bytes, check_fp8, host_scale
+from .fp8_operands import Fp8Args, as_bytes, check_fp8, host_scale
 from .launch import allocator
 from .operands import OperandError, check_one_device
-from .recipe import Ref
+from .recipe import KernelArgs, Ref, Scale
 
 _SCALARS: dict[tuple, object] = {}
 SCALAR_CACHE = 256
@@ -125,12 +125,11 @@ def make_plan(kernel, args: Fp8Args, device: int) -> Fp8Plan:
     refs = [Ref(i, p) for i, p in enumerate(ptrs)]
     ldd = args.d.lds["r"] if args.d is not None else args.n
     with driver.on_device(device):
-        recipe = kernel.launches(
-            args.m, args.n, args.k, Matrix(refs[0], args.lda, args.a_k_major),
-            Matrix(refs[1], args.ldb, args.b_k_major), refs[2], ldd,
-            Scale(refs[4], args.a_layout.s0, args.a_layout.s1),
-            Scale(refs[5], args.b_layout.s0, args.b_layout.s1),
-            refs[3] if args.bias else 0, device=device)
+        recipe = kernel.launches(KernelArgs(
+            args.m, args.n, args.k, refs[0], args.lda, refs[1], args.ldb, refs[2], ldd,
+            bias=refs[3] if args.bias else 0, a_k_major=args.a_k_major,
+            b_k_major=args.b_k_major, scale_a=Scale(refs[4], args.a_layout.s0, args.a_layout.s1),
+            scale_b=Scale(refs[5], args.b_layout.s0, args.b_layout.s1)), device)
     return Fp8Plan(kernel, recipe, new_d, device, args.out)
 
 
@@ -164,11 +163,12 @@ def _launch_host(kernel, args: Fp8Args, D):
         bias = gpuarray.to_gpu(np.ascontiguousarray(args.bias.obj).reshape(-1).view(np.uint8))
     if args.m and args.n:
         lay_a, lay_b = args.a_layout, args.b_layout
-        kernel.launch_raw(args.m, args.n, args.k, Matrix(int(a.gpudata), max(args.k, 1)),
-                          Matrix(int(b.gpudata), max(args.k, 1)), int(d.gpudata), args.n,
-                          Scale(int(sa.gpudata), lay_a.s0, lay_a.s1),
-                          Scale(int(sb.gpudata), lay_b.s0, lay_b.s1),
-                          int(bias.gpudata) if bias is not None else 0)
+        kernel.launch_raw(KernelArgs(
+            args.m, args.n, args.k, int(a.gpudata), max(args.k, 1), int(b.gpudata),
+            max(args.k, 1), int(d.gpudata), args.n,
+            bias=int(bias.gpudata) if bias is not None else 0,
+            scale_a=Scale(int(sa.gpudata), lay_a.s0, lay_a.s1),
+            scale_b=Scale(int(sb.gpudata), lay_b.s0, lay_b.s1)))
     result = d.get()[:args.m * args.n * item].view(numpy_dtype(args.out)).reshape(args.m, args.n)
     if D is not None:
         D[...] = result

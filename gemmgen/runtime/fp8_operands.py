@@ -91,28 +91,6 @@ def _contiguous(shape) -> tuple:
 
 
 @dataclass(frozen=True)
-class Matrix:
-    """A or B as a kernel reads it: its address (int or ``Ref``), leading dimension in
-    elements and whether it is K-major (A row-major M x K; B column-major K x N, i.e. N rows
-    of K)."""
-
-    ptr: object
-    ld: int
-    k_major: bool = True
-
-
-@dataclass(frozen=True)
-class Scale:
-    """A scale operand as a kernel reads it: its address (int or ``Ref``) and strides in
-    elements: ``s0`` per row of A (per column of B for row scaling, per 128-column block of B
-    for block scaling), ``s1`` per 128-element K block. A stride of 0 broadcasts one value."""
-
-    ptr: object
-    s0: int = 0
-    s1: int = 0
-
-
-@dataclass(frozen=True)
 class ScaleLayout:
     """How the kernel reads one scale: strides (elements) ``s0`` (per row of A; per column of
     B for row scaling, per 128-column block of B for block scaling) and ``s1`` (per K block)."""

@@ -13,7 +13,7 @@ from ..heuristics import grouped_db
 from ..heuristics.grouped import GroupedChoice, choose
 from ..model.families import config_from_dict
 from . import driver
-from .build import build
+from .build import CALLS, build
 from .device import device_identity
 from .grouped_operands import GroupedArgs, check_grouped
 from .launch import allocator
@@ -168,7 +168,23 @@ def grouped_gemm(A, B, offs=None, out=None, *, counts=None, expected_m: int | No
     return plan.run(A, B, index, out, stream)
 
 
+def call_grouped(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
+                 stream=None, offs=None, counts=None, out_dtype=None):
+    """A grouped-family kernel's call (``Kernel.__call__``): ``grouped_gemm(A, B, offs, C,
+    counts=counts, config=kernel.config)``, C the output. The grouped kernels compute A @ B
+    alone: alpha other than 1, beta other than 0 or a bias raise ``OperandError`` naming it."""
+    for name, value, plain in (("alpha", alpha, 1.0), ("beta", beta, 0.0), ("bias", bias, None)):
+        if value is not plain and value != plain:
+            raise OperandError(f"{name} = {value!r}: a grouped kernel computes A @ B per group "
+                               f"(alpha 1, beta 0, no bias)")
+    return grouped_gemm(A, B, offs, C, counts=counts, out_dtype=out_dtype,
+                        config=kernel.config, stream=stream)
+
+
 def chosen_grouped(A, B, offs=None, counts=None, out_dtype=None, expected_m=None):
     """The ``GroupedPlan`` ``grouped_gemm`` keeps for these operands (out=None), or None."""
     sigs = tuple(signature(x) for x in (A, B, offs, counts, None))
     return _PLANS.get((*sigs, str(out_dtype), expected_m, None))
+
+
+CALLS["grouped"] = call_grouped  # a grouped kernel(A, B, C, offs=...) comes here

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model.dtypes import dtype_name_of, torch_dtype_name
-from .grouped_kernel import GroupedProblem
+from .recipe import KernelArgs
 from .operands import Operand, OperandError, check_int32, check_one_device, describe
 
 IN_DTYPES = ("fp16", "bf16")
@@ -29,7 +29,7 @@ IN_DTYPES = ("fp16", "bf16")
 @dataclass(frozen=True)
 class GroupedArgs:
     """Checked operands of one grouped call: the problem's ``grouping`` ("m" or "k") and
-    ``mode`` ("offs" or "masked"), dtypes, extents (``rows`` as ``GroupedProblem`` has them),
+    ``mode`` ("offs" or "masked"), dtypes, extents (``rows`` is the kernel's M),
     the layout the kernel needs (A, B, C), the described operands and the output's shape."""
 
     grouping: str
@@ -47,15 +47,17 @@ class GroupedArgs:
     index_ptr: int
     out_shape: tuple
 
-    def problem(self, a, b, c, index, ldc: int, stride_c: int) -> GroupedProblem:
-        """The ``GroupedProblem`` with these pointers (ints or ``Ref``s) for A, B, C and the
-        offsets, and C's leading dimension and matrix stride."""
+    def problem(self, a, b, c, index, ldc: int, stride_c: int) -> KernelArgs:
+        """The grouped kernel's ``KernelArgs`` with these pointers (ints or ``Ref``s) for A,
+        B, C and the offsets, and C's leading dimension and matrix stride."""
         lda = self.a.lds[self.layout[0]]
         ldb = self.b.lds[self.layout[1]]
         stride_a = _stride(self.a, self.a.shape[0] * lda)
         stride_b = _stride(self.b, 0)
-        return GroupedProblem(self.grouping, self.mode, self.groups, self.rows, self.n, self.k,
-                              a, lda, b, ldb, c, ldc, index, stride_a, stride_b, stride_c)
+        return KernelArgs(self.rows, self.n, self.k, a, lda, b, ldb, c, ldc,
+                          stride_a=stride_a, stride_b=stride_b, stride_c=stride_c,
+                          grouping=self.grouping, mode=self.mode, groups=self.groups,
+                          offs=index)
 
 
 def _stride(op: Operand, default: int) -> int:

@@ -16,7 +16,8 @@ from ..compile.nvcc import Resources
 from ..model.config import ConfigBase
 from . import driver
 from .launch import launch
-from .recipe import Launch, Recipe, field_offsets, pack
+from .hopper import Fp8Launch, GroupedLaunch, WgmmaLaunch
+from .recipe import KernelArgs, Launch, Launcher, Recipe, field_offsets, pack
 
 SIGNATURE = "iiifPiPifPiqqqP"  # M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, strides, bias
 _PARAMS = struct.Struct("@" + SIGNATURE)  # the parameter block, natively aligned as nvcc lays it
@@ -24,6 +25,31 @@ _OFFSETS = field_offsets(_PARAMS)
 PARAM_NAMES = ("M", "N", "K", "alpha", "A", "lda", "B", "ldb", "beta", "C", "ldc", "stride_a",
                "stride_b", "stride_c", "bias")
 """The argument each field of ``SIGNATURE`` holds (named by ``pack``'s errors)."""
+
+
+class DirectLaunch(Launcher):
+    """The SIMT, WMMA and MMA kernels: one launch of ``SIGNATURE``, a block per BM x BN tile
+    (x along N), z the batch entries."""
+
+    def grid(self, args: KernelArgs, sms: int) -> tuple[int, int, int]:
+        grid_x, grid_y, _ = self.config.grid(args.m, args.n)
+        return grid_x, grid_y, args.batch
+
+    def launches(self, args: KernelArgs, dev: int) -> Recipe:
+        params, patches = pack(_PARAMS, _OFFSETS, (
+            args.m, args.n, args.k, args.alpha, args.a, args.lda, args.b, args.ldb, args.beta,
+            args.c, args.ldc, args.stride_a, args.stride_b, args.stride_c, args.bias,
+        ), PARAM_NAMES)
+        run = Launch(self.function(dev), self.grid(args, 0), (self.config.threads, 1, 1),
+                     params, patches)
+        return Recipe(dev, [run] if args.m and args.n else [], "direct")
+
+
+LAUNCHERS = {"wgmma": WgmmaLaunch, "fp8": Fp8Launch, "grouped": GroupedLaunch}
+"""The family -> its ``Launcher``, where it is not ``DirectLaunch``: the Hopper kernels' tensor
+maps, declared parameter blocks and helper launches."""
+LAUNCH_CACHE = 1024
+"""Recipes a kernel keeps for ``launch_raw`` (by the whole ``KernelArgs``)."""
 
 
 @dataclass
@@ -47,11 +73,14 @@ class Kernel:
     source_path: str | None = None
     last_path: str = ""
     build_fallback: Callable[[], Kernel] | None = field(default=None, repr=False)
+    call: Callable | None = field(default=None, repr=False)
 
     def __post_init__(self):
         self._modules: dict[int, driver.Module] = {}
         self._lock = threading.Lock()
         self._fallback = None
+        self._recipes: dict[tuple, Recipe] = {}
+        self.launcher = LAUNCHERS.get(self.config.family, DirectLaunch)(self)
 
     @property
     def fallback(self) -> Kernel:
@@ -102,37 +131,47 @@ class Kernel:
         """Local memory per thread, bytes (spills or stack; 0 for every preset)."""
         return self.function().attribute("local_size_bytes")
 
-    def launches(self, m: int, n: int, k: int, alpha: float, a_ptr, lda: int, b_ptr, ldb: int,
-                 beta: float, c_ptr, ldc: int, stride_a: int = 0, stride_b: int = 0,
-                 stride_c: int = 0, bias_ptr=0, batch: int = 1, device: int | None = None
-                 ) -> Recipe:
-        """The ``Recipe`` of one call on ``device`` (default: the current context's). Pointers
-        are ints, or ``recipe.Ref``s where a later call will patch in other addresses.
-        Strides are the elements between consecutive matrices of a batch (0 broadcasts).
-        Raises ``OperandError`` naming an argument beyond its parameter's C type."""
-        dev = driver.current_device() if device is None else device
-        grid_x, grid_y, _ = self.config.grid(m, n)
-        params, patches = pack(_PARAMS, _OFFSETS, (m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta,
-                                                   c_ptr, ldc, stride_a, stride_b, stride_c,
-                                                   bias_ptr), PARAM_NAMES)
-        run = Launch(self.function(dev), (grid_x, grid_y, batch), (self.config.threads, 1, 1),
-                     params, patches)
-        return Recipe(dev, [run] if m and n else [], "direct")
+    def grid(self, args: KernelArgs, sms: int) -> tuple[int, int, int]:
+        """The GEMM launch's grid for ``args`` on a device of ``sms`` SMs (the family's
+        ``Launcher``)."""
+        return self.launcher.grid(args, sms)
 
-    def launch_raw(self, m: int, n: int, k: int, alpha: float, a_ptr: int, lda: int, b_ptr: int,
-                   ldb: int, beta: float, c_ptr: int, ldc: int, stride_a: int = 0,
-                   stride_b: int = 0, stride_c: int = 0, bias_ptr: int = 0, batch: int = 1,
-                   stream=None) -> None:
-        """Enqueue one call on device pointers of the current context's device (no checks;
-        asynchronous). ``stream``: None (the legacy default stream), a PyCUDA ``Stream``, a
-        PyTorch or CuPy stream, or a raw ``CUstream`` handle (int)."""
-        recipe = self.launches(m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc,
-                               stride_a, stride_b, stride_c, bias_ptr, batch)
+    def launches(self, args: KernelArgs, device: int | None = None) -> Recipe:
+        """The ``Recipe`` of one call on ``device`` (default: the current context's): the
+        launches, in order, and the path taken. Raises ``OperandError`` naming an argument
+        beyond its parameter's C type (or, for the Hopper families, an operand TMA cannot
+        describe where no slower path takes it)."""
+        dev = driver.current_device() if device is None else device
+        return self.launcher.launches(args, dev)
+
+    def launch_raw(self, args: KernelArgs, stream=None) -> None:
+        """Enqueue one call on device pointers of the current context's device (no operand
+        checks; asynchronous). ``stream``: None (the legacy default stream), a PyCUDA
+        ``Stream``, a PyTorch or CuPy stream, or a raw ``CUstream`` handle (int). Recipes are
+        cached by the whole ``args``, so a repeated call (the same buffers, or a caching
+        allocator's reused ones) is one dict lookup and the launches."""
+        dev = driver.current_device()
+        key = (args, dev)
+        recipe = self._recipes.get(key)
+        if recipe is None:
+            recipe = self.launches(args, dev)
+            if len(self._recipes) >= LAUNCH_CACHE:
+                self._recipes.clear()
+            self._recipes[key] = recipe
         self.last_path = recipe.path
         recipe.run((), driver.stream_handle(stream))
 
     def __call__(self, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
-                 stream=None, **tree):
-        """C = act(alpha * A @ B + beta * C + bias), or the kernel's epilogue tree with its
-        operands as keywords; see ``gemmgen.runtime.launch.launch``."""
-        return launch(self, A, B, C, alpha=alpha, beta=beta, bias=bias, stream=stream, **tree)
+                 stream=None, **operands):
+        """C = act(alpha * A @ B + beta * C + bias), every family's call; the keywords beyond
+        it are the operands its configuration adds:
+
+        - an epilogue tree's operands (wgmma; ``gemmgen.runtime.launch.launch``);
+        - ``scale_a``, ``scale_b`` (FP8: numbers, row vectors or block grids;
+          ``gemmgen.runtime.fp8_blas.call_fp8``);
+        - ``offs``, ``counts`` (grouped; ``gemmgen.runtime.grouped_api.call_grouped``).
+
+        ``call`` (set by ``gemmgen.runtime.build`` from the family) takes the call; a Kernel
+        made without it runs ``launch``. Raises ``OperandError`` naming a bad argument."""
+        call = self.call or launch
+        return call(self, A, B, C, alpha=alpha, beta=beta, bias=bias, stream=stream, **operands)

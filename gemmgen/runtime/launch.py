@@ -11,6 +11,7 @@ from .device import pycuda_context
 from .epilogue_args import EXTRA, check_epilogue, tree_of
 from .operands import (GemmArgs, OperandError, check_gemm, check_one_device, check_scalars,
                        describe)
+from .recipe import KernelArgs
 
 GRID_LIMIT_YZ = 65535
 DEFAULT_STREAMS = (None, 0, 1, 2)  # CUDA array interface: none, legacy, per-thread default
@@ -66,11 +67,12 @@ def launch(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=
     if args.m and args.n:
         with driver.on_device(driver.device_of(c.ptr)):
             _wait_for_producers(args)
-            kernel.launch_raw(args.m, args.n, args.k, alpha, args.a.ptr, args.ld(args.a, 0),
-                              args.b.ptr, args.ld(args.b, 1), beta, c.ptr, c.lds[cfg.layout[2]],
-                              batch_stride(args.a), batch_stride(args.b), batch_stride(c),
-                              args.bias.ptr if args.bias else 0, args.batch or 1, stream,
-                              **_tree_keywords(epi, up, refs=False))
+            kernel.launch_raw(KernelArgs(
+                args.m, args.n, args.k, args.a.ptr, args.ld(args.a, 0), args.b.ptr,
+                args.ld(args.b, 1), c.ptr, c.lds[cfg.layout[2]], alpha, beta,
+                batch_stride(args.a), batch_stride(args.b), batch_stride(c),
+                args.bias.ptr if args.bias else 0, args.batch or 1, **_tree_fields(epi, up)),
+                stream)
     return out
 
 
@@ -100,16 +102,14 @@ def check_up(cfg, up, args: GemmArgs):
     return op, op.lds[cfg.layout[1]], batch_stride(op)
 
 
-def _tree_keywords(epi, up, refs: bool) -> dict:
-    """``launch_raw``/``launches`` keywords of the tree's struct and the dual's up."""
-    from .epilogue_args import UP_INDEX
-    from .recipe import Ref
+def _tree_fields(epi, up) -> dict:
+    """The ``KernelArgs`` fields of the tree's struct (``epi``) and the dual's ``up``."""
     out = {}
     if epi is not None:
-        out["epi"] = epi.block(refs)
+        out["epi"] = epi.block(False)
     if up is not None:
         op, ld, stride = up
-        out["up"] = (Ref(UP_INDEX, op.ptr) if refs else op.ptr, ld, stride)
+        out["up"] = (op.ptr, ld, stride)
     return out
 
 
@@ -198,9 +198,10 @@ def _launch_host(kernel, args: GemmArgs, alpha: float, beta: float, C, bias, epi
         c, ldc, sc = to_device(np.empty(shape, numpy_dtype(cfg.out)), c_col)
     bias_dev = gpuarray.to_gpu(np.ascontiguousarray(bias)) if bias is not None else None
     if args.m and args.n:
-        kernel.launch_raw(args.m, args.n, args.k, alpha, _ptr(a), lda, _ptr(b), ldb, beta,
-                          _ptr(c), ldc, sa, sb, sc, _ptr(bias_dev) if bias_dev is not None else 0,
-                          args.batch or 1, **_tree_keywords(epi, up, refs=False))
+        kernel.launch_raw(KernelArgs(
+            args.m, args.n, args.k, _ptr(a), lda, _ptr(b), ldb, _ptr(c), ldc, alpha, beta, sa,
+            sb, sc, _ptr(bias_dev) if bias_dev is not None else 0, args.batch or 1,
+            **_tree_fields(epi, up)))
     for g, host, base in held:  # aux and amax are written: their packed copies come back
         base[...] = g.get()
     result = c.get().view(numpy_dtype(cfg.out))

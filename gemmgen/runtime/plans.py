@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from . import driver
 from .launch import DEFAULT_STREAMS, allocator, batch_stride, check_launch
 from .operands import check_gemm, describe
-from .recipe import Recipe, Ref
+from .recipe import KernelArgs, Recipe, Ref
 
 
 def transposed(x):
@@ -108,10 +108,10 @@ def make_plan(kernel, how, A, B, C, bias, alpha: float, beta: float, device: int
     refs = [Ref(i, p) for i, p in enumerate((args.a.ptr, args.b.ptr, c.ptr,
                                              args.bias.ptr if args.bias else 0))]
     with driver.on_device(device):
-        recipe = kernel.launches(args.m, args.n, args.k, alpha, refs[0], args.ld(args.a, 0),
-                                 refs[1], args.ld(args.b, 1), beta, refs[2],
-                                 c.lds[cfg.layout[2]], batch_stride(args.a),
-                                 batch_stride(args.b), batch_stride(c),
-                                 refs[3] if args.bias else 0, args.batch or 1, device=device)
+        recipe = kernel.launches(KernelArgs(
+            args.m, args.n, args.k, refs[0], args.ld(args.a, 0), refs[1], args.ld(args.b, 1),
+            refs[2], c.lds[cfg.layout[2]], alpha, beta, batch_stride(args.a),
+            batch_stride(args.b), batch_stride(c), refs[3] if args.bias else 0,
+            args.batch or 1), device)
     return Plan(kernel, how, recipe, make_c, "cupy" in kinds,
                 (_reader(A), _reader(B), _reader(C if C is not None else A), _reader(bias)))

@@ -80,6 +80,103 @@ def workspace(slots: list, tag: str, nbytes: int, zero: bool = False) -> WorkRef
     return WorkRef.of(len(slots) - 1)
 
 
+@dataclass(frozen=True)
+class Scale:
+    """A scale operand as an FP8 kernel reads it: its address (int or ``Ref``) and strides in
+    elements: ``s0`` per row of A (per column of B for row scaling, per 128-column block of B
+    for block scaling), ``s1`` per 128-element K block. A stride of 0 broadcasts one value."""
+
+    ptr: object
+    s0: int = 0
+    s1: int = 0
+
+
+@dataclass(frozen=True)
+class KernelArgs:
+    """One call as every kernel takes it (``Kernel.launches``): C (M x N) = alpha * A (M x K)
+    @ B (K x N) + beta * C + bias, on device pointers (ints, or ``recipe.Ref``s where later
+    calls patch in other addresses); extents and leading dimensions in elements, in the
+    layout of the kernel's configuration. What a family does not read keeps its default.
+
+    - ``stride_a/b/c``: elements between consecutive matrices of a batch (0 broadcasts) or of
+      a group; ``batch``: matrices per call.
+    - FP8 (the fp8 family): ``a_k_major``/``b_k_major`` whether A / B are K-major as given
+      (A row-major M x K, B column-major: N rows of K), ``scale_a``/``scale_b`` their
+      ``Scale``s; C is D, ``bias`` D's bias.
+    - Groups (the grouped family): ``grouping`` "m" or "k", ``mode`` "offs" or "masked",
+      ``groups``, and ``offs`` the device array of cumulative ends or per-group counts (0:
+      every row). M is the rows of A (grouping "m", mode "offs": every group's rows).
+    - Epilogue trees (wgmma): ``epi`` the packed ``EpilogueArgs`` ``recipe.Block``; ``up``
+      the dual GEMM's (Bu pointer, ld, batch stride).
+    """
+
+    m: int
+    n: int
+    k: int
+    a: object = 0
+    lda: int = 0
+    b: object = 0
+    ldb: int = 0
+    c: object = 0
+    ldc: int = 0
+    alpha: float = 1.0
+    beta: float = 0.0
+    stride_a: int = 0
+    stride_b: int = 0
+    stride_c: int = 0
+    bias: object = 0
+    batch: int = 1
+    a_k_major: bool = True
+    b_k_major: bool = True
+    scale_a: Scale | None = None
+    scale_b: Scale | None = None
+    grouping: str = "none"
+    mode: str = ""
+    groups: int = 1
+    offs: object = 0
+    epi: object = None
+    up: tuple | None = None
+
+    @classmethod
+    def blas(cls, m: int, n: int, k: int, alpha: float, a, lda: int, b, ldb: int, beta: float,
+             c, ldc: int, stride_a: int = 0, stride_b: int = 0, stride_c: int = 0, bias=0,
+             batch: int = 1, **fields) -> "KernelArgs":
+        """The arguments in cuBLAS's order (``cublasGemmStridedBatchedEx``: M, N, K, alpha,
+        A, lda, B, ldb, beta, C, ldc, then the batch strides, bias and batch count); other
+        fields as keywords."""
+        return cls(m, n, k, a, lda, b, ldb, c, ldc, alpha, beta, stride_a, stride_b, stride_c,
+                   bias, batch, **fields)
+
+
+class Launcher:
+    """How one kernel's calls become recipes, by its family (``Kernel.launcher``): ``grid``
+    of the GEMM launch and ``launches``, the whole recipe. Made once per kernel, it keeps
+    what the kernel's cubin and configuration fix (parameter offsets, tensor-map boxes)."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.config = kernel.config
+
+    def function(self, device: int | None = None, suffix: str = ""):
+        """The kernel (or its helper ``<name>_<suffix>``) on ``device``."""
+        return self.kernel.function(device, suffix)
+
+    @property
+    def fallback(self):
+        """The kernel's fallback (``Kernel.fallback``)."""
+        return self.kernel.fallback
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    def grid(self, args: KernelArgs, sms: int) -> tuple[int, int, int]:
+        raise NotImplementedError
+
+    def launches(self, args: KernelArgs, dev: int) -> "Recipe":
+        raise NotImplementedError
+
+
 GRID_LIMIT_YZ = 65535
 """CUDA's limit on gridDim.y and gridDim.z (gridDim.x: 2^31 - 1)."""
 

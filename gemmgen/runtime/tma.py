@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..model.dtypes import ELEM_BYTES
+from .recipe import MapRef, Ref
 
 TENSOR_MAP_BYTES = 128
 # CUtensorMapDataType, CUtensorMapSwizzle, CUtensorMapL2promotion (cuda.h, CUDA 12/13).
@@ -235,3 +236,11 @@ def encode(spec: MapSpec, name: str = "operand") -> bytes:
         _CACHE.clear()
     _CACHE[spec] = data
     return data
+
+
+def encoded(spec: MapSpec, name: str, ptr):
+    """The tensor map of ``spec`` (``encode``; ``TmaError`` naming ``name`` when TMA cannot
+    describe it), as a ``recipe.MapRef`` when its address ``ptr`` is a ``recipe.Ref`` (a
+    launch plan patches the address per call), else as its 128 bytes."""
+    data = encode(spec, name)
+    return MapRef(data, ptr) if isinstance(ptr, Ref) else data

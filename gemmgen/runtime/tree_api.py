@@ -3,7 +3,7 @@ heuristics choose for the tree (never swapped: the tree's row and column operand
 given), or the dual GEMM (SwiGLU) for a tree of ``gate`` and ``up``, built once per process
 and launched with the tree's operands (``row_scale``, ``col_scale``, ``row_bias``, ``R``,
 ``aux``, ``amax``; ``up``). Operands TMA cannot read are repacked, a C it cannot store to
-takes the same tree with direct stores (``TmaKernel``'s fallback for a tree)."""
+takes the same tree with direct stores (the wgmma launch's fallback for a tree)."""
 from __future__ import annotations
 
 import re

@@ -31,9 +31,9 @@ from torch import Tensor
 from ..runtime import fp8_quant
 from ..runtime.device import device_identity
 from ..runtime.fp8_api import fp8_gemm, kernel_for
-from ..runtime.fp8_kernel import ORDER
 from ..runtime.fp8_launch import make_plan
 from ..runtime.fp8_operands import check_fp8
+from ..runtime.hopper import FP8_ORDER
 from ..runtime.operands import OperandError
 from . import launcher
 from .ops import _LIB, _REFERENCE, LAUNCHER, _warn_once
@@ -154,7 +154,7 @@ def _scaled_mm_plan(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out
     kernel, _ = kernel_for(args, fast, "bias" if bias is not None else "none", None, device)
     plan = make_plan(kernel, args, device)
     launcher.keep_alive(plan)
-    return torch.frombuffer(bytearray(plan.recipe.to_bytes(ORDER)), dtype=torch.uint8)
+    return torch.frombuffer(bytearray(plan.recipe.to_bytes(FP8_ORDER)), dtype=torch.uint8)
 
 
 def _scaled_mm_cuda_python(a, b, scale_a, scale_b, bias=None, out_dtype=None,

@@ -19,6 +19,7 @@ from ..model.dtypes import (
 )
 from ..runtime.device import pycuda_modules
 from ..runtime.launch import to_device
+from ..runtime.recipe import KernelArgs
 from .verify import compare, random_operands, reference, tolerance
 
 DEFAULT_SIZES = ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
@@ -202,13 +203,13 @@ class Problem:
         bias = int(self.bias.gpudata) if kernel.config.epilogue.startswith("bias") else 0
         a, lda, b, ldb = (int(self.a[i].gpudata), self.lda, int(self.b[i].gpudata), self.ldb)
         if swap:
-            kernel.launch_raw(self.n, self.m, self.k, 1.0, b, ldb, a, lda, 0.0,
-                              int(self.c[i].gpudata), self.ldc, sb, sa, sc, bias, self.batch or 1,
-                              stream)
+            kernel.launch_raw(KernelArgs(self.n, self.m, self.k, b, ldb, a, lda,
+                                         int(self.c[i].gpudata), self.ldc, 1.0, 0.0, sb, sa, sc,
+                                         bias, self.batch or 1), stream)
             return
-        kernel.launch_raw(self.m, self.n, self.k, 1.0, a, lda, b, ldb, 0.0,
-                          int(self.c[i].gpudata), self.ldc, sa, sb, sc, bias, self.batch or 1,
-                          stream)
+        kernel.launch_raw(KernelArgs(self.m, self.n, self.k, a, lda, b, ldb,
+                                     int(self.c[i].gpudata), self.ldc, 1.0, 0.0, sa, sb, sc,
+                                     bias, self.batch or 1), stream)
 
     def result(self) -> np.ndarray:
         out = self.c[0].get().view(numpy_dtype(self.out))

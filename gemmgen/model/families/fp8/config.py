@@ -191,7 +191,7 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
 
     def grid(self, m: int, n: int) -> tuple[int, int, int]:
         """Work units (cluster tiles x split-K slices) x CLUSTER CTAs; the persistent launch
-        caps x at the SMs in whole clusters (``Fp8Kernel.grid``)."""
+        caps x at the SMs in whole clusters (``Fp8Launch.grid``)."""
         tm, tn = self.tiles(m, n)
         return (tm * tn * self.split_k * self.cluster, 1, 1)
 

@@ -1,31 +1,25 @@
-"""Launching kernels that read their operands through TMA (the wgmma family): tensor maps of A, B
-and C, the parameter block at the cubin's offsets, the persistent grid, the helper kernels
-around the GEMM, and the slower paths for operands TMA cannot describe.
-"""
+"""The wgmma family's launches: tensor maps of A, B and C, the 3xTF32 split, repacks of operands
+TMA cannot describe (or the fallback kernel), split-K partials and their reduction, epilogue-tree
+structs and the dual GEMM's B."""
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from itertools import product
 
-from ..heuristics.cost import stored_shape, unaligned
-from ..model.dtypes import ELEM_BYTES
-from . import driver
-from .dual import dual_b
-from .epilogue_args import STRUCT as EPI_STRUCT, takes_args, tree_of
-from .kernel import Kernel
-from .operands import OperandError
-from .recipe import (GRID_LIMIT_YZ, Block, Launch, MapRef, Recipe, Ref, field_offsets, grid_pieces,
-                     offset, pack, workspace)
-from .tma import MapSpec, ParamPacker, TmaError, encode, operand_map, param_layout
-
-NO_MAP = bytes(128)
-LAUNCH_CACHE = 1024  # recipes kept per kernel for launch_raw
+from ...heuristics.cost import stored_shape, unaligned
+from ...model.dtypes import ELEM_BYTES
+from .. import driver
+from ..dual import dual_b
+from ..epilogue_args import STRUCT as EPI_STRUCT, takes_args, tree_of
+from ..operands import OperandError
+from ..recipe import (GRID_LIMIT_YZ, Block, KernelArgs, Launch, Recipe, field_offsets, grid_pieces,
+                      offset, pack, workspace)
+from ..tma import ParamPacker, TmaError, encoded, operand_map, param_layout
+from .base import NO_MAP, HopperLaunch
 
 
-@dataclass
-class TmaKernel(Kernel):
-    """A wgmma-family kernel. ``launches`` encodes the tensor maps of A, B and C from the
+class WgmmaLaunch(HopperLaunch):
+    """The wgmma family's calls. ``launches`` encodes the tensor maps of A, B and C from the
     pointers, extents, leading dimensions and batch strides, packs the parameter block at the
     offsets the cubin records, and adds the module's helper kernels around the GEMM where the
     configuration or the operands need them:
@@ -47,20 +41,15 @@ class TmaKernel(Kernel):
     ``build_fallback`` makes the fallback kernel (``gemmgen.runtime.build`` sets it).
     """
 
-    def __post_init__(self):
-        super().__post_init__()
-        layout = param_layout(self.cubin, self.config.name)
+    def __init__(self, kernel):
+        super().__init__(kernel)
         self._tree = tree_of(self.config)
         epi_kind = (f"{EPI_STRUCT.size}s",) if takes_args(self.config) else ()
-        # the parameters as the config declares them (its template writes the same list)
-        self._packer = ParamPacker(layout, tuple(p.kind for p in self.config.params()))
-        self._offsets = layout.offsets
         self._epi = bool(epi_kind)
         if self._epi and self.config.split_k > 1:  # <name>_reduce takes the struct too
-            reduce = param_layout(self.cubin, self.config.name + "_reduce")
+            reduce = param_layout(kernel.cubin, self.config.name + "_reduce")
             self._reduce = ParamPacker(reduce, tuple(HELPER_SIGNATURES["reduce"].replace(
                 "P", "Q")) + epi_kind), reduce.offsets
-        self._recipes: dict[tuple, Recipe] = {}
         self._block = (self.config.threads, 1, 1)
         env = self.config.env()
         self._a_box = (env["A_BOX_INNER"], env["A_BOX_ROWS"])
@@ -82,62 +71,36 @@ class TmaKernel(Kernel):
         return operand_map(cfg.out, int(ptr), m, n, ldc, cfg.layout[2] == "c", batch, stride,
                            *self._c_box, 128)
 
-    def grid(self, m: int, n: int, batch: int, sms: int) -> tuple[int, int, int]:
+    def grid(self, args: KernelArgs, sms: int) -> tuple[int, int, int]:
         """(x, 1, z): every cluster tile (of every batch entry and split-K slice), or,
         persistent, at most one CTA per SM (``sms`` of them) in whole clusters."""
         cfg = self.config
-        tiles = -(-m // (cfg.bm * cfg.cluster_m)) * -(-n // (cfg.bn * cfg.cluster_n))
-        z = batch * cfg.split_k
+        tiles = -(-args.m // (cfg.bm * cfg.cluster_m)) * -(-args.n // (cfg.bn * cfg.cluster_n))
+        z = args.batch * cfg.split_k
         if cfg.persistent:
             clusters = max(1, min(tiles * z, sms // cfg.cluster))
             return clusters * cfg.cluster, 1, 1
         return tiles * cfg.cluster, 1, z
 
-    def launch_raw(self, m: int, n: int, k: int, alpha: float, a_ptr: int, lda: int, b_ptr: int,
-                   ldb: int, beta: float, c_ptr: int, ldc: int, stride_a: int = 0,
-                   stride_b: int = 0, stride_c: int = 0, bias_ptr: int = 0, batch: int = 1,
-                   stream=None, epi: Block | None = None, up: tuple | None = None) -> None:
-        """One call on device pointers of the current context's device (no operand checks;
-        asynchronous). Recipes are cached by the whole argument list, so a repeated call (the
-        same buffers, or a caching allocator's reused ones) is one dict lookup and the
-        launches. ``epi``: the packed ``EpilogueArgs`` of a tree that needs them; ``up``: the
-        dual GEMM's (Bu pointer, ld, batch stride)."""
-        dev = driver.current_device()
-        args = (m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a, stride_b,
-                stride_c, bias_ptr, batch)
-        key = (*args, epi, up, dev)
-        recipe = self._recipes.get(key)
-        if recipe is None:
-            recipe = self.launches(*args, device=dev, **_extras(epi, up))
-            if len(self._recipes) >= LAUNCH_CACHE:
-                self._recipes.clear()
-            self._recipes[key] = recipe
-        self.last_path = recipe.path
-        recipe.run((), driver.stream_handle(stream))
-
-    def launches(self, m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a=0,
-                 stride_b=0, stride_c=0, bias_ptr=0, batch=1, device=None, epi=None,
-                 up=None) -> Recipe:
-        """The ``Recipe`` of one call (pointers: ints or ``Ref``s): the helper launches, the
-        GEMM, and the path taken; the fallback kernel's recipe when TMA cannot describe an
-        operand (for an epilogue tree: the same tree with direct stores). ``epi`` and ``up``:
-        as in ``launch_raw`` (pointers inside ``epi`` may be ``Ref``s)."""
-        dev = driver.current_device() if device is None else device
-        args = (m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a, stride_b,
-                stride_c, bias_ptr, batch)
+    def launches(self, args: KernelArgs, dev: int) -> Recipe:
+        """The ``Recipe`` of one call (pointers: ints or ``Ref``s, those inside ``args.epi``
+        too): the helper launches, the GEMM, and the path taken; the fallback kernel's recipe
+        when TMA cannot describe an operand (for an epilogue tree: the same tree with direct
+        stores; a plain fallback computes a shorthand epilogue itself and ignores ``epi``)."""
         try:
-            return self._recipe(dev, *args, epi=epi, up=up)
+            return self._recipe(args, dev)
         except TmaError as exc:
             if self._tree is not None and self.fallback.name == self.name:
                 raise
-            # a plain fallback computes a shorthand epilogue itself: it takes no tree struct
-            extras = _extras(epi, up) if isinstance(self.fallback, TmaKernel) else {}
-            fb = self.fallback.launches(*args, device=dev, **extras)
+            fb = self.fallback.launches(args, dev)
             return Recipe(dev, fb.launches, f"fallback: {exc}", fb.workspaces)
 
-    def _recipe(self, dev, m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc, stride_a,
-                stride_b, stride_c, bias_ptr, batch, epi=None, up=None) -> Recipe:
+    def _recipe(self, args: KernelArgs, dev: int) -> Recipe:
         cfg = self.config
+        m, n, k, batch, alpha, beta = args.m, args.n, args.k, args.batch, args.alpha, args.beta
+        a_ptr, lda, stride_a = args.a, args.lda, args.stride_a
+        b_ptr, ldb, stride_b = args.b, args.ldb, args.stride_b
+        c_ptr, ldc, stride_c, bias_ptr = args.c, args.ldc, args.stride_c, args.bias
         before, after, path, work = [], [], ["tma"], []
         # A and B are read unless K == 0, or alpha == 0 where the epilogue reads alpha
         reads = k > 0 and (alpha != 0 or (self._tree is not None and not self._tree.count("alpha")))
@@ -145,8 +108,8 @@ class TmaKernel(Kernel):
         b_spec = None
         if cfg.dual and reads:
             (b_ptr, ldb, stride_b), b_spec, note = dual_b(
-                self, dev, before, work, k, n, batch, (b_ptr, ldb, stride_b), up or (0, 0, 0),
-                PACK_THREADS, MAX_GRID_Y)
+                self, dev, before, work, k, n, batch, (b_ptr, ldb, stride_b),
+                args.up or (0, 0, 0), PACK_THREADS, MAX_GRID_Y)
             path += [note] if note else []
         if reads and cfg.math == "3xtf32":
             (a_ptr, lda, stride_a), (b_ptr, ldb, stride_b) = self._split3(
@@ -163,17 +126,18 @@ class TmaKernel(Kernel):
             extra = self._split_inline(dev, work, m, n, batch)
             path.append(f"split-K {cfg.split_k} inline")
         elif cfg.split_k > 1:
-            c_ptr, ldc, stride_c = self._split_k(dev, after, work, m, n, batch, alpha, out, epi)
+            c_ptr, ldc, stride_c = self._split_k(dev, after, work, m, n, batch, alpha, out,
+                                                 args.epi)
             beta, bias_ptr, alpha = 0.0, 0, 1.0 if alpha != 0 else 0.0
             path.append(f"split-K {cfg.split_k}")
         if self._epi:
-            extra += (epi if epi is not None else Block(bytes(EPI_STRUCT.size)),)
+            extra += (args.epi if args.epi is not None else Block(bytes(EPI_STRUCT.size)),)
         maps = self._maps(m, n, k_run, reads, a_ptr, lda, b_ptr, ldb, c_ptr, ldc, stride_a,
                           stride_b, stride_c, batch, b_spec)
         params, patches = pack(self._packer.struct, self._offsets,
                                (*maps, m, n, k_run, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr,
                                 ldc, stride_a, stride_b, stride_c, bias_ptr, batch, *extra))
-        gemm = Launch(self.function(dev), self.grid(m, n, batch, driver.device_attribute(
+        gemm = Launch(self.function(dev), self.grid(args, driver.device_attribute(
             dev, "sms")), self._block, params, patches)
         launches = before + ([gemm] if m and n else []) + after
         return Recipe(dev, launches, " + ".join(path), tuple(work))
@@ -185,10 +149,10 @@ class TmaKernel(Kernel):
         Raises ``TmaError`` naming the operand TMA cannot describe."""
         ta = tb = tc = NO_MAP
         if reads:  # otherwise the kernel reads neither A nor B
-            ta = _encoded(self._a_map(a_ptr, m, k, lda, batch, stride_a), "A", a_ptr)
-            tb = _encoded(b_spec or self._b_map(b_ptr, k, n, ldb, batch, stride_b), "B", b_ptr)
+            ta = encoded(self._a_map(a_ptr, m, k, lda, batch, stride_a), "A", a_ptr)
+            tb = encoded(b_spec or self._b_map(b_ptr, k, n, ldb, batch, stride_b), "B", b_ptr)
         if self.config.store == "tma":
-            tc = _encoded(self._c_map(c_ptr, m, n, ldc, batch, stride_c), "C", c_ptr)
+            tc = encoded(self._c_map(c_ptr, m, n, ldc, batch, stride_c), "C", c_ptr)
         return ta, tb, tc
 
     def _repack_unaligned(self, dev, before, work, m, n, k, batch, a_ptr, lda, stride_a, b_ptr,
@@ -314,18 +278,6 @@ class TmaKernel(Kernel):
         return buf, ldp, slice_
 
 
-def _extras(epi, up) -> dict:
-    """The tree keywords of ``launches`` where given (a fallback without a tree takes none)."""
-    return {k: v for k, v in (("epi", epi), ("up", up)) if v is not None}
-
-
-def _encoded(spec: MapSpec, name: str, ptr):
-    """The tensor map of ``spec`` (``TmaError`` naming ``name`` if TMA cannot describe it), as
-    a ``MapRef`` when its address ``ptr`` is a ``Ref`` (patched per call)."""
-    data = encode(spec, name)
-    return MapRef(data, ptr) if isinstance(ptr, Ref) else data
-
-
 # Parameter lists of the helper kernels (P pointer, q long long, i int, f float).
 HELPER_SIGNATURES = {"pack": "PqqPqqii", "split3": "PqqqPqqiiii", "reduce": "PiqiiffPiqPi"}
 HELPER_STRUCTS = {k: struct.Struct("@" + v) for k, v in HELPER_SIGNATURES.items()}
@@ -334,7 +286,6 @@ kernel parameters)."""
 HELPER_OFFSETS = {k: field_offsets(v) for k, v in HELPER_STRUCTS.items()}
 PACK_THREADS = 256    # <name>_pack: threads per block, one 16-byte vector each
 REDUCE_THREADS = 256  # <name>_reduce: threads per block, one element of C each
-MAX_GRID_Y = 65535    # helper kernels loop over rows beyond it
+MAX_GRID_Y = GRID_LIMIT_YZ  # helper kernels loop over rows beyond it
 
 
-__all__ = ["TmaKernel", "MapSpec"]
