@@ -16,6 +16,7 @@ PUBLIC = ["gemm", "grouped_gemm", "BuildError", "Kernel", "OperandError", "build
 
 MAY_IMPORT = {
     "_version": set(),
+    "files": set(),
     "model": {"model"},
     "heuristics": {"model", "heuristics"},
     "codegen": {"model", "codegen", "_version"},
@@ -27,7 +28,11 @@ MAY_IMPORT = {
     "torch": {"model", "heuristics", "codegen", "compile", "runtime", "torch"},
 }
 """Stage -> the stages its modules may import (gemmgen/__init__.py and __main__.py may import
-any). Each stage knows only the stages below it."""
+any). Each stage knows only the stages below it; ``files`` (reading and writing documents)
+lies below them all."""
+for _stage_imports in MAY_IMPORT.values():
+    if _stage_imports:
+        _stage_imports.add("files")
 
 
 def _module(path: Path) -> str:

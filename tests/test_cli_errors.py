@@ -538,4 +538,5 @@ def test_explain_groups_reads_the_grouped_tuning_file(workdir, monkeypatch):
     assert "how     default" in other.output, other.output
     path.write_text("{not json")
     bad = invoke(line)
-    assert_clean(bad, 2, "cannot read grouped tuning file")
+    assert_clean(bad, 2, "grouped tuning file")
+    assert "is not valid JSON" in bad.output, bad.output

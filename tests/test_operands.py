@@ -4,7 +4,7 @@ import sys
 import numpy as np
 import pytest
 
-from gemmgen.runtime.operands import OperandError, _contiguous_strides, check_gemm, describe
+from gemmgen.runtime.operands import OperandError, check_gemm, contiguous_strides, describe
 
 
 class FakeDeviceArray:
@@ -191,7 +191,7 @@ class FakeCupy(FakeDeviceArray):
     def __init__(self, shape, device=0, typestr="<f4", ptr=0x7F0000000000):
         super().__init__(shape, typestr=typestr, ptr=ptr)
         self.shape, self.ndim, self.dtype = tuple(shape), len(shape), np.dtype(typestr)
-        self.strides = _contiguous_strides(self.shape, self.dtype.itemsize)
+        self.strides = contiguous_strides(self.shape, self.dtype.itemsize)
         self.device = type("Device", (), {"id": device})()
         self.data = type("Memory", (), {"ptr": ptr})()
 
@@ -201,7 +201,7 @@ class FakeGPUArray:
 
     def __init__(self, shape, ptr):
         self.shape, self.dtype, self.size = tuple(shape), np.dtype(np.float32), int(np.prod(shape))
-        self.strides = _contiguous_strides(self.shape, 4)
+        self.strides = contiguous_strides(self.shape, 4)
         self.gpudata = ptr
 
 

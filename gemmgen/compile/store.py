@@ -22,6 +22,8 @@ from pathlib import Path
 
 import filelock
 
+from ..files import sync_dir
+
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # POSIX
 SIDECAR = ".json"
 """The sidecar of ``<file>`` is ``<file>.json``: {"sha256", "size", ...}."""
@@ -112,21 +114,7 @@ def write_file(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _sync_dir(path.parent)
-
-
-def _sync_dir(path: Path) -> None:
-    """Make a rename in ``path`` durable (best effort: not every system can fsync a dir)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    sync_dir(path.parent)
 
 
 def read_file(path: Path) -> bytes | None:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import filelock
 
+from ..files import sync_dir
+
 LOCK_TIMEOUT_S = 60.0
 """How long a writer waits for another process's lock before giving up."""
 
@@ -69,19 +71,5 @@ def write_json(path: Path, doc: dict) -> Path:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _sync_dir(real.parent)
+    sync_dir(real.parent)
     return real
-
-
-def _sync_dir(folder: Path) -> None:
-    """Flush the directory entry of a replace to disk, where the platform allows it."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -8,10 +8,10 @@ The file: $GEMMGEN_GROUPED_DB, else ``grouped_tune.json`` beside the tuning data
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
+from ..files import read_document
 from . import dbfile
 from .tunedb import TuneDBError, default_path as tune_db_path
 
@@ -34,10 +34,8 @@ def load(path: Path | None = None) -> dict:
     path = Path(path or default_path())
     if not path.exists():
         return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TuneDBError(f"cannot read grouped tuning file {path}: {exc}") from None
+    data = read_document(path, TuneDBError, "grouped tuning file",
+                         "delete it or set $GEMMGEN_GROUPED_DB")
     entries = data.get("entries") if isinstance(data, dict) else None
     if not isinstance(entries, dict) or not all(
             isinstance(e, dict) and isinstance(e.get("candidates"), dict)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import platformdirs
 
+from ..files import read_document
 from ..model.families import config_from_dict
 from . import dbfile
 
@@ -42,16 +43,7 @@ def read(path: Path) -> dict:
     {"version": 1, "entries": {key: entry}}. Raises ``TuneDBError`` naming the file when it
     is a directory, unreadable, not JSON, or has no "entries" object."""
     fix = "fix it, delete it, or pass another --db"
-    try:
-        data = json.loads(path.read_text())
-    except IsADirectoryError:
-        raise TuneDBError(f"tuning database {path} is a directory; pass a file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TuneDBError(f"cannot read tuning database {path}: "
-                          f"{getattr(exc, 'strerror', None) or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise TuneDBError(f"tuning database {path} is not valid JSON ({exc.msg}, line "
-                          f"{exc.lineno}): {fix}") from None
+    data = read_document(path, TuneDBError, "tuning database", fix)
     entries = data.get("entries") if isinstance(data, dict) else None
     if not isinstance(entries, dict):
         raise TuneDBError(f"{path} is not a gemmgen tuning database (no \"entries\" object): "

@@ -53,11 +53,29 @@ def numpy_dtype(name: str) -> np.dtype:
     raise ValueError(f"unknown dtype {name!r}")
 
 
+_LIBRARY_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
+                  "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+"""NumPy's, ml_dtypes' and PyTorch's names of the dtypes gemmgen knows."""
+
+
 def torch_dtype_name(dtype) -> str | None:
     """gemmgen name of a torch dtype (float32 -> fp32, float16 -> fp16, bfloat16 -> bf16,
     float8_e4m3fn -> e4m3, float8_e5m2 -> e5m2)."""
-    return {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16",
-            "torch.float8_e4m3fn": "e4m3", "torch.float8_e5m2": "e5m2"}.get(str(dtype))
+    text = str(dtype)
+    return _LIBRARY_NAMES.get(text[6:]) if text.startswith("torch.") else None
+
+
+def dtype_name(dtype) -> str | None:
+    """gemmgen name of a dtype argument: a gemmgen name (returned as it is), a torch dtype, a
+    NumPy or ml_dtypes dtype, or its name ("bfloat16"); None for anything else."""
+    if isinstance(dtype, str) and dtype in ELEM_BYTES:
+        return dtype
+    if "torch" in str(type(dtype)):
+        return torch_dtype_name(dtype)
+    try:
+        return _LIBRARY_NAMES.get(np.dtype(dtype).name)
+    except (TypeError, ValueError):
+        return _LIBRARY_NAMES.get(str(dtype))
 
 
 def dtype_name_of(x) -> str:
@@ -71,10 +89,18 @@ def dtype_name_of(x) -> str:
         name = torch_dtype_name(x.dtype)
     else:
         dt = np.dtype(x.dtype)
-        name = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
-                "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}.get(dt.name)
+        name = _LIBRARY_NAMES.get(dt.name)
         if name is None and dt.kind == "V" and dt.itemsize == 2:
             name = "bf16"  # PyCUDA's view of a bfloat16 array
     if name is None:
         raise ValueError(f"no gemmgen kernel takes {getattr(x, 'dtype', type(x))} operands")
     return name
+
+
+def array_dtype(x) -> str | None:
+    """``dtype_name_of(x)``, or None for an array of a dtype gemmgen does not know, or for
+    something that is not an array."""
+    try:
+        return dtype_name_of(x)
+    except ValueError:
+        return None

@@ -6,6 +6,8 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from ..files import read_document
+
 DTYPES = ("fp16", "bf16", "fp32", "tf32")
 LAYOUTS = tuple(a + b + c for a in "rc" for b in "rc" for c in "rc")
 
@@ -51,14 +53,7 @@ def save_problems(problems: list[Problem], path: str | Path) -> Path:
 def load_problems(path: str | Path) -> list[Problem]:
     """The problems of a shapes file: a JSON list of objects with dtype, m, n, k and layout
     (batch and count optional). Raises ``ShapesError`` naming the file and the entry."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ShapesError(f"cannot read shapes file {path}: "
-                          f"{getattr(exc, 'strerror', None) or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ShapesError(f"shapes file {path} is not valid JSON ({exc.msg}, line "
-                          f"{exc.lineno})") from None
+    data = read_document(path, ShapesError, "shapes file")
     if not isinstance(data, list):
         raise ShapesError(f"shapes file {path} must hold a JSON list of problems")
     out = []

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..heuristics.select import decide, math_dtype
 from ..heuristics.tunedb import TuneDB
-from ..model.dtypes import ELEM_BYTES, dtype_name_of, stored_as
+from ..model.dtypes import ELEM_BYTES, array_dtype, dtype_name_of, stored_as
 from . import driver
 from .build import build
 from .device import device_identity, require_gpu
@@ -40,10 +40,7 @@ def layout_of(A, B, C=None, dtype: str = "fp32") -> str:
 
 def _c_dtype(C, dtype: str) -> str:
     """C's own dtype where it has a known one (an fp32 C of fp16 inputs), else the inputs'."""
-    try:
-        return dtype_name_of(C)
-    except ValueError:
-        return stored_as(dtype)
+    return array_dtype(C) or stored_as(dtype)
 
 
 def _kernel_for(dt: str, m: int, n: int, k: int, db, lay: str, epi: str, c_aligned: bool = True,

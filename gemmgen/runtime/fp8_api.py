@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..heuristics.fp8 import choose_fp8
 from ..heuristics.tunedb import TuneDB
-from ..model.dtypes import FP8_DTYPES, dtype_name_of
+from ..model.dtypes import FP8_DTYPES, array_dtype
 from ..model.families import get_family
 from . import driver
 from .build import build
@@ -30,10 +30,7 @@ def is_fp8(A, dtype=None) -> bool:
     """Whether ``gemm`` should take the FP8 path for A (its dtype, or ``dtype``)."""
     if isinstance(dtype, (tuple, list)) or dtype in FP8_DTYPES:
         return True
-    try:
-        return dtype_name_of(A) in FP8_DTYPES
-    except ValueError:
-        return False
+    return array_dtype(A) in FP8_DTYPES
 
 
 def kernel_for(args: Fp8Args, fast: bool, epilogue: str, db, device: int) -> tuple:

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model.dtypes import FP8_DTYPES, dtype_name_of, numpy_dtype, torch_dtype_name
-from .operands import Operand, OperandError, check_int32, check_one_device, describe
+from ..model.dtypes import FP8_DTYPES, array_dtype, dtype_name, numpy_dtype
+from .operands import (Operand, OperandError, check_int32, check_one_device, contiguous_strides,
+                       describe)
 
 OUT_DTYPES = ("bf16", "fp16", "fp32")
 BLOCK = 128
@@ -71,7 +72,7 @@ def describe_scale(x, name: str) -> ScaleArg:
         if np.dtype(cai["typestr"]) != np.float32:
             raise OperandError(f"{name} has dtype {np.dtype(cai['typestr'])}; scales are float32")
         shape = tuple(cai["shape"])
-        raw = cai.get("strides") or _contiguous(shape)
+        raw = cai.get("strides") or contiguous_strides(shape, 4)
         kind, strides, ptr = "cai", tuple(s // 4 for s in raw), int(cai["data"][0] or 0)
     else:
         raise OperandError(f"{name}: expected a number or a float32 array (NumPy, PyTorch, "
@@ -80,14 +81,6 @@ def describe_scale(x, name: str) -> ScaleArg:
         raise OperandError(f"{name} must be a scalar, a vector or a 2-D block grid; got shape "
                            f"{shape}")
     return ScaleArg(name, kind, x, tuple(shape), strides, ptr)
-
-
-def _contiguous(shape) -> tuple:
-    out, acc = [], 4
-    for e in reversed(shape):
-        out.append(acc)
-        acc *= max(e, 1)
-    return tuple(reversed(out))
 
 
 @dataclass(frozen=True)
@@ -184,11 +177,7 @@ class Fp8Args:
 def fp8_dtype_of(x, name: str, given: str | None) -> str:
     """The FP8 dtype of operand ``x``: its own (torch float8, ml_dtypes float8), else
     ``given`` (for uint8 bytes: CuPy has no float8). Raises ``OperandError`` naming ``name``."""
-    own = None
-    try:
-        own = dtype_name_of(x)
-    except ValueError:
-        pass
+    own = array_dtype(x)
     if own in FP8_DTYPES:
         if given and given != own:
             raise OperandError(f"{name} holds {own}, but dtype={given!r} was given")
@@ -254,17 +243,13 @@ def _out_dtype(D, out: str | None) -> str:
     """D's dtype: ``out`` (bf16, fp16, fp32; torch dtypes and NumPy names accepted), else
     D's own, else bf16."""
     if out is not None:
-        name = torch_dtype_name(out) if "torch" in str(type(out)) else out
-        name = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(str(name), name)
+        name = dtype_name(out)
         if name not in OUT_DTYPES:
             raise OperandError(f"out_dtype must be one of bf16, fp16, fp32 (or the torch "
                                f"dtypes); got {out!r}")
         return name
     if D is not None:
-        try:
-            name = dtype_name_of(D)
-        except ValueError:
-            name = None
+        name = array_dtype(D)
         if name not in OUT_DTYPES:
             raise OperandError(f"D has dtype {getattr(D, 'dtype', None)}; FP8 GEMMs write "
                                f"bf16, fp16 or fp32")

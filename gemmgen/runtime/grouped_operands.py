@@ -17,11 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-from ..model.dtypes import dtype_name_of, torch_dtype_name
-from .recipe import KernelArgs
+from ..model.dtypes import array_dtype, dtype_name
 from .operands import Operand, OperandError, check_int32, check_one_device, describe
+from .recipe import KernelArgs
 
 IN_DTYPES = ("fp16", "bf16")
 
@@ -71,12 +69,7 @@ def out_dtype_name(out_dtype, dtype: str) -> str:
     NumPy dtype; it must be ``dtype`` or fp32."""
     if out_dtype is None:
         return dtype
-    name = out_dtype if isinstance(out_dtype, str) else torch_dtype_name(out_dtype)
-    if name is None:
-        try:
-            name = {"float32": "fp32", "float16": "fp16"}.get(np.dtype(out_dtype).name)
-        except TypeError:
-            name = None
+    name = dtype_name(out_dtype)
     if name not in (dtype, "fp32"):
         raise OperandError(f"out_dtype: {out_dtype!r}; a {dtype} grouped GEMM writes {dtype} "
                            f"or fp32")
@@ -147,10 +140,7 @@ def check_grouped(A, B, offs=None, out=None, counts=None, out_dtype=None) -> Gro
         if getattr(x, "ndim", len(getattr(x, "shape", ()))) not in (2, 3):
             raise OperandError(f"{name} must be 2-D or 3-D; got shape "
                                f"{tuple(getattr(x, 'shape', ()))}")
-    try:
-        dtype = dtype_name_of(A)
-    except ValueError:
-        dtype = None
+    dtype = array_dtype(A)
     if dtype not in IN_DTYPES:
         raise OperandError(f"A has dtype {getattr(A, 'dtype', '?')}; grouped_gemm takes "
                            f"float16 or bfloat16")
@@ -158,7 +148,7 @@ def check_grouped(A, B, offs=None, out=None, counts=None, out_dtype=None) -> Gro
     a, b = _operand(A, "A", dtype), _operand(B, "B", dtype)
     check_one_device({"A": A, "B": B, "offs": offs, "counts": counts, "out": out})
     ranks = (2 if a.batch is None else 3, 2 if b.batch is None else 3)
-    forms = {(2, 3): _m_offs, (3, 3): _masked, (2, 2): _k_grouped}
+    forms = {(2, 3): _m_grouped, (3, 3): _m_grouped, (2, 2): _k_grouped}
     if ranks in forms:
         args = forms[ranks](a, b, offs, out, counts, dtype, out_name)
         check_int32(G=args.groups, rows=args.rows, N=args.n, K=args.k,
@@ -169,38 +159,33 @@ def check_grouped(A, B, offs=None, out=None, counts=None, out_dtype=None) -> Gro
                        "with offs (K-grouped)")
 
 
-def _m_offs(a, b, offs, out, counts, dtype, out_name) -> GroupedArgs:
-    (t, k), (g, (k2, n)) = a.shape, (b.batch, b.shape)
+def _m_grouped(a, b, offs, out, counts, dtype, out_name) -> GroupedArgs:
+    """M-grouped: A 2-D with ``offs`` (each group's rows, contiguous) or A 3-D with ``counts``
+    or nothing (masked: each group's first rows of its own matrix); B 3-D, one matrix a group."""
+    masked = a.batch is not None
+    (m, k), (g, (k2, n)) = a.shape, (b.batch, b.shape)
+    if masked and a.batch != g:
+        raise OperandError(f"A holds {a.batch} matrices and B {g}: one per group each")
     if k != k2:
-        raise OperandError(f"A is {t}x{k} and B's matrices are {k2}x{n}: A's columns ({k}) "
+        a_is = "A's matrices are" if masked else "A is"
+        raise OperandError(f"{a_is} {m}x{k} and B's matrices are {k2}x{n}: A's columns ({k}) "
                            f"must equal B's rows ({k2})")
-    if offs is None or counts is not None:
+    if masked and offs is not None:
+        raise OperandError("offs is for A 2-D (rows grouped by offsets); with A 3-D pass "
+                           "counts (rows used per group) or nothing")
+    if not masked and (offs is None or counts is not None):
         raise OperandError("offs is required with A 2-D and B 3-D (the groups' cumulative row "
                            "ends, int32, one per group); counts is for 3-D A")
     _need(a, "r", "row-major (K contiguous)")
     lay_b = "c" if "c" in b.lds else "r"
-    ptr = index_array(offs, "offs", g)
-    c = _check_out(out, (t, n), out_name)
-    return GroupedArgs("m", "offs", dtype, out_name, g, t, n, k, "r" + lay_b + "r", a, b, c,
-                       ptr, (t, n))
-
-
-def _masked(a, b, offs, out, counts, dtype, out_name) -> GroupedArgs:
-    (g, (m, k)), (g2, (k2, n)) = (a.batch, a.shape), (b.batch, b.shape)
-    if g != g2:
-        raise OperandError(f"A holds {g} matrices and B {g2}: one per group each")
-    if k != k2:
-        raise OperandError(f"A's matrices are {m}x{k} and B's {k2}x{n}: A's columns ({k}) "
-                           f"must equal B's rows ({k2})")
-    if offs is not None:
-        raise OperandError("offs is for A 2-D (rows grouped by offsets); with A 3-D pass "
-                           "counts (rows used per group) or nothing")
-    _need(a, "r", "row-major (K contiguous)")
-    lay_b = "c" if "c" in b.lds else "r"
-    ptr = index_array(counts, "counts", g) if counts is not None else 0
-    c = _check_out(out, (g, m, n), out_name)
-    return GroupedArgs("m", "masked", dtype, out_name, g, m, n, k, "r" + lay_b + "r", a, b, c,
-                       ptr, (g, m, n))
+    if masked:
+        ptr = index_array(counts, "counts", g) if counts is not None else 0
+    else:
+        ptr = index_array(offs, "offs", g)
+    shape = (g, m, n) if masked else (m, n)
+    return GroupedArgs("m", "masked" if masked else "offs", dtype, out_name, g, m, n, k,
+                       "r" + lay_b + "r", a, b, c=_check_out(out, shape, out_name),
+                       index_ptr=ptr, out_shape=shape)
 
 
 def _k_grouped(a, b, offs, out, counts, dtype, out_name) -> GroupedArgs:

@@ -97,7 +97,7 @@ def _raw(x, name: str, dtype: str):
     elif hasattr(x, "__cuda_array_interface__"):
         cai = x.__cuda_array_interface__
         shape, got = tuple(cai["shape"]), np.dtype(cai["typestr"])
-        strides = cai.get("strides") or _contiguous_strides(shape, got.itemsize)
+        strides = cai.get("strides") or contiguous_strides(shape, got.itemsize)
         out = ("cai", shape, got, strides, int(cai["data"][0] or 0), bool(cai["data"][1]),
                cai.get("stream"))
     elif type(x).__name__ == "GPUArray" and hasattr(x, "gpudata"):
@@ -156,7 +156,9 @@ def describe(x, name: str, dtype: str = "fp32") -> Operand:
     return Operand(name, kind, x, tuple(shape), got, lds, batch, batch_stride, ptr, ro, stream)
 
 
-def _contiguous_strides(shape, item: int) -> tuple[int, ...]:
+def contiguous_strides(shape, item: int) -> tuple[int, ...]:
+    """The byte strides of a C-contiguous array of ``shape`` with ``item``-byte elements
+    (what ``__cuda_array_interface__`` leaves out for one)."""
     strides, acc = [], item
     for extent in reversed(shape):
         strides.append(acc)

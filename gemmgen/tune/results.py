@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from ..codegen.render import write_atomic
+from ..files import read_document
 
 
 class ResultsError(ValueError):
@@ -24,14 +25,7 @@ def load(path: str | Path) -> dict:
     ``cuda_version`` and a list of ``rows``, each with ``kernel``, ``M``, ``N``, ``K`` and
     ``tflops``. Raises ``ResultsError`` naming the file otherwise."""
     path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ResultsError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}"
-                           ) from None
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{path} is not valid JSON ({exc.msg}, line {exc.lineno}); give a "
-                           f"file written by gemmgen bench --json") from None
+    doc = read_document(path, ResultsError, fix="give a file written by gemmgen bench --json")
     if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
         raise ResultsError(f"{path} is not a gemmgen results file (no \"rows\" list); give a "
                            f"file written by gemmgen bench --json")

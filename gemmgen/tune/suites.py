@@ -6,10 +6,10 @@ expands a suite into cases and ``gemmgen.tune.suite_run`` runs them. Nothing her
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..files import read_document
 from .suite_cases import (
     AXES,
     KINDS,
@@ -22,11 +22,6 @@ from .suite_cases import (
     linear_gemm,
     select,
 )
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 __all__ = ["Case", "Suite", "SuiteError", "expand", "known_suites", "linear_gemm", "load",
            "resolve", "results_path", "select"]
@@ -101,13 +96,7 @@ def load(name_or_path: str) -> Suite:
     an unreadable file, TOML syntax, an unknown key, a bad kind, baseline or value, or an
     empty problem list."""
     path = resolve(name_or_path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SuiteError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}"
-                         ) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SuiteError(f"{path}: not valid TOML: {exc}") from None
+    data = read_document(path, SuiteError, toml=True)
     models = data.get("models")
     if isinstance(models, str):  # another suite's [models] tables, e.g. models = "llm"
         other = path.parent / f"{models}.toml"
