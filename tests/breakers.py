@@ -18,7 +18,10 @@ NEVER_ALONE = {
                 "setmaxnreg-producer": "the family always has a producer warpgroup",
                 "cluster-size": "the family launches no clusters (CLUSTER 1)",
                 "split-k-range": "the family does not split K (SPLIT_K 1)",
-                "wgmma-n-multiple": "c-store-chunks (BN a multiple of 32 or 64) implies it"},
+                "wgmma-n-multiple": "c-store-chunks (BN a multiple of 32 or 64) implies it",
+                "block-b-scale-span": "FP8 keeps three sets of BN/2 accumulators: with BN a "
+                                      "multiple of 32 (c-store-chunks), BN > 128 exceeds every "
+                                      "register budget (acc-registers)"},
 }
 """Hopper rules a family cannot break alone, with why: it fixes the quantities the rule reads,
 or another of its rules implies it. Their static_asserts hold in every kernel of the family."""
@@ -254,6 +257,8 @@ GROUPED_BREAKERS = {
     "k-grouped-b": ("grouped_wgrad", {"layout": "ccr"}),
     "c-row-major": ("grouped_bf16", {"layout": "rcc"}),
     "ends-order-m-grouped": ("grouped_wgrad", {"order": "ends"}),
+    "fp8-block-scales": ("grouped_fp8", {"scaling": "none"}),
+    "fp8-k-major-b": ("grouped_fp8", {"layout": "rrr"}),
 }
 BREAKERS = {"simt": SIMT_BREAKERS, "wmma": WMMA_BREAKERS, "wgmma": WGMMA_BREAKERS,
             "mma": MMA_BREAKERS, "fp8": FP8_BREAKERS, "grouped": GROUPED_BREAKERS}

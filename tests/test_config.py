@@ -32,7 +32,7 @@ def test_a_hopper_rule_the_family_fixes_is_never_broken_alone(family, name):
         for key in rng.sample(sorted(k for k in domain if k in values), 3):
             values[key] = rng.choice(domain[key])
         cfg = cls.unchecked(**values)
-        found = [v.rule.name for v in violations(cfg.rules, cfg.env())]
+        found = [v.rule.name for v in violations(cfg.rule_table(), cfg.env())]
         if name in found:
             broke += 1
             assert len(found) > 1, (name, values)
@@ -42,7 +42,7 @@ def test_a_hopper_rule_the_family_fixes_is_never_broken_alone(family, name):
 @pytest.mark.parametrize("family, rule", ALL_RULES, ids=lambda x: getattr(x, "id", x))
 def test_config_breaking_only_one_rule_is_rejected_with_its_message(family, rule):
     cfg = breaker(family, rule.name)
-    found = violations(cfg.rules, cfg.env())
+    found = violations(cfg.rule_table(), cfg.env())
     assert [v.rule.id for v in found] == [rule.id]
     with pytest.raises(ConfigError) as info:
         cfg.replace()  # the checked constructor

@@ -188,3 +188,124 @@ def test_op_matches_torch_grouped_mm():
                 torch.linalg.norm(theirs.double()))
     assert math.isfinite(err) and err < 2 * tolerance(512, "bf16", "fp32", "bf16"), err
     assert gemmgen.grouped_gemm is grouped_gemm
+
+
+# ---- FP8 with block scales (the grouped family's FP8 axis) ----------------------------------
+def _fp8_experts(g, n, k):
+    """Experts' [G, N, K] e4m3 weights with 128 x 128 block scales [G, ceil(N/128), ceil(K/128)],
+    and their float64 dequantized values."""
+    from gemmgen.torch.fp8 import dequantize, quantize
+    qs, ss, deq = [], [], []
+    for _ in range(g):
+        q, s = quantize(torch.randn(n, k, device="cuda"), (128, 128))
+        qs.append(q), ss.append(s), deq.append(dequantize(q, s, (128, 128)).double())
+    return torch.stack(qs), torch.stack(ss), torch.stack(deq)
+
+
+def _fp8_tokens(t, k):
+    """Tokens [T, K] in e4m3 with 1 x 128 scales [T, ceil(K/128)] (M-major, as quantize
+    writes them) and the float64 dequantized values."""
+    from gemmgen.torch.fp8 import dequantize, quantize
+    q, s = quantize(torch.randn(t, k, device="cuda") * 3.0, (1, 128))
+    return q, s, dequantize(q, s, (1, 128)).double()
+
+
+FP8_TOL = {"bf16": tolerance(640, "e4m3", "fp32", "bf16", "promoted every 128"),
+           "fp32": tolerance(640, "e4m3", "fp32", "fp32", "promoted every 128")}
+
+
+@pytest.mark.parametrize("dist", ["uniform", "empty", "one-row", "ragged"])
+@pytest.mark.parametrize("out_dtype", ["bf16", "fp32"])
+def test_fp8_m_grouped_contiguous_against_float64(dist, out_dtype):
+    """FP8 e4m3 tokens and experts with block scales against float64 of the dequantized
+    inputs: K = 640 (five scale blocks: the promoted pairs' odd last block), N = 384 (three
+    B scale blocks per expert), ragged groups and rows past offs[G-1] that must come out 0."""
+    counts, n, k = COUNTS[dist], 384, 640
+    w, sw, wd = _fp8_experts(len(counts), n, k)
+    a, sa, ad = _fp8_tokens(sum(counts) + 21, k)
+    offs = _offs(counts)
+    out = _nan((a.shape[0], n), DT[out_dtype])
+    got = grouped_gemm(a, w.transpose(1, 2), offs, out, scale_a=sa, scale_b=sw,
+                       out_dtype=out_dtype)
+    torch.cuda.synchronize()
+    assert got is out
+    start = 0
+    for g, c in enumerate(counts):
+        ref = ad[start:start + c] @ wd[g].t()
+        _check_fp8(out[start:start + c], ref, FP8_TOL[out_dtype], f"{dist} group {g}")
+        start += c
+    assert float(out[start:].double().abs().max()) == 0.0, "rows past offs[G-1] not zero"
+
+
+def _check_fp8(out, ref, tol, what):
+    got = out.double()
+    assert bool(torch.isfinite(got).all()), f"{what}: NaN or inf left in the output"
+    norm = float(torch.linalg.norm(ref))
+    if norm == 0.0:
+        return
+    err = float(torch.linalg.norm(got - ref)) / norm
+    assert err <= tol, (what, err, tol)
+
+
+def test_fp8_m_grouped_masked_through_the_kernel_call():
+    """The masked form (A [G, M, K], scale_a [G, M, ceil(K/128)], per-group counts) through
+    ``kernel(A, B, C, offs=..., counts=..., scale_a=..., scale_b=...)``, the one call every
+    kernel takes: rows past each count stay as poisoned."""
+    counts = [0, 1, 130, 256, 17]
+    g, m, n, k = len(counts), 256, 256, 512
+    w, sw, wd = _fp8_experts(g, n, k)
+    toks = [_fp8_tokens(m, k) for _ in range(g)]
+    a = torch.stack([q for q, _, _ in toks])
+    sa = torch.stack([s for _, s, _ in toks])                  # [G, M, kb], M-major per group
+    kernel = gemmgen.build(GROUPED["grouped_fp8"])
+    out = _nan((g, m, n), torch.bfloat16)
+    cnt = torch.tensor(counts, dtype=torch.int32, device="cuda")
+    kernel(a, w.transpose(1, 2), out, counts=cnt, scale_a=sa, scale_b=sw)
+    torch.cuda.synchronize()
+    for i, c in enumerate(counts):
+        _check_fp8(out[i, :c], toks[i][2][:c] @ wd[i].t(), FP8_TOL["bf16"], f"masked {i}")
+        assert bool(torch.isnan(out[i, c:]).all()), f"group {i}: rows past its count written"
+
+
+def test_fp8_grouped_graph_replays_follow_new_offsets():
+    counts = [64, 200, 0, 300]
+    n, k = 256, 384
+    w, sw, wd = _fp8_experts(len(counts), n, k)
+    a, sa, ad = _fp8_tokens(600, k)
+    offs = _offs(counts)
+    out = _nan((600, n), torch.bfloat16)
+    grouped_gemm(a, w.transpose(1, 2), offs, out, scale_a=sa, scale_b=sw)  # warm up: plan
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        grouped_gemm(a, w.transpose(1, 2), offs, out, scale_a=sa, scale_b=sw,
+                     stream=torch.cuda.current_stream().cuda_stream)
+    new = [300, 0, 250, 50]
+    offs.copy_(_offs(new))
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    start = 0
+    for g, c in enumerate(new):
+        _check_fp8(out[start:start + c], ad[start:start + c] @ wd[g].t(), FP8_TOL["bf16"],
+                   f"replay group {g}")
+        start += c
+
+
+def test_fp8_torch_op_against_float64_and_under_torch_compile():
+    """gemmgen.torch.grouped_mm with scales (the op gemmgen::scaled_grouped_mm) runs the
+    kernel on CUDA tensors, matches float64 of the dequantized inputs, and traces without a
+    graph break."""
+    counts, n, k = COUNTS["ragged"], 256, 512
+    w, sw, wd = _fp8_experts(len(counts), n, k)
+    a, sa, ad = _fp8_tokens(sum(counts), k)
+    offs, b = _offs(counts), w.transpose(1, 2)
+    got = gt.grouped_mm(a, b, offs, scale_a=sa, scale_b=sw)
+    torch.cuda.synchronize()
+    start = 0
+    for g, c in enumerate(counts):
+        _check_fp8(got[start:start + c], ad[start:start + c] @ wd[g].t(), FP8_TOL["bf16"],
+                   f"op group {g}")
+        start += c
+    fn = torch.compile(lambda *x: gt.grouped_mm(x[0], x[1], x[2], scale_a=x[3], scale_b=x[4]),
+                       fullgraph=True)
+    assert torch.equal(fn(a, b, offs, sa, sw), got)

@@ -4,6 +4,7 @@ groups), static evidence (ptxas, SASS) of every preset, TMA geometry, the dispat
 explain, and grouped_gemm's argument errors."""
 import re
 import shutil
+import struct
 import subprocess
 
 import numpy as np
@@ -15,10 +16,10 @@ from gemmgen.compile.nvcc import sass, tool_path
 from gemmgen.heuristics import grouped as hg
 from gemmgen.model.families import families_for
 from gemmgen.model.families.grouped import GroupedConfig
-from gemmgen.runtime.kernel import Kernel
-from gemmgen.runtime.recipe import KernelArgs
 from gemmgen.runtime.grouped_operands import check_grouped
+from gemmgen.runtime.kernel import Kernel
 from gemmgen.runtime.operands import OperandError
+from gemmgen.runtime.recipe import KernelArgs, Ref
 from gemmgen.runtime.tma import ParamPacker, param_layout
 
 GROUPED = {n: p.config for n, p in PRESETS.items() if p.config.family == "grouped"}
@@ -27,7 +28,7 @@ ARCH = "sm_90a"
 
 def test_presets_and_the_family_stay_out_of_gemms_choice():
     assert set(GROUPED) == {"grouped_small", "grouped_bf16", "grouped_bf16_ends", "grouped_dgrad",
-                            "grouped_wgrad", "grouped_fp16"}
+                            "grouped_wgrad", "grouped_fp16", "grouped_fp8"}
     assert all(c.name.startswith("gemm_grouped_") and not c.violations() for c in GROUPED.values())
     assert "grouped" not in {f.name for f in families_for("bf16", 90)}
     c = GROUPED["grouped_bf16"]
@@ -291,7 +292,8 @@ def test_sass_has_hgmma_tma_and_no_local_memory(compiled):
         pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
     for name, (cfg, cubin, _) in compiled.items():
         text = sass(cubin)
-        assert "HGMMA" in text and "UTMALDG" in text and "UTMASTG" in text, name
+        mma = "QGMMA.64x128x32.F32.E4M3.E4M3" if cfg.fp8 else "HGMMA"  # FP8 wgmma is QGMMA
+        assert mma in text and "UTMALDG" in text and "UTMASTG" in text, name
         assert not re.search(r"\b(LDL|STL)\b", text), f"{name} uses local memory"
         assert ("STSM" in text) == (cfg.out_bytes == 2), name
         assert ("USETMAXREG" in text) == cfg.setmaxnreg, name
@@ -386,7 +388,7 @@ def _t(shape):
 
 @pytest.mark.parametrize("call, message", [
     (lambda: check_grouped(Dev((64, 32), "<f4"), _t((2, 32, 16)), Dev((2,), "<i4")),
-     "A has dtype float32; grouped_gemm takes float16 or bfloat16"),
+     "A has dtype float32; grouped_gemm takes float16, bfloat16, or float8"),
     (lambda: check_grouped(_t((64, 32)), _t((2, 16, 16)), Dev((2,), "<i4")),
      "A's columns (32) must equal B's rows (16)"),
     (lambda: check_grouped(_t((64, 32)), _t((2, 32, 16))), "offs is required"),
@@ -493,3 +495,101 @@ def test_tune_groups_checks_its_arguments_before_the_gpu():
     out = CliRunner().invoke(main, ["tune", "--m", "64", "--n", "64", "--k", "64", "--groups",
                                     "2", "--dtype", "bf16", "--dist", "zipf"])
     assert out.exit_code == 2 and "unknown distribution" in out.output
+
+
+# ---- the FP8 axis: block-scaled e4m3 experts ---------------------------------------------------
+def test_fp8_is_an_axis_of_the_family_not_a_copy():
+    """One config type and one template: the FP8 kernel is the grouped kernel with the fp8
+    family's promoted main loop; 16-bit sources are untouched by the axis (no FP8 constant,
+    parameter or static_assert), the FP8 source asserts the axis's rules by id."""
+    fp8, bf16 = GROUPED["grouped_fp8"], GROUPED["grouped_bf16"]
+    assert type(fp8) is type(bf16) and fp8.template == bf16.template == "grouped.cu.j2"
+    src16, src8 = render(bf16, ARCH), render(fp8, ARCH)
+    for text in ("DTYPE_FP8", "scale_a", "G26", "G27", "F20", "cuda_fp8.h"):
+        assert text not in src16 and text in src8, text
+    assert "promote(P0, S0)" in src8 and "mma_stage(" not in src8
+    assert [p.name for p in fp8.params()][-8:] == ["scale_a", "sa_m", "sa_k", "sa_g", "scale_b",
+                                                   "sb_n", "sb_k", "sb_g"]
+    assert fp8.registers_needed() == 3 * 64 + 40 and fp8.as_dict()["scaling"] == "block"
+    assert "scaling" not in bf16.as_dict() and fp8.name.endswith("_sblock")
+
+
+def test_fp8_scales_are_patched_where_the_cubin_reads_them(compiled, monkeypatch):
+    from gemmgen.runtime import driver as driver_mod
+    from gemmgen.runtime.recipe import PATCH_POINTER, Scale
+    cfg, cubin, res = compiled[GROUPED["grouped_fp8"].name]
+    monkeypatch.setattr(driver_mod, "device_attribute", lambda dev, name: 132)
+    monkeypatch.setattr(Kernel, "function", lambda self, dev=None, suffix="": type(
+        "F", (), {"handle": 9, "dynamic_smem": cfg.smem_bytes})())
+    import gemmgen.runtime.tma as tma_mod
+    monkeypatch.setattr(tma_mod, "encode", lambda spec, name="": bytes(128))
+    k = Kernel(cfg, ARCH, cubin, res)
+    args = KernelArgs(1000, 4096, 7168, Ref(0, 1 << 20), 7168, Ref(1, 1 << 30), 7168,
+                      Ref(2, 1 << 32), 4096, stride_b=4096 * 7168, grouping="m", mode="offs",
+                      groups=8, offs=Ref(3, 1 << 34),
+                      scale_a=Scale(Ref(4, 1 << 35), 1, 1000, 0),
+                      scale_b=Scale(Ref(5, 1 << 36), 56, 1, 32 * 56))
+    (run,) = k.launches(args, 0).launches
+    offsets = dict(zip([p.name for p in cfg.params()], param_layout(cubin, cfg.name).offsets))
+    ptrs = {(p.offset, p.index) for p in run.patches if p.kind == PATCH_POINTER}
+    assert {(offsets["scale_a"], 4), (offsets["scale_b"], 5), (offsets["offs"], 3),
+            (offsets["C"], 2)} <= ptrs
+    read = lambda name, code: struct.unpack_from(code, run.params, offsets[name])[0]  # noqa: E731
+    assert (read("sa_m", "<i"), read("sa_k", "<i"), read("sa_g", "<q")) == (1, 1000, 0)
+    assert (read("sb_n", "<i"), read("sb_k", "<i"), read("sb_g", "<q")) == (56, 1, 32 * 56)
+
+
+class F8(Dev):
+    """An e4m3 device array as CuPy-like libraries describe it (ml_dtypes' float8 dtype)."""
+
+    def __init__(self, shape, strides=None, ptr=1 << 20):
+        super().__init__(shape, "|u1", strides, ptr)
+        self.dtype = np.dtype(pytest.importorskip("ml_dtypes").float8_e4m3fn)
+
+
+def _fp8_call(t=300, k=512, n=256, g=4, **change):
+    args = {"A": F8((t, k)), "B": F8((g, k, n), strides=(n * k, 1, k)),
+            "offs": Dev((g,), "<i4"), "scale_a": Dev((t, -(-k // 128)), "<f4"),
+            "scale_b": Dev((g, -(-n // 128), -(-k // 128)), "<f4")}
+    args.update(change)
+    return check_grouped(args.pop("A"), args.pop("B"), args.pop("offs"), **args)
+
+
+def test_fp8_operands_take_block_scales_of_any_strides():
+    got = _fp8_call()
+    assert (got.layout, got.out, got.mode) == ("rcr", "bf16", "offs")
+    (_, sa_m, sa_k, sa_g), (_, sb_n, sb_k, sb_g) = got.scales
+    assert (sa_m, sa_k, sa_g) == (4, 1, 0) and (sb_n, sb_k, sb_g) == (4, 1, 8)
+    mn_major = _fp8_call(scale_a=Dev((300, 4), "<f4", strides=(4, 1200)))   # [kb, T] viewed .t()
+    assert mn_major.scales[0][1:3] == (1, 300)
+    masked = check_grouped(F8((4, 64, 512)), F8((4, 512, 256), strides=(256 * 512, 1, 512)),
+                           scale_a=Dev((4, 64, 4), "<f4"), scale_b=Dev((4, 2, 4), "<f4"))
+    assert masked.mode == "masked" and masked.scales[0][1:] == (4, 1, 256)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"scale_a": None}, "scale_a and scale_b are required with FP8 operands"),
+    ({"scale_a": Dev((300, 5), "<f4")}, "scale_a has shape (300, 5); the block scales of these "
+                                        "operands are [T, ceil(K/128)] = (300, 4)"),
+    ({"scale_b": Dev((4, 2, 4), "<f2")}, "scale_b has dtype float16; scales are float32"),
+    ({"scale_b": 2.0}, "scale_b must be a float32 device array"),
+    ({"B": F8((4, 512, 256))}, "B must be K-major for FP8"),
+    ({"out_dtype": "e4m3"}, "out_dtype: 'e4m3'; a e4m3 grouped GEMM writes bf16, fp16, fp32"),
+])
+def test_fp8_argument_errors_name_the_argument(change, message):
+    with pytest.raises(OperandError, match=re.escape(message)):
+        _fp8_call(**change)
+
+
+def test_scales_of_16_bit_operands_and_fp8_weight_gradients_are_refused():
+    with pytest.raises(OperandError, match="scale_a and scale_b are the block scales of FP8"):
+        check_grouped(_t((64, 32)), _t((2, 32, 16)), Dev((2,), "<i4"),
+                      scale_a=Dev((64, 1), "<f4"), scale_b=Dev((2, 1, 1), "<f4"))
+    with pytest.raises(OperandError, match="FP8 grouped GEMM is M-grouped"):
+        check_grouped(F8((256, 300), strides=(1, 256)), F8((300, 128)), Dev((2,), "<i4"),
+                      scale_a=Dev((256, 3), "<f4"), scale_b=Dev((2, 1, 3), "<f4"))
+
+
+def test_fp8_choice_is_the_block_scaled_kernel():
+    cfg = hg.choose("e4m3", "m", "rcr", "bf16", 256, 32768, 4096, 7168).config
+    assert cfg.fp8 and cfg.scaling == "block" and cfg.bn <= 128 and not cfg.violations()

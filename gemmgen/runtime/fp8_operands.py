@@ -47,10 +47,10 @@ class ScaleArg:
         return math.prod(self.shape)
 
 
-def describe_scale(x, name: str) -> ScaleArg:
-    """Check that ``x`` is a real number or a float32 array of at most two dimensions (NumPy,
-    PyTorch CUDA tensor, or ``__cuda_array_interface__``). Raises ``OperandError`` naming
-    ``name``."""
+def describe_scale(x, name: str, max_dims: int = 2) -> ScaleArg:
+    """Check that ``x`` is a real number or a float32 array of at most ``max_dims`` dimensions
+    (NumPy, PyTorch CUDA tensor, or ``__cuda_array_interface__``). Raises ``OperandError``
+    naming ``name``."""
     if isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_)):
         if not math.isfinite(float(x)):
             raise OperandError(f"{name} = {x!r} is not finite")
@@ -77,9 +77,10 @@ def describe_scale(x, name: str) -> ScaleArg:
     else:
         raise OperandError(f"{name}: expected a number or a float32 array (NumPy, PyTorch, "
                            f"CuPy); got {type(x).__name__}")
-    if len(shape) > 2:
-        raise OperandError(f"{name} must be a scalar, a vector or a 2-D block grid; got shape "
-                           f"{shape}")
+    if len(shape) > max_dims:
+        what = "a scalar, a vector or a 2-D block grid" if max_dims == 2 else \
+            f"at most {max_dims}-D"
+        raise OperandError(f"{name} must be {what}; got shape {shape}")
     return ScaleArg(name, kind, x, tuple(shape), strides, ptr)
 
 

@@ -36,7 +36,8 @@ def _device(named: dict) -> int:
 @dataclass
 class GroupedPlan:
     """A checked grouped call for one operand signature: the kernel, its recipe (operands 0 A,
-    1 B, 2 C, 3 offsets or counts), how to make C and the choice's reasons."""
+    1 B, 2 C, 3 offsets or counts, FP8: 4 scale_a, 5 scale_b), how to make C and the choice's
+    reasons."""
 
     kernel: object
     choice: GroupedChoice
@@ -44,11 +45,11 @@ class GroupedPlan:
     new_out: object
     cupy: bool
 
-    def run(self, A, B, index, out, stream=None):
+    def run(self, A, B, index, out, stream=None, scale_a=None, scale_b=None):
         c = out if out is not None else self.new_out()
         if self.cupy:
-            _sync_cupy_producers(A, B, index, out)
-        ptrs = tuple(_address(x) for x in (A, B, c, index))
+            _sync_cupy_producers(A, B, index, out, scale_a, scale_b)
+        ptrs = tuple(_address(x) for x in (A, B, c, index, scale_a, scale_b))
         with driver.on_device(self.recipe.device):
             self.recipe.run(ptrs, driver.stream_handle(stream))
         self.kernel.last_path = self.recipe.path
@@ -70,7 +71,7 @@ def _choice(args: GroupedArgs, expected_m, config, device: int) -> GroupedChoice
     problem), else the dispatch heuristic's (``gemmgen.heuristics.grouped.choose``)."""
     if config is not None:
         want = (args.grouping, args.layout, args.dtype, args.out)
-        have = (config.grouping, config.layout, config.dtype, config.out)
+        have = tuple(getattr(config, f, None) for f in ("grouping", "layout", "dtype", "out"))
         if getattr(config, "family", "") != "grouped" or want != have:
             raise OperandError(f"config: {getattr(config, 'name', config)} computes (grouping, "
                                f"layout, dtype, out) = {have}; these operands need {want}")
@@ -104,11 +105,12 @@ def _tuned() -> dict:
 
 
 def plan_grouped(A, B, offs=None, out=None, counts=None, out_dtype=None, expected_m=None,
-                 config=None) -> GroupedPlan:
+                 config=None, scale_a=None, scale_b=None) -> GroupedPlan:
     """The plan of one operand signature: every check, the choice and build of the kernel,
     and its recipe with the operands' addresses as ``Ref``s. Raises as ``grouped_gemm``."""
-    args = check_grouped(A, B, offs, out, counts, out_dtype)
-    device = _device({"A": A, "B": B, "offs": offs, "counts": counts, "out": out})
+    args = check_grouped(A, B, offs, out, counts, out_dtype, scale_a, scale_b)
+    device = _device({"A": A, "B": B, "offs": offs, "counts": counts, "out": out,
+                      "scale_a": scale_a, "scale_b": scale_b})
     choice = _choice(args, expected_m, config, device)
     key = (choice.config.name, *device_identity(device))
     if key not in _KERNELS:
@@ -117,18 +119,21 @@ def plan_grouped(A, B, offs=None, out=None, counts=None, out_dtype=None, expecte
     kernel = _KERNELS[key]
     new_out = allocator(A, args.out_shape, args.out, False)
     c = args.c or describe(new_out(), "out", args.out)
-    refs = [Ref(i, p) for i, p in enumerate((args.a.ptr, args.b.ptr, c.ptr, args.index_ptr))]
+    scale_ptrs = tuple(s[0] for s in args.scales)
+    refs = [Ref(i, p) for i, p in enumerate((args.a.ptr, args.b.ptr, c.ptr, args.index_ptr,
+                                             *scale_ptrs))]
     stride_c = c.batch_stride if c.batch and c.batch > 1 else 0
     problem = args.problem(refs[0], refs[1], refs[2], refs[3] if args.index_ptr else 0,
-                           c.lds["r"], stride_c)
+                           c.lds["r"], stride_c, args.scale_kwargs(*refs[4:6]))
     with driver.on_device(device):
         recipe = kernel.launches(problem, device)
-    kinds = {type(x).__module__.split(".")[0] for x in (A, B, offs, counts, out) if x is not None}
+    kinds = {type(x).__module__.split(".")[0] for x in (A, B, offs, counts, out, scale_a, scale_b)
+             if x is not None}
     return GroupedPlan(kernel, choice, recipe, new_out, "cupy" in kinds)
 
 
 def grouped_gemm(A, B, offs=None, out=None, *, counts=None, expected_m: int | None = None,
-                 out_dtype=None, config=None, stream=None):
+                 out_dtype=None, config=None, stream=None, scale_a=None, scale_b=None):
     """Grouped GEMM for mixture-of-experts in one launch, with ``torch._grouped_mm``'s
     conventions (PyTorch CUDA tensors or CuPy arrays, fp16 or bf16; the offsets int32 on the
     device):
@@ -142,9 +147,19 @@ def grouped_gemm(A, B, offs=None, out=None, *, counts=None, expected_m: int | No
       A[:, offs[g-1]:offs[g]] @ B[offs[g-1]:offs[g]] -> [G, M, N] (the weight gradient); an
       empty group gives zeros.
 
+    FP8 (``torch.float8_e4m3fn``/``float8_e5m2`` A and B, M-grouped, B K-major) takes
+    DeepSeek-V3's block scales, float32 on the device: ``scale_a`` [T, ceil(K/128)] (A 3-D:
+    [G, M, ceil(K/128)]), one per row and 128 elements of K, and ``scale_b`` [G, ceil(N/128),
+    ceil(K/128)], one per 128 x 128 block of each expert's [N, K] weight; any strides (the
+    MN-major [ceil(K/128), T] layout of DeepGEMM's A scales as a transposed view). C =
+    (A * scale_a) @ (B * scale_b) per group, accumulated in fp32 and promoted every 128
+    elements of K with the scales applied (DeepGEMM's m-grouped FP8 kernels); C is bf16 unless
+    ``out_dtype`` says fp16 or fp32.
+
     B's matrices may be K- or N-contiguous ([G, N, K] weights passed as ``W.transpose(1, 2)``
     need no copy). ``out`` (row-major, the result's shape) is written in place, else a new
-    array like A is returned; ``out_dtype`` is the input dtype (default) or fp32. ``config``
+    array like A is returned; ``out_dtype`` is the input dtype (default; bf16 for FP8) or
+    fp32. ``config``
     forces a grouped-family configuration. ``stream``: None (the legacy default stream), a
     PyTorch or CuPy stream or a raw handle; the call allocates nothing but the output and
     never synchronizes, so it can be captured in a CUDA graph (warm up once first: the first
@@ -156,20 +171,22 @@ def grouped_gemm(A, B, offs=None, out=None, *, counts=None, expected_m: int | No
     kernel does not compile, ``DriverError`` without a GPU.
     """
     index = offs if offs is not None else counts
-    sigs = tuple(signature(x) for x in (A, B, offs, counts, out))
+    sigs = tuple(signature(x) for x in (A, B, offs, counts, out, scale_a, scale_b))
     key = (*sigs, str(out_dtype), expected_m, config)
     plan = _PLANS.get(key) if None not in sigs else None
     if plan is None:
-        plan = plan_grouped(A, B, offs, out, counts, out_dtype, expected_m, config)
+        plan = plan_grouped(A, B, offs, out, counts, out_dtype, expected_m, config, scale_a,
+                            scale_b)
         if None not in sigs:
             if len(_PLANS) >= PLAN_CACHE:
                 _PLANS.clear()
             _PLANS[key] = plan
-    return plan.run(A, B, index, out, stream)
+    return plan.run(A, B, index, out, stream, scale_a, scale_b)
 
 
 def call_grouped(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
-                 stream=None, offs=None, counts=None, out_dtype=None):
+                 stream=None, offs=None, counts=None, out_dtype=None, scale_a=None,
+                 scale_b=None):
     """A grouped-family kernel's call (``Kernel.__call__``): ``grouped_gemm(A, B, offs, C,
     counts=counts, config=kernel.config)``, C the output. The grouped kernels compute A @ B
     alone: alpha other than 1, beta other than 0 or a bias raise ``OperandError`` naming it."""
@@ -178,7 +195,7 @@ def call_grouped(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0,
             raise OperandError(f"{name} = {value!r}: a grouped kernel computes A @ B per group "
                                f"(alpha 1, beta 0, no bias)")
     return grouped_gemm(A, B, offs, C, counts=counts, out_dtype=out_dtype,
-                        config=kernel.config, stream=stream)
+                        config=kernel.config, stream=stream, scale_a=scale_a, scale_b=scale_b)
 
 
 def chosen_grouped(A, B, offs=None, counts=None, out_dtype=None, expected_m=None):

@@ -15,13 +15,14 @@ The problems, as ``torch._grouped_mm`` takes them:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..model.dtypes import array_dtype, dtype_name
+from ..model.dtypes import FP8_DTYPES, array_dtype, dtype_name
+from .fp8_operands import BLOCK, OUT_DTYPES as FP8_OUT_DTYPES, describe_scale
 from .operands import Operand, OperandError, check_int32, check_one_device, describe
-from .recipe import KernelArgs
+from .recipe import KernelArgs, Scale
 
-IN_DTYPES = ("fp16", "bf16")
+IN_DTYPES = ("fp16", "bf16", *FP8_DTYPES)
 
 
 @dataclass(frozen=True)
@@ -44,10 +45,15 @@ class GroupedArgs:
     c: Operand | None
     index_ptr: int
     out_shape: tuple
+    scales: tuple = ()
+    """FP8: (pointer, strides) of scale_a and of scale_b, the strides in elements as the kernel
+    reads them: A's per row, K block and matrix; B's per 128-column block, K block and expert."""
 
-    def problem(self, a, b, c, index, ldc: int, stride_c: int) -> KernelArgs:
+    def problem(self, a, b, c, index, ldc: int, stride_c: int, scales: dict | None = None
+                ) -> KernelArgs:
         """The grouped kernel's ``KernelArgs`` with these pointers (ints or ``Ref``s) for A,
-        B, C and the offsets, and C's leading dimension and matrix stride."""
+        B, C and the offsets, and C's leading dimension and matrix stride; ``scales`` the
+        FP8 scale fields (``scale_kwargs``)."""
         lda = self.a.lds[self.layout[0]]
         ldb = self.b.lds[self.layout[1]]
         stride_a = _stride(self.a, self.a.shape[0] * lda)
@@ -55,7 +61,15 @@ class GroupedArgs:
         return KernelArgs(self.rows, self.n, self.k, a, lda, b, ldb, c, ldc,
                           stride_a=stride_a, stride_b=stride_b, stride_c=stride_c,
                           grouping=self.grouping, mode=self.mode, groups=self.groups,
-                          offs=index)
+                          offs=index, **(scales if scales else {}))
+
+    def scale_kwargs(self, scale_a, scale_b) -> dict:
+        """The ``KernelArgs`` scale fields for the scales' pointers (ints or ``Ref``s); empty
+        for 16-bit inputs."""
+        if not self.scales:
+            return {}
+        (_, *sa), (_, *sb) = self.scales
+        return {"scale_a": Scale(scale_a, *sa), "scale_b": Scale(scale_b, *sb)}
 
 
 def _stride(op: Operand, default: int) -> int:
@@ -65,14 +79,17 @@ def _stride(op: Operand, default: int) -> int:
 
 
 def out_dtype_name(out_dtype, dtype: str) -> str:
-    """The C dtype: ``dtype`` when None, else a name (fp16, bf16, fp32), a torch dtype or a
-    NumPy dtype; it must be ``dtype`` or fp32."""
+    """The C dtype: ``dtype`` (bf16 for FP8 inputs) when None, else a name (fp16, bf16,
+    fp32), a torch dtype or a NumPy dtype; it must be ``dtype`` or fp32 (for FP8 inputs: bf16,
+    fp16 or fp32)."""
+    fp8 = dtype in FP8_DTYPES
     if out_dtype is None:
-        return dtype
+        return "bf16" if fp8 else dtype
     name = dtype_name(out_dtype)
-    if name not in (dtype, "fp32"):
-        raise OperandError(f"out_dtype: {out_dtype!r}; a {dtype} grouped GEMM writes {dtype} "
-                           f"or fp32")
+    allowed = FP8_OUT_DTYPES if fp8 else (dtype, "fp32")
+    if name not in allowed:
+        raise OperandError(f"out_dtype: {out_dtype!r}; a {dtype} grouped GEMM writes "
+                           f"{', '.join(allowed)}")
     return name
 
 
@@ -131,11 +148,13 @@ def _check_out(out, shape: tuple, dtype: str) -> Operand | None:
     return c
 
 
-def check_grouped(A, B, offs=None, out=None, counts=None, out_dtype=None) -> GroupedArgs:
-    """Describe and cross-check a grouped call (see the module docstring). Raises
-    ``OperandError`` naming the argument: kinds, dtypes, ranks, shapes, layouts, the offsets'
-    or counts' dtype and length, the output's shape and dtype, PyTorch or CuPy arrays on
-    different GPUs, extents or leading dimensions beyond 2^31 - 1."""
+def check_grouped(A, B, offs=None, out=None, counts=None, out_dtype=None, scale_a=None,
+                  scale_b=None) -> GroupedArgs:
+    """Describe and cross-check a grouped call (see the module docstring; FP8 operands with
+    their block scales: ``fp8_scales``). Raises ``OperandError`` naming the argument: kinds,
+    dtypes, ranks, shapes, layouts, the offsets' or counts' dtype and length, the output's
+    shape and dtype, the scales, PyTorch or CuPy arrays on different GPUs, extents or leading
+    dimensions beyond 2^31 - 1."""
     for name, x in (("A", A), ("B", B)):
         if getattr(x, "ndim", len(getattr(x, "shape", ()))) not in (2, 3):
             raise OperandError(f"{name} must be 2-D or 3-D; got shape "
@@ -143,17 +162,25 @@ def check_grouped(A, B, offs=None, out=None, counts=None, out_dtype=None) -> Gro
     dtype = array_dtype(A)
     if dtype not in IN_DTYPES:
         raise OperandError(f"A has dtype {getattr(A, 'dtype', '?')}; grouped_gemm takes "
-                           f"float16 or bfloat16")
+                           f"float16, bfloat16, or float8_e4m3fn/float8_e5m2 with scales")
+    fp8 = dtype in FP8_DTYPES
+    if not fp8 and (scale_a is not None or scale_b is not None):
+        raise OperandError(f"scale_a and scale_b are the block scales of FP8 operands; A is "
+                           f"{dtype}")
+    if fp8 and (scale_a is None or scale_b is None):
+        raise OperandError("scale_a and scale_b are required with FP8 operands: A's 1 x 128 "
+                           "block scales and B's 128 x 128 ones, float32")
     out_name = out_dtype_name(out_dtype, dtype)
     a, b = _operand(A, "A", dtype), _operand(B, "B", dtype)
-    check_one_device({"A": A, "B": B, "offs": offs, "counts": counts, "out": out})
+    check_one_device({"A": A, "B": B, "offs": offs, "counts": counts, "out": out,
+                      "scale_a": scale_a, "scale_b": scale_b})
     ranks = (2 if a.batch is None else 3, 2 if b.batch is None else 3)
     forms = {(2, 3): _m_grouped, (3, 3): _m_grouped, (2, 2): _k_grouped}
     if ranks in forms:
         args = forms[ranks](a, b, offs, out, counts, dtype, out_name)
         check_int32(G=args.groups, rows=args.rows, N=args.n, K=args.k,
                     lda=a.lds[args.layout[0]], ldb=b.lds[args.layout[1]])
-        return args
+        return fp8_scales(args, scale_a, scale_b) if fp8 else args
     raise OperandError("A 3-D with B 2-D (groups along N) is not supported: pass A 2-D with "
                        "B 3-D and offs (M-grouped), both 3-D (batched or masked), or both 2-D "
                        "with offs (K-grouped)")
@@ -186,6 +213,46 @@ def _m_grouped(a, b, offs, out, counts, dtype, out_name) -> GroupedArgs:
     return GroupedArgs("m", "masked" if masked else "offs", dtype, out_name, g, m, n, k,
                        "r" + lay_b + "r", a, b, c=_check_out(out, shape, out_name),
                        index_ptr=ptr, out_shape=shape)
+
+
+def fp8_scales(args: GroupedArgs, scale_a, scale_b) -> GroupedArgs:
+    """``args`` of FP8 operands with their block scales checked (DeepSeek-V3's, as DeepGEMM
+    takes them; float32 device arrays of any strides, kb = ceil(K / 128), nb = ceil(N / 128)):
+
+    - ``scale_a``: [T, kb] for A 2-D [T, K] with ``offs``, [G, M, kb] for A 3-D [G, M, K]:
+      one scale per row and 128-element block of K;
+    - ``scale_b``: [G, nb, kb]: one scale per 128 x 128 block of each expert's [N, K] weight.
+
+    The problem must be M-grouped with B K-major ([G, K, N] views of [G, N, K] weights, as
+    ``W.transpose(1, 2)`` gives). Raises ``OperandError`` naming the argument."""
+    if args.grouping != "m":
+        raise OperandError("FP8 grouped GEMM is M-grouped: pass A 2-D with offs, or A 3-D "
+                           "(masked); the K-grouped weight gradient takes 16-bit operands")
+    if args.layout[1] != "c":
+        raise OperandError("B must be K-major for FP8: [G, K, N] views of the experts' [G, N, "
+                           "K] weights (W.transpose(1, 2)); FP8 wgmma reads B K-major only")
+    kb, nb = -(-args.k // BLOCK), -(-args.n // BLOCK)
+    masked = args.mode == "masked"
+    want_a = (args.groups, args.rows, kb) if masked else (args.rows, kb)
+    sa = _block_scale(scale_a, "scale_a", want_a, "[G, M, ceil(K/128)]" if masked else
+                      "[T, ceil(K/128)]")
+    sb = _block_scale(scale_b, "scale_b", (args.groups, nb, kb), "[G, ceil(N/128), ceil(K/128)]")
+    a_strides = sa.strides if masked else (0, *sa.strides)       # (per matrix, row, K block)
+    check_int32(sa_m=a_strides[1], sa_k=a_strides[2], sb_n=sb.strides[1], sb_k=sb.strides[2])
+    return replace(args, scales=((sa.ptr, a_strides[1], a_strides[2], a_strides[0]),
+                                 (sb.ptr, sb.strides[1], sb.strides[2], sb.strides[0])))
+
+
+def _block_scale(x, name: str, shape: tuple, form: str):
+    """A block-scale array: float32, on the device, of ``shape``. Raises ``OperandError``."""
+    arg = describe_scale(x, name, max_dims=3)
+    if arg.kind not in ("torch", "cai"):
+        raise OperandError(f"{name} must be a float32 device array {form}; got "
+                           f"{'a number' if arg.kind == 'number' else 'a NumPy array'}")
+    if tuple(arg.shape) != tuple(shape):
+        raise OperandError(f"{name} has shape {tuple(arg.shape)}; the block scales of these "
+                           f"operands are {form} = {tuple(shape)}")
+    return arg
 
 
 def _k_grouped(a, b, offs, out, counts, dtype, out_name) -> GroupedArgs:

@@ -84,11 +84,13 @@ def workspace(slots: list, tag: str, nbytes: int, zero: bool = False) -> WorkRef
 class Scale:
     """A scale operand as an FP8 kernel reads it: its address (int or ``Ref``) and strides in
     elements: ``s0`` per row of A (per column of B for row scaling, per 128-column block of B
-    for block scaling), ``s1`` per 128-element K block. A stride of 0 broadcasts one value."""
+    for block scaling), ``s1`` per 128-element K block, ``s2`` per group (a grouped kernel's
+    matrix of A, expert of B). A stride of 0 broadcasts one value."""
 
     ptr: object
     s0: int = 0
     s1: int = 0
+    s2: int = 0
 
 
 @dataclass(frozen=True)

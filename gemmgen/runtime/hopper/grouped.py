@@ -80,9 +80,13 @@ class GroupedLaunch(HopperLaunch):
             return Recipe(dev, [], "grouped: nothing to write")
         maps = [encoded(spec, name, ptr) for spec, name, ptr in
                 zip(self.maps(args), ("A", "B", "C"), (args.a, args.b, args.c))]
+        scales = ()
+        if self.config.fp8:  # the FP8 axis: block scales of A and of each expert's B
+            sa, sb = args.scale_a, args.scale_b
+            scales = (sa.ptr, sa.s0, sa.s1, sa.s2, sb.ptr, sb.s0, sb.s1, sb.s2)
         params, patches = pack(self._packer.struct, self._offsets, (
             *maps, args.offs, args.groups, args.m, args.n, args.k, GROUPED_MODES[args.mode], args.c,
-            args.ldc, args.stride_c))
+            args.ldc, args.stride_c, *scales))
         run = Launch(self.function(dev), self.grid(args, driver.device_attribute(dev, "sms")),
                      (self.config.threads, 1, 1), params, patches)
         return Recipe(dev, [run], f"grouped {args.grouping} {args.mode}")

@@ -5,9 +5,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ...config import LAYOUTS, ConfigBase, div
+from ...dtypes import FP8_DTYPES
 from ..hopper import C_SWIZZLE, HopperTile
 from .env import GroupedEnv
-from .rules import GROUPED_RULES, GROUPINGS, ORDERS
+from .rules import (FP8_GROUPED_RULES, FP8_REG_RESERVE, GROUPED_RULES, GROUPINGS, ORDERS,
+                    OUTPUT_RULES, PARTIALS, SCALINGS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +27,8 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
       "crr"), C [G, M, N]; the tail of each group's last K tile is zeroed in shared memory.
 
     Fields: ``bm, bn, bk`` the block tile (BK x element size = 128 bytes); ``dtype`` A and B
-    (fp16, bf16); ``out`` C (the input dtype or fp32); ``consumers`` cooperative consumer
+    (fp16, bf16, or FP8 e4m3/e5m2 with ``scaling`` "block"); ``out`` C (the input dtype or
+    fp32; bf16, fp16 or fp32 for FP8); ``consumers`` cooperative consumer
     warpgroups (1: 64-row tiles for small groups, 2: each takes BM/2 rows); ``stages`` the
     TMA ring; ``group`` M tiles per raster group inside a group of rows; ``regs_producer,
     regs_consumer`` the setmaxnreg counts; ``layout`` A, B, C each r or c.
@@ -33,7 +36,11 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
     The main loop is the wgmma family's (producer warpgroup, mbarrier ring, wgmma from
     128-byte-swizzled shared memory); the scheduler and the epilogue (staged through shared
     memory, TMA-stored when the tile lies inside its group, else copied with row guards) are
-    this family's. Raises ``ConfigError`` listing every broken rule of ``GROUPED_RULES``.
+    this family's. FP8 inputs (M-grouped, layout rcr) carry DeepSeek-V3 block scales, 1 x 128
+    of A and 128 x 128 of each expert's B: the consumers run the fp8 family's promoted main loop
+    (two partial sets, promoted with the scales every 128-element K block, as DeepGEMM's
+    m-grouped FP8 kernels do). Raises ``ConfigError`` listing every broken rule of
+    ``GROUPED_RULES`` (and, for FP8, ``FP8_GROUPED_RULES``).
     """
 
     bm: int = 128
@@ -49,20 +56,22 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
     grouping: str = "m"
     layout: str = "rcr"
     order: str = "forward"
+    scaling: str = "none"
 
     family = "grouped"
     template = "grouped.cu.j2"
-    rules = GROUPED_RULES
+    rules = GROUPED_RULES + FP8_GROUPED_RULES
     acc = "fp32"
     min_blocks = 1
     m = n = k = None           # groups differ in an extent: no shape specialization
     epilogue = "none"          # C = A @ B per group
     field_types: ClassVar[dict] = {"dtype": str, "out": str, "grouping": str, "layout": str,
-                                   "order": str}
-    choices: ClassVar[dict] = {"dtype": ("fp16", "bf16"), "out": ("fp16", "bf16", "fp32"),
-                               "grouping": GROUPINGS, "layout": LAYOUTS, "order": ORDERS}
+                                   "order": str, "scaling": str}
+    choices: ClassVar[dict] = {"dtype": ("fp16", "bf16", *FP8_DTYPES),
+                               "out": ("fp16", "bf16", "fp32"), "grouping": GROUPINGS,
+                               "layout": LAYOUTS, "order": ORDERS, "scaling": SCALINGS}
     optional = frozenset()
-    fixed_in_search = ("dtype", "out", "grouping", "layout")
+    fixed_in_search = ("dtype", "out", "grouping", "layout", "scaling")
     search_domain: ClassVar[dict] = {
         "bm": (64, 128, 256), "bn": (64, 128, 192, 256), "consumers": (1, 2),
         "stages": (2, 3, 4, 5, 6), "group": (1, 8, 16), "regs_producer": (0, 24, 40),
@@ -75,21 +84,47 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
         return (f"gemm_grouped_{self.grouping}_{self.dtype}_{self.bm}x{self.bn}x{self.bk}"
                 f"_c{self.consumers}_st{self.stages}_g{self.group}"
                 f"_r{self.regs_producer}x{self.regs_consumer}_out{self.out}_l{self.layout}"
-                + ("" if self.order == "forward" else f"_o{self.order}"))
+                + ("" if self.order == "forward" else f"_o{self.order}")
+                + ("" if self.scaling == "none" else f"_s{self.scaling}"))
 
     def as_dict(self) -> dict:
-        """The fields, ``order`` only when it is not "forward" (its default)."""
+        """The fields, ``order`` and ``scaling`` only when they are not their defaults
+        ("forward", "none")."""
         out = ConfigBase.as_dict(self)
-        if out["order"] == "forward":
-            del out["order"]
+        for key, default in (("order", "forward"), ("scaling", "none")):
+            if out[key] == default:
+                del out[key]
         return out
 
+    @property
+    def fp8(self) -> bool:
+        """FP8 inputs (the operand axis: block-scaled e4m3/e5m2)."""
+        return self.dtype in FP8_DTYPES
+
+    @property
+    def promote(self) -> int:
+        """K elements between promotions of the partial sums (the fp8 family's field): 128,
+        one scale block, for FP8 inputs; 0 (the tensor core sums all of K) otherwise."""
+        return 128 if self.fp8 else 0
+
+    @property
+    def partials(self) -> int:
+        """Partial accumulator sets of the FP8 main loop (the fp8 family's field)."""
+        return PARTIALS
+
+    def rule_table(self) -> tuple:
+        """The family's table; for FP8 inputs without the 16-bit output rules (an FP8 GEMM
+        writes bf16, fp16 or fp32)."""
+        table = ConfigBase.rule_table(self)
+        return tuple(r for r in table if not (self.fp8 and r in OUTPUT_RULES))
+
     def rendered_rules(self) -> tuple:
-        """Every rule but G25 (ends-order-m-grouped) for a "forward" config, whose source
-        then declares no ORDER_ENDS: it cannot break that rule."""
-        if self.order == "forward":
-            return tuple(r for r in self.rule_table() if r.id != "G25")
-        return self.rule_table()
+        """The rule table less what the source cannot break and does not declare: G25
+        (ends-order-m-grouped) for a "forward" config (no ORDER_ENDS), the FP8 axis's rules
+        for 16-bit inputs (no DTYPE_FP8)."""
+        drop = ({"G25"} if self.order == "forward" else set()) | (
+            set() if self.fp8 else {r.id for r in FP8_GROUPED_RULES})
+        return tuple(r for r in self.rule_table() if r.id not in drop)
 
     def tile_shape(self) -> tuple:
         return (self.bm, self.bn, self.bk, self.consumers)
@@ -104,8 +139,15 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
     # ---- derived figures ------------------------------------------------------------------
     @property
     def acc_regs(self) -> int:
-        """fp32 accumulators per consumer thread: m_iters x BN/2."""
-        return self.m_iters * self.bn // 2
+        """fp32 accumulators per consumer thread: m_iters x BN/2; FP8, the sums plus the two
+        partial sets of the promotion."""
+        return self.m_iters * self.bn // 2 * (1 + PARTIALS if self.fp8 else 1)
+
+    @property
+    def REG_RESERVE(self) -> int:  # noqa: N802 - HopperTile's name
+        """Registers a consumer needs besides its accumulators: the fp8 family's 40 for FP8
+        inputs, else the Hopper 48."""
+        return FP8_REG_RESERVE if self.fp8 else HopperTile.REG_RESERVE
 
     @property
     def sw_elems(self) -> int:

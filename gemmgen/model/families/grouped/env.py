@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from ...config import div, tile_intensity
 from ...dtypes import CTYPES
+from ..fp8.rules import PTX_TYPES as FP8_PTX_TYPES
 from ..hopper import ALIGN_SLACK, C_SWIZZLE, WGMMA_K_BYTES, WGMMA_M, Param, ints, tensor_maps
 from ..wgmma.rules import PTX_TYPES
+from .rules import BLOCK
+
+FP8_KEYS = ("DTYPE_FP8", "SCALE_BLOCK", "BLOCK")
+"""The env's names of the FP8 axis, which a 16-bit kernel's source does not declare."""
 
 TILE_UNIT_BYTES = 16
 """The guarded epilogue copies C in 16-byte units (one swizzle unit of the staging tile)."""
@@ -37,16 +42,23 @@ class GroupedEnv:
             "M_SPLIT": self.consumers, "PRODUCER": 1, "SWIZZLE": C_SWIZZLE, "CLUSTER": 1,
             "SPLIT_K": 1, "STORE_TMA": 1, "ROW_MAJOR_TMA_STORE": 1,
             "C_BOX_ROWS": self.consumer_rows,
+            "DTYPE_FP8": int(self.fp8), "SCALE_BLOCK": int(self.scaling == "block"),
+            "BLOCK": BLOCK,
         }
 
     def params(self) -> tuple[Param, ...]:
         """The grouped kernel's parameters, in order: tensor maps of A, B and C; the group
-        offsets (or counts), groups, rows, N, K, mode; C, ldc, stride_c."""
+        offsets (or counts), groups, rows, N, K, mode; C, ldc, stride_c; FP8: the block scales
+        of A (per row and K block, and per matrix when masked) and of B (per 128-column block,
+        K block and expert), each with its strides in elements."""
+        scale = "const float* __restrict__"
+        fp8 = (Param("scale_a", scale, "Q"), *ints("sa_m", "sa_k"), Param("sa_g", "long long", "q"),
+               Param("scale_b", scale, "Q"), *ints("sb_n", "sb_k"), Param("sb_g", "long long", "q"))
         return (*tensor_maps("tmap_a", "tmap_b", "tmap_c"),
                 Param("offs", "const int* __restrict__", "Q"),
                 *ints("groups", "rows", "n_arg", "k_arg", "mode"),
                 Param("C", "{ns}::out_t* __restrict__", "Q"), *ints("ldc"),
-                Param("stride_c", "long long", "q"))
+                Param("stride_c", "long long", "q"), *(fp8 if self.fp8 else ()))
 
     def template_constants(self) -> dict[str, int]:
         """Every compile-time constant the kernel declares: the env plus shared-memory offsets,
@@ -55,6 +67,9 @@ class GroupedEnv:
         e = self.env()
         if not e["ORDER_ENDS"]:  # a "forward" kernel's source stays as before the field
             del e["ORDER_ENDS"]
+        if not self.fp8:         # and a 16-bit one as before the FP8 axis
+            for key in FP8_KEYS:
+                del e[key]
         sbo = 8 * C_SWIZZLE
         mn_lbo = self.bk * C_SWIZZLE
         units = div(self.bn * self.out_bytes, TILE_UNIT_BYTES)
@@ -77,11 +92,22 @@ class GroupedEnv:
                 "UNIT_BYTES": TILE_UNIT_BYTES, "UNIT_ELEMS": div(TILE_UNIT_BYTES, self.out_bytes),
                 "UNITS_PER_ROW": units, "UNITS_PER_CHUNK": div(C_SWIZZLE, TILE_UNIT_BYTES),
                 "TAIL_UNITS": div(self.stage_bytes, TILE_UNIT_BYTES),
-                "BAR_STORE_BASE": 1, "BAR_TAIL": 1 + self.consumers}
+                "BAR_STORE_BASE": 1, "BAR_TAIL": 1 + self.consumers,
+                **(self._fp8_constants() if self.fp8 else {})}
+
+    def _fp8_constants(self) -> dict[str, int]:
+        """The names the fp8 family's promoted main loop reads (``_fp8_mainloop.cu.j2``):
+        wgmma k32 steps of a K-major 128-byte-swizzled stage, the accumulator count, one
+        stage per promotion, whether a tile's columns straddle two B scale blocks."""
+        return {"ACC": self.bn // 2, "K_STEPS": div(self.bk * self.elem_bytes, WGMMA_K_BYTES),
+                "K_STEP_BYTES": WGMMA_K_BYTES, "DESC_LBO": 16,
+                "A_CONSUMER_BYTES": self.consumer_rows * self.bk * self.elem_bytes,
+                "PROMOTE_STAGES": 1, "PARTIALS": 2,
+                "B_SCALE_SPLIT": int(BLOCK % self.bn != 0)}
 
     def ctypes(self) -> dict[str, str]:
         return {"in_t": CTYPES.get(self.dtype, "half"), "out_t": CTYPES.get(self.out, "float"),
-                "ptx_in": PTX_TYPES.get(self.dtype, "f16")}
+                "ptx_in": {**PTX_TYPES, **FP8_PTX_TYPES}.get(self.dtype, "f16")}
 
     @property
     def flops_per_byte(self) -> dict[str, float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...rules import Rule, equal
+from ..fp8.rules import BLOCK, FP8_RULES, REG_RESERVE as FP8_REG_RESERVE
 from ..hopper import C_SWIZZLE, HOPPER_RULES, MAX_STAGES, OUTPUT_RULES, SMEM_OPTIN
 
 GROUPINGS = ("m", "k")
@@ -12,8 +13,15 @@ ORDERS = ("forward", "ends")
 """``order`` of the M-grouped tiles: "forward" (tile t of the sequence "group 0's tiles, then
 group 1's, ...") or "ends" (even t from the front of that sequence, odd t from its back, so
 about half the CTAs work through the first groups while the others work through the last)."""
+SCALINGS = ("none", "block")
+"""``scaling``: "none" for 16-bit inputs; "block" for FP8 inputs, DeepSeek-V3's 1 x 128 scales
+of A (per row and 128-element K block) and 128 x 128 scales of B (per expert)."""
+PARTIALS = 2
+"""FP8: two sets of partial accumulators, promoted every 128-element K block (the fp8
+family's promoted pairs)."""
 ROW_BYTES = 128                    # one K row of a stage (BK x element size): a 128-byte swizzle row
 _K_GROUPED = equal("GROUPING_K", 1)
+_FP8 = equal("DTYPE_FP8", 1)
 
 GROUPED_RULES: tuple[Rule, ...] = HOPPER_RULES + OUTPUT_RULES + (
     Rule("G22", "a-layout", equal("A_MN_MAJOR", "GROUPING_K"),
@@ -28,6 +36,20 @@ GROUPED_RULES: tuple[Rule, ...] = HOPPER_RULES + OUTPUT_RULES + (
          "order 'ends' takes tiles from both ends of the M-grouped tile sequence; the "
          "K-grouped scheduler has one order", when=equal("ORDER_ENDS", 1)),
 )
-"""Every rule of the grouped family, in the order ``violations`` reports them."""
+"""Every rule of the 16-bit grouped kernels, in the order ``violations`` reports them."""
 
-__all__ = ["C_SWIZZLE", "GROUPED_RULES", "GROUPINGS", "MAX_STAGES", "ORDERS", "ROW_BYTES", "SMEM_OPTIN"]
+FP8_GROUPED_RULES: tuple[Rule, ...] = (
+    Rule("G26", "fp8-block-scales", equal("SCALE_BLOCK", "DTYPE_FP8"),
+         "FP8 inputs carry block scales (scaling 'block': 1 x 128 of A, 128 x 128 of each "
+         "expert's B); 16-bit inputs none"),
+    Rule("G27", "fp8-k-major-b", equal("B_MN_MAJOR", 0),
+         "FP8 wgmma reads B K-major only: the experts' [G, N, K] weights (layout rcr; so FP8 "
+         "is M-grouped: the K-grouped B is row-major, G23)", when=_FP8),
+    *(r for r in FP8_RULES if r.id == "F20"),   # block-b-scale-span: BN <= 128
+)
+"""The rules of the operand axis (FP8 with block scales), each with its predicate; a 16-bit
+kernel's source leaves them out (it cannot break them)."""
+
+__all__ = ["BLOCK", "C_SWIZZLE", "FP8_GROUPED_RULES", "FP8_REG_RESERVE", "GROUPED_RULES",
+           "GROUPINGS", "MAX_STAGES", "ORDERS", "OUTPUT_RULES", "PARTIALS", "ROW_BYTES",
+           "SCALINGS", "SMEM_OPTIN"]

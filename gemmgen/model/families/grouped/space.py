@@ -4,7 +4,7 @@ from __future__ import annotations
 import itertools
 
 from ...config import Family, Preset
-from ...dtypes import ELEM_BYTES
+from ...dtypes import ELEM_BYTES, FP8_DTYPES
 from .config import GroupedConfig
 
 _BASE = {"bm": 128, "bn": 256, "bk": 64, "dtype": "bf16", "out": "bf16", "consumers": 2,
@@ -47,6 +47,12 @@ PRESETS: tuple[Preset, ...] = (
            "DeepGEMM k_grouped_wgrad; torch._grouped_mm 2D x 2D"),
     Preset("grouped_fp16", _c(dtype="fp16", out="fp16"),
            "the 128x256 grouped kernel on fp16 inputs and output", "grouped_bf16 in fp16"),
+    Preset("grouped_fp8", _c(bn=128, bk=128, dtype="e4m3", stages=6, scaling="block"),
+           "FP8 e4m3 experts with DeepSeek-V3 block scales (1 x 128 of A, 128 x 128 of B): the "
+           "grouped scheduler, producer and epilogue around the fp8 family's promoted main "
+           "loop (two partial sets, scales applied every 128 elements of K); 128x128 tiles so "
+           "a tile's columns meet at most two B scale blocks, 6 stages of 32 KB",
+           "fp8_block preset; DeepGEMM m_grouped_fp8_gemm_nt_contiguous/masked"),
 )
 
 SPACE = {"tile": ((64, 128, 1), (64, 256, 1), (128, 128, 2), (128, 256, 2), (256, 128, 2)),
@@ -61,15 +67,17 @@ def space(dtype: str = "bf16", grouping: str = "m", layout: str | None = None,
     grouping's default (rcr for "m", crr for "k"). M-grouped: each in the "forward" order,
     then each again in the "ends" order."""
     layout = layout or ("rcr" if grouping == "m" else "crr")
-    out_dtype = out or dtype
+    fp8 = dtype in FP8_DTYPES
+    out_dtype = out or ("bf16" if fp8 else dtype)
     found = []
     for (bm, bn, cons), st, group in itertools.product(SPACE["tile"], SPACE["stages"],
                                                        SPACE["group"]):
-        regs = (40, 232) if cons == 2 else (0, 0)
+        regs = (40, 232) if cons == 2 or fp8 else (0, 0)   # FP8: setmaxnreg always
         cfg = GroupedConfig.unchecked(bm=bm, bn=bn, bk=128 // ELEM_BYTES[dtype], dtype=dtype,
                                       out=out_dtype, consumers=cons, stages=st, group=group,
                                       regs_producer=regs[0], regs_consumer=regs[1],
-                                      grouping=grouping, layout=layout)
+                                      grouping=grouping, layout=layout,
+                                      scaling="block" if fp8 else "none")
         if not cfg.violations():
             found.append(cfg)
     if grouping == "m":
@@ -78,12 +86,18 @@ def space(dtype: str = "bf16", grouping: str = "m", layout: str | None = None,
 
 
 def _adjust(values: dict, given: set) -> dict:
-    """Follow --grouping and --dtype: the grouping's layout and C in the input dtype unless
-    the command line says otherwise."""
+    """Follow --grouping and --dtype: the grouping's layout, C in the input dtype (bf16 for
+    FP8), FP8's block scales and BK = 128 bytes of the dtype, unless the command line says
+    otherwise."""
     if "grouping" in given and "layout" not in given:
         values = {**values, "layout": "rcr" if values["grouping"] == "m" else "crr"}
+    fp8 = values.get("dtype") in FP8_DTYPES
     if "dtype" in given and "out" not in given:
-        values = {**values, "out": values["dtype"]}
+        values = {**values, "out": "bf16" if fp8 else values["dtype"]}
+    if fp8 and "scaling" not in given:
+        values = {**values, "scaling": "block"}
+    if "dtype" in given and "bk" not in given:
+        values = {**values, "bk": 128 // ELEM_BYTES[values["dtype"]]}
     return values
 
 
@@ -91,8 +105,8 @@ FAMILY = Family(
     name="grouped", config=GroupedConfig,
     summary="Hopper grouped GEMM for mixture-of-experts: one persistent launch over every "
             "group, offsets read on the device; sm_90a only",
-    dtypes=("fp16", "bf16"), presets=PRESETS,
-    defaults={"fp16": "grouped_fp16", "bf16": "grouped_bf16"},
+    dtypes=("fp16", "bf16", *FP8_DTYPES), presets=PRESETS,
+    defaults={"fp16": "grouped_fp16", "bf16": "grouped_bf16", "e4m3": "grouped_fp8"},
     flag_defaults={},
     field_help={
         "grouping": "m (groups differ in M: forward, dgrad) or k (groups differ in K: wgrad)",
