@@ -114,3 +114,72 @@ def test_prepare_keeps_views_the_kernels_read():
     assert a2 is a and b2 is b
     a2, _, _ = prepare(a.contiguous(), b, offs)  # row-major a for the K-grouped form: copied
     assert a2.stride() == (1, 5)
+
+
+# ---- gemmgen::scaled_grouped_mm: FP8 experts with block scales ---------------------------------
+def _scaled(masked=False, k=320, n=264):
+    """FP8 tokens and experts with block scales (quantize_reference), their float64
+    dequantized values, and offsets with an empty group and rows past the last offset."""
+    from gemmgen.torch.fp8 import dequantize, quantize_reference
+    torch.manual_seed(1)
+    ws = [quantize_reference(torch.randn(n, k), (128, 128)) for _ in range(3)]
+    w = torch.stack([q for q, _ in ws])
+    sw = torch.stack([s for _, s in ws])
+    wd = [dequantize(q, s, (128, 128)).double() for q, s in ws]
+    if masked:
+        toks = [quantize_reference(torch.randn(40, k) * 2, (1, 128)) for _ in range(3)]
+        a, sa = torch.stack([q for q, _ in toks]), torch.stack([s for _, s in toks])
+        ad = [dequantize(q, s, (1, 128)).double() for q, s in toks]
+        return a, w.transpose(1, 2), sa, sw, None, ad, wd
+    a, sa = quantize_reference(torch.randn(70, k) * 2, (1, 128))
+    return (a, w.transpose(1, 2), sa, sw, _offs(20, 20, 61),
+            dequantize(a, sa, (1, 128)).double(), wd)
+
+
+def test_scaled_grouped_reference_is_the_dequantized_product_per_group():
+    a, b, sa, sw, offs, ad, wd = _scaled()
+    out = gt.grouped_mm(a, b, offs, scale_a=sa, scale_b=sw)
+    assert out.dtype == torch.bfloat16 and out.shape == (70, 264)
+    want = torch.zeros(70, 264, dtype=torch.float64)
+    want[:20], want[20:61] = ad[:20] @ wd[0].t(), ad[20:61] @ wd[2].t()
+    assert float((out.double() - want).norm() / want.norm()) < 8e-3     # bf16 rounding
+    assert not out[61:].any(), "rows past the last offset are zeros"
+    a3, b3, sa3, sw3, _, ad3, wd3 = _scaled(masked=True)
+    out3 = gt.scaled_grouped_mm(a3, b3, sa3, sw3, out_dtype=torch.float32)
+    for g in range(3):
+        want3 = ad3[g] @ wd3[g].t()
+        assert float((out3[g].double() - want3).norm() / want3.norm()) < 1e-5
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_scaled_grouped_fake_tensor_and_schema(masked):
+    """opcheck's fake-tensor test (its schema test compares float8 inputs with allclose,
+    which PyTorch does not implement on the CPU: the schema is checked as text)."""
+    a, b, sa, sw, offs, _, _ = _scaled(masked)
+    result = opcheck(torch.ops.gemmgen.scaled_grouped_mm.default, (a, b, sa, sw, offs, None),
+                     test_utils=("test_faketensor",))
+    assert all(v == "SUCCESS" for v in result.values()), result
+    assert str(torch.ops.gemmgen.scaled_grouped_mm.default._schema) == (
+        "gemmgen::scaled_grouped_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, "
+        "Tensor? offs=None, ScalarType? out_dtype=None) -> Tensor")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"scale_a": "drop"}, "scale_a and scale_b go together"),
+    ({"sa": lambda sa: sa[:, :2]}, "scale_a must be float32 of shape \\(70, 3\\)"),
+    ({"sw": lambda sw: sw.double()}, "scale_b must be float32 of shape \\(3, 3, 3\\)"),
+    ({"a": lambda a: a.float()}, "a and b must both be float8_e4m3fn or float8_e5m2"),
+    ({"offs": lambda o: o.long()}, "offs must be 3 int32 cumulative row ends"),
+])
+def test_scaled_grouped_errors_name_the_argument(change, message):
+    a, b, sa, sw, offs, _, _ = _scaled()
+    if change.get("scale_a") == "drop":
+        with pytest.raises(OperandError, match=message):
+            gt.grouped_mm(a, b, offs, scale_b=sw)
+        return
+    a = change.get("a", lambda x: x)(a)
+    sa = change.get("sa", lambda x: x)(sa)
+    sw = change.get("sw", lambda x: x)(sw)
+    offs = change.get("offs", lambda x: x)(offs)
+    with pytest.raises(OperandError, match=message):
+        gt.grouped_mm(a, b, offs, scale_a=sa, scale_b=sw)

@@ -39,7 +39,9 @@ FP8 (Hopper): ``scaled_mm(a, b, scale_a, scale_b, out_dtype=..., bias=None,
 use_fast_accum=False)`` is the op ``gemmgen::scaled_mm`` with ``torch._scaled_mm``'s semantics
 (per-tensor, row-wise and DeepSeek-V3 blockwise scales), and ``quantize(x, block=(1, 128))``
 makes its inputs on the GPU in one call (per token 1 x 128, per block 128 x 128, per row or per
-tensor, with amax); see ``gemmgen.torch.fp8``.
+tensor, with amax); see ``gemmgen.torch.fp8``. FP8 experts with block scales:
+``grouped_mm(a, b, offs, scale_a=..., scale_b=...)``, the op ``gemmgen::scaled_grouped_mm``
+(``gemmgen.torch.scaled_grouped``).
 
 Errors: ``OperandError`` (a ``ValueError``) naming the argument for a wrong rank, mismatched
 inner dimensions, mixed dtypes, a bias of the wrong length or an epilogue that does not match
@@ -52,8 +54,10 @@ from .modules import Linear, PatchSummary, patch, unpatch
 from .ops import KERNEL_DTYPES, LAUNCHER, activate, gemm, linear, reference
 from .problems import linear_problems, precompile
 from .record import record, save_problems
+from .scaled_grouped import scaled_grouped_mm, scaled_reference as scaled_grouped_reference
 
 __all__ = ["KERNEL_DTYPES", "LAUNCHER", "Linear", "PatchSummary", "activate", "dequantize",
            "gemm", "grouped_mm", "launcher", "linear", "linear_problems", "patch", "precompile",
            "quantize", "quantize_reference", "record", "reference", "save_problems",
-           "scaled_mm", "scaled_mm_reference", "unpatch"]
+           "scaled_grouped_mm", "scaled_grouped_reference", "scaled_mm", "scaled_mm_reference",
+           "unpatch"]

@@ -189,9 +189,16 @@ def _grouped_cuda_python(a, b, offs=None, out_dtype=None):
         return reference(a, b, offs, out_dtype)
 
 
-def grouped_mm(a: Tensor, b: Tensor, offs: Tensor | None = None, out_dtype=None) -> Tensor:
+def grouped_mm(a: Tensor, b: Tensor, offs: Tensor | None = None, out_dtype=None, *,
+               scale_a: Tensor | None = None, scale_b: Tensor | None = None) -> Tensor:
     """``torch.ops.gemmgen.grouped_mm`` (see the module docstring), under ``torch.autocast``
-    with the operands cast to the autocast dtype first."""
+    with the operands cast to the autocast dtype first. With ``scale_a`` and ``scale_b``:
+    ``torch.ops.gemmgen.scaled_grouped_mm``, FP8 operands with block scales (``scaled``)."""
+    if scale_a is not None or scale_b is not None:
+        if scale_a is None or scale_b is None:
+            raise OperandError("scale_a and scale_b go together: A's 1 x 128 block scales and "
+                               "B's 128 x 128 ones")
+        return torch.ops.gemmgen.scaled_grouped_mm(a, b, scale_a, scale_b, offs, out_dtype)
     if torch.is_autocast_enabled(a.device.type):
         dt = torch.get_autocast_dtype(a.device.type)
         a, b = a.to(dt), b.to(dt)

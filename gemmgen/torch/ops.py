@@ -51,6 +51,9 @@ _LIB.define("_grouped_plan(Tensor a, Tensor b, Tensor? offs, ScalarType? out_dty
             "Tensor out) -> Tensor")
 _LIB.define("_grouped_reference(Tensor a, Tensor b, Tensor? offs, ScalarType? out_dtype) "
             "-> Tensor")
+# gemmgen::scaled_grouped_mm (gemmgen.torch.grouped): FP8 experts with block scales
+_LIB.define("scaled_grouped_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, "
+            "Tensor? offs=None, ScalarType? out_dtype=None) -> Tensor")
 _REFERENCE = torch.tensor(list(FORMAT_VERSION.to_bytes(4, "little") + b"\xff" * 4),
                           dtype=torch.uint8)
 
