@@ -19,7 +19,7 @@ from gemmgen.model.families.grouped import GroupedConfig
 from gemmgen.runtime.grouped_operands import check_grouped
 from gemmgen.runtime.kernel import Kernel
 from gemmgen.runtime.operands import OperandError
-from gemmgen.runtime.recipe import KernelArgs, Ref
+from gemmgen.runtime.recipe import KernelArgs, Ref, Scale
 from gemmgen.runtime.tma import ParamPacker, param_layout
 
 GROUPED = {n: p.config for n, p in PRESETS.items() if p.config.family == "grouped"}
@@ -516,7 +516,7 @@ def test_fp8_is_an_axis_of_the_family_not_a_copy():
 
 def test_fp8_scales_are_patched_where_the_cubin_reads_them(compiled, monkeypatch):
     from gemmgen.runtime import driver as driver_mod
-    from gemmgen.runtime.recipe import PATCH_POINTER, Scale
+    from gemmgen.runtime.recipe import PATCH_POINTER
     cfg, cubin, res = compiled[GROUPED["grouped_fp8"].name]
     monkeypatch.setattr(driver_mod, "device_attribute", lambda dev, name: 132)
     monkeypatch.setattr(Kernel, "function", lambda self, dev=None, suffix="": type(
@@ -553,6 +553,20 @@ def _fp8_call(t=300, k=512, n=256, g=4, **change):
             "scale_b": Dev((g, -(-n // 128), -(-k // 128)), "<f4")}
     args.update(change)
     return check_grouped(args.pop("A"), args.pop("B"), args.pop("offs"), **args)
+
+
+def test_the_kernel_arguments_carry_scales_for_fp8_only():
+    """grouped_gemm's plan builds KernelArgs from the checked arguments and the operands'
+    Refs, the scales' Refs only where there are scales (4 operands for 16-bit inputs, 6 for
+    FP8)."""
+    refs = [Ref(i, (i + 1) << 20) for i in range(6)]
+    for args in (check_grouped(_t((64, 32)), _t((2, 32, 16)), Dev((2,), "<i4")), _fp8_call()):
+        scales = refs[4:4 + len(args.scales)]
+        got = args.problem(*refs[:4], 16, 0, args.scale_kwargs(*scales))
+        assert (got.scale_a, got.scale_b) == ((None, None) if not args.scales else (
+            Scale(refs[4], *args.scales[0][1:]), Scale(refs[5], *args.scales[1][1:])))
+        assert (got.m, got.groups, got.offs, got.grouping) == (args.rows, args.groups, refs[3],
+                                                               "m")
 
 
 def test_fp8_operands_take_block_scales_of_any_strides():

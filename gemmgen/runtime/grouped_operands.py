@@ -63,9 +63,9 @@ class GroupedArgs:
                           grouping=self.grouping, mode=self.mode, groups=self.groups,
                           offs=index, **(scales if scales else {}))
 
-    def scale_kwargs(self, scale_a, scale_b) -> dict:
+    def scale_kwargs(self, scale_a=None, scale_b=None) -> dict:
         """The ``KernelArgs`` scale fields for the scales' pointers (ints or ``Ref``s); empty
-        for 16-bit inputs."""
+        for 16-bit inputs (which pass none)."""
         if not self.scales:
             return {}
         (_, *sa), (_, *sb) = self.scales
