@@ -309,3 +309,30 @@ def test_fp8_torch_op_against_float64_and_under_torch_compile():
     fn = torch.compile(lambda *x: gt.grouped_mm(x[0], x[1], x[2], scale_a=x[3], scale_b=x[4]),
                        fullgraph=True)
     assert torch.equal(fn(a, b, offs, sa, sw), got)
+
+
+def test_fp8_op_from_the_compiled_launcher_inside_a_graph():
+    """A repeated FP8 grouped call runs from the compiled launcher (no Python): captured in a
+    CUDA graph from the table, its replays follow new offsets."""
+    from gemmgen.torch import launcher
+    if not gt.LAUNCHER:
+        pytest.skip(f"the compiled launcher is not loaded: {launcher.why_not()}")
+    counts, n, k = [64, 0, 190, 30], 256, 384
+    w, sw, wd = _fp8_experts(len(counts), n, k)
+    a, sa, ad = _fp8_tokens(sum(counts), k)
+    offs, b = _offs(counts), w.transpose(1, 2)
+    gt.grouped_mm(a, b, offs, scale_a=sa, scale_b=sw)          # plan, then from the table
+    held = torch.ops.gemmgen_launcher.recipes_held()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = gt.grouped_mm(a, b, offs, scale_a=sa, scale_b=sw)
+    assert torch.ops.gemmgen_launcher.recipes_held() == held, "the graph reused the recipe"
+    new = [100, 100, 0, 84]
+    offs.copy_(_offs(new))
+    graph.replay()
+    torch.cuda.synchronize()
+    start = 0
+    for g, c in enumerate(new):
+        _check_fp8(out[start:start + c], ad[start:start + c] @ wd[g].t(), FP8_TOL["bf16"],
+                   f"launcher replay group {g}")
+        start += c

@@ -1,14 +1,15 @@
-// gemmgen's compiled launcher for PyTorch: the CUDA kernels of the ops gemmgen::gemm and
-// gemmgen::scaled_mm (FP8) and gemmgen::grouped_mm.
+// gemmgen's compiled launcher for PyTorch: the CUDA kernels of the ops gemmgen::gemm (and
+// gemmgen::linear over it), gemmgen::scaled_mm (FP8), gemmgen::grouped_mm and
+// gemmgen::scaled_grouped_mm (FP8 experts), every one through one body (call_op).
 //
 // A call looks its operand signature up (op, device, dtypes, sizes, strides, 16-byte alignment,
 // attributes) in a table of recipes; a hit allocates the output, patches the operands' addresses
 // into the recipe's parameter blocks (raw pointers, and tensor maps through
 // cuTensorMapReplaceAddress) and launches with cuLaunchKernel on PyTorch's current stream: no
-// Python runs. A miss calls the Python op gemmgen::_plan (through the dispatcher), which checks
-// the operands, chooses and builds the kernel and returns the recipe as bytes
-// (gemmgen/runtime/recipe.py, Recipe.to_bytes). Operands the kernels do not take go to the
-// Python op gemmgen::_reference on every call.
+// Python runs. A miss calls the op's Python planner, e.g. gemmgen::_plan (through the
+// dispatcher), which checks the operands, chooses and builds the kernel and returns the recipe
+// as bytes (gemmgen/runtime/recipe.py, Recipe.to_bytes). Operands the kernels do not take go
+// to the op's Python reference, e.g. gemmgen::_reference, on every call.
 //
 // A recipe's scratch memory (split-K partials and counters, repacked operands) is declared as
 // workspace slots; each launch takes their buffers from the pool of its (device, stream),
@@ -405,6 +406,36 @@ void* current_stream(const c10::Device& device) {
     return c10::impl::getDeviceGuardImpl(device.type())->getStream(device).native_handle();
 }
 
+// The one body every op shares. The recipe of the operand signature (``key``: the op's name
+// and non-tensor arguments, to which each operand but the output is appended), planned by the
+// op's Python planner (``plan``) on first sight; then the PyTorch reference (``reference``)
+// where the kernels do not take the operands, nothing for an empty output, or the recipe's
+// launches on the current stream with the operands' addresses patched in. ``operands`` lists
+// them in the recipe's numbering (0 a, 1 b, 2 the output, then the op's others).
+template <typename PlanFn, typename ReferenceFn>
+at::Tensor call_op(std::string key, std::initializer_list<const at::Tensor*> operands,
+                   const at::Tensor& out, PlanFn&& plan, ReferenceFn&& reference) {
+    TORCH_CHECK(operands.size() <= kMaxOperands, "gemmgen launcher: more operands than a "
+                "recipe numbers");
+    for (const at::Tensor* t : operands)
+        if (t != &out) append(key, *t);
+    auto recipe = recipe_for(key, std::forward<PlanFn>(plan));
+    if (recipe->reference) return reference();
+    if (recipe->launches.empty()) return out;
+    uint64_t ptrs[kMaxOperands] = {};
+    size_t i = 0;
+    for (const at::Tensor* t : operands) ptrs[i++] = address(*t);
+    run(*recipe, ptrs, out.device(), current_stream(out.device()));
+    return out;
+}
+
+// A key beginning with the op's name.
+std::string key_of(const char* op) {
+    std::string key = op;
+    key.push_back('\0');
+    return key;
+}
+
 // gemmgen::gemm(a, b, bias, epilogue): operands 0 a, 1 b, 2 the output, 3 bias.
 at::Tensor gemm_cuda(const at::Tensor& a_in, const at::Tensor& b_in,
                      const std::optional<at::Tensor>& bias_in, c10::string_view epilogue);
@@ -433,34 +464,25 @@ at::Tensor gemm_cuda(const at::Tensor& a_in, const at::Tensor& b_in,
     const at::Tensor a = row_or_col(a_in), b = row_or_col(b_in);
     const at::Tensor bias = bias_in.has_value() ? bias_in->contiguous() : at::Tensor();
     c10::DeviceGuard guard(a.device());
-    std::string key = "gemm";
-    key.push_back('\0');
+    std::string key = key_of("gemm");
     key.append(epilogue.data(), epilogue.size());
     key.push_back('\0');
-    append(key, a);
-    append(key, b);
-    append(key, bias);
     const bool shaped = a.dim() == 2 && b.dim() == 2;
     at::Tensor out = at::empty({shaped ? a.size(0) : 0, shaped ? b.size(1) : 0}, a.options());
-    auto recipe = recipe_for(key, [&] {
+    std::optional<at::Tensor> bias_arg;
+    if (bias.defined()) bias_arg = bias;
+    return call_op(key, {&a, &b, &out, &bias}, out, [&] {
         static auto plan = c10::Dispatcher::singleton().findSchemaOrThrow("gemmgen::_plan", "")
             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                               c10::string_view, const at::Tensor&)>();
-        std::optional<at::Tensor> bias_arg;
-        if (bias.defined()) bias_arg = bias;
         return plan.call(a, b, bias_arg, epilogue, out);
-    });
-    if (recipe->reference) {
+    }, [&] {
         static auto reference = c10::Dispatcher::singleton()
             .findSchemaOrThrow("gemmgen::_reference", "")
             .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
                               const std::optional<at::Tensor>&, c10::string_view)>();
         return reference.call(a_in, b_in, bias_in, epilogue);
-    }
-    if (recipe->launches.empty()) return out;
-    const uint64_t ptrs[kMaxOperands] = {address(a), address(b), address(out), address(bias)};
-    run(*recipe, ptrs, a.device(), current_stream(a.device()));
-    return out;
+    });
 }
 
 // gemmgen::scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum): operands 0 a,
@@ -472,37 +494,29 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
     const at::Tensor bias = bias_in.has_value() ? bias_in->contiguous() : at::Tensor();
     const at::ScalarType out_type = out_dtype.value_or(at::kBFloat16);
     c10::DeviceGuard guard(a.device());
-    std::string key = "scaled_mm";
-    key.push_back('\0');
+    std::string key = key_of("scaled_mm");
     append(key, static_cast<int64_t>(out_type));
     append(key, static_cast<int64_t>(use_fast_accum));
-    for (const at::Tensor* t : {&a, &b, &scale_a, &scale_b, &bias}) append(key, *t);
     const bool shaped = a.dim() == 2 && b.dim() == 2;
     at::Tensor out = at::empty({shaped ? a.size(0) : 0, shaped ? b.size(1) : 0},
                                a.options().dtype(out_type));
-    auto recipe = recipe_for(key, [&] {
+    std::optional<at::Tensor> bias_arg;
+    if (bias.defined()) bias_arg = bias;
+    return call_op(key, {&a, &b, &out, &bias, &scale_a, &scale_b}, out, [&] {
         static auto plan = c10::Dispatcher::singleton()
             .findSchemaOrThrow("gemmgen::_scaled_mm_plan", "")
             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                               const at::Tensor&, const std::optional<at::Tensor>&,
                               std::optional<at::ScalarType>, bool, const at::Tensor&)>();
-        std::optional<at::Tensor> bias_arg;
-        if (bias.defined()) bias_arg = bias;
         return plan.call(a, b, scale_a, scale_b, bias_arg, out_dtype, use_fast_accum, out);
-    });
-    if (recipe->reference) {
+    }, [&] {
         static auto reference = c10::Dispatcher::singleton()
             .findSchemaOrThrow("gemmgen::_scaled_mm_reference", "")
             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                               const at::Tensor&, const std::optional<at::Tensor>&,
                               std::optional<at::ScalarType>, bool)>();
         return reference.call(a, b, scale_a, scale_b, bias_in, out_dtype, use_fast_accum);
-    }
-    if (recipe->launches.empty()) return out;
-    const uint64_t ptrs[kMaxOperands] = {address(a), address(b), address(out), address(bias),
-                                         address(scale_a), address(scale_b)};
-    run(*recipe, ptrs, a.device(), current_stream(a.device()));
-    return out;
+    });
 }
 
 // gemmgen::grouped_mm(a, b, offs, out_dtype): operands 0 a, 1 b, 2 the output, 3 offs. The
@@ -523,12 +537,8 @@ at::Tensor grouped_mm_cuda(const at::Tensor& a_in, const at::Tensor& b_in,
     }
     const at::Tensor offs = offs_in.has_value() ? offs_in->contiguous() : at::Tensor();
     c10::DeviceGuard guard(a.device());
-    std::string key = "grouped_mm";
-    key.push_back('\0');
+    std::string key = key_of("grouped_mm");
     append(key, out_dtype.has_value() ? static_cast<int64_t>(*out_dtype) : -1);
-    append(key, a);
-    append(key, b);
-    append(key, offs);
     std::vector<int64_t> shape{0};
     if (ranks && a.dim() == 2 && b.dim() == 3) shape = {a.size(0), b.size(2)};
     if (ranks && a.dim() == 3 && b.dim() == 3) shape = {a.size(0), a.size(1), b.size(2)};
@@ -538,24 +548,55 @@ at::Tensor grouped_mm_cuda(const at::Tensor& a_in, const at::Tensor& b_in,
     at::Tensor out = at::empty(shape, a.options().dtype(out_dtype.value_or(a.scalar_type())));
     std::optional<at::Tensor> offs_arg;
     if (offs.defined()) offs_arg = offs;
-    auto recipe = recipe_for(key, [&] {
+    return call_op(key, {&a, &b, &out, &offs}, out, [&] {
         static auto plan = c10::Dispatcher::singleton()
             .findSchemaOrThrow("gemmgen::_grouped_plan", "")
             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                               std::optional<at::ScalarType>, const at::Tensor&)>();
         return plan.call(a, b, offs_arg, out_dtype, out);
-    });
-    if (recipe->reference) {
+    }, [&] {
         static auto reference = c10::Dispatcher::singleton()
             .findSchemaOrThrow("gemmgen::_grouped_reference", "")
             .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
                               const std::optional<at::Tensor>&, std::optional<at::ScalarType>)>();
         return reference.call(a_in, b_in, offs_in, out_dtype);
-    }
-    if (recipe->launches.empty()) return out;
-    const uint64_t ptrs[kMaxOperands] = {address(a), address(b), address(out), address(offs)};
-    run(*recipe, ptrs, a.device(), current_stream(a.device()));
-    return out;
+    });
+}
+
+// gemmgen::scaled_grouped_mm(a, b, scale_a, scale_b, offs, out_dtype): FP8 experts with block
+// scales, operands 0 a, 1 b, 2 the output, 3 offs, 4 scale_a, 5 scale_b; a row-major (a copy
+// otherwise), b the K-major [G, K, N] view as given; the planner checks everything else.
+at::Tensor scaled_grouped_mm_cuda(const at::Tensor& a_in, const at::Tensor& b,
+                                  const at::Tensor& scale_a, const at::Tensor& scale_b,
+                                  const std::optional<at::Tensor>& offs_in,
+                                  std::optional<at::ScalarType> out_dtype) {
+    const bool ranks = (a_in.dim() == 2 || a_in.dim() == 3) && b.dim() == 3;
+    const at::Tensor a = ranks && !is_row(a_in) ? a_in.contiguous() : a_in;
+    const at::Tensor offs = offs_in.has_value() ? offs_in->contiguous() : at::Tensor();
+    c10::DeviceGuard guard(a.device());
+    std::string key = key_of("scaled_grouped_mm");
+    append(key, out_dtype.has_value() ? static_cast<int64_t>(*out_dtype) : -1);
+    std::vector<int64_t> shape{0};
+    if (ranks && a.dim() == 2) shape = {a.size(0), b.size(2)};
+    if (ranks && a.dim() == 3) shape = {a.size(0), a.size(1), b.size(2)};
+    at::Tensor out = at::empty(shape, a.options().dtype(out_dtype.value_or(at::kBFloat16)));
+    std::optional<at::Tensor> offs_arg;
+    if (offs.defined()) offs_arg = offs;
+    return call_op(key, {&a, &b, &out, &offs, &scale_a, &scale_b}, out, [&] {
+        static auto plan = c10::Dispatcher::singleton()
+            .findSchemaOrThrow("gemmgen::_scaled_grouped_plan", "")
+            .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                              const at::Tensor&, const std::optional<at::Tensor>&,
+                              std::optional<at::ScalarType>, const at::Tensor&)>();
+        return plan.call(a, b, scale_a, scale_b, offs_arg, out_dtype, out);
+    }, [&] {
+        static auto reference = c10::Dispatcher::singleton()
+            .findSchemaOrThrow("gemmgen::_scaled_grouped_reference", "")
+            .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                              const at::Tensor&, const std::optional<at::Tensor>&,
+                              std::optional<at::ScalarType>)>();
+        return reference.call(a_in, b, scale_a, scale_b, offs_in, out_dtype);
+    });
 }
 
 }  // namespace gemmgen_launcher
@@ -565,6 +606,7 @@ TORCH_LIBRARY_IMPL(gemmgen, CUDA, m) {
     m.impl("linear", &gemmgen_launcher::linear_cuda);
     m.impl("scaled_mm", &gemmgen_launcher::scaled_mm_cuda);
     m.impl("grouped_mm", &gemmgen_launcher::grouped_mm_cuda);
+    m.impl("scaled_grouped_mm", &gemmgen_launcher::scaled_grouped_mm_cuda);
 }
 
 // For tests and tools: recipes held, and a way to drop them (torch.ops.gemmgen_launcher.*).

@@ -52,8 +52,12 @@ _LIB.define("_grouped_plan(Tensor a, Tensor b, Tensor? offs, ScalarType? out_dty
 _LIB.define("_grouped_reference(Tensor a, Tensor b, Tensor? offs, ScalarType? out_dtype) "
             "-> Tensor")
 # gemmgen::scaled_grouped_mm (gemmgen.torch.grouped): FP8 experts with block scales
-_LIB.define("scaled_grouped_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, "
-            "Tensor? offs=None, ScalarType? out_dtype=None) -> Tensor")
+_SCALED_GROUPED = ("Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? offs=None, "
+                   "ScalarType? out_dtype=None")
+_LIB.define(f"scaled_grouped_mm({_SCALED_GROUPED}) -> Tensor")
+_LIB.define(f"_scaled_grouped_reference({_SCALED_GROUPED}) -> Tensor")
+_LIB.define("_scaled_grouped_plan(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, "
+            "Tensor? offs, ScalarType? out_dtype, Tensor out) -> Tensor")
 _REFERENCE = torch.tensor(list(FORMAT_VERSION.to_bytes(4, "little") + b"\xff" * 4),
                           dtype=torch.uint8)
 

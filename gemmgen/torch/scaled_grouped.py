@@ -15,7 +15,8 @@ C = (a * scale_a) @ (b * scale_b) per group, accumulated in float32 (promoted ev
 elements of K with the scales applied, as DeepGEMM's m-grouped kernels do), written as
 ``out_dtype`` (bfloat16 by default; float16 or float32). CUDA tensors run the grouped kernel's
 FP8 axis (one launch, the offsets read on the device: a call on a captured stream becomes part
-of a CUDA graph); everything else (CPU tensors, a B that is not K-major, strides TMA cannot
+of a CUDA graph), a repeated call from the compiled launcher without Python (as
+``gemmgen::grouped_mm``); everything else (CPU tensors, a B that is not K-major, strides TMA cannot
 read) runs the reference: the dequantized operands multiplied in float32. No autograd (FP8
 training quantizes its gradients separately). Raises ``OperandError`` naming the argument.
 """
@@ -24,9 +25,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..runtime.grouped_api import grouped_gemm
+from ..runtime.grouped_api import grouped_gemm, plan_grouped
 from ..runtime.operands import OperandError
-from .ops import _LIB
+from . import launcher
+from .ops import _LIB, _REFERENCE, LAUNCHER, _warn_once
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 OUT = (torch.bfloat16, torch.float16, torch.float32)
@@ -96,25 +98,58 @@ def _scaled_fake(a, b, scale_a, scale_b, offs=None, out_dtype=None):
     return a.new_empty(shape, dtype=out_dtype or torch.bfloat16)
 
 
-@torch.library.impl(_LIB, "scaled_grouped_mm", "CUDA")
-def _scaled_cuda(a, b, scale_a, scale_b, offs=None, out_dtype=None):
-    """The grouped kernel's FP8 axis on PyTorch's current stream; the reference for operands
-    it does not take (a B that is not K-major, tensors on two devices, strides TMA refuses)."""
+@torch.library.impl(_LIB, "_scaled_grouped_reference", "CompositeExplicitAutograd")
+def _scaled_grouped_reference(a, b, scale_a, scale_b, offs=None, out_dtype=None):
+    return scaled_reference(a, b, scale_a, scale_b, offs, out_dtype)
+
+
+NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+def _takes(a, b, scale_a, scale_b, offs) -> bool:
+    """The kernel's operands: every tensor on one CUDA device."""
+    return a.is_cuda and len({x.device for x in (a, b, scale_a, scale_b, offs)
+                              if x is not None}) == 1
+
+
+@torch.library.impl(_LIB, "_scaled_grouped_plan", "CUDA")
+def _scaled_grouped_plan(a, b, scale_a, scale_b, offs, out_dtype, out) -> Tensor:
+    """The launch recipe of one operand signature for the compiled launcher (operands 0 a,
+    1 b, 2 out, 3 offs, 4 scale_a, 5 scale_b), as a CPU uint8 tensor; the "reference" recipe
+    for operands the kernel does not take. Raises ``OperandError`` for bad arguments."""
+    check_scaled(a, b, scale_a, scale_b, offs, out_dtype)
+    if not _takes(a, b, scale_a, scale_b, offs):
+        return _REFERENCE
+    try:
+        plan = plan_grouped(a, b, offs, out, None, NAMES[out_dtype or torch.bfloat16],
+                            scale_a=scale_a, scale_b=scale_b)
+    except OperandError:  # checked above: a layout or alignment the kernel refuses
+        return _REFERENCE
+    launcher.keep_alive(plan)
+    return torch.frombuffer(bytearray(plan.recipe.to_bytes()), dtype=torch.uint8)
+
+
+def _scaled_cuda_python(a, b, scale_a, scale_b, offs=None, out_dtype=None):
+    """The CUDA implementation where the compiled launcher is not loaded: the grouped
+    kernel's FP8 axis on PyTorch's current stream; the reference for operands it does not
+    take (a B that is not K-major, tensors on two devices, strides TMA refuses)."""
     shape = check_scaled(a, b, scale_a, scale_b, offs, out_dtype)
     dt = out_dtype or torch.bfloat16
-    devices = {x.device for x in (a, b, scale_a, scale_b, offs) if x is not None}
-    if len(devices) == 1:
+    if _takes(a, b, scale_a, scale_b, offs):
+        _warn_once()
         out = torch.empty(shape, dtype=dt, device=a.device)
         try:
             return grouped_gemm(a if a.stride(-1) == 1 else a.contiguous(), b,
                                 None if offs is None else offs.contiguous(), out,
-                                scale_a=scale_a, scale_b=scale_b,
-                                out_dtype={torch.bfloat16: "bf16", torch.float16: "fp16",
-                                           torch.float32: "fp32"}[dt],
+                                scale_a=scale_a, scale_b=scale_b, out_dtype=NAMES[dt],
                                 stream=torch.cuda.current_stream(a.device).cuda_stream)
         except OperandError:
             pass
     return scaled_reference(a, b, scale_a, scale_b, offs, out_dtype)
+
+
+if not LAUNCHER:
+    _LIB.impl("scaled_grouped_mm", _scaled_cuda_python, "CUDA")
 
 
 def scaled_grouped_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
