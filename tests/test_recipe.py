@@ -269,3 +269,16 @@ def test_blockwise_quantization_launches_within_the_grid_limits(monkeypatch):
         assert (x, q, scale) == (0x10000 + at * 256 * 2, 0x20000000000 + at * 256,
                                  0x30000000000 + at // 128 * 2 * 4)
         at += n_rows
+
+
+def test_serialized_recipe_keeps_every_operand_index_by_default():
+    """The launcher numbers as many operands as a recipe patches (six for FP8: scale_a and
+    scale_b are 4 and 5): without an order, each patch keeps its index."""
+    from types import SimpleNamespace
+    fn = SimpleNamespace(handle=5, dynamic_smem=0)
+    patches = tuple(rc.Patch(8 * i, PATCH_POINTER, i, 0) for i in range(6))
+    r = rc.Recipe(0, [rc.Launch(fn, (1, 1, 1), (128, 1, 1), bytes(48), patches)], "fp8")
+    data = r.to_bytes()
+    at = 8 + struct.calcsize("<Q6IIi") + 48 + 4
+    got = [struct.unpack_from("<IIIq", data, at + 20 * i)[2] for i in range(6)]
+    assert got == list(range(6))

@@ -262,13 +262,14 @@ class Recipe:
                 params = bytes(params)
             driver.launch(ln.function.handle, ln.grid, ln.block, ln.smem, params, stream)
 
-    def to_bytes(self, order: tuple[int, ...] = (0, 1, 2, 3)) -> bytes:
+    def to_bytes(self, order: tuple[int, ...] | None = None) -> bytes:
         """The recipe for the C++ launcher (little-endian): a header (version, launch count),
         then per launch: CUfunction handle (u64), grid and block (6 x u32), shared memory
         (u32), parameter bytes (u32 length + bytes), patches (u32 count + count x (offset u32,
         kind u32, index u32, delta i64)); then the workspace slots (u32 count + count x
         (nbytes u64, zero u32)). Operand ``i`` of the recipe is the launcher's operand
-        ``order[i]``; a patch index ``WORK_BASE + s`` names slot ``s`` (not mapped)."""
+        ``order[i]`` (default: operand ``i``, for every operand the recipe patches); a patch
+        index ``WORK_BASE + s`` names slot ``s`` (not mapped)."""
         out = bytearray(struct.pack("<II", FORMAT_VERSION, len(self.launches)))
         for ln in self.launches:
             out += struct.pack("<Q6IIi", ln.function.handle, *ln.grid, *ln.block, ln.smem,
@@ -276,7 +277,7 @@ class Recipe:
             out += ln.params
             out += struct.pack("<I", len(ln.patches))
             for p in ln.patches:
-                index = order[p.index] if p.index < WORK_BASE else p.index
+                index = order[p.index] if order and p.index < WORK_BASE else p.index
                 out += struct.pack("<IIIq", p.offset, p.kind, index, p.delta)
         out += struct.pack("<I", len(self.workspaces))
         for w in self.workspaces:
