@@ -242,20 +242,16 @@ def check_fp8(A, B, scale_a, scale_b, D=None, bias=None, out: str | None = None,
 
 def _out_dtype(D, out: str | None) -> str:
     """D's dtype: ``out`` (bf16, fp16, fp32; torch dtypes and NumPy names accepted), else
-    D's own, else bf16."""
-    if out is not None:
-        name = dtype_name(out)
-        if name not in OUT_DTYPES:
-            raise OperandError(f"out_dtype must be one of bf16, fp16, fp32 (or the torch "
-                               f"dtypes); got {out!r}")
-        return name
-    if D is not None:
-        name = array_dtype(D)
-        if name not in OUT_DTYPES:
-            raise OperandError(f"D has dtype {getattr(D, 'dtype', None)}; FP8 GEMMs write "
-                               f"bf16, fp16 or fp32")
-        return name
-    return "bf16"
+    D's own, else bf16. Raises ``OperandError`` naming the one that is none of these."""
+    if out is None and D is None:
+        return "bf16"
+    name = dtype_name(out) if out is not None else array_dtype(D)
+    if name not in OUT_DTYPES:
+        raise OperandError(
+            f"out_dtype must be one of bf16, fp16, fp32 (or the torch dtypes); got {out!r}"
+            if out is not None else
+            f"D has dtype {getattr(D, 'dtype', None)}; FP8 GEMMs write bf16, fp16 or fp32")
+    return name
 
 
 def host_scale(arg: ScaleArg) -> np.ndarray:

@@ -100,6 +100,25 @@ OUTPUT_RULES: tuple[Rule, ...] = (
 """The 16-bit-input families' output rules (wgmma, grouped): a 16-bit C in the inputs' dtype."""
 
 
+HOPPER_HELP = {
+    "bn": "block tile columns (N) = wgmma N: 8 to 256 in steps of 8",
+    "consumers": "consumer warpgroups (1 or 2)",
+    "stages": "TMA ring depth",
+    "cluster_m": "CTAs per cluster along M (B multicast)",
+    "cluster_n": "CTAs per cluster along N (A multicast)",
+    "group": "M tile rows per raster group",
+    "regs_producer": "setmaxnreg count of the producer (0: none)",
+    "regs_consumer": "setmaxnreg count of the consumers (0: none)",
+}
+"""Command-line help of the Hopper families' shared fields, in their words (a family takes
+those it has, ``hopper_help``, adds its own and may say more of one)."""
+
+
+def hopper_help(config) -> dict[str, str]:
+    """``HOPPER_HELP``'s entries for the fields of the config class ``config``."""
+    return {k: v for k, v in HOPPER_HELP.items() if k in config.__dataclass_fields__}
+
+
 @dataclass(frozen=True)
 class Param:
     """One kernel parameter, declared once for the kernel's signature (``signature``) and for

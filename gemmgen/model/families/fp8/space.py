@@ -4,6 +4,7 @@ from __future__ import annotations
 import itertools
 
 from ...config import Family, Preset
+from ..hopper import hopper_help
 from .config import Fp8Config
 
 
@@ -120,19 +121,16 @@ FAMILY = Family(
     defaults={"e4m3": "fp8_tensor_fast", "e5m2": "fp8_grad_e5m2"},
     flag_defaults={},
     field_help={
+        **hopper_help(Fp8Config),
+        "regs_producer": "setmaxnreg count of the producer (always: the family's consumers "
+                         "need the registers)",
+        "regs_consumer": "setmaxnreg count of the consumers",
         "bm": "block tile rows (M): 64 per consumer warpgroup slice",
-        "bn": "block tile columns (N) = wgmma N: 8 to 256 in steps of 8",
         "bk": "block tile depth (K): 128 (one 128-byte swizzle row)",
         "dtype": "A dtype", "b_dtype": "B's FP8 dtype", "out": "D dtype",
         "scaling": "tensor, row (per token x per channel) or block (1x128 A, 128x128 B)",
         "promote": "K elements between fp32 promotions (0: fast accumulation)",
         "partials": "partial accumulator sets (2: promotion overlaps the next wgmmas)",
-        "consumers": "consumer warpgroups (1 or 2)",
-        "stages": "TMA ring depth", "cluster_m": "CTAs per cluster along M (B multicast)",
-        "cluster_n": "CTAs per cluster along N (A multicast)",
-        "group": "M tile rows per raster group",
-        "regs_producer": "setmaxnreg count of the producer",
-        "regs_consumer": "setmaxnreg count of the consumers",
         "store": "epilogue: direct, or tma (staged, TMA store overlapping the next tile)",
         "split_k": "slices of K, reduced in the kernel by the last slice (1: none)",
     },

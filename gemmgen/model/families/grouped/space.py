@@ -5,6 +5,7 @@ import itertools
 
 from ...config import Family, Preset
 from ...dtypes import ELEM_BYTES, FP8_DTYPES
+from ..hopper import hopper_help
 from .config import GroupedConfig
 
 _BASE = {"bm": 128, "bn": 256, "bk": 64, "dtype": "bf16", "out": "bf16", "consumers": 2,
@@ -109,14 +110,12 @@ FAMILY = Family(
     defaults={"fp16": "grouped_fp16", "bf16": "grouped_bf16", "e4m3": "grouped_fp8"},
     flag_defaults={},
     field_help={
+        **hopper_help(GroupedConfig),
         "grouping": "m (groups differ in M: forward, dgrad) or k (groups differ in K: wgrad)",
         "bm": "block tile rows (M): 64 per consumer warpgroup and more",
-        "bn": "block tile columns (N) = wgmma N: 8 to 256 in steps of 8",
         "bk": "block tile depth (K): 128 bytes / element size",
         "consumers": "consumer warpgroups (1 or 2, cooperative)",
-        "stages": "TMA ring depth", "group": "M tile rows per raster group inside a group",
-        "regs_producer": "setmaxnreg count of the producer (0: none)",
-        "regs_consumer": "setmaxnreg count of the consumers (0: none)",
+        "group": "M tile rows per raster group inside a group",
         "order": "M-grouped tile order: forward (group by group) or ends (even tiles from "
                  "the front, odd ones from the back)",
     },

@@ -5,6 +5,7 @@ import itertools
 
 from ...config import Family, Preset
 from ...dtypes import ELEM_BYTES, stored_as
+from ..hopper import hopper_help
 from ..simt import PRESETS as SIMT_PRESETS
 from ..wmma import WmmaConfig
 from .config import WgmmaConfig
@@ -147,21 +148,15 @@ FAMILY = Family(
     defaults={"fp16": "wgmma_tma_store", "bf16": "wgmma_bf16", "tf32": "wgmma_tf32"},
     flag_defaults={},
     field_help={
+        **hopper_help(WgmmaConfig),
         "bm": "block tile rows (M), a multiple of 64 per consumer warpgroup",
-        "bn": "block tile columns (N) = wgmma N: 8 to 256 in steps of 8",
         "bk": "block tile depth (K): swizzle bytes / element size",
         "dtype": "A and B dtype", "out": "C dtype",
-        "consumers": "consumer warpgroups (1 or 2)",
         "pingpong": "two consumers take alternate tiles instead of sharing one",
         "producer": "a producer warpgroup issues the TMA loads (warp specialization)",
-        "stages": "TMA ring depth (wgmma)",
         "swizzle": "shared-memory swizzle width in bytes: 128, 64 or 32",
-        "cluster_m": "CTAs per cluster along M (B multicast)",
-        "cluster_n": "CTAs per cluster along N (A multicast)",
         "persistent": "one CTA per SM looping over tiles",
-        "raster": "tile order: grouped or snake", "group": "M tile rows per raster group",
-        "regs_producer": "setmaxnreg count of the producer (0: none)",
-        "regs_consumer": "setmaxnreg count of the consumers (0: none)",
+        "raster": "tile order: grouped or snake",
         "store": "epilogue: tma (stmatrix + TMA store) or direct",
         "split_k": "slices of K, reduced by a second kernel (1: none)",
         "math": "native, or 3xtf32 (FP32-accurate tf32 products; dtype tf32)",
