@@ -504,7 +504,18 @@ EXTRA_CASES = [
     ("tune --m 4096 --n 4096 --k 4096 --groups 8 --dtype bf16 --db x.json", U,
      "grouped tuning file"),
     ("emit --preset smem -o missing/dir/k.cu", U, "does not exist"),
+    # FP8 grouped kernels are explained, not tuned yet
+    ("tune --m 4096 --n 4096 --k 4096 --groups 8 --dtype e4m3", U, "not tuned"),
+    ("explain 4096 4096 4096 --groups 8 --dtype fp32", U, "or e4m3/e5m2 with block scales"),
 ]
+
+
+def test_explain_groups_names_the_fp8_grouped_kernel(workdir):
+    """explain --groups --dtype e4m3: the grouped kernel's FP8 axis, bf16 out, block scales."""
+    got = invoke("explain 32768 4096 7168 --groups 256 --dtype e4m3".split())
+    assert got.exit_code == 0, got.output
+    assert "gemm_grouped_m_e4m3_128x128x" in got.output and "out bf16" in got.output
+    assert "_sblock" in got.output
 
 
 @pytest.mark.parametrize("line, code, match", EXTRA_CASES, ids=[c[0] for c in EXTRA_CASES])

@@ -308,11 +308,15 @@ def _stored(db, req) -> dict:
     raise click.ClickException(f"nothing tuned for {req.dtype} {req.m}x{req.n}x{req.k} in {db.path}")
 
 
-def check_grouped(dtype: str, dist: str) -> None:
-    """The arguments every grouped command checks: an fp16 or bf16 dtype and a distribution
-    it can draw; BadParameter naming the option otherwise."""
-    if dtype not in ("fp16", "bf16"):
-        raise click.BadParameter("grouped kernels take fp16 or bf16", param_hint="--dtype")
+def check_grouped(dtype: str, dist: str, fp8: bool = False) -> None:
+    """The arguments every grouped command checks: an fp16 or bf16 dtype (e4m3/e5m2 too where
+    ``fp8``: FP8 experts are chosen, not tuned yet) and a distribution it can draw;
+    BadParameter naming the option otherwise."""
+    if dtype not in ("fp16", "bf16", *(("e4m3", "e5m2") if fp8 else ())):
+        raise click.BadParameter("grouped kernels take fp16 or bf16" + (
+            ", or e4m3/e5m2 with block scales" if fp8 else
+            " here (FP8 grouped kernels are chosen by gemmgen explain --groups, not tuned)"),
+            param_hint="--dtype")
     try:
         row_counts(dist, 8, 2)
     except ValueError as exc:

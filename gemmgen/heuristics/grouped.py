@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..model.dtypes import ELEM_BYTES
+from ..model.dtypes import ELEM_BYTES, FP8_DTYPES
 from ..model.families import config_from_dict
 from ..model.families.grouped import PRESETS as GROUPED_PRESETS, GroupedConfig, space
 from . import cost, grouped_db
@@ -323,7 +323,7 @@ def explain_grouped(dtype: str, groups: int, rows: int, n: int, k: int, dist: st
     ``grouped_db.load``, for GPU ``gpu``, else from the totals alone), the distribution's
     shape, the schedule (tiles per CTA) and every tile shape's predicted time on it."""
     layout = layout or ("rcr" if grouping == "m" else "crr")
-    out = out or dtype
+    out = out or ("bf16" if dtype in FP8_DTYPES else dtype)
     ch = choose(dtype, grouping, layout, out, groups, rows, n, k, None, sms)
     won = grouped_db.winner(tuned or {}, gpu or "", dtype, out, grouping, layout, groups, rows,
                             n, k)
