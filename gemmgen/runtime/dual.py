@@ -7,12 +7,12 @@ any pair)."""
 from __future__ import annotations
 
 from ..model.dtypes import ELEM_BYTES
-from .recipe import grid_pieces, offset, workspace
+from .recipe import GRID_LIMIT_YZ, grid_pieces, offset, workspace
 from .tma import MapSpec
 
 
 def dual_b(kernel, dev, before: list, work: list, k: int, n: int, batch: int, b: tuple,
-           up: tuple, pack_threads: int, max_grid_y: int) -> tuple:
+           up: tuple, pack_threads: int) -> tuple:
     """((pointer, ld, batch-stride flag) of B for the kernel's parameters, the tensor map's
     ``MapSpec``, the path note). ``b`` and ``up``: (pointer, ld, batch stride) of Bg and Bu;
     pointers may be ``Ref``s (the map's address is Bg's, patched per call; the distance to Bu
@@ -37,7 +37,7 @@ def dual_b(kernel, dev, before: list, work: list, k: int, n: int, batch: int, b:
     for part, (ptr, ld, stride) in enumerate(((b_ptr, ldb, sb), (u_ptr, ldu, su))):
         dst = buf.shifted(part * n * ld_new * item)
         for z0, nz in grid_pieces(nb):  # rows loop in the kernel; batches beyond 65535 here
-            grid = (-(-units // pack_threads), min(n, max_grid_y), nz)
+            grid = (-(-units // pack_threads), min(n, GRID_LIMIT_YZ), nz)
             before.append(kernel._helper(dev, "pack", grid, (pack_threads, 1, 1), (
                 offset(ptr, z0 * stride * item), ld, stride, offset(dst, z0 * per * item),
                 ld_new, per if nb > 1 else 0, n, k)))

@@ -16,14 +16,13 @@ from ..codegen.render import render_template
 from ..compile.cache import compile_cached
 from ..model.dtypes import CTYPES, ELEM_BYTES, FP8_MAX
 from . import driver
-from .recipe import field_offsets, grid_pieces, offset, pack
+from .recipe import GRID_LIMIT_YZ, field_offsets, grid_pieces, offset, pack
 
 GROUPS = ("1x128", "128x128", "row", "tensor")
 THREADS = 256
 GROUP = 128
 ELEMS = GROUP // 32          # 1x128: each lane of a warp quantizes 4 consecutive values
 ROWS_PER_CTA = THREADS // 32  # 1x128: a warp per (row, group)
-MAX_GRID = 65535
 INTERP = {"e4m3": "__NV_E4M3", "e5m2": "__NV_E5M2"}
 SIGNATURES = {"1x128": "PqiiPqPqqf", "128x128": "PqiiPqPqqf", "amax": "PqiiPi",
               "apply": "PqiiPiPqPf"}
@@ -90,11 +89,12 @@ def quantize(group: str, in_dtype: str, fp8: str, x: int, ldx: int, rows: int, c
         if group in ("1x128", "128x128"):
             if group == "1x128":  # its rows loop over grid y
                 ys = -(-rows // ROWS_PER_CTA)
-                _launch(mod, f"{name}_{group}", group, (-(-cols // GROUP), min(ys, MAX_GRID), 1),
+                _launch(mod, f"{name}_{group}", group,
+                        (-(-cols // GROUP), min(ys, GRID_LIMIT_YZ), 1),
                         (x, ldx, rows, cols, q, ldq, scale, ss_r, ss_c, floor), stream)
                 return
             item = ELEM_BYTES[in_dtype]  # 128x128: one CTA per block, launched in pieces
-            for r0, nr in grid_pieces(rows, GROUP, MAX_GRID):
+            for r0, nr in grid_pieces(rows, GROUP, GRID_LIMIT_YZ):
                 _launch(mod, f"{name}_{group}", group, (-(-cols // GROUP), -(-nr // GROUP), 1),
                         (offset(x, r0 * ldx * item), ldx, nr, cols, offset(q, r0 * ldq), ldq,
                          offset(scale, r0 // GROUP * ss_r * 4), ss_r, ss_c, floor), stream)
@@ -102,7 +102,7 @@ def quantize(group: str, in_dtype: str, fp8: str, x: int, ldx: int, rows: int, c
         per_row = 1 if group == "row" else 0
         if group == "row" and ss_r != 1:
             raise ValueError("row scales are written contiguously (ss_r = 1)")
-        grid = (min(-(-cols // THREADS), 64), min(rows, MAX_GRID), 1)
+        grid = (min(-(-cols // THREADS), 64), min(rows, GRID_LIMIT_YZ), 1)
         _launch(mod, f"{name}_amax", "amax", grid, (x, ldx, rows, cols, amax, per_row), stream)
         _launch(mod, f"{name}_apply", "apply", grid,
                 (x, ldx, rows, cols, amax, per_row, q, ldq, scale, floor), stream)

@@ -11,9 +11,8 @@ from .device import pycuda_context
 from .epilogue_args import EXTRA, check_epilogue, tree_of
 from .operands import (GemmArgs, OperandError, check_gemm, check_one_device, check_scalars,
                        describe)
-from .recipe import KernelArgs
+from .recipe import GRID_LIMIT_YZ, KernelArgs
 
-GRID_LIMIT_YZ = 65535
 DEFAULT_STREAMS = (None, 0, 1, 2)  # CUDA array interface: none, legacy, per-thread default
 
 

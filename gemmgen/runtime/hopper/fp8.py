@@ -10,8 +10,6 @@ from ..recipe import GRID_LIMIT_YZ, KernelArgs, Launch, Recipe, field_offsets, p
 from ..tma import MapSpec, encoded, operand_map
 from .base import NO_MAP, HopperLaunch
 
-MAX_GRID_Y = GRID_LIMIT_YZ  # the pack's rows loop beyond it
-
 
 class Fp8Launch(HopperLaunch):
     """The fp8 family's calls. ``launches`` packs the parameter block and adds, before the GEMM,
@@ -125,7 +123,7 @@ class Fp8Launch(HopperLaunch):
         s_row, s_col = (ld, 1) if k_major else (1, ld)
         tile = self.config.template_constants()["PACK_TILE"]
         threads = self.config.template_constants()["PACK_THREADS"]
-        grid = (-(-k // tile), min(-(-rows // tile), MAX_GRID_Y), 1)
+        grid = (-(-k // tile), min(-(-rows // tile), GRID_LIMIT_YZ), 1)
         params, patches = pack(TRANSPOSE_STRUCT, TRANSPOSE_OFFSETS,
                                (ptr, s_row, s_col, buf, ld_new, rows, k))
         before.append(Launch(self.function(dev, "pack"), grid, (threads, 1, 1), params, patches))

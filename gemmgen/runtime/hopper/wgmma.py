@@ -109,7 +109,7 @@ class WgmmaLaunch(HopperLaunch):
         if cfg.dual and reads:
             (b_ptr, ldb, stride_b), b_spec, note = dual_b(
                 self, dev, before, work, k, n, batch, (b_ptr, ldb, stride_b),
-                args.up or (0, 0, 0), PACK_THREADS, MAX_GRID_Y)
+                args.up or (0, 0, 0), PACK_THREADS)
             path += [note] if note else []
         if reads and cfg.math == "3xtf32":
             (a_ptr, lda, stride_a), (b_ptr, ldb, stride_b) = self._split3(
@@ -196,7 +196,7 @@ class WgmmaLaunch(HopperLaunch):
         stride_new = rows * ld_new if stride else 0
         buf = workspace(work, f"pack {name}", rows * ld_new * nb * item)
         for z0, nz in grid_pieces(nb):  # rows loop in the kernel; batches beyond 65535 here
-            grid = (-(-(-(-cols // vec)) // PACK_THREADS), min(rows, MAX_GRID_Y), nz)
+            grid = (-(-(-(-cols // vec)) // PACK_THREADS), min(rows, GRID_LIMIT_YZ), nz)
             before.append(self._helper(dev, "pack", grid, (PACK_THREADS, 1, 1), (
                 offset(ptr, z0 * stride * item), ld, stride,
                 offset(buf, z0 * stride_new * item), ld_new, stride_new, rows, cols)))
@@ -255,7 +255,7 @@ class WgmmaLaunch(HopperLaunch):
         ldp = -(-inner // 4) * 4
         slice_ = outer * ldp
         buf = workspace(work, "split-K", slice_ * batch * cfg.split_k * 4)
-        grid = (-(-inner // REDUCE_THREADS), min(outer, MAX_GRID_Y), batch)
+        grid = (-(-inner // REDUCE_THREADS), min(outer, GRID_LIMIT_YZ), batch)
         if batch > GRID_LIMIT_YZ and not self._epi:  # rows loop; batches go in pieces
             item = ELEM_BYTES[cfg.out]
             for b0, nz in grid_pieces(batch):
@@ -286,6 +286,5 @@ kernel parameters)."""
 HELPER_OFFSETS = {k: field_offsets(v) for k, v in HELPER_STRUCTS.items()}
 PACK_THREADS = 256    # <name>_pack: threads per block, one 16-byte vector each
 REDUCE_THREADS = 256  # <name>_reduce: threads per block, one element of C each
-MAX_GRID_Y = GRID_LIMIT_YZ  # helper kernels loop over rows beyond it
 
 
