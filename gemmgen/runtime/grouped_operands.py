@@ -61,7 +61,7 @@ class GroupedArgs:
         return KernelArgs(self.rows, self.n, self.k, a, lda, b, ldb, c, ldc,
                           stride_a=stride_a, stride_b=stride_b, stride_c=stride_c,
                           grouping=self.grouping, mode=self.mode, groups=self.groups,
-                          offs=index, **(scales if scales else {}))
+                          offs=index, **(scales or {}))
 
     def scale_kwargs(self, scale_a=None, scale_b=None) -> dict:
         """The ``KernelArgs`` scale fields for the scales' pointers (ints or ``Ref``s); empty

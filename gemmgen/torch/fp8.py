@@ -272,12 +272,13 @@ def quantize_reference(x: Tensor, block=(1, 128), dtype: torch.dtype = torch.flo
 
 
 def dequantize(q: Tensor, scale: Tensor, block=(1, 128)) -> Tensor:
-    """``q * scale`` broadcast over its groups, in float32 (the inverse of ``quantize``)."""
+    """``q * scale`` broadcast over its groups, in float32 (the inverse of ``quantize``); the
+    last two dimensions are the matrix, any before them a batch that ``scale`` has too."""
     group = _group(block)
-    rows, cols = q.shape
+    rows, cols = q.shape[-2:]
     s = scale.float()
     if group == "1x128":
-        s = s.repeat_interleave(128, dim=1)[:, :cols]
+        s = s.repeat_interleave(128, dim=-1)[..., :cols]
     elif group == "128x128":
-        s = s.repeat_interleave(128, dim=0).repeat_interleave(128, dim=1)[:rows, :cols]
+        s = s.repeat_interleave(128, dim=-2).repeat_interleave(128, dim=-1)[..., :rows, :cols]
     return q.float() * s

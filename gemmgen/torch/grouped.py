@@ -77,7 +77,7 @@ def check_args(a: Tensor, b: Tensor, offs: Tensor | None, out_dtype) -> tuple[st
     return form, (a.shape[1], b.shape[1])
 
 
-def _bounds(offs: Tensor, total: int) -> list[tuple[int, int]]:
+def group_bounds(offs: Tensor, total: int) -> list[tuple[int, int]]:
     """(begin, end) of each group, clamped as the kernel clamps them."""
     out, end = [], 0
     for v in offs.tolist():
@@ -98,13 +98,13 @@ def reference(a: Tensor, b: Tensor, offs: Tensor | None = None, out_dtype=None) 
     if form == "3d3d":
         out = torch.bmm(a.to(acc), b.to(acc))
     elif form == "2d3d":
-        for g, (s, e) in enumerate(_bounds(offs, a.shape[0])):
+        for g, (s, e) in enumerate(group_bounds(offs, a.shape[0])):
             out[s:e] = a[s:e].to(acc) @ b[g].to(acc)
     elif form == "2d2d":
-        for g, (s, e) in enumerate(_bounds(offs, a.shape[1])):
+        for g, (s, e) in enumerate(group_bounds(offs, a.shape[1])):
             out[g] = a[:, s:e].to(acc) @ b[s:e].to(acc)
     else:
-        for g, (s, e) in enumerate(_bounds(offs, b.shape[1])):
+        for g, (s, e) in enumerate(group_bounds(offs, b.shape[1])):
             out[:, s:e] = a[g].to(acc) @ b[:, s:e].to(acc)
     return out.to(dt).contiguous()
 

@@ -28,6 +28,8 @@ from torch import Tensor
 from ..runtime.grouped_api import grouped_gemm, plan_grouped
 from ..runtime.operands import OperandError
 from . import launcher
+from .fp8 import dequantize
+from .grouped import group_bounds
 from .ops import _LIB, _REFERENCE, LAUNCHER, _warn_once
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -61,28 +63,18 @@ def check_scaled(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, offs: T
     return (*a.shape[:-1], n)
 
 
-def _expand(s: Tensor, rows: int, cols: int, rb: int) -> Tensor:
-    """Block scales [..., R, KB] broadcast to [..., rows, cols] (rb rows and 128 columns per
-    scale)."""
-    return s.repeat_interleave(rb, -2)[..., :rows, :].repeat_interleave(128, -1)[..., :cols]
-
-
 def scaled_reference(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
                      offs: Tensor | None = None, out_dtype=None) -> Tensor:
-    """The op by PyTorch: the dequantized operands multiplied per group in float32 (float64
-    scales give a float64 reference), rounded to ``out_dtype``."""
+    """The op by PyTorch: the dequantized operands (``gemmgen.torch.fp8.dequantize``)
+    multiplied per group in float32, rounded to ``out_dtype``."""
     shape = check_scaled(a, b, scale_a, scale_b, offs, out_dtype)
-    acc = torch.float64 if scale_a.dtype == torch.float64 else torch.float32
-    g, k, n = b.shape
-    w = b.transpose(1, 2).to(acc) * _expand(scale_b.to(acc), n, k, 128)   # [G, N, K]
-    x = a.to(acc) * _expand(scale_a.to(acc), a.shape[-2], k, 1)
+    w = dequantize(b.transpose(1, 2), scale_b, (128, 128))     # the experts' [G, N, K]
+    x = dequantize(a, scale_a, (1, 128))
     if a.dim() == 3:
         out = torch.bmm(x, w.transpose(1, 2))
     else:
-        out = torch.zeros(shape, dtype=acc, device=a.device)
-        end = 0
-        for i, v in enumerate(offs.tolist()):
-            begin, end = end, min(max(int(v), end), a.shape[0])
+        out = torch.zeros(shape, dtype=torch.float32, device=a.device)
+        for i, (begin, end) in enumerate(group_bounds(offs, a.shape[0])):
             out[begin:end] = x[begin:end] @ w[i].t()
     return out.to(out_dtype or torch.bfloat16).contiguous()
 
