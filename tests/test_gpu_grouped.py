@@ -229,12 +229,8 @@ def test_fp8_m_grouped_contiguous_against_float64(dist, out_dtype):
                        out_dtype=out_dtype)
     torch.cuda.synchronize()
     assert got is out
-    start = 0
-    for g, c in enumerate(counts):
-        ref = ad[start:start + c] @ wd[g].t()
-        _check_fp8(out[start:start + c], ref, FP8_TOL[out_dtype], f"{dist} group {g}")
-        start += c
-    assert float(out[start:].double().abs().max()) == 0.0, "rows past offs[G-1] not zero"
+    end = _check_fp8_groups(out, ad, wd, counts, dist, out_dtype)
+    assert float(out[end:].double().abs().max()) == 0.0, "rows past offs[G-1] not zero"
 
 
 def _check_fp8(out, ref, tol, what):
@@ -245,6 +241,17 @@ def _check_fp8(out, ref, tol, what):
         return
     err = float(torch.linalg.norm(got - ref)) / norm
     assert err <= tol, (what, err, tol)
+
+
+def _check_fp8_groups(out, ad, wd, counts, what, out_dtype="bf16") -> int:
+    """Each group's rows of ``out`` (one after another, ``counts`` of them) against float64 of
+    its dequantized tokens ``ad`` times its expert ``wd[g]``; the first row past the groups."""
+    start = 0
+    for g, c in enumerate(counts):
+        _check_fp8(out[start:start + c], ad[start:start + c] @ wd[g].t(), FP8_TOL[out_dtype],
+                   f"{what} group {g}")
+        start += c
+    return start
 
 
 def test_fp8_m_grouped_masked_through_the_kernel_call():
@@ -284,11 +291,7 @@ def test_fp8_grouped_graph_replays_follow_new_offsets():
     out.fill_(float("nan"))
     graph.replay()
     torch.cuda.synchronize()
-    start = 0
-    for g, c in enumerate(new):
-        _check_fp8(out[start:start + c], ad[start:start + c] @ wd[g].t(), FP8_TOL["bf16"],
-                   f"replay group {g}")
-        start += c
+    _check_fp8_groups(out, ad, wd, new, "replay")
 
 
 def test_fp8_torch_op_against_float64_and_under_torch_compile():
@@ -301,11 +304,7 @@ def test_fp8_torch_op_against_float64_and_under_torch_compile():
     offs, b = _offs(counts), w.transpose(1, 2)
     got = gt.grouped_mm(a, b, offs, scale_a=sa, scale_b=sw)
     torch.cuda.synchronize()
-    start = 0
-    for g, c in enumerate(counts):
-        _check_fp8(got[start:start + c], ad[start:start + c] @ wd[g].t(), FP8_TOL["bf16"],
-                   f"op group {g}")
-        start += c
+    _check_fp8_groups(got, ad, wd, counts, "op")
     fn = torch.compile(lambda *x: gt.grouped_mm(x[0], x[1], x[2], scale_a=x[3], scale_b=x[4]),
                        fullgraph=True)
     assert torch.equal(fn(a, b, offs, sa, sw), got)
@@ -331,8 +330,4 @@ def test_fp8_op_from_the_compiled_launcher_inside_a_graph():
     offs.copy_(_offs(new))
     graph.replay()
     torch.cuda.synchronize()
-    start = 0
-    for g, c in enumerate(new):
-        _check_fp8(out[start:start + c], ad[start:start + c] @ wd[g].t(), FP8_TOL["bf16"],
-                   f"launcher replay group {g}")
-        start += c
+    _check_fp8_groups(out, ad, wd, new, "launcher replay")
