@@ -49,7 +49,7 @@ def test_each_family_takes_its_call_through_the_one_kernel_call(monkeypatch):
 
 def test_a_grouped_kernel_refuses_alpha_beta_and_bias_by_name():
     from gemmgen.runtime.grouped_api import call_grouped
-    for name, value in (("alpha", 2.0), ("beta", 1.0), ("bias", object())):
+    for name, value in (("alpha", 2.0), ("beta", 1.0), ("bias", object()), ("bias", np.ones(3))):
         with pytest.raises(OperandError, match=f"^{name} = "):
             call_grouped(None, None, None, **{name: value})
 

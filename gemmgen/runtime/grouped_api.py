@@ -17,7 +17,7 @@ from .build import CALLS, build
 from .device import device_identity
 from .grouped_operands import GroupedArgs, check_grouped
 from .launch import allocator
-from .operands import OperandError, check_one_device, describe
+from .operands import OperandError, check_one_device, check_scalars, describe
 from .plans import _sync_cupy_producers, signature
 from .recipe import Recipe, Ref
 
@@ -190,9 +190,11 @@ def call_grouped(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0,
     """A grouped-family kernel's call (``Kernel.__call__``): ``grouped_gemm(A, B, offs, C,
     counts=counts, config=kernel.config)``, C the output. The grouped kernels compute A @ B
     alone: alpha other than 1, beta other than 0 or a bias raise ``OperandError`` naming it."""
-    for name, value, plain in (("alpha", alpha, 1.0), ("beta", beta, 0.0), ("bias", bias, None)):
-        if value is not plain and value != plain:
-            raise OperandError(f"{name} = {value!r}: a grouped kernel computes A @ B per group "
+    alpha, beta = check_scalars(alpha, beta)
+    for name, shown, plain in (("alpha", alpha, alpha == 1.0), ("beta", beta, beta == 0.0),
+                               ("bias", f"a {type(bias).__name__}", bias is None)):
+        if not plain:
+            raise OperandError(f"{name} = {shown}: a grouped kernel computes A @ B per group "
                                f"(alpha 1, beta 0, no bias)")
     return grouped_gemm(A, B, offs, C, counts=counts, out_dtype=out_dtype,
                         config=kernel.config, stream=stream, scale_a=scale_a, scale_b=scale_b)
