@@ -562,7 +562,7 @@ def test_the_kernel_arguments_carry_scales_for_fp8_only():
     refs = [Ref(i, (i + 1) << 20) for i in range(6)]
     for args in (check_grouped(_t((64, 32)), _t((2, 32, 16)), Dev((2,), "<i4")), _fp8_call()):
         scales = refs[4:4 + len(args.scales)]
-        got = args.problem(*refs[:4], 16, 0, args.scale_kwargs(*scales))
+        got = args.problem(*refs[:4], 16, 0, *scales)
         assert (got.scale_a, got.scale_b) == ((None, None) if not args.scales else (
             Scale(refs[4], *args.scales[0][1:]), Scale(refs[5], *args.scales[1][1:])))
         assert (got.m, got.groups, got.offs, got.grouping) == (args.rows, args.groups, refs[3],

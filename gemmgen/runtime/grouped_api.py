@@ -124,7 +124,7 @@ def plan_grouped(A, B, offs=None, out=None, counts=None, out_dtype=None, expecte
                                              *scale_ptrs))]
     stride_c = c.batch_stride if c.batch and c.batch > 1 else 0
     problem = args.problem(refs[0], refs[1], refs[2], refs[3] if args.index_ptr else 0,
-                           c.lds["r"], stride_c, args.scale_kwargs(*refs[4:6]))
+                           c.lds["r"], stride_c, *refs[4:6])
     with driver.on_device(device):
         recipe = kernel.launches(problem, device)
     kinds = {type(x).__module__.split(".")[0] for x in (A, B, offs, counts, out, scale_a, scale_b)

@@ -49,27 +49,23 @@ class GroupedArgs:
     """FP8: (pointer, strides) of scale_a and of scale_b, the strides in elements as the kernel
     reads them: A's per row, K block and matrix; B's per 128-column block, K block and expert."""
 
-    def problem(self, a, b, c, index, ldc: int, stride_c: int, scales: dict | None = None
+    def problem(self, a, b, c, index, ldc: int, stride_c: int, scale_a=None, scale_b=None
                 ) -> KernelArgs:
         """The grouped kernel's ``KernelArgs`` with these pointers (ints or ``Ref``s) for A,
-        B, C and the offsets, and C's leading dimension and matrix stride; ``scales`` the
-        FP8 scale fields (``scale_kwargs``)."""
+        B, C and the offsets, C's leading dimension and matrix stride, and for FP8 inputs the
+        scales' pointers (read with the strides of ``scales``)."""
         lda = self.a.lds[self.layout[0]]
         ldb = self.b.lds[self.layout[1]]
         stride_a = _stride(self.a, self.a.shape[0] * lda)
         stride_b = _stride(self.b, 0)
+        scales = {}
+        if self.scales:
+            (_, *sa), (_, *sb) = self.scales
+            scales = {"scale_a": Scale(scale_a, *sa), "scale_b": Scale(scale_b, *sb)}
         return KernelArgs(self.rows, self.n, self.k, a, lda, b, ldb, c, ldc,
                           stride_a=stride_a, stride_b=stride_b, stride_c=stride_c,
                           grouping=self.grouping, mode=self.mode, groups=self.groups,
-                          offs=index, **(scales or {}))
-
-    def scale_kwargs(self, scale_a=None, scale_b=None) -> dict:
-        """The ``KernelArgs`` scale fields for the scales' pointers (ints or ``Ref``s); empty
-        for 16-bit inputs (which pass none)."""
-        if not self.scales:
-            return {}
-        (_, *sa), (_, *sb) = self.scales
-        return {"scale_a": Scale(scale_a, *sa), "scale_b": Scale(scale_b, *sb)}
+                          offs=index, **scales)
 
 
 def _stride(op: Operand, default: int) -> int:
