@@ -89,6 +89,7 @@ namespace gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_dir
 [[maybe_unused]] constexpr int SMEM_OPTIN = 232448;
 [[maybe_unused]] constexpr int SWIZZLE = 128;
 [[maybe_unused]] constexpr int BLOCK = 128;
+[[maybe_unused]] constexpr int B_SCALE_SPAN = 256;
 [[maybe_unused]] constexpr int K_MAJOR = 1;
 [[maybe_unused]] constexpr int PROMOTE = 128;
 [[maybe_unused]] constexpr int PROMOTE_STAGES = 1;
@@ -182,7 +183,7 @@ static_assert((K_MAJOR == 1), "F16 k-major-only: K_MAJOR == 1");
 static_assert((PROMOTE == 0 || PROMOTE == 128 || PROMOTE == 256 || PROMOTE == 512 || PROMOTE == 1024), "F17 promote-interval: PROMOTE in {0, 128, 256, 512, 1024}");
 static_assert(!(PROMOTE == 0) || (SCALE_BLOCK == 0), "F18 fast-needs-tensor-or-row: SCALE_BLOCK == 0 when PROMOTE == 0");
 static_assert(!(BLOCK_PROMOTED == 1) || (PROMOTE == BLOCK), "F19 block-promote-128: PROMOTE == BLOCK when BLOCK_PROMOTED == 1");
-static_assert(!(SCALE_BLOCK == 1) || (BN <= BLOCK), "F20 block-b-scale-span: BN <= BLOCK when SCALE_BLOCK == 1");
+static_assert(!(SCALE_BLOCK == 1) || (BN <= B_SCALE_SPAN), "F20 block-b-scale-span: BN <= B_SCALE_SPAN when SCALE_BLOCK == 1");
 static_assert((PARTIALS == 1 || PARTIALS == 2), "F21 partials-range: PARTIALS in {1, 2}");
 static_assert(!(PARTIALS == 2) || (PROMOTE >= 1), "F22 partials-need-promotion: PROMOTE >= 1 when PARTIALS == 2");
 static_assert(!(PARTIALS == 2) || (PROMOTE == 0 || PROMOTE == 128), "F23 partials-per-block: PROMOTE in {0, 128} when PARTIALS == 2");
@@ -520,11 +521,15 @@ gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf1
             // in-flight group across iterations makes ptxas serialize the wgmmas, C7514; pairs that
             // drain at the end of each iteration do not.)
             float P0[M_ITERS][ACC], P1[M_ITERS][ACC];
-            Scales S0, S1;
+            Scales S0, S1, N0, N1;
+            if (w.nk > 0) load_scales(N0, w.kb0);
+            if (w.nk > 1) load_scales(N1, w.kb0 + 1);
             int kb = 0;
             for (; kb + 1 < w.nk; kb += 2) {
-                load_scales(S0, w.kb0 + kb);
-                load_scales(S1, w.kb0 + kb + 1);
+                S0 = N0;
+                S1 = N1;
+                if (kb + 2 < w.nk) load_scales(N0, w.kb0 + kb + 2);
+                if (kb + 3 < w.nk) load_scales(N1, w.kb0 + kb + 3);
                 const int s0 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
@@ -548,8 +553,7 @@ gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf1
                 release(s1);
                 promote(P1, S1);
             }
-            if (kb < w.nk) {                  // an odd block count: the last block alone
-                load_scales(S0, w.kb0 + kb);
+            if (kb < w.nk) {                  // an odd block count: the last block alone (N0)
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
                 wgmma_fence();
@@ -558,7 +562,7 @@ gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf1
                 wgmma_wait<0>();
                 fence_all(P0);
                 release(s);
-                promote(P0, S0);
+                promote(P0, N0);
                 advance();
             }
             // ---- epilogue: D = act(scales * F + bias) ----

@@ -89,6 +89,7 @@ namespace gemm_fp8_e4m3e4m3_tensor_fast_128x256x128_c2_st3_cl2x1_g8_r40x232_tma_
 [[maybe_unused]] constexpr int SMEM_OPTIN = 232448;
 [[maybe_unused]] constexpr int SWIZZLE = 128;
 [[maybe_unused]] constexpr int BLOCK = 128;
+[[maybe_unused]] constexpr int B_SCALE_SPAN = 256;
 [[maybe_unused]] constexpr int K_MAJOR = 1;
 [[maybe_unused]] constexpr int PROMOTE = 0;
 [[maybe_unused]] constexpr int PROMOTE_STAGES = 1;
@@ -182,7 +183,7 @@ static_assert((K_MAJOR == 1), "F16 k-major-only: K_MAJOR == 1");
 static_assert((PROMOTE == 0 || PROMOTE == 128 || PROMOTE == 256 || PROMOTE == 512 || PROMOTE == 1024), "F17 promote-interval: PROMOTE in {0, 128, 256, 512, 1024}");
 static_assert(!(PROMOTE == 0) || (SCALE_BLOCK == 0), "F18 fast-needs-tensor-or-row: SCALE_BLOCK == 0 when PROMOTE == 0");
 static_assert(!(BLOCK_PROMOTED == 1) || (PROMOTE == BLOCK), "F19 block-promote-128: PROMOTE == BLOCK when BLOCK_PROMOTED == 1");
-static_assert(!(SCALE_BLOCK == 1) || (BN <= BLOCK), "F20 block-b-scale-span: BN <= BLOCK when SCALE_BLOCK == 1");
+static_assert(!(SCALE_BLOCK == 1) || (BN <= B_SCALE_SPAN), "F20 block-b-scale-span: BN <= B_SCALE_SPAN when SCALE_BLOCK == 1");
 static_assert((PARTIALS == 1 || PARTIALS == 2), "F21 partials-range: PARTIALS in {1, 2}");
 static_assert(!(PARTIALS == 2) || (PROMOTE >= 1), "F22 partials-need-promotion: PROMOTE >= 1 when PARTIALS == 2");
 static_assert(!(PARTIALS == 2) || (PROMOTE == 0 || PROMOTE == 128), "F23 partials-per-block: PROMOTE in {0, 128} when PARTIALS == 2");

@@ -107,6 +107,8 @@ namespace gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock_
 [[maybe_unused]] constexpr int DTYPE_FP8 = 1;
 [[maybe_unused]] constexpr int SCALE_BLOCK = 1;
 [[maybe_unused]] constexpr int BLOCK = 128;
+[[maybe_unused]] constexpr int B_SCALE_SPAN = 256;
+[[maybe_unused]] constexpr int PARTIALS = 2;
 [[maybe_unused]] constexpr int A_SMEM_OFFSET = 0;
 [[maybe_unused]] constexpr int B_SMEM_OFFSET = 98304;
 [[maybe_unused]] constexpr int C_SMEM_OFFSET = 196608;
@@ -137,7 +139,6 @@ namespace gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock_
 [[maybe_unused]] constexpr int DESC_LBO = 16;
 [[maybe_unused]] constexpr int A_CONSUMER_BYTES = 8192;
 [[maybe_unused]] constexpr int PROMOTE_STAGES = 1;
-[[maybe_unused]] constexpr int PARTIALS = 2;
 [[maybe_unused]] constexpr int B_SCALE_SPLIT = 0;
 
 
@@ -171,7 +172,9 @@ static_assert(!(GROUPING_K == 1) || (B_MN_MAJOR == 1), "G23 k-grouped-b: B_MN_MA
 static_assert((LAYOUT_C_COL == 0), "G24 c-row-major: LAYOUT_C_COL == 0");
 static_assert((SCALE_BLOCK == DTYPE_FP8), "G26 fp8-block-scales: SCALE_BLOCK == DTYPE_FP8");
 static_assert(!(DTYPE_FP8 == 1) || (B_MN_MAJOR == 0), "G27 fp8-k-major-b: B_MN_MAJOR == 0 when DTYPE_FP8 == 1");
-static_assert(!(SCALE_BLOCK == 1) || (BN <= BLOCK), "F20 block-b-scale-span: BN <= BLOCK when SCALE_BLOCK == 1");
+static_assert(!(SCALE_BLOCK == 1) || (BN <= B_SCALE_SPAN), "F20 block-b-scale-span: BN <= B_SCALE_SPAN when SCALE_BLOCK == 1");
+static_assert((PARTIALS == 1 || PARTIALS == 2), "F21 partials-range: PARTIALS in {1, 2}");
+static_assert(!(DTYPE_FP8 == 0) || (PARTIALS == 2), "G28 partials-fp8-only: PARTIALS == 2 when DTYPE_FP8 == 0");
 
 
 using in_t = __nv_fp8_e4m3;    // A and B
@@ -601,11 +604,15 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
             // in-flight group across iterations makes ptxas serialize the wgmmas, C7514; pairs that
             // drain at the end of each iteration do not.)
             float P0[M_ITERS][ACC], P1[M_ITERS][ACC];
-            Scales S0, S1;
+            Scales S0, S1, N0, N1;
+            if (tile.nk > 0) load_scales(N0, 0);
+            if (tile.nk > 1) load_scales(N1, 0 + 1);
             int kb = 0;
             for (; kb + 1 < tile.nk; kb += 2) {
-                load_scales(S0, 0 + kb);
-                load_scales(S1, 0 + kb + 1);
+                S0 = N0;
+                S1 = N1;
+                if (kb + 2 < tile.nk) load_scales(N0, 0 + kb + 2);
+                if (kb + 3 < tile.nk) load_scales(N1, 0 + kb + 3);
                 const int s0 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
@@ -629,8 +636,7 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 release(s1);
                 promote(P1, S1);
             }
-            if (kb < tile.nk) {                  // an odd block count: the last block alone
-                load_scales(S0, 0 + kb);
+            if (kb < tile.nk) {                  // an odd block count: the last block alone (N0)
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
                 wgmma_fence();
@@ -639,7 +645,7 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 wgmma_wait<0>();
                 fence_all(P0);
                 release(s);
-                promote(P0, S0);
+                promote(P0, N0);
                 advance();
             }
             epilogue(F, tile, tile.nk, cw, cw * CONSUMER_ROWS);

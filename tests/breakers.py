@@ -19,9 +19,9 @@ NEVER_ALONE = {
                 "cluster-size": "the family launches no clusters (CLUSTER 1)",
                 "split-k-range": "the family does not split K (SPLIT_K 1)",
                 "wgmma-n-multiple": "c-store-chunks (BN a multiple of 32 or 64) implies it",
-                "block-b-scale-span": "FP8 keeps three sets of BN/2 accumulators: with BN a "
-                                      "multiple of 32 (c-store-chunks), BN > 128 exceeds every "
-                                      "register budget (acc-registers)"},
+                "block-b-scale-span": "c-store-chunks makes BN a multiple of 32: every such BN "
+                                      "that breaks it (224, 240) holds more accumulators than "
+                                      "any register budget (acc-registers)"},
 }
 """Hopper rules a family cannot break alone, with why: it fixes the quantities the rule reads,
 or another of its rules implies it. Their static_asserts hold in every kernel of the family."""
@@ -215,7 +215,7 @@ FP8_BREAKERS = {
     "promote-interval": ("fp8_tensor_promoted", {"promote": 100, "partials": 1}),
     "fast-needs-tensor-or-row": ("fp8_block", {"promote": 0}),
     "block-promote-128": ("fp8_block", {"promote": 256}),
-    "block-b-scale-span": ("fp8_block", {"bn": 136, "stages": 6}),
+    "block-b-scale-span": ("fp8_block", {"bn": 176, "partials": 1, "stages": 5}),
     "partials-range": ("fp8_block", {"partials": 3, "bn": 64}),
     "partials-need-promotion": ("fp8_tensor_fast", {"partials": 2}),
     "partials-per-block": ("fp8_tensor_promoted", {"promote": 256}),
@@ -259,6 +259,8 @@ GROUPED_BREAKERS = {
     "ends-order-m-grouped": ("grouped_wgrad", {"order": "ends"}),
     "fp8-block-scales": ("grouped_fp8", {"scaling": "none"}),
     "fp8-k-major-b": ("grouped_fp8", {"layout": "rrr"}),
+    "partials-range": ("grouped_fp8", {"partials": 3, "bn": 64}),
+    "partials-fp8-only": ("grouped_bf16", {"partials": 1}),
 }
 BREAKERS = {"simt": SIMT_BREAKERS, "wmma": WMMA_BREAKERS, "wgmma": WGMMA_BREAKERS,
             "mma": MMA_BREAKERS, "fp8": FP8_BREAKERS, "grouped": GROUPED_BREAKERS}

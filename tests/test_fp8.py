@@ -60,7 +60,7 @@ def test_prototype_figures():
 @pytest.mark.parametrize("change, rule", [
     (dict(scaling="block", promote=0), "F18"),
     (dict(scaling="block", promote=256, partials=1), "F19"),
-    (dict(scaling="block", bn=256, stages=4), "F20"),
+    (dict(scaling="block", bn=176, partials=1, stages=5), "F20"),
     (dict(layout="rrr"), "F16"),
     (dict(promote=0, partials=2), "F22"),
     (dict(bk=64), "H07"),

@@ -81,10 +81,10 @@ def _set(counts, n, k, w, sw):
     return {"a": a, "sa": sa, "offs": offs, "out": out, "loop": loop, "bounds": bounds}
 
 
-def _check(st, w, sw, sample: list[int]) -> float:
+def _check(st, w, sw, sample: list[int], config=None) -> float:
     st["out"].fill_(float("nan"))
     grouped_gemm(st["a"], w.transpose(1, 2), st["offs"], st["out"], scale_a=st["sa"],
-                 scale_b=sw)
+                 scale_b=sw, config=config)
     torch.cuda.synchronize()
     worst = 0.0
     for g in sample:
@@ -100,49 +100,60 @@ def _check(st, w, sw, sample: list[int]) -> float:
     return worst
 
 
-def run(name, g, per, n, k, routed, seed=0) -> dict:
+def run(name, g, per, n, k, routed, seed=0, configs=(None,), baseline=True) -> list[dict]:
+    """One row per config of ``configs`` (None: the dispatch's choice), all on the same
+    inputs, and the baseline once (its figures in every row)."""
     torch.manual_seed(seed)
     counts = [per] * g if per else row_counts("random", routed, g, seed)
     w, sw = _experts(g, n, k)
     per_set = sum(counts) * (k + 2 * n)
     sets = [_set(counts, n, k, w, sw) for _ in range(max(1, min(8, -(-2 * L2_BYTES // per_set))))]
-    err = _check(sets[0], w, sw, sorted({0, g // 2, g - 1}))
     b = w.transpose(1, 2)
-
-    def ours(i):
-        st = sets[i]
-        grouped_gemm(st["a"], b, st["offs"], st["out"], scale_a=st["sa"], scale_b=sw,
-                     stream=torch.cuda.current_stream().cuda_stream)
 
     def theirs(i):
         for a_g, sa_g, b_g, sb_g, _ in sets[i]["loop"]:
             torch._scaled_mm(a_g, b_g, sa_g, sb_g, out_dtype=torch.bfloat16)
     flops = 2.0 * sum(counts) * n * k
-    mine = graph_time(torch, ours, len(sets), BUDGET_S)
-    row = {"case": name, "groups": g, "rows": sum(counts), "N": n, "K": k,
-           "rows_per_group": per or f"random, {min(counts)}..{max(counts)}",
-           "tflops": round(flops / mine.median / 1e12, 1), "time_us": round(mine.median * 1e6, 2),
-           "rel_error": err, "passed": err <= TOLERANCE, "timing": "graph-captured (kernel only)"}
-    row["config"] = plan_grouped(sets[0]["a"], b, sets[0]["offs"], sets[0]["out"],
-                                 scale_a=sets[0]["sa"], scale_b=sw).kernel.config.name
-    try:
-        base = graph_time(torch, theirs, len(sets), BUDGET_S)
-        row.update(baseline="torch._scaled_mm per expert (graph-captured loop)",
-                   baseline_tflops=round(flops / base.median / 1e12, 1),
-                   baseline_time_us=round(base.median * 1e6, 2),
-                   ratio=round(base.median / mine.median, 3))
-    except RuntimeError as exc:
-        row["baseline_error"] = str(exc).splitlines()[0][:200]
-    return row
+    base, rows = None, []
+    if baseline:
+        try:
+            base = graph_time(torch, theirs, len(sets), BUDGET_S)
+        except RuntimeError as exc:
+            base = str(exc).splitlines()[0][:200]
+    for config in configs:
+        err = _check(sets[0], w, sw, sorted({0, g // 2, g - 1}), config)
+
+        def ours(i, config=config):
+            st = sets[i]
+            grouped_gemm(st["a"], b, st["offs"], st["out"], scale_a=st["sa"], scale_b=sw,
+                         stream=torch.cuda.current_stream().cuda_stream, config=config)
+        mine = graph_time(torch, ours, len(sets), BUDGET_S)
+        row = {"case": name, "groups": g, "rows": sum(counts), "N": n, "K": k,
+               "rows_per_group": per or f"random, {min(counts)}..{max(counts)}",
+               "tflops": round(flops / mine.median / 1e12, 1),
+               "time_us": round(mine.median * 1e6, 2), "rel_error": err,
+               "passed": err <= TOLERANCE, "timing": "graph-captured (kernel only)"}
+        row["config"] = plan_grouped(sets[0]["a"], b, sets[0]["offs"], sets[0]["out"],
+                                     scale_a=sets[0]["sa"], scale_b=sw,
+                                     config=config).kernel.config.name
+        if isinstance(base, str):
+            row["baseline_error"] = base
+        elif base is not None:
+            row.update(baseline="torch._scaled_mm per expert (graph-captured loop)",
+                       baseline_tflops=round(flops / base.median / 1e12, 1),
+                       baseline_time_us=round(base.median * 1e6, 2),
+                       ratio=round(base.median / mine.median, 3))
+        rows.append(row)
+    return rows
 
 
 def main() -> int:
     started = time.time()
     rows = []
     for p in PROBLEMS:
-        row = run(*p)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        for row in run(*p):
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     gpu = torch.cuda.get_device_name()
     doc = {"investigation": "grouped_fp8", "gpu": gpu, "torch": torch.__version__,
            "git_commit": os.environ.get("GEMMGEN_COMMIT", ""),

@@ -7,7 +7,7 @@ from ...arch import get_arch
 from ...config import div
 from ...dtypes import CTYPES
 from ..hopper import ALIGN_SLACK, C_SWIZZLE, WARPGROUP, WGMMA_M, Param, ints, tensor_maps
-from .rules import BLOCK, PACK_THREADS, PACK_TILE, PTX_TYPES, SWIZZLE, WGMMA_K
+from .rules import BLOCK, PACK_THREADS, b_scale_span, PACK_TILE, PTX_TYPES, SWIZZLE, WGMMA_K
 
 
 class Fp8Env:
@@ -19,6 +19,7 @@ class Fp8Env:
         """The named quantities the rules and the template's constants use."""
         return {
             **self.hopper_env(), "SWIZZLE": SWIZZLE, "BLOCK": BLOCK,
+            "B_SCALE_SPAN": b_scale_span(self.bn),
             "K_MAJOR": int(self.layout == "rcr"), "PROMOTE": self.promote,
             "PROMOTE_STAGES": self.promote_stages, "PARTIALS": self.partials,
             "SCALE_TENSOR": int(self.scaling == "tensor"), "SCALE_ROW": int(self.scaling == "row"),

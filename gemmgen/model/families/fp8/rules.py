@@ -2,12 +2,21 @@
 (``families.hopper``) and those of FP8 operands and their scaling."""
 from __future__ import annotations
 
+import math
+
 from ...rules import Rule, at_least, at_most, equal, multiple_of, one_of
 from ..hopper import HOPPER_RULES
 
 WGMMA_K = 32                       # one FP8 wgmma consumes 32 elements (32 bytes) of K
 SWIZZLE = 128                      # A and B stages: 128-byte swizzled K-major rows
 BLOCK = 128                        # DeepSeek-V3 scale blocks: 1 x 128 of A, 128 x 128 of B
+
+
+def b_scale_span(bn: int) -> int:
+    """The widest tile whose columns meet at most two 128-column B scale blocks wherever a
+    multiple of ``bn`` puts it: it starts at most 128 - gcd(bn, 128) columns into a block, so
+    BLOCK + gcd(bn, BLOCK) (rule F20 checks BN against it)."""
+    return BLOCK + math.gcd(bn, BLOCK)
 FLAG_BYTES = 16                    # split-K: one "last arrival" flag per consumer warpgroup
 REG_RESERVE = 40
 """Registers a consumer thread needs besides its live accumulators: ptxas (nvcc 13.0) compiles
@@ -39,8 +48,9 @@ FP8_RULES: tuple[Rule, ...] = HOPPER_RULES + (
     Rule("F19", "block-promote-128", equal("PROMOTE", "BLOCK"),
          "blockwise scales are applied at each promotion, once per 128-element K block",
          when=equal("BLOCK_PROMOTED", 1)),
-    Rule("F20", "block-b-scale-span", at_most("BN", "BLOCK"),
-         "a tile's columns span at most two 128-column B scale blocks (BN <= 128)", when=_BLOCK),
+    Rule("F20", "block-b-scale-span", at_most("BN", "B_SCALE_SPAN"),
+         "a tile's columns meet at most two 128-column B scale blocks wherever it starts: BN <= "
+         "128 + gcd(BN, 128) (any BN up to 128, and 136, 144, 160, 192 and 256)", when=_BLOCK),
     Rule("F21", "partials-range", one_of("PARTIALS", (1, 2)),
          "one or two sets of partial accumulators"),
     Rule("F22", "partials-need-promotion", at_least("PROMOTE", 1),

@@ -9,7 +9,7 @@ from ...dtypes import FP8_DTYPES
 from ..hopper import C_SWIZZLE, HopperTile
 from .env import GroupedEnv
 from .rules import (FP8_GROUPED_RULES, FP8_REG_RESERVE, GROUPED_RULES, GROUPINGS, ORDERS,
-                    OUTPUT_RULES, PARTIALS, SCALINGS)
+                    OUTPUT_RULES, SCALINGS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,14 +31,15 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
     fp32; bf16, fp16 or fp32 for FP8); ``consumers`` cooperative consumer
     warpgroups (1: 64-row tiles for small groups, 2: each takes BM/2 rows); ``stages`` the
     TMA ring; ``group`` M tiles per raster group inside a group of rows; ``regs_producer,
-    regs_consumer`` the setmaxnreg counts; ``layout`` A, B, C each r or c.
+    regs_consumer`` the setmaxnreg counts; ``layout`` A, B, C each r or c; ``partials``
+    (FP8) one or two sets of partial sums.
 
     The main loop is the wgmma family's (producer warpgroup, mbarrier ring, wgmma from
     128-byte-swizzled shared memory); the scheduler and the epilogue (staged through shared
     memory, TMA-stored when the tile lies inside its group, else copied with row guards) are
     this family's. FP8 inputs (M-grouped, layout rcr) carry DeepSeek-V3 block scales, 1 x 128
     of A and 128 x 128 of each expert's B: the consumers run the fp8 family's promoted main loop
-    (two partial sets, promoted with the scales every 128-element K block, as DeepGEMM's
+    (one or two partial sets, promoted with the scales every 128-element K block, as DeepGEMM's
     m-grouped FP8 kernels do). Raises ``ConfigError`` listing every broken rule of
     ``GROUPED_RULES`` (and, for FP8, ``FP8_GROUPED_RULES``).
     """
@@ -57,6 +58,7 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
     layout: str = "rcr"
     order: str = "forward"
     scaling: str = "none"
+    partials: int = 2
 
     family = "grouped"
     template = "grouped.cu.j2"
@@ -66,7 +68,7 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
     m = n = k = None           # groups differ in an extent: no shape specialization
     epilogue = "none"          # C = A @ B per group
     field_types: ClassVar[dict] = {"dtype": str, "out": str, "grouping": str, "layout": str,
-                                   "order": str, "scaling": str}
+                                   "order": str, "scaling": str, "partials": int}
     choices: ClassVar[dict] = {"dtype": ("fp16", "bf16", *FP8_DTYPES),
                                "out": ("fp16", "bf16", "fp32"), "grouping": GROUPINGS,
                                "layout": LAYOUTS, "order": ORDERS, "scaling": SCALINGS}
@@ -85,13 +87,14 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
                 f"_c{self.consumers}_st{self.stages}_g{self.group}"
                 f"_r{self.regs_producer}x{self.regs_consumer}_out{self.out}_l{self.layout}"
                 + ("" if self.order == "forward" else f"_o{self.order}")
-                + ("" if self.scaling == "none" else f"_s{self.scaling}"))
+                + ("" if self.scaling == "none" else f"_s{self.scaling}")
+                + ("" if self.partials == 2 else f"_p{self.partials}"))
 
     def as_dict(self) -> dict:
-        """The fields, ``order`` and ``scaling`` only when they are not their defaults
-        ("forward", "none")."""
+        """The fields, ``order``, ``scaling`` and ``partials`` only when they are not their
+        defaults ("forward", "none", 2)."""
         out = ConfigBase.as_dict(self)
-        for key, default in (("order", "forward"), ("scaling", "none")):
+        for key, default in (("order", "forward"), ("scaling", "none"), ("partials", 2)):
             if out[key] == default:
                 del out[key]
         return out
@@ -107,11 +110,6 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
         one scale block, for FP8 inputs; 0 (the tensor core sums all of K) otherwise."""
         return 128 if self.fp8 else 0
 
-    @property
-    def partials(self) -> int:
-        """Partial accumulator sets of the FP8 main loop (the fp8 family's field)."""
-        return PARTIALS
-
     def rule_table(self) -> tuple:
         """The family's table; for FP8 inputs without the 16-bit output rules (an FP8 GEMM
         writes bf16, fp16 or fp32)."""
@@ -121,10 +119,16 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
     def rendered_rules(self) -> tuple:
         """The rule table less what the source cannot break and does not declare: G25
         (ends-order-m-grouped) for a "forward" config (no ORDER_ENDS), the FP8 axis's rules
-        for 16-bit inputs (no DTYPE_FP8)."""
+        for 16-bit inputs (no DTYPE_FP8) but G28 (partials-fp8-only) where ``partials`` is not
+        its default."""
         drop = ({"G25"} if self.order == "forward" else set()) | (
-            set() if self.fp8 else {r.id for r in FP8_GROUPED_RULES})
+            set() if self.fp8 else {r.id for r in FP8_GROUPED_RULES} - self._partials_rule())
         return tuple(r for r in self.rule_table() if r.id not in drop)
+
+    def _partials_rule(self) -> set:
+        """{"G28"} where a 16-bit config sets ``partials`` (its source then declares the rule
+        and the names it reads), else nothing."""
+        return {"G28"} if self.partials != 2 else set()
 
     def tile_shape(self) -> tuple:
         return (self.bm, self.bn, self.bk, self.consumers)
@@ -141,7 +145,7 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
     def acc_regs(self) -> int:
         """fp32 accumulators per consumer thread: m_iters x BN/2; FP8, the sums plus the two
         partial sets of the promotion."""
-        return self.m_iters * self.bn // 2 * (1 + PARTIALS if self.fp8 else 1)
+        return self.m_iters * self.bn // 2 * (1 + self.partials if self.fp8 else 1)
 
     @property
     def REG_RESERVE(self) -> int:  # noqa: N802 - HopperTile's name

@@ -8,9 +8,9 @@ from ...dtypes import CTYPES
 from ..fp8.rules import PTX_TYPES as FP8_PTX_TYPES
 from ..hopper import ALIGN_SLACK, C_SWIZZLE, WGMMA_K_BYTES, WGMMA_M, Param, ints, tensor_maps
 from ..wgmma.rules import PTX_TYPES
-from .rules import BLOCK
+from .rules import BLOCK, b_scale_span
 
-FP8_KEYS = ("DTYPE_FP8", "SCALE_BLOCK", "BLOCK")
+FP8_KEYS = ("DTYPE_FP8", "SCALE_BLOCK", "BLOCK", "B_SCALE_SPAN", "PARTIALS")
 """The env's names of the FP8 axis, which a 16-bit kernel's source does not declare."""
 
 TILE_UNIT_BYTES = 16
@@ -43,7 +43,7 @@ class GroupedEnv:
             "SPLIT_K": 1, "STORE_TMA": 1, "ROW_MAJOR_TMA_STORE": 1,
             "C_BOX_ROWS": self.consumer_rows,
             "DTYPE_FP8": int(self.fp8), "SCALE_BLOCK": int(self.scaling == "block"),
-            "BLOCK": BLOCK,
+            "BLOCK": BLOCK, "B_SCALE_SPAN": b_scale_span(self.bn), "PARTIALS": self.partials,
         }
 
     def params(self) -> tuple[Param, ...]:
@@ -68,7 +68,8 @@ class GroupedEnv:
         if not e["ORDER_ENDS"]:  # a "forward" kernel's source stays as before the field
             del e["ORDER_ENDS"]
         if not self.fp8:         # and a 16-bit one as before the FP8 axis
-            for key in FP8_KEYS:
+            kept = {"DTYPE_FP8", "PARTIALS"} if self.partials != 2 else set()  # G28's names
+            for key in set(FP8_KEYS) - kept:
                 del e[key]
         sbo = 8 * C_SWIZZLE
         mn_lbo = self.bk * C_SWIZZLE
@@ -102,7 +103,7 @@ class GroupedEnv:
         return {"ACC": self.bn // 2, "K_STEPS": div(self.bk * self.elem_bytes, WGMMA_K_BYTES),
                 "K_STEP_BYTES": WGMMA_K_BYTES, "DESC_LBO": 16,
                 "A_CONSUMER_BYTES": self.consumer_rows * self.bk * self.elem_bytes,
-                "PROMOTE_STAGES": 1, "PARTIALS": 2,
+                "PROMOTE_STAGES": 1,
                 "B_SCALE_SPLIT": int(BLOCK % self.bn != 0)}
 
     def ctypes(self) -> dict[str, str]:

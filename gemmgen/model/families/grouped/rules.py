@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...rules import Rule, equal
-from ..fp8.rules import BLOCK, FP8_RULES, REG_RESERVE as FP8_REG_RESERVE
+from ..fp8.rules import BLOCK, FP8_RULES, REG_RESERVE as FP8_REG_RESERVE, b_scale_span
 from ..hopper import C_SWIZZLE, HOPPER_RULES, MAX_STAGES, OUTPUT_RULES, SMEM_OPTIN
 
 GROUPINGS = ("m", "k")
@@ -16,9 +16,6 @@ about half the CTAs work through the first groups while the others work through 
 SCALINGS = ("none", "block")
 """``scaling``: "none" for 16-bit inputs; "block" for FP8 inputs, DeepSeek-V3's 1 x 128 scales
 of A (per row and 128-element K block) and 128 x 128 scales of B (per expert)."""
-PARTIALS = 2
-"""FP8: two sets of partial accumulators, promoted every 128-element K block (the fp8
-family's promoted pairs)."""
 ROW_BYTES = 128                    # one K row of a stage (BK x element size): a 128-byte swizzle row
 _K_GROUPED = equal("GROUPING_K", 1)
 _FP8 = equal("DTYPE_FP8", 1)
@@ -45,11 +42,14 @@ FP8_GROUPED_RULES: tuple[Rule, ...] = (
     Rule("G27", "fp8-k-major-b", equal("B_MN_MAJOR", 0),
          "FP8 wgmma reads B K-major only: the experts' [G, N, K] weights (layout rcr; so FP8 "
          "is M-grouped: the K-grouped B is row-major, G23)", when=_FP8),
-    *(r for r in FP8_RULES if r.id == "F20"),   # block-b-scale-span: BN <= 128
+    *(r for r in FP8_RULES if r.id in ("F20", "F21")),  # block-b-scale-span, partials-range
+    Rule("G28", "partials-fp8-only", equal("PARTIALS", 2),
+         "16-bit inputs accumulate in the tensor core: partials stays at its default, 2",
+         when=equal("DTYPE_FP8", 0)),
 )
 """The rules of the operand axis (FP8 with block scales), each with its predicate; a 16-bit
 kernel's source leaves them out (it cannot break them)."""
 
 __all__ = ["BLOCK", "C_SWIZZLE", "FP8_GROUPED_RULES", "FP8_REG_RESERVE", "GROUPED_RULES",
-           "GROUPINGS", "MAX_STAGES", "ORDERS", "OUTPUT_RULES", "PARTIALS", "ROW_BYTES",
-           "SCALINGS", "SMEM_OPTIN"]
+           "GROUPINGS", "MAX_STAGES", "ORDERS", "OUTPUT_RULES", "ROW_BYTES",
+           "SCALINGS", "SMEM_OPTIN", "b_scale_span"]
