@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..arch import get_arch
-from ..config import WARP_SIZE, div
+from ..config import WARP_SIZE, Family, div
 from ..dtypes import ELEM_BYTES
 from ..rules import Rule, at_least, at_most, equal, multiple_of, one_of
 
@@ -117,6 +117,15 @@ those it has, ``hopper_help``, adds its own and may say more of one)."""
 def hopper_help(config) -> dict[str, str]:
     """``HOPPER_HELP``'s entries for the fields of the config class ``config``."""
     return {k: v for k, v in HOPPER_HELP.items() if k in config.__dataclass_fields__}
+
+
+def hopper_family(config, field_help: dict[str, str], **kw) -> Family:
+    """The ``Family`` of a Hopper config class ``config``: named after ``config.family``, for
+    sm_90a alone, no flag defaults (the config's own defaults are a working kernel), the help
+    of ``hopper_help(config)`` updated with the family's ``field_help``; ``kw`` the rest."""
+    return Family(name=config.family, config=config, flag_defaults={},
+                  field_help={**hopper_help(config), **field_help},
+                  min_cc=90, max_cc=90, arch_suffix="a", **kw)
 
 
 @dataclass(frozen=True)

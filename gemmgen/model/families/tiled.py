@@ -1,10 +1,11 @@
 """What the families that split a block tile among warps and threads (simt, wmma, mma) share:
 the rules they state in the same words, each table giving them its own ids, the command-line
-help of the fields they share, and ``WarpTiled``, the figures the tensor-core families (wmma,
+help of the fields they share, the descriptor of the tensor-core families
+(``tensor_core_family``), and ``WarpTiled``, the figures the tensor-core families (wmma,
 mma) derive alike from the block tile, the warp tile and their tensor-core tile."""
 from __future__ import annotations
 
-from ..config import MAX_THREADS_PER_SM, WARP_SIZE, div, tile_intensity
+from ..config import MAX_THREADS_PER_SM, WARP_SIZE, Family, div, tile_intensity
 from ..dtypes import ELEM_BYTES
 from ..rules import Cmp, Rule, at_least, at_most, equal, multiple_of
 
@@ -82,6 +83,21 @@ BLOCK_TILE_HELP = {"bm": "block tile rows (M)", "bn": "block tile columns (N)",
                    "bk": "block tile depth (K)"}
 WARP_TILE_HELP = {"wm": "warp tile rows", "wn": "warp tile columns"}
 MIN_BLOCKS_HELP = "resident blocks per SM asked of ptxas (__launch_bounds__)"
+TENSOR_CORE_HELP = {**BLOCK_TILE_HELP, **WARP_TILE_HELP, "dtype": "A and B dtype",
+                    "out": "C dtype", "skew": "padding elements per shared-memory row",
+                    "stages": "shared buffers, 1 to 6", "min_blocks": MIN_BLOCKS_HELP}
+"""The help of the fields the tensor-core families (wmma, mma) share, in the same words."""
+
+
+# ---- descriptor -----------------------------------------------------------------------------
+def tensor_core_family(config, field_help: dict[str, str], **kw) -> Family:
+    """The ``Family`` of a tensor-core config class tiled by warps (wmma, mma): named after
+    ``config.family``; fp16, bf16 and tf32 inputs on sm_80 and newer; ``emit`` starting from a
+    128x128x32 block of 64x64 warps; ``TENSOR_CORE_HELP`` updated with the family's
+    ``field_help``; ``kw`` the rest."""
+    return Family(name=config.family, config=config, dtypes=("fp16", "bf16", "tf32"),
+                  flag_defaults={"bm": 128, "bn": 128, "bk": 32, "wm": 64, "wn": 64},
+                  field_help={**TENSOR_CORE_HELP, **field_help}, min_cc=80, **kw)
 
 
 # ---- figures --------------------------------------------------------------------------------

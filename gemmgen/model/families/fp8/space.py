@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import itertools
 
-from ...config import Family, Preset
-from ..hopper import hopper_help
+from ...config import Preset
+from ..hopper import hopper_family
 from .config import Fp8Config
 
 
@@ -114,14 +114,12 @@ def _adjust(values: dict, given: set) -> dict:
     return values
 
 
-FAMILY = Family(
-    name="fp8", config=Fp8Config,
+FAMILY = hopper_family(
+    Fp8Config,
     summary="Hopper FP8 (e4m3/e5m2) wgmma with tensor, row or blockwise scales; sm_90a only",
     dtypes=("e4m3", "e5m2"), presets=PRESETS,
     defaults={"e4m3": "fp8_tensor_fast", "e5m2": "fp8_grad_e5m2"},
-    flag_defaults={},
     field_help={
-        **hopper_help(Fp8Config),
         "regs_producer": "setmaxnreg count of the producer (always: the family's consumers "
                          "need the registers)",
         "regs_consumer": "setmaxnreg count of the consumers",
@@ -134,5 +132,4 @@ FAMILY = Family(
         "store": "epilogue: direct, or tma (staged, TMA store overlapping the next tile)",
         "split_k": "slices of K, reduced in the kernel by the last slice (1: none)",
     },
-    space=space, min_cc=90, max_cc=90, arch_suffix="a", adjust=_adjust, tma=False,
-    fallback=fallback)
+    space=space, adjust=_adjust, tma=False, fallback=fallback)

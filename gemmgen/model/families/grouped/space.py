@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import itertools
 
-from ...config import Family, Preset
+from ...config import Preset
 from ...dtypes import ELEM_BYTES, FP8_DTYPES
-from ..hopper import hopper_help
+from ..hopper import hopper_family
 from .config import GroupedConfig
 
 _BASE = {"bm": 128, "bn": 256, "bk": 64, "dtype": "bf16", "out": "bf16", "consumers": 2,
@@ -102,15 +102,13 @@ def _adjust(values: dict, given: set) -> dict:
     return values
 
 
-FAMILY = Family(
-    name="grouped", config=GroupedConfig,
+FAMILY = hopper_family(
+    GroupedConfig,
     summary="Hopper grouped GEMM for mixture-of-experts: one persistent launch over every "
             "group, offsets read on the device; sm_90a only",
     dtypes=("fp16", "bf16", *FP8_DTYPES), presets=PRESETS,
     defaults={"fp16": "grouped_fp16", "bf16": "grouped_bf16", "e4m3": "grouped_fp8"},
-    flag_defaults={},
     field_help={
-        **hopper_help(GroupedConfig),
         "grouping": "m (groups differ in M: forward, dgrad) or k (groups differ in K: wgrad)",
         "bm": "block tile rows (M): 64 per consumer warpgroup and more",
         "bk": "block tile depth (K): 128 bytes / element size",
@@ -119,5 +117,5 @@ FAMILY = Family(
         "order": "M-grouped tile order: forward (group by group) or ends (even tiles from "
                  "the front, odd ones from the back)",
     },
-    space=space, min_cc=90, max_cc=90, arch_suffix="a", adjust=_adjust, tma=True,
+    space=space, adjust=_adjust, tma=True,
     problem="grouped")

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import itertools
 
-from ...config import Family, Preset
+from ...config import Preset
 from ...dtypes import stored_as
-from ..tiled import BLOCK_TILE_HELP, MIN_BLOCKS_HELP, WARP_TILE_HELP
+from ..tiled import tensor_core_family
 from .config import MmaConfig
 
 
@@ -105,21 +105,16 @@ def fallback_of(cfg) -> MmaConfig:
                      layout=cfg.layout, epilogue=cfg.epilogue, m=cfg.m, n=cfg.n, k=cfg.k)
 
 
-FAMILY = Family(
-    name="mma", config=MmaConfig,
+FAMILY = tensor_core_family(
+    MmaConfig,
     summary="raw mma.sync PTX, ldmatrix, XOR swizzle, cp.async ring; sm_80 and newer",
-    dtypes=("fp16", "bf16", "tf32"), presets=PRESETS,
-    defaults={"fp16": "mma_fp16", "bf16": "mma_bf16", "tf32": "mma_tf32"},
-    flag_defaults={"bm": 128, "bn": 128, "bk": 32, "wm": 64, "wn": 64},
+    presets=PRESETS, defaults={"fp16": "mma_fp16", "bf16": "mma_bf16", "tf32": "mma_tf32"},
     field_help={
-        **BLOCK_TILE_HELP, **WARP_TILE_HELP, "dtype": "A and B dtype",
-        "acc": "accumulator dtype (fp32)", "out": "C dtype",
-        "vector": "16-byte global loads", "skew": "padding elements per shared-memory row",
+        "acc": "accumulator dtype (fp32)", "vector": "16-byte global loads",
         "cp_async": "cp.async global -> shared copies", "acc_smem": "accumulators in shared memory",
-        "stages": "shared buffers, 1 to 6", "frag_db": "register double-buffered fragments",
+        "frag_db": "register double-buffered fragments",
         "ldmatrix": "fragments loaded by ldmatrix", "swizzle": "XOR swizzle width in bytes",
         "staged_c": "C staged in shared memory for 16-byte stores",
         "group_m": "block rows per rasterization group",
-        "min_blocks": MIN_BLOCKS_HELP,
     },
-    space=space, min_cc=80, adjust=_adjust)
+    space=space, adjust=_adjust)

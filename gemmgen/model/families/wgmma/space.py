@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import itertools
 
-from ...config import Family, Preset
+from ...config import Preset
 from ...dtypes import ELEM_BYTES, stored_as
-from ..hopper import hopper_help
+from ..hopper import hopper_family
 from ..simt import PRESETS as SIMT_PRESETS
 from ..wmma import WmmaConfig
 from .config import WgmmaConfig
@@ -141,14 +141,12 @@ def _adjust(values: dict, given: set) -> dict:
     return values
 
 
-FAMILY = Family(
-    name="wgmma", config=WgmmaConfig,
+FAMILY = hopper_family(
+    WgmmaConfig,
     summary="Hopper wgmma fed by TMA: warp specialization, persistent clusters; sm_90a only",
     dtypes=("fp16", "bf16", "tf32"), presets=PRESETS,
     defaults={"fp16": "wgmma_tma_store", "bf16": "wgmma_bf16", "tf32": "wgmma_tf32"},
-    flag_defaults={},
     field_help={
-        **hopper_help(WgmmaConfig),
         "bm": "block tile rows (M), a multiple of 64 per consumer warpgroup",
         "bk": "block tile depth (K): swizzle bytes / element size",
         "dtype": "A and B dtype", "out": "C dtype",
@@ -162,5 +160,4 @@ FAMILY = Family(
         "math": "native, or 3xtf32 (FP32-accurate tf32 products; dtype tf32)",
         "flush": "3xTF32: K chunks summed in the tensor core per FP32 add",
     },
-    space=space, min_cc=90, max_cc=90, arch_suffix="a", adjust=_adjust, tma=True,
-    fallback=fallback)
+    space=space, adjust=_adjust, tma=True, fallback=fallback)

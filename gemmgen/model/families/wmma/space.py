@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import itertools
 
-from ...config import Family, Preset
+from ...config import Preset
 from ...dtypes import stored_as
-from ..tiled import BLOCK_TILE_HELP, MIN_BLOCKS_HELP, WARP_TILE_HELP
+from ..tiled import tensor_core_family
 from .config import WmmaConfig
 
 PRESETS: tuple[Preset, ...] = (
@@ -72,16 +72,10 @@ def _adjust(values: dict, given: set) -> dict:
     return values
 
 
-FAMILY = Family(
-    name="wmma", config=WmmaConfig,
+FAMILY = tensor_core_family(
+    WmmaConfig,
     summary="tensor cores through the WMMA API (mma.sync); sm_80 and newer",
-    dtypes=("fp16", "bf16", "tf32"), presets=PRESETS,
+    presets=PRESETS,
     defaults={"fp16": "wmma_pipeline", "bf16": "wmma_bf16", "tf32": "wmma_tf32"},
-    flag_defaults={"bm": 128, "bn": 128, "bk": 32, "wm": 64, "wn": 64},
-    field_help={
-        **BLOCK_TILE_HELP, **WARP_TILE_HELP, "shape": "WMMA fragment shape",
-        "dtype": "A and B dtype", "acc": "accumulator dtype", "out": "C dtype",
-        "skew": "padding elements per shared-memory row", "stages": "shared buffers, 1 to 6",
-        "min_blocks": MIN_BLOCKS_HELP,
-    },
-    space=space, min_cc=80, adjust=_adjust)
+    field_help={"shape": "WMMA fragment shape", "acc": "accumulator dtype"},
+    space=space, adjust=_adjust)
