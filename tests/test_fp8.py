@@ -15,7 +15,7 @@ from gemmgen.heuristics.fp8 import choose_fp8, explain_fp8, split_for
 from gemmgen.model.dtypes import dtype_name_of, numpy_dtype
 from gemmgen.model.families.fp8 import Fp8Config, space
 from gemmgen.runtime.hopper import TRANSPOSE_OFFSETS
-from gemmgen.runtime.fp8_operands import check_fp8, scaling_of
+from gemmgen.runtime.operands.scales import check_fp8, scaling_of
 from gemmgen.runtime.operands import OperandError
 from gemmgen.runtime.tma import ParamPacker, param_layout
 from gemmgen.tune.fp8_verify import compare, dequantize_np, fp8_tolerance, operands, quantize_np
@@ -154,7 +154,7 @@ def test_scale_shapes_imply_the_scaling():
 
 def test_torch_blockwise_layouts_read_as_strides():
     torch = pytest.importorskip("torch")
-    from gemmgen.runtime.fp8_operands import ScaleArg
+    from gemmgen.runtime.operands.scales import ScaleArg
     m, k, n = 300, 1024, 512
     sa = torch.ones(8, m).t()                 # (M, KB) M-major, as torch._scaled_mm wants
     sb = torch.ones(4, 8).t()                 # (KB, NB): the .t() of a (NB, KB) weight grid
@@ -263,7 +263,7 @@ def test_sass_has_qgmma_of_the_dtypes_and_no_local_memory(compiled):
 
 
 def test_quantization_kernels_compile_cleanly(nvcc):
-    from gemmgen.runtime.fp8_quant import source
+    from gemmgen.runtime.quantize import source
     for in_dtype, fp8 in (("bf16", "e4m3"), ("fp32", "e5m2"), ("fp16", "e4m3")):
         report = compile_source(source(in_dtype, fp8), ("sm_90",), name=f"q_{in_dtype}_{fp8}")
         assert report["sm_90"].spills == 0 and report["sm_90"].stack_bytes == 0

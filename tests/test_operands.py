@@ -287,8 +287,8 @@ def test_extents_and_leading_dimensions_beyond_int32_name_the_argument():
 
 def test_sizes_beyond_int32_are_refused_before_any_gpu_work():
     import gemmgen
-    from gemmgen.runtime.fp8_operands import check_fp8
-    from gemmgen.runtime.grouped_operands import check_grouped
+    from gemmgen.runtime.operands.scales import check_fp8
+    from gemmgen.runtime.operands.groups import check_grouped
     with pytest.raises(OperandError, match=r"^M = 2147483648"):
         gemmgen.gemm(FakeCupy((BIG, 5)), FakeCupy((5, 7)))
     with pytest.raises(OperandError, match=r"^K = 2147483648"):

@@ -251,15 +251,15 @@ def test_batched_helper_launches_stay_within_the_grid_limits(nvcc, monkeypatch):
 
 def test_blockwise_quantization_launches_within_the_grid_limits(monkeypatch):
     """128 x 128 quantization of 10,000,000 rows: 78,125 row blocks, in pieces of 65535."""
-    from gemmgen.runtime import fp8_quant
+    from gemmgen.runtime import quantize
     calls = []
-    monkeypatch.setattr(fp8_quant, "module", lambda *a, **k: None)
-    monkeypatch.setattr(fp8_quant, "_launch", lambda mod, name, kind, grid, values, stream:
+    monkeypatch.setattr(quantize, "module", lambda *a, **k: None)
+    monkeypatch.setattr(quantize, "_launch", lambda mod, name, kind, grid, values, stream:
                         calls.append((grid, values)))
-    monkeypatch.setattr(fp8_quant.driver, "on_device", lambda dev: __import__(
+    monkeypatch.setattr(quantize.driver, "on_device", lambda dev: __import__(
         "contextlib").nullcontext())
     rows = 10_000_000
-    fp8_quant.quantize("128x128", "bf16", "e4m3", 0x10000, 256, rows, 256, 0x20000000000, 256,
+    quantize.quantize("128x128", "bf16", "e4m3", 0x10000, 256, rows, 256, 0x20000000000, 256,
                        0x30000000000, ss_r=2, ss_c=1)
     assert all(grid[1] <= 65535 for grid, _ in calls)
     assert sum(values[2] for _, values in calls) == rows

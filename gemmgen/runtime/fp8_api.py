@@ -16,7 +16,7 @@ from . import driver
 from .build import build
 from .device import device_identity, sm_count
 from .fp8_launch import device_of, is_number, launch_fp8, make_plan
-from .fp8_operands import Fp8Args, check_fp8
+from .operands.scales import Fp8Args, check_fp8
 from .operands import OperandError
 from .plans import signature
 
@@ -72,7 +72,7 @@ def fp8_gemm(A, B, D=None, *, scale_a=1.0, scale_b=1.0, out_dtype=None, bias=Non
     of promoting every 128 K elements to fp32. A row-major and B column-major (the transpose of
     an N x K weight) are read as they are; other layouts are repacked first. No alpha or beta
     (fold alpha into a scale). Returns D (a new array of A's library unless given); see
-    ``gemmgen.runtime.fp8_operands`` for the checks (``OperandError`` naming the argument)."""
+    ``gemmgen.runtime.operands.scales`` for the checks (``OperandError`` naming the argument)."""
     if alpha != 1.0 or beta != 0.0:
         raise OperandError("FP8 GEMMs take no alpha or beta: fold alpha into scale_a; beta "
                            "(accumulating into C) is not supported")

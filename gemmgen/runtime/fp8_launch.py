@@ -12,7 +12,7 @@ import numpy as np
 from ..model.dtypes import numpy_dtype
 from . import driver
 from .device import pycuda_context
-from .fp8_operands import Fp8Args, as_bytes, check_fp8, host_scale
+from .operands.scales import Fp8Args, as_bytes, check_fp8, host_scale
 from .launch import allocator
 from .operands import OperandError, check_one_device
 from .recipe import KernelArgs, Ref, Scale

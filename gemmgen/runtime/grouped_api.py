@@ -1,6 +1,6 @@
 """``gemmgen.grouped_gemm``: many products in one persistent launch (mixture-of-experts), chosen
 by ``gemmgen.heuristics.grouped``, built once per process and launched from a plan per operand
-signature: the first call checks everything (``grouped_operands``) and builds the recipe with
+signature: the first call checks everything (``operands.groups``) and builds the recipe with
 ``Ref``s for A, B, C and the offsets; a later call with the same signature (shapes, strides,
 dtypes, device; not the addresses, not the offsets' values) only patches and launches. Nothing
 is copied to the host, so a call on a captured stream becomes part of a CUDA graph.
@@ -15,7 +15,7 @@ from ..model.families import config_from_dict
 from . import driver
 from .build import CALLS, build
 from .device import device_identity
-from .grouped_operands import GroupedArgs, check_grouped
+from .operands.groups import GroupedArgs, check_grouped
 from .launch import allocator
 from .operands import OperandError, check_one_device, check_scalars, describe
 from .plans import _sync_cupy_producers, signature

@@ -28,11 +28,11 @@ import math
 import torch
 from torch import Tensor
 
-from ..runtime import fp8_quant
+from ..runtime import quantize as quant_kernels
 from ..runtime.device import device_identity
 from ..runtime.fp8_api import fp8_gemm, kernel_for
 from ..runtime.fp8_launch import make_plan
-from ..runtime.fp8_operands import check_fp8
+from ..runtime.operands.scales import check_fp8
 from ..runtime.hopper import FP8_ORDER
 from ..runtime.operands import OperandError
 from . import launcher
@@ -231,12 +231,12 @@ def quantize(x: Tensor, block=(1, 128), dtype: torch.dtype = torch.float8_e4m3fn
     amax = torch.zeros(rows if group == "row" else 1, dtype=torch.float32, device=x.device)
     ss = scale.stride() if scale.dim() == 2 else (0, 0)
     dev = x.device.index or 0
-    fp8_quant.quantize(group, {torch.float32: "fp32", torch.float16: "fp16",
-                               torch.bfloat16: "bf16"}[x.dtype], FP8_NAMES[dtype],
-                       x.data_ptr(), x.stride(0), rows, cols, q.data_ptr(), cols,
-                       scale.data_ptr(), ss[0], ss[1], amax.data_ptr(), floor, dev,
-                       torch.cuda.current_stream(x.device).cuda_stream,
-                       f"sm_{device_identity(dev)[1]}")
+    quant_kernels.quantize(group, {torch.float32: "fp32", torch.float16: "fp16",
+                                   torch.bfloat16: "bf16"}[x.dtype], FP8_NAMES[dtype],
+                           x.data_ptr(), x.stride(0), rows, cols, q.data_ptr(), cols,
+                           scale.data_ptr(), ss[0], ss[1], amax.data_ptr(), floor, dev,
+                           torch.cuda.current_stream(x.device).cuda_stream,
+                           f"sm_{device_identity(dev)[1]}")
     return q, scale
 
 

@@ -15,7 +15,7 @@ from ..model.presets import PRESETS
 from ..runtime.build import build
 from ..runtime.device import device_arch, sm_count
 from ..runtime.fp8_launch import make_plan
-from ..runtime.fp8_operands import check_fp8
+from ..runtime.operands.scales import check_fp8
 from .bench import L2_MULTIPLE, Timing, summary, tflops, with_baseline
 from .fp8_verify import fp8_tolerance
 from .suite_cases import Case

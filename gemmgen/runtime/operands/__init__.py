@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model.dtypes import FP8_DTYPES, numpy_dtype, stored_as, torch_dtype_name
+from ...model.dtypes import FP8_DTYPES, numpy_dtype, stored_as, torch_dtype_name
 
 LAYOUT_NAMES = {"r": "row-major", "c": "column-major"}
 

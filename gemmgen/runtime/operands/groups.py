@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..model.dtypes import FP8_DTYPES, array_dtype, dtype_name
-from .fp8_operands import BLOCK, OUT_DTYPES as FP8_OUT_DTYPES, describe_scale
-from .operands import Operand, OperandError, check_int32, check_one_device, describe
-from .recipe import KernelArgs, Scale
+from ...model.dtypes import FP8_DTYPES, array_dtype, dtype_name
+from ..recipe import KernelArgs, Scale
+from . import Operand, OperandError, check_int32, check_one_device, describe
+from .scales import BLOCK, OUT_DTYPES as FP8_OUT_DTYPES, describe_scale
 
 IN_DTYPES = ("fp16", "bf16", *FP8_DTYPES)
 

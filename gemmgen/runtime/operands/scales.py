@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model.dtypes import FP8_DTYPES, array_dtype, dtype_name, numpy_dtype
-from .operands import (Operand, OperandError, check_int32, check_one_device, contiguous_strides,
+from ...model.dtypes import FP8_DTYPES, array_dtype, dtype_name, numpy_dtype
+from . import (Operand, OperandError, check_int32, check_one_device, contiguous_strides,
                        describe)
 
 OUT_DTYPES = ("bf16", "fp16", "fp32")
