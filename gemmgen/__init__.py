@@ -16,7 +16,7 @@ from .model.families.wmma import WMMA_RULES, WmmaConfig
 from .model.presets import PRESETS, get_preset
 from .runtime.api import gemm
 from .runtime.build import build, load
-from .runtime.grouped_api import grouped_gemm
+from .runtime.grouped import grouped_gemm
 from .runtime.kernel import Kernel
 from .runtime.operands import OperandError
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gemmgen import PRESETS
-from gemmgen.runtime import fp8_blas
+from gemmgen.runtime import calls
 from gemmgen.runtime.kernel import LAUNCHERS, DirectLaunch, Kernel
 from gemmgen.runtime.operands import OperandError
 
@@ -48,7 +48,7 @@ def test_each_family_takes_its_call_through_the_one_kernel_call(monkeypatch):
 
 
 def test_a_grouped_kernel_refuses_alpha_beta_and_bias_by_name():
-    from gemmgen.runtime.grouped_api import call_grouped
+    from gemmgen.runtime.calls import call_grouped
     for name, value in (("alpha", 2.0), ("beta", 1.0), ("bias", object()), ("bias", np.ones(3))):
         with pytest.raises(OperandError, match=f"^{name} = "):
             call_grouped(None, None, None, **{name: value})
@@ -75,7 +75,7 @@ def fake_launch(monkeypatch):
         out = D if D is not None else np.empty(value.shape, ml_dtypes.bfloat16)
         out[...] = value.astype(out.dtype)
         return out
-    monkeypatch.setattr(fp8_blas, "launch_fp8", launch)
+    monkeypatch.setattr(calls, "launch_fp8", launch)
 
 
 def operands(rng, m=7, n=5, k=9, batch=None):
@@ -100,7 +100,7 @@ def test_alpha_multiplies_the_scale_and_beta_adds_the_old_c(fake_launch):
     rng = np.random.default_rng(0)
     A, B, C = operands(rng)
     C0 = C.copy()
-    out = fp8_blas.call_fp8(FakeFp8(), A, B, C, alpha=1.5, beta=-0.75, scale_a=2.0, scale_b=0.5)
+    out = calls.call_fp8(FakeFp8(), A, B, C, alpha=1.5, beta=-0.75, scale_a=2.0, scale_b=0.5)
     assert out is C and close(C, ref(A, B, C0, 1.5, -0.75, 2.0, 0.5))
 
 
@@ -110,11 +110,11 @@ def test_alpha_zero_and_k_zero_read_neither_a_nor_b(fake_launch):
     A[0, 0] = B[0, 0] = np.nan
     kernel = FakeFp8()
     C0 = C.copy()
-    out = fp8_blas.call_fp8(kernel, A, B, C, alpha=0.0, beta=2.0)
+    out = calls.call_fp8(kernel, A, B, C, alpha=0.0, beta=2.0)
     assert kernel.calls == 0 and close(out, 2.0 * C0.astype(np.float64))
     empty_a, empty_b = A[:, :0], B[:0]
     C[...] = np.nan  # beta == 0: C is not read
-    out = fp8_blas.call_fp8(kernel, empty_a, empty_b, C, alpha=1.0, beta=0.0)
+    out = calls.call_fp8(kernel, empty_a, empty_b, C, alpha=1.0, beta=0.0)
     assert kernel.calls == 0 and not out.astype(np.float32).any()
 
 
@@ -122,7 +122,7 @@ def test_batches_run_one_matrix_at_a_time(fake_launch):
     rng = np.random.default_rng(2)
     A, B, C = operands(rng, batch=3)
     kernel = FakeFp8()
-    out = fp8_blas.call_fp8(kernel, A, B[0], None, alpha=0.5)
+    out = calls.call_fp8(kernel, A, B[0], None, alpha=0.5)
     assert kernel.calls == 3 and out.shape == (3, 7, 5)
     assert close(out, ref(A, B[0], None, 0.5, 0.0))
 
@@ -131,9 +131,9 @@ def test_beta_with_an_activation_is_refused_by_name(fake_launch):
     rng = np.random.default_rng(3)
     A, B, C = operands(rng)
     with pytest.raises(OperandError, match="beta"):
-        fp8_blas.call_fp8(FakeFp8("relu"), A, B, C, beta=1.0)
+        calls.call_fp8(FakeFp8("relu"), A, B, C, beta=1.0)
     with pytest.raises(OperandError, match="C is required"):
-        fp8_blas.call_fp8(FakeFp8(), A, B, None, beta=1.0)
+        calls.call_fp8(FakeFp8(), A, B, None, beta=1.0)
 
 
 def test_numpy_tree_operands_are_packed_in_the_layout_the_kernel_reads():
@@ -159,23 +159,23 @@ def test_device_operands_prepare_and_add_c_on_the_kernels_stream(monkeypatch):
         state["on"] = None
     monkeypatch.setattr(torch.cuda, "stream", on_stream)
     monkeypatch.setattr(torch.cuda, "ExternalStream", lambda handle, device=None: handle)
-    real_f32 = fp8_blas._f32
+    real_f32 = calls._f32
 
     def f32(x, copy=False):
         seen.append(("copy" if copy else "read", state["on"]))
         return real_f32(x, copy)
-    monkeypatch.setattr(fp8_blas, "_f32", f32)
+    monkeypatch.setattr(calls, "_f32", f32)
 
     def launch(kernel, A, B, scale_a, scale_b, D, bias=None, stream=None):
         seen.append(("launch", state["on"], float(scale_a)))
         D.copy_((A.float() @ B.float()) * scale_a)
         return D
-    monkeypatch.setattr(fp8_blas, "launch_fp8", launch)
+    monkeypatch.setattr(calls, "launch_fp8", launch)
     A = torch.randn(4, 8).to(torch.float8_e4m3fn)
     B = torch.randn(8, 3).to(torch.float8_e4m3fn)
     C = torch.randn(4, 3)
     C0 = C.clone()
-    fp8_blas.call_fp8(FakeFp8(), A, B, C, alpha=2.0, beta=0.5, stream=0x77,
+    calls.call_fp8(FakeFp8(), A, B, C, alpha=2.0, beta=0.5, stream=0x77,
                       scale_a=torch.tensor([1.5]))
     assert seen[0] == ("copy", 0x77) and seen[1] == ("launch", None, 3.0)
     assert all(on == 0x77 for what, on, *_ in seen[2:]), seen

@@ -133,7 +133,7 @@ def test_e5m2_times_e4m3_into_fp32(hopper):
 
 def test_python_scales_and_repeated_split_k_calls(hopper):
     import gemmgen
-    from gemmgen.runtime.fp8_api import chosen_fp8
+    from gemmgen.runtime.api import chosen_fp8
     a, b, sa, sb, ref = _data(64, 2112, 7168, "tensor", seed=7)
     first = gemmgen.gemm(a, b, scale_a=float(sa), scale_b=float(sb))
     for _ in range(3):  # the split-K counters are back at zero after each launch

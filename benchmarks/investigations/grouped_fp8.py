@@ -29,7 +29,7 @@ import torch
 
 from gemmgen import grouped_gemm
 from gemmgen.heuristics.grouped import offsets, row_counts
-from gemmgen.runtime.grouped_api import plan_grouped
+from gemmgen.runtime.grouped import plan_grouped
 from gemmgen.torch.fp8 import dequantize, quantize
 from gemmgen.tune.suite_fp8 import graph_time
 

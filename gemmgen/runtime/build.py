@@ -19,14 +19,13 @@ from ..model.config import ConfigBase
 from ..model.families import fallback_config
 from . import driver
 from .device import device_arch, gpu_problem, pycuda_modules
-from .fp8_blas import call_fp8
 from .kernel import Kernel
 
 _CACHE: dict[tuple[str, str, str], Kernel] = {}
-CALLS = {"fp8": call_fp8}
+CALLS: dict = {}
 """The family -> how its kernels take ``kernel(A, B, C, ...)`` (``Kernel.call``), where that
-is not ``launch``: the FP8 scales; the grouped family's is added by
-``gemmgen.runtime.grouped_api`` (which builds its kernels here)."""
+is not ``launch``: the FP8 and grouped families' calls, which ``gemmgen.runtime.calls`` adds
+(it builds its kernels here, so it lies above this module)."""
 _LOCK = threading.Lock()
 
 

@@ -168,8 +168,8 @@ class Kernel:
 
         - an epilogue tree's operands (wgmma; ``gemmgen.runtime.launch.launch``);
         - ``scale_a``, ``scale_b`` (FP8: numbers, row vectors or block grids;
-          ``gemmgen.runtime.fp8_blas.call_fp8``);
-        - ``offs``, ``counts`` (grouped; ``gemmgen.runtime.grouped_api.call_grouped``).
+          ``gemmgen.runtime.calls.call_fp8``);
+        - ``offs``, ``counts`` (grouped; ``gemmgen.runtime.calls.call_grouped``).
 
         ``call`` (set by ``gemmgen.runtime.build`` from the family) takes the call; a Kernel
         made without it runs ``launch``. Raises ``OperandError`` naming a bad argument."""

@@ -1,17 +1,24 @@
-"""Launch plans: the fast path of ``gemmgen.gemm`` for device arrays (PyTorch, CuPy).
+"""Launch plans: the fast path of every call on device arrays (PyTorch, CuPy), one ``Plan``
+for every family.
 
-The first call with an operand signature runs every check ``launch`` makes and keeps what
-follows from them (kernel, extents, leading dimensions, batch strides, how to make C); a later
-call with the same signature reads the pointers and launches.
+The first call with an operand signature runs every check and keeps what follows from them
+(kernel, extents, leading dimensions, strides, scales, how to make the output) as a recipe
+whose operand addresses are ``Ref``s; a later call with the same signature reads the
+addresses and launches. ``plan_gemm`` makes the plan of a 16-bit or fp32 ``gemm``,
+``plan_scaled`` that of an FP8 one (``gemmgen.runtime.grouped`` makes the grouped ones).
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
+
+import numpy as np
 
 from . import driver
 from .launch import DEFAULT_STREAMS, allocator, batch_stride, check_launch
-from .operands import check_gemm, describe
-from .recipe import KernelArgs, Recipe, Ref
+from .operands import OperandError, check_gemm, describe
+from .operands.scales import Fp8Args
+from .recipe import KernelArgs, Recipe, Ref, Scale
 
 
 def transposed(x):
@@ -23,6 +30,8 @@ def transposed(x):
     return x.swapaxes(-1, -2)
 
 
+_SCALARS: dict[tuple, object] = {}
+SCALAR_CACHE = 256
 ABSENT = ("absent",)
 """The signature of an operand that was not given (C or bias)."""
 
@@ -42,43 +51,105 @@ def signature(x):
     return None
 
 
-def _reader(x):
-    """How to read the device address of an operand of ``x``'s kind (the first element of the
-    view): ``tensor.data_ptr()`` for PyTorch, ``array.data.ptr`` for CuPy; 0 for an absent one."""
+def reader(x, like=None, device: int = 0):
+    """How to read the device address of an operand of ``x``'s kind on each call: 0 for an
+    absent one, ``tensor.data_ptr()`` for PyTorch, ``array.data.ptr`` for CuPy, the
+    ``__cuda_array_interface__`` address otherwise; a number (an FP8 scale) becomes a cached
+    one-element float32 array of ``like``'s library on ``device``."""
     if x is None:
         return lambda _: 0
-    if type(x).__module__.startswith("torch"):
+    if is_number(x):
+        return lambda v: address(device_scalar(float(v), like, device))
+    mod = type(x).__module__
+    if mod.startswith("torch"):
         return lambda t: t.data_ptr()
-    return lambda a: a.data.ptr
+    if mod.startswith("cupy"):
+        return lambda a: a.data.ptr
+    return address
+
+
+def address(x) -> int:
+    """The device address of an array of any kind (0 for None)."""
+    if x is None:
+        return 0
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        return x.data_ptr()
+    if mod.startswith("cupy"):
+        return x.data.ptr
+    return int(x.__cuda_array_interface__["data"][0] or 0)
+
+
+def is_number(x) -> bool:
+    """An operand given as a number (Python or NumPy scalar: an FP8 scale), not an array."""
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
+
+
+def device_scalar(value: float, like, device: int):
+    """A one-element float32 device array holding ``value``, of ``like``'s library (PyTorch
+    or CuPy), cached per value and device (numbers passed as scales)."""
+    lib = type(like).__module__.split(".")[0]
+    key = (lib, device, value)
+    found = _SCALARS.get(key)
+    if found is None:
+        if len(_SCALARS) >= SCALAR_CACHE:
+            _SCALARS.clear()
+        if lib == "torch":
+            import torch
+            found = torch.tensor([value], dtype=torch.float32, device=f"cuda:{device}")
+        else:
+            import cupy
+            with cupy.cuda.Device(device):
+                found = cupy.array([value], dtype=np.float32)
+        _SCALARS[key] = found
+    return found
 
 
 @dataclass
 class Plan:
-    """A checked call for one operand signature: the ``kernel`` (whose ``last_path`` each run
-    sets), its ``recipe`` (launches with the places the operands' addresses go: 0 A, 1 B, 2 C,
-    3 bias; with ``swap`` B^T is the kernel's A),
-    how to read each address, and how to make C. ``cupy``: some operand is a CuPy array,
-    whose ``__cuda_array_interface__`` stream is honoured on every call."""
+    """A checked call for one operand signature, of any family: the ``kernel`` (whose
+    ``last_path`` each run sets), its ``recipe``, whose operands are, in order, A, B, the
+    output (C or D), then bias (or the grouped offsets or counts), then FP8's scale_a and
+    scale_b; ``readers``, how to read each operand's address (``reader``); ``new_out``, how to
+    make the output when none is given; ``choice``, the dispatch's ``Choice`` (None when the
+    kernel was given). ``swap``: B^T is the kernel's A (16-bit ``gemm`` for a small M).
+    ``cupy``: some operand is a CuPy array, whose ``__cuda_array_interface__`` stream is
+    honoured on every call."""
 
     kernel: object
-    how: str
     recipe: Recipe
-    new_c: object
-    cupy: bool
-    ptrs: tuple  # address readers of A, B, C (or the new C) and bias
+    readers: tuple
+    new_out: object = None
+    choice: object = None
+    cupy: bool = False
     swap: bool = False
 
-    def run(self, A, B, C, bias, stream=None):
-        out = C if C is not None else self.new_c()
+    def run(self, *operands, stream=None):
+        """Launch on ``operands`` (the recipe's order; the output may be None) on ``stream``
+        (None, a PyTorch, CuPy or PyCUDA stream or a raw handle) and return the output."""
+        given = operands[2]
+        out = given if given is not None else self.new_out()
+        ops = (operands[1], operands[0], out, *operands[3:]) if self.swap else \
+            (operands[0], operands[1], out, *operands[3:])   # a transpose keeps the address
         if self.cupy:
-            _sync_cupy_producers(A, B, C, bias)
-        pa, pb, pc, pbias = self.ptrs
-        first, second = (B, A) if self.swap else (A, B)  # a transpose keeps the address
+            _sync_cupy_producers(*ops)
         with driver.on_device(self.recipe.device):
-            self.recipe.run((pa(first), pb(second), pc(out), pbias(bias)),
+            self.recipe.run(tuple(r(x) for r, x in zip(self.readers, ops)),
                             driver.stream_handle(stream))
         self.kernel.last_path = self.recipe.path
-        return out if C is not None or not self.swap else transposed(out)
+        return out if given is not None or not self.swap else transposed(out)
+
+
+def plan_of(kernel, recipe: Recipe, operands: tuple, new_out=None, choice=None, device: int = 0,
+         swap: bool = False) -> Plan:
+    """The ``Plan`` of ``recipe`` for example ``operands`` (the recipe's order; the output
+    None when ``new_out`` makes it): a reader per operand of its kind, and whether any is a
+    CuPy array."""
+    like = operands[0]
+    kinds = {type(x).__module__.split(".")[0] for x in operands if x is not None}
+    readers = tuple(reader(like if i == 2 and x is None else x, like, device)
+                    for i, x in enumerate(operands))
+    return Plan(kernel, recipe, readers, new_out, choice, "cupy" in kinds, swap)
 
 
 def _sync_cupy_producers(*ops) -> None:
@@ -91,7 +162,8 @@ def _sync_cupy_producers(*ops) -> None:
                 return
 
 
-def make_plan(kernel, how, A, B, C, bias, alpha: float, beta: float, device: int) -> Plan:
+def plan_gemm(kernel, A, B, C, bias, alpha: float, beta: float, device: int,
+              choice=None) -> Plan:
     """Every check ``launch`` makes (operands, specialization, grid limits), once per
     signature, and the recipe that follows from them: the operands' addresses are ``Ref``s,
     patched in on each call. ``alpha`` and ``beta`` are part of the signature (they decide
@@ -104,7 +176,6 @@ def make_plan(kernel, how, A, B, C, bias, alpha: float, beta: float, device: int
     col_c = cfg.layout[2] == "c"
     make_c = None if C is not None else allocator(A, shape, cfg.out, col_c)  # C's in the key
     c = args.c or describe(make_c(), "C", cfg.out)
-    kinds = {type(x).__module__.split(".")[0] for x in (A, B, C, bias) if x is not None}
     refs = [Ref(i, p) for i, p in enumerate((args.a.ptr, args.b.ptr, c.ptr,
                                              args.bias.ptr if args.bias else 0))]
     with driver.on_device(device):
@@ -113,5 +184,51 @@ def make_plan(kernel, how, A, B, C, bias, alpha: float, beta: float, device: int
             refs[2], c.lds[cfg.layout[2]], alpha, beta, batch_stride(args.a),
             batch_stride(args.b), batch_stride(c), refs[3] if args.bias else 0,
             args.batch or 1), device)
-    return Plan(kernel, how, recipe, make_c, "cupy" in kinds,
-                (_reader(A), _reader(B), _reader(C if C is not None else A), _reader(bias)))
+    return plan_of(kernel, recipe, (A, B, C, bias), make_c, choice, device)
+
+
+COMPATIBLE = {"tensor": ("tensor",), "row": ("tensor", "row"), "block": ("block",)}
+"""FP8 kernel scaling -> the scalings of arguments it computes (a row kernel broadcasts
+scalars)."""
+
+
+def check_scaled_kernel(kernel, args: Fp8Args) -> None:
+    """An fp8-family ``kernel`` computes these arguments: dtypes, D's dtype, scaling and bias.
+    Raises ``OperandError`` naming the mismatch."""
+    cfg = kernel.config
+    if (args.a_dtype, args.b_dtype, args.out) != (cfg.dtype, cfg.b_dtype, cfg.out):
+        raise OperandError(f"this kernel takes A {cfg.dtype}, B {cfg.b_dtype}, D {cfg.out}; got "
+                           f"A {args.a_dtype}, B {args.b_dtype}, D {args.out}")
+    # A block kernel also computes scales whose B part is one value: per-tensor, or row-wise
+    # A with a scalar B (the block grids of a problem with one K block and N <= 128 are these).
+    one_b = cfg.scaling == "block" and args.scale_b.size == 1
+    if args.scaling not in COMPATIBLE[cfg.scaling] and not one_b:
+        raise OperandError(f"scale_a and scale_b give {args.scaling} scaling; this kernel takes "
+                           f"{cfg.scaling} scales")
+    if cfg.epilogue.startswith("bias") != (args.bias is not None):
+        raise OperandError("bias " + ("is required by" if args.bias is None else "given, but")
+                           + f" this kernel's epilogue {cfg.epilogue!r}")
+
+
+def plan_scaled(kernel, args: Fp8Args, device: int) -> Plan:
+    """The plan of an fp8-family ``kernel`` for checked device arguments (operands A, B, D,
+    bias, scale_a, scale_b; a scale given as a number is a device scalar per call)."""
+    check_scaled_kernel(kernel, args)
+    new_d = None if args.d is not None else allocator(args.a.obj, (args.m, args.n), args.out,
+                                                      False)
+    d_obj = args.d.obj if args.d is not None else new_d()
+    like = args.a.obj
+    ops = (like, args.b.obj, args.d.obj if args.d is not None else None,
+           args.bias.obj if args.bias else None, args.scale_a.obj, args.scale_b.obj)
+    ptrs = (args.a.ptr, args.b.ptr, address(d_obj), args.bias.ptr if args.bias else 0,
+            *(reader(s.obj, like, device)(s.obj) if s.kind == "number" else s.ptr
+              for s in (args.scale_a, args.scale_b)))
+    refs = [Ref(i, p) for i, p in enumerate(ptrs)]
+    ldd = args.d.lds["r"] if args.d is not None else args.n
+    with driver.on_device(device):
+        recipe = kernel.launches(KernelArgs(
+            args.m, args.n, args.k, refs[0], args.lda, refs[1], args.ldb, refs[2], ldd,
+            bias=refs[3] if args.bias else 0, a_k_major=args.a_k_major,
+            b_k_major=args.b_k_major, scale_a=Scale(refs[4], args.a_layout.s0, args.a_layout.s1),
+            scale_b=Scale(refs[5], args.b_layout.s0, args.b_layout.s1)), device)
+    return plan_of(kernel, recipe, ops, new_d, None, device)

@@ -30,8 +30,8 @@ from torch import Tensor
 
 from ..runtime import quantize as quant_kernels
 from ..runtime.device import device_identity
-from ..runtime.fp8_api import fp8_gemm, kernel_for
-from ..runtime.fp8_launch import make_plan
+from ..runtime.api import fp8_gemm, kernel_for
+from ..runtime.plans import plan_scaled
 from ..runtime.operands.scales import check_fp8
 from ..runtime.hopper import FP8_ORDER
 from ..runtime.operands import OperandError
@@ -152,7 +152,7 @@ def _scaled_mm_plan(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, out
     fast = _fast(scale_b, use_fast_accum, args.n)
     device = a.device.index or 0
     kernel, _ = kernel_for(args, fast, "bias" if bias is not None else "none", None, device)
-    plan = make_plan(kernel, args, device)
+    plan = plan_scaled(kernel, args, device)
     launcher.keep_alive(plan)
     return torch.frombuffer(bytearray(plan.recipe.to_bytes(FP8_ORDER)), dtype=torch.uint8)
 

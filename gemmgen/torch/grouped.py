@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..runtime.grouped_api import grouped_gemm, plan_grouped
+from ..runtime.grouped import grouped_gemm, plan_grouped
 from ..runtime.operands import OperandError
 from . import launcher
 from .ops import _LIB, _REFERENCE, LAUNCHER, _warn_once

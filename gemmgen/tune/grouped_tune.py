@@ -14,7 +14,7 @@ from ..heuristics import grouped_db
 from ..heuristics.grouped import offsets, row_counts
 from ..model.families.grouped import space
 from ..runtime.device import device_arch
-from ..runtime.grouped_api import grouped_gemm
+from ..runtime.grouped import grouped_gemm
 from .bench import tflops
 from .suite_moe import time_calls
 from .suite_rows import why

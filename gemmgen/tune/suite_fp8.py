@@ -14,7 +14,7 @@ from ..heuristics.fp8 import choose_fp8
 from ..model.presets import PRESETS
 from ..runtime.build import build
 from ..runtime.device import device_arch, sm_count
-from ..runtime.fp8_launch import make_plan
+from ..runtime.plans import plan_scaled
 from ..runtime.operands.scales import check_fp8
 from .bench import L2_MULTIPLE, Timing, summary, tflops, with_baseline
 from .fp8_verify import fp8_tolerance
@@ -186,14 +186,14 @@ def _measure(case: Case, kernel, env: RunEnv, torch, copy: float, label: str,
             for i in range(_sets(case, env.info["l2_bytes"]))]
     outs = [torch.empty(case.m, case.n, dtype=torch.bfloat16, device="cuda") for _ in sets]
     s0 = sets[0]
-    plan = make_plan(kernel, check_fp8(s0["a"], s0["b"], s0["sa"], s0["sb"], outs[0]),
-                     torch.cuda.current_device())
+    plan = plan_scaled(kernel, check_fp8(s0["a"], s0["b"], s0["sa"], s0["sb"], outs[0]),
+                       torch.cuda.current_device())
     fast = case.accum == "fast"
 
     def ours(i):
         s = sets[i]
         plan.run(s["a"], s["b"], outs[i], None, s["sa"], s["sb"],
-                 torch.cuda.current_stream().cuda_stream)
+                 stream=torch.cuda.current_stream().cuda_stream)
 
     def theirs(i):
         s = sets[i]

@@ -12,7 +12,7 @@ import sys
 from ..compile.cache import compile_many
 from ..heuristics.grouped import choose, offsets, row_counts
 from ..runtime.device import device_arch
-from ..runtime.grouped_api import chosen_grouped, grouped_gemm
+from ..runtime.grouped import chosen_grouped, grouped_gemm
 from .bench import Timing, summary, tflops, with_baseline
 from .suite_cases import Case
 from .suite_rows import RunEnv, failed_row, suite_row, why

@@ -15,7 +15,7 @@ from .base import GROUPED_MODES, HopperLaunch
 class GroupedLaunch(HopperLaunch):
     """The grouped family's calls: ``launches(args)`` gives the ``Recipe`` of one grouped call
     (one launch; none when there is nothing to write). ``grouped_gemm``
-    (``gemmgen.runtime.grouped_api``) checks operands and runs it. What ``args``
+    (``gemmgen.runtime.grouped``) checks operands and runs it. What ``args``
     (``KernelArgs``) holds, by grouping (extents in elements; strides are elements between
     consecutive matrices):
 

@@ -1,9 +1,9 @@
-"""The call contract every kernel keeps, on an fp8-family kernel:
-``kernel(A, B, C=None, *, alpha=1.0, beta=0.0, bias=None, stream=None, scale_a=1.0,
-scale_b=1.0)`` computes C = act(alpha * scale_a * scale_b * (A @ B) + beta * C + bias).
+"""A kernel's call, ``kernel(A, B, C=None, *, alpha=1.0, beta=0.0, bias=None, stream=None,
+...)`` (``Kernel.__call__``), for the families whose kernels compute something other than
+C = act(alpha * A @ B + beta * C + bias) (``build.CALLS`` maps a family to its call here).
 
-The FP8 kernels themselves write D = act(dequant(A @ B) + bias) and read no C
-(``gemmgen.runtime.fp8_launch``); this module maps the rest of the contract onto them:
+**FP8** (``call_fp8``): the kernels write D = act(dequant(A @ B) + bias) and read no C; the
+call computes C = act(alpha * scale_a * scale_b * (A @ B) + beta * C + bias):
 
 - ``alpha`` multiplies ``scale_a`` (a number, or a new array of the scale's library);
 - ``alpha == 0`` or ``K == 0``: A and B are not read (BLAS), the product is zero, and the result
@@ -11,7 +11,11 @@ The FP8 kernels themselves write D = act(dequant(A @ B) + bias) and read no C
 - ``beta != 0``: D goes into C, then the old C times beta is added in a second pass with C's
   library (NumPy on the host; PyTorch or CuPy on the device, on ``stream``). The second pass
   comes after the activation, so a kernel with ReLU or GELU refuses beta != 0;
-- 3-D A (and B, or a 2-D B broadcast): one call per matrix of the batch.
+- 3-D A (and B, or a 2-D B broadcast): one call per matrix of the batch;
+- NumPy operands are copied to the GPU through PyCUDA and D comes back as NumPy
+  (``launch_fp8``).
+
+**Grouped** (``call_grouped``): ``gemmgen.grouped_gemm`` with the kernel's configuration.
 """
 from __future__ import annotations
 
@@ -22,9 +26,15 @@ import numpy as np
 
 from ..model.dtypes import numpy_dtype
 from . import driver
-from .fp8_launch import launch_fp8
+from .build import CALLS
+from .device import pycuda_context
+from .grouped import grouped_gemm
 from .launch import allocator
-from .operands import OperandError, check_scalars
+from .operands import OperandError, check_one_device, check_scalars
+from .operands.scales import Fp8Args, as_bytes, check_fp8, host_scale
+from .plans import check_scaled_kernel, plan_scaled
+from .recipe import KernelArgs, Scale
+
 
 
 def call_fp8(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
@@ -150,3 +160,77 @@ def _on(stream, like):
 
 
 __all__ = ["call_fp8"]
+
+
+def device_of(args: Fp8Args) -> int:
+    """The one device of the arguments (0 for NumPy ones); ``OperandError`` naming two on
+    different devices (pointers of GPUArrays and other arrays are asked of the driver)."""
+    if args.a.kind == "numpy":
+        return 0
+    named = {"A": args.a.obj, "B": args.b.obj, "scale_a": args.scale_a.obj,
+             "scale_b": args.scale_b.obj, "D": args.d.obj if args.d else None,
+             "bias": args.bias.obj if args.bias else None}
+    found = check_one_device(named, driver.device_of)
+    return 0 if found is None else found
+
+
+def launch_fp8(kernel, A, B, scale_a=1.0, scale_b=1.0, D=None, *, bias=None, stream=None,
+               args: Fp8Args | None = None):
+    """One call of an fp8-family ``kernel`` (its dtypes, scaling and epilogue must fit the
+    arguments): NumPy operands are copied to the GPU and D comes back as NumPy; device
+    operands are used in place, D returned without waiting. Raises ``OperandError``."""
+    cfg = kernel.config
+    args = args or check_fp8(A, B, scale_a, scale_b, D, bias, cfg.out)
+    check_scaled_kernel(kernel, args)
+    if args.a.kind == "numpy":
+        with pycuda_context():
+            return _launch_host(kernel, args, D)
+    device = device_of(args)
+    return plan_scaled(kernel, args, device).run(A, B, D, bias, scale_a, scale_b,
+                                                 stream=stream)
+
+
+def _launch_host(kernel, args: Fp8Args, D):
+    """Upload A (row-major) and B^T (row-major: B K-major), the scales and bias as bytes, run,
+    and return D as NumPy (into ``D`` when given)."""
+    from pycuda import gpuarray
+    a = gpuarray.to_gpu(np.ascontiguousarray(as_bytes(args.a.obj)))
+    b = gpuarray.to_gpu(np.ascontiguousarray(as_bytes(args.b.obj).T))
+    sa, sb = (gpuarray.to_gpu(host_scale(s)) for s in (args.scale_a, args.scale_b))
+    item = np.dtype(numpy_dtype(args.out)).itemsize
+    d = gpuarray.empty(max(args.m * args.n * item, 1), np.uint8)
+    bias = None
+    if args.bias is not None:
+        bias = gpuarray.to_gpu(np.ascontiguousarray(args.bias.obj).reshape(-1).view(np.uint8))
+    if args.m and args.n:
+        lay_a, lay_b = args.a_layout, args.b_layout
+        kernel.launch_raw(KernelArgs(
+            args.m, args.n, args.k, int(a.gpudata), max(args.k, 1), int(b.gpudata),
+            max(args.k, 1), int(d.gpudata), args.n,
+            bias=int(bias.gpudata) if bias is not None else 0,
+            scale_a=Scale(int(sa.gpudata), lay_a.s0, lay_a.s1),
+            scale_b=Scale(int(sb.gpudata), lay_b.s0, lay_b.s1)))
+    result = d.get()[:args.m * args.n * item].view(numpy_dtype(args.out)).reshape(args.m, args.n)
+    if D is not None:
+        D[...] = result
+        return D
+    return result
+
+
+def call_grouped(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
+                 stream=None, offs=None, counts=None, out_dtype=None, scale_a=None,
+                 scale_b=None):
+    """A grouped-family kernel's call (``Kernel.__call__``): ``grouped_gemm(A, B, offs, C,
+    counts=counts, config=kernel.config)``, C the output. The grouped kernels compute A @ B
+    alone: alpha other than 1, beta other than 0 or a bias raise ``OperandError`` naming it."""
+    alpha, beta = check_scalars(alpha, beta)
+    for name, shown, plain in (("alpha", alpha, alpha == 1.0), ("beta", beta, beta == 0.0),
+                               ("bias", f"a {type(bias).__name__}", bias is None)):
+        if not plain:
+            raise OperandError(f"{name} = {shown}: a grouped kernel computes A @ B per group "
+                               f"(alpha 1, beta 0, no bias)")
+    return grouped_gemm(A, B, offs, C, counts=counts, out_dtype=out_dtype,
+                        config=kernel.config, stream=stream, scale_a=scale_a, scale_b=scale_b)
+
+
+CALLS.update(fp8=call_fp8, grouped=call_grouped)

@@ -7,19 +7,17 @@ is copied to the host, so a call on a captured stream becomes part of a CUDA gra
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..heuristics import grouped_db
 from ..heuristics.grouped import GroupedChoice, choose
 from ..model.families import config_from_dict
 from . import driver
-from .build import CALLS, build
+from .build import build
 from .device import device_identity
-from .operands.groups import GroupedArgs, check_grouped
 from .launch import allocator
-from .operands import OperandError, check_one_device, check_scalars, describe
-from .plans import _sync_cupy_producers, signature
-from .recipe import Recipe, Ref
+from .operands import OperandError, check_one_device, describe
+from .operands.groups import GroupedArgs, check_grouped
+from .plans import Plan, plan_of, signature
+from .recipe import Ref
 
 _PLANS: dict[tuple, object] = {}
 _KERNELS: dict[tuple, tuple] = {}
@@ -31,39 +29,6 @@ def _device(named: dict) -> int:
     naming two on different devices (pointers are asked of the driver)."""
     found = check_one_device(named, driver.device_of)
     return 0 if found is None else found
-
-
-@dataclass
-class GroupedPlan:
-    """A checked grouped call for one operand signature: the kernel, its recipe (operands 0 A,
-    1 B, 2 C, 3 offsets or counts, FP8: 4 scale_a, 5 scale_b), how to make C and the choice's
-    reasons."""
-
-    kernel: object
-    choice: GroupedChoice
-    recipe: Recipe
-    new_out: object
-    cupy: bool
-
-    def run(self, A, B, index, out, stream=None, scale_a=None, scale_b=None):
-        c = out if out is not None else self.new_out()
-        if self.cupy:
-            _sync_cupy_producers(A, B, index, out, scale_a, scale_b)
-        ptrs = tuple(_address(x) for x in (A, B, c, index, scale_a, scale_b))
-        with driver.on_device(self.recipe.device):
-            self.recipe.run(ptrs, driver.stream_handle(stream))
-        self.kernel.last_path = self.recipe.path
-        return c
-
-
-def _address(x) -> int:
-    if x is None:
-        return 0
-    if type(x).__module__.startswith("torch"):
-        return x.data_ptr()
-    if type(x).__module__.startswith("cupy"):
-        return x.data.ptr
-    return int(x.__cuda_array_interface__["data"][0] or 0)
 
 
 def _choice(args: GroupedArgs, expected_m, config, device: int) -> GroupedChoice:
@@ -105,7 +70,7 @@ def _tuned() -> dict:
 
 
 def plan_grouped(A, B, offs=None, out=None, counts=None, out_dtype=None, expected_m=None,
-                 config=None, scale_a=None, scale_b=None) -> GroupedPlan:
+                 config=None, scale_a=None, scale_b=None) -> Plan:
     """The plan of one operand signature: every check, the choice and build of the kernel,
     and its recipe with the operands' addresses as ``Ref``s. Raises as ``grouped_gemm``."""
     args = check_grouped(A, B, offs, out, counts, out_dtype, scale_a, scale_b)
@@ -127,9 +92,8 @@ def plan_grouped(A, B, offs=None, out=None, counts=None, out_dtype=None, expecte
                            c.lds["r"], stride_c, *refs[4:6])
     with driver.on_device(device):
         recipe = kernel.launches(problem, device)
-    kinds = {type(x).__module__.split(".")[0] for x in (A, B, offs, counts, out, scale_a, scale_b)
-             if x is not None}
-    return GroupedPlan(kernel, choice, recipe, new_out, "cupy" in kinds)
+    index = offs if offs is not None else counts
+    return plan_of(kernel, recipe, (A, B, out, index, scale_a, scale_b), new_out, choice, device)
 
 
 def grouped_gemm(A, B, offs=None, out=None, *, counts=None, expected_m: int | None = None,
@@ -181,29 +145,11 @@ def grouped_gemm(A, B, offs=None, out=None, *, counts=None, expected_m: int | No
             if len(_PLANS) >= PLAN_CACHE:
                 _PLANS.clear()
             _PLANS[key] = plan
-    return plan.run(A, B, index, out, stream, scale_a, scale_b)
-
-
-def call_grouped(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
-                 stream=None, offs=None, counts=None, out_dtype=None, scale_a=None,
-                 scale_b=None):
-    """A grouped-family kernel's call (``Kernel.__call__``): ``grouped_gemm(A, B, offs, C,
-    counts=counts, config=kernel.config)``, C the output. The grouped kernels compute A @ B
-    alone: alpha other than 1, beta other than 0 or a bias raise ``OperandError`` naming it."""
-    alpha, beta = check_scalars(alpha, beta)
-    for name, shown, plain in (("alpha", alpha, alpha == 1.0), ("beta", beta, beta == 0.0),
-                               ("bias", f"a {type(bias).__name__}", bias is None)):
-        if not plain:
-            raise OperandError(f"{name} = {shown}: a grouped kernel computes A @ B per group "
-                               f"(alpha 1, beta 0, no bias)")
-    return grouped_gemm(A, B, offs, C, counts=counts, out_dtype=out_dtype,
-                        config=kernel.config, stream=stream, scale_a=scale_a, scale_b=scale_b)
+    return plan.run(A, B, out, index, scale_a, scale_b, stream=stream)
 
 
 def chosen_grouped(A, B, offs=None, counts=None, out_dtype=None, expected_m=None):
-    """The ``GroupedPlan`` ``grouped_gemm`` keeps for these operands (out=None), or None."""
+    """The ``Plan`` ``grouped_gemm`` keeps for these operands (out=None), or None."""
     sigs = tuple(signature(x) for x in (A, B, offs, counts, None))
     return _PLANS.get((*sigs, str(out_dtype), expected_m, None))
 
-
-CALLS["grouped"] = call_grouped  # a grouped kernel(A, B, C, offs=...) comes here
