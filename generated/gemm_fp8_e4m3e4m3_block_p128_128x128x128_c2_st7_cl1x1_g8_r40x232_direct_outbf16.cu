@@ -518,12 +518,10 @@ gemm_fp8_e4m3e4m3_block_p128_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf16(
             zero(F);
             // ---- promoted accumulation: every PROMOTE_STAGES K blocks, F += scales * P ----
             float P[M_ITERS][ACC];
-            Scales sc, next;
-            if (w.nk > 0) load_scales(next, w.kb0);
             for (int kb = 0; kb < w.nk; kb += PROMOTE_STAGES) {
                 const int count = min(PROMOTE_STAGES, w.nk - kb);
-                sc = next;
-                if (kb + PROMOTE_STAGES < w.nk) load_scales(next, w.kb0 + kb + PROMOTE_STAGES);
+                Scales sc;
+                load_scales(sc, w.kb0 + kb);
                 fence_all(P);
                 int prev = 0;
                 for (int j = 0; j < count; ++j) {

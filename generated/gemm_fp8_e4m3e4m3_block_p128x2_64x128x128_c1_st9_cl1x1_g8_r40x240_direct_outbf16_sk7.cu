@@ -521,15 +521,11 @@ gemm_fp8_e4m3e4m3_block_p128x2_64x128x128_c1_st9_cl1x1_g8_r40x240_direct_outbf16
             // in-flight group across iterations makes ptxas serialize the wgmmas, C7514; pairs that
             // drain at the end of each iteration do not.)
             float P0[M_ITERS][ACC], P1[M_ITERS][ACC];
-            Scales S0, S1, N0, N1;
-            if (w.nk > 0) load_scales(N0, w.kb0);
-            if (w.nk > 1) load_scales(N1, w.kb0 + 1);
+            Scales S0, S1;
             int kb = 0;
             for (; kb + 1 < w.nk; kb += 2) {
-                S0 = N0;
-                S1 = N1;
-                if (kb + 2 < w.nk) load_scales(N0, w.kb0 + kb + 2);
-                if (kb + 3 < w.nk) load_scales(N1, w.kb0 + kb + 3);
+                load_scales(S0, w.kb0 + kb);
+                load_scales(S1, w.kb0 + kb + 1);
                 const int s0 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
@@ -553,7 +549,8 @@ gemm_fp8_e4m3e4m3_block_p128x2_64x128x128_c1_st9_cl1x1_g8_r40x240_direct_outbf16
                 release(s1);
                 promote(P1, S1);
             }
-            if (kb < w.nk) {                  // an odd block count: the last block alone (N0)
+            if (kb < w.nk) {                  // an odd block count: the last block alone
+                load_scales(S0, w.kb0 + kb);
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
                 wgmma_fence();
@@ -562,7 +559,7 @@ gemm_fp8_e4m3e4m3_block_p128x2_64x128x128_c1_st9_cl1x1_g8_r40x240_direct_outbf16
                 wgmma_wait<0>();
                 fence_all(P0);
                 release(s);
-                promote(P0, N0);
+                promote(P0, S0);
                 advance();
             }
             // ---- epilogue: D = act(scales * F + bias) ----

@@ -604,15 +604,11 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
             // in-flight group across iterations makes ptxas serialize the wgmmas, C7514; pairs that
             // drain at the end of each iteration do not.)
             float P0[M_ITERS][ACC], P1[M_ITERS][ACC];
-            Scales S0, S1, N0, N1;
-            if (tile.nk > 0) load_scales(N0, 0);
-            if (tile.nk > 1) load_scales(N1, 0 + 1);
+            Scales S0, S1;
             int kb = 0;
             for (; kb + 1 < tile.nk; kb += 2) {
-                S0 = N0;
-                S1 = N1;
-                if (kb + 2 < tile.nk) load_scales(N0, 0 + kb + 2);
-                if (kb + 3 < tile.nk) load_scales(N1, 0 + kb + 3);
+                load_scales(S0, 0 + kb);
+                load_scales(S1, 0 + kb + 1);
                 const int s0 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
@@ -636,7 +632,8 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 release(s1);
                 promote(P1, S1);
             }
-            if (kb < tile.nk) {                  // an odd block count: the last block alone (N0)
+            if (kb < tile.nk) {                  // an odd block count: the last block alone
+                load_scales(S0, 0 + kb);
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
                 wgmma_fence();
@@ -645,7 +642,7 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 wgmma_wait<0>();
                 fence_all(P0);
                 release(s);
-                promote(P0, N0);
+                promote(P0, S0);
                 advance();
             }
             epilogue(F, tile, tile.nk, cw, cw * CONSUMER_ROWS);
