@@ -124,18 +124,22 @@ class Plan:
     cupy: bool = False
     swap: bool = False
 
-    def run(self, *operands, stream=None):
-        """Launch on ``operands`` (the recipe's order; the output may be None) on ``stream``
-        (None, a PyTorch, CuPy or PyCUDA stream or a raw handle) and return the output."""
-        given = operands[2]
-        out = given if given is not None else self.new_out()
-        ops = (operands[1], operands[0], out, *operands[3:]) if self.swap else \
-            (operands[0], operands[1], out, *operands[3:])   # a transpose keeps the address
+    def run(self, a, b, out=None, extra=None, scale_a=None, scale_b=None, *, stream=None):
+        """Launch on the operands in the recipe's order (``out`` None: a new one; ``extra``
+        the bias or the grouped offsets or counts; the scales FP8's) on ``stream`` (None, a
+        PyTorch, CuPy or PyCUDA stream or a raw handle) and return the output."""
+        given = out
+        if out is None:
+            out = self.new_out()
+        if self.swap:           # a transpose keeps the address
+            a, b = b, a
         if self.cupy:
-            _sync_cupy_producers(*ops)
+            _sync_cupy_producers(a, b, out, extra, scale_a, scale_b)
+        r = self.readers
+        ptrs = (r[0](a), r[1](b), r[2](out), r[3](extra)) if len(r) == 4 else (
+            r[0](a), r[1](b), r[2](out), r[3](extra), r[4](scale_a), r[5](scale_b))
         with driver.on_device(self.recipe.device):
-            self.recipe.run(tuple(r(x) for r, x in zip(self.readers, ops)),
-                            driver.stream_handle(stream))
+            self.recipe.run(ptrs, driver.stream_handle(stream))
         self.kernel.last_path = self.recipe.path
         return out if given is not None or not self.swap else transposed(out)
 
