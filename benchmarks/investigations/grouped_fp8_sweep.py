@@ -1,9 +1,9 @@
 """Tile, stage and partial-set variants of the grouped family's FP8 kernel on the problems of
 ``grouped_fp8.py`` (same inputs, checks and timing; the per-expert torch._scaled_mm loop
 timed once per problem in the same run). Prints one JSON row per (problem, config) and writes
-$OUT/grouped_fp8_sweep_<GPU>.json when $OUT is set. ``--ncu NAME`` instead launches one
-problem's default kernel a few times (for ncu). Usage on the GPU machine:
-    PYTHONPATH=$PWD python3 benchmarks/investigations/grouped_fp8_sweep.py
+$OUT/grouped_fp8_sweep_<GPU>.json when $OUT is set. ``--variants JSON`` replaces the list of
+field changes. Usage on the GPU machine:
+    PYTHONPATH=$PWD python3 benchmarks/investigations/grouped_fp8_sweep.py [--variants JSON] [PROBLEM ...]
 """
 from __future__ import annotations
 
@@ -26,8 +26,12 @@ VARIANTS = [dict(), dict(partials=1), dict(partials=1, stages=5),
 
 def main() -> int:
     base = PRESETS["grouped_fp8"].config
-    configs = [base.replace(**v) for v in VARIANTS]
-    wanted = sys.argv[1:] or [p[0] for p in PROBLEMS]
+    args = sys.argv[1:]
+    variants = VARIANTS
+    if args and args[0] == "--variants":   # a JSON list of field changes
+        variants, args = json.loads(args[1]), args[2:]
+    configs = [base.replace(**v) for v in variants]
+    wanted = args or [p[0] for p in PROBLEMS]
     started, rows = time.time(), []
     for p in PROBLEMS:
         if p[0] not in wanted:
