@@ -1,10 +1,10 @@
 """For every rule of every family: a config that breaks that rule and no other (a preset plus
 overrides)."""
-from gemmgen.model.families.fp8 import Fp8Config
-from gemmgen.model.families.grouped import GroupedConfig
+from gemmgen.model.families.hopper.fp8 import Fp8Config
+from gemmgen.model.families.hopper.grouped import GroupedConfig
 from gemmgen.model.families.mma import MmaConfig
 from gemmgen.model.families.simt import SimtConfig
-from gemmgen.model.families.wgmma import WgmmaConfig
+from gemmgen.model.families.hopper.wgmma import WgmmaConfig
 from gemmgen.model.families.wmma import WmmaConfig
 from gemmgen.model.presets import PRESETS
 

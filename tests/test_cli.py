@@ -72,7 +72,7 @@ def test_rules_lists_the_tables(run):
     from gemmgen.model.families.simt import SIMT_RULES
     out = run("rules").output.splitlines()
     from gemmgen.model.epilogue_rules import EPILOGUE_RULES
-    from gemmgen.model.families.wgmma.rules import WGMMA_FEATURE_RULES
+    from gemmgen.model.families.hopper.wgmma.rules import WGMMA_FEATURE_RULES
     assert len(out) == sum(len(f.config.rules) + 1 for f in FAMILIES.values()) + len(
         EPILOGUE_RULES) + len(WGMMA_FEATURE_RULES) + 2
     assert out[22].split()[:2] == ["R22", "a-tile-loads"]

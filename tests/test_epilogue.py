@@ -9,8 +9,8 @@ from gemmgen.model import epilogue as E
 from gemmgen.model.config import EPILOGUES
 from gemmgen.model.epilogue import Epilogue, EpilogueError
 from gemmgen.model.epilogue_rules import EPILOGUE_RULES, deferral
-from gemmgen.model.families.wgmma import WgmmaConfig
-from gemmgen.model.families.wgmma.rules import WGMMA_FEATURE_RULES
+from gemmgen.model.families.hopper.wgmma import WgmmaConfig
+from gemmgen.model.families.hopper.wgmma.rules import WGMMA_FEATURE_RULES
 
 BASE = PRESETS["wgmma_tma_store"].config
 DUAL = dict(dual=True, bn=128, stages=4, layout="rcr", epilogue="silu(gate)*up")

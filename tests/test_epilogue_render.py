@@ -11,7 +11,7 @@ from gemmgen.compile.nvcc import compile_source, sass, tool_path
 from gemmgen.model.config import LAYOUTS
 from gemmgen.model.epilogue import Epilogue
 from gemmgen.model.epilogue_rules import EPILOGUE_ARGS, EPILOGUE_ARGS_BYTES
-from gemmgen.model.families.wgmma import WgmmaConfig
+from gemmgen.model.families.hopper.wgmma import WgmmaConfig
 
 ARCH = "sm_90a"
 BASE = PRESETS["wgmma_tma_store"].config

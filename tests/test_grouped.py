@@ -15,7 +15,7 @@ from gemmgen.codegen.render import _env
 from gemmgen.compile.nvcc import sass, tool_path
 from gemmgen.heuristics import grouped as hg
 from gemmgen.model.families import families_for
-from gemmgen.model.families.grouped import GroupedConfig
+from gemmgen.model.families.hopper.grouped import GroupedConfig
 from gemmgen.runtime.operands.groups import check_grouped
 from gemmgen.runtime.kernel import Kernel
 from gemmgen.runtime.operands import OperandError

@@ -12,7 +12,7 @@ from gemmgen.compile.nvcc import compile_source, sass, tool_path
 from gemmgen.heuristics.select import choose
 from gemmgen.model.config import LAYOUTS
 from gemmgen.model.families import fallback_config
-from gemmgen.model.families.wgmma import WgmmaConfig
+from gemmgen.model.families.hopper.wgmma import WgmmaConfig
 from gemmgen.runtime.tma import MapSpec, ParamPacker, TmaError, encode, operand_map, param_layout
 
 WGMMA = {n: p.config for n, p in PRESETS.items() if p.config.family == "wgmma"}

@@ -8,7 +8,7 @@ import json
 import sys
 
 from gemmgen import SimtConfig
-from gemmgen.model.families.wgmma import WgmmaConfig
+from gemmgen.model.families.hopper.wgmma import WgmmaConfig
 from gemmgen.model.families.wmma import WmmaConfig
 from gemmgen.runtime.build import build_many
 from gemmgen.tune.baseline import run_bench

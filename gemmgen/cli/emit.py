@@ -21,7 +21,7 @@ from ..model.dtypes import FP8_DTYPES
 from ..model.epilogue import Epilogue, EpilogueError
 from ..model.epilogue_rules import EPILOGUE_RULES
 from ..model.families import FAMILIES
-from ..model.families.wgmma.rules import WGMMA_FEATURE_RULES
+from ..model.families.hopper.wgmma.rules import WGMMA_FEATURE_RULES
 from ..model.presets import PRESETS
 from ..model.registers import register_cap, registers_needed
 from ..model.suggest import changed_fields

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..model.dtypes import ELEM_BYTES, FP8_DTYPES
 from ..model.families import config_from_dict
-from ..model.families.grouped import PRESETS as GROUPED_PRESETS, GroupedConfig, space
+from ..model.families.hopper.grouped import PRESETS as GROUPED_PRESETS, GroupedConfig, space
 from . import cost, grouped_db
 
 DISTRIBUTIONS = ("uniform", "skew65", "skew90", "empty", "random")

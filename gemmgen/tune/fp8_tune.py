@@ -11,7 +11,7 @@ import time
 from ..compile.cache import compile_many
 from ..heuristics import tunedb
 from ..heuristics.fp8 import choose_fp8, tune_dtype
-from ..model.families.fp8 import space
+from ..model.families.hopper.fp8 import space
 from ..runtime.build import build
 from ..runtime.device import device_arch, sm_count
 from .suite_cases import Case

@@ -12,7 +12,7 @@ import time
 from ..compile.cache import compile_many
 from ..heuristics import grouped_db
 from ..heuristics.grouped import offsets, row_counts
-from ..model.families.grouped import space
+from ..model.families.hopper.grouped import space
 from ..runtime.device import device_arch
 from ..runtime.grouped import grouped_gemm
 from .bench import tflops

@@ -174,6 +174,13 @@ def summary(doc, o) -> tuple[list[str], list]:
 VIEWS = {f.__name__: f for f in (ladder, compare, accuracy, tune, fields, ncu, summary)}
 
 
+def _presets_file(config) -> str:
+    """Where a family's presets are written: the ``space.py`` beside its config class
+    (``gemmgen/model/families/hopper/wgmma/space.py``)."""
+    module = type(config).__module__.rsplit(".", 1)[0]
+    return module.replace(".", "/") + "/space.py"
+
+
 def render(spec: str, root: Path = Path(".")) -> str:
     """The Markdown (table, blank line, caption) of one region's ``key=value`` spec."""
     o = dict(re.fullmatch(r"([^=~]+~?)=(.*)", t).groups() for t in shlex.split(spec))
@@ -185,7 +192,7 @@ def render(spec: str, root: Path = Path(".")) -> str:
         lines = _table(["step", "preset", "technique", "source"],
                        [[i, f"`{p.name}`", p.technique, p.source] for i, p in enumerate(ps, 1)])
         return "\n".join(lines) + f"\n\n*Source: the {o['family']} presets in " \
-            f"`gemmgen/model/families/{o['family']}/space.py` (`gemmgen list --json`).*"
+            f"`{_presets_file(ps[0].config)}` (`gemmgen list --json`).*"
     text = (root / o["file"]).read_text()
     doc = text if o["file"].endswith(".txt") else json.loads(text)
     lines, rows = VIEWS[o["view"]](doc, o)

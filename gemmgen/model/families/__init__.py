@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import MISSING, fields
 
 from ..config import Family
-from . import fp8, grouped, mma, simt, wgmma, wmma
+from . import mma, simt, wmma
+from .hopper import fp8, grouped, wgmma
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (simt.FAMILY, wmma.FAMILY, mma.FAMILY,
                                              wgmma.FAMILY, fp8.FAMILY, grouped.FAMILY)}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from ...rules import Rule, at_least, at_most, equal, multiple_of, one_of
-from ..hopper import HOPPER_RULES
+from ....rules import Rule, at_least, at_most, equal, multiple_of, one_of
+from .. import HOPPER_RULES
 
 WGMMA_K = 32                       # one FP8 wgmma consumes 32 elements (32 bytes) of K
 SWIZZLE = 128                      # A and B stages: 128-byte swizzled K-major rows

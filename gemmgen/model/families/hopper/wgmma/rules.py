@@ -2,8 +2,8 @@
 (``families.hopper``) and those of this family's own axes."""
 from __future__ import annotations
 
-from ...rules import Rule, at_least, at_most, equal, multiple_of, one_of
-from ..hopper import HOPPER_RULES, OUTPUT_RULES
+from ....rules import Rule, at_least, at_most, equal, multiple_of, one_of
+from .. import HOPPER_RULES, OUTPUT_RULES
 
 MATHS = ("native", "3xtf32")
 """``math``: the dtype's own products, or 3xTF32 (three tf32 products per float32 product)."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...config import LAYOUTS, ConfigBase, div
-from ...dtypes import FP8_DTYPES
-from ..hopper import C_SWIZZLE, HopperTile
+from ....config import LAYOUTS, ConfigBase, div
+from ....dtypes import FP8_DTYPES
+from .. import C_SWIZZLE, HopperTile
 from .env import GroupedEnv
 from .rules import (FP8_GROUPED_RULES, FP8_REG_RESERVE, GROUPED_RULES, GROUPINGS, ORDERS,
                     OUTPUT_RULES, SCALINGS)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import itertools
 
-from ...config import Preset
-from ..hopper import hopper_family
+from ....config import Preset
+from .. import hopper_family
 from .config import Fp8Config
 
 
@@ -12,7 +12,7 @@ def _c(**kw) -> Fp8Config:
     return Fp8Config(**kw)
 
 
-# The prototype's measured kernels (H200, verified against float64; see docs/families/fp8.md),
+# The prototype's measured kernels (H200, verified against float64; see docs/families/hopper/fp8.md),
 # then one step each beyond them.
 _FAST = {"bm": 128, "bn": 256, "consumers": 2, "stages": 4, "scaling": "tensor", "promote": 0}
 _PROMOTED = {"bm": 128, "bn": 128, "consumers": 2, "stages": 7, "promote": 128}

@@ -3,10 +3,10 @@ quantities (``env``, which the rules check too), the kernel's compile-time const
 and PTX types, the wgmma inline-asm operand numbers and the derived figures of the header."""
 from __future__ import annotations
 
-from ...config import div, tile_intensity
-from ...dtypes import CTYPES
-from ...epilogue_program import program
-from ...epilogue_rules import (
+from ....config import div, tile_intensity
+from ....dtypes import CTYPES
+from ....epilogue_program import program
+from ....epilogue_rules import (
     EPILOGUE_ARGS,
     EPILOGUE_ARGS_BYTES,
     deferral,
@@ -14,7 +14,7 @@ from ...epilogue_rules import (
     residual_col,
     residual_dtype,
 )
-from ..hopper import (
+from .. import (
     ALIGN_SLACK,
     C_SWIZZLE,
     WARPGROUP,

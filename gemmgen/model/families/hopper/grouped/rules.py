@@ -2,9 +2,9 @@
 (``families.hopper``), the 16-bit output rules, and those of the groupings."""
 from __future__ import annotations
 
-from ...rules import Rule, equal
+from ....rules import Rule, equal
 from ..fp8.rules import BLOCK, FP8_RULES, REG_RESERVE as FP8_REG_RESERVE, b_scale_span
-from ..hopper import C_SWIZZLE, HOPPER_RULES, MAX_STAGES, OUTPUT_RULES, SMEM_OPTIN
+from .. import C_SWIZZLE, HOPPER_RULES, MAX_STAGES, OUTPUT_RULES, SMEM_OPTIN
 
 GROUPINGS = ("m", "k")
 """``grouping``: "m" (groups share N and K and differ in M: MoE forward and dgrad) or "k"

@@ -3,10 +3,10 @@ quantities (``env``, which the rules check too), the kernel's compile-time const
 and PTX types, the wgmma inline-asm operand numbers and the header's derived figures."""
 from __future__ import annotations
 
-from ...config import div, tile_intensity
-from ...dtypes import CTYPES
+from ....config import div, tile_intensity
+from ....dtypes import CTYPES
 from ..fp8.rules import PTX_TYPES as FP8_PTX_TYPES
-from ..hopper import ALIGN_SLACK, C_SWIZZLE, WGMMA_K_BYTES, WGMMA_M, Param, ints, tensor_maps
+from .. import ALIGN_SLACK, C_SWIZZLE, WGMMA_K_BYTES, WGMMA_M, Param, ints, tensor_maps
 from ..wgmma.rules import PTX_TYPES
 from .rules import BLOCK, b_scale_span
 

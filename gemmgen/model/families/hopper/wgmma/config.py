@@ -4,9 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...config import LAYOUTS, ConfigBase, div
-from ...epilogue_rules import EPILOGUE_RULES
-from ..hopper import BARRIER_BYTES, HopperTile, WARPGROUP
+from ....config import LAYOUTS, ConfigBase, div
+from ....epilogue_rules import EPILOGUE_RULES
+from .. import BARRIER_BYTES, HopperTile, WARPGROUP
 from .env import WgmmaEnv
 from .rules import MATHS, OVERLAP_RESERVE, WGMMA_FEATURE_RULES, WGMMA_RULES
 

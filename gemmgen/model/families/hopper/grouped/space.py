@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import itertools
 
-from ...config import Preset
-from ...dtypes import ELEM_BYTES, FP8_DTYPES
-from ..hopper import hopper_family
+from ....config import Preset
+from ....dtypes import ELEM_BYTES, FP8_DTYPES
+from .. import hopper_family
 from .config import GroupedConfig
 
 _BASE = {"bm": 128, "bn": 256, "bk": 64, "dtype": "bf16", "out": "bf16", "consumers": 2,

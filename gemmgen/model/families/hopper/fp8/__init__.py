@@ -3,7 +3,7 @@ an mbarrier ring, with per-tensor, row-wise or DeepSeek-V3 blockwise (1x128 A, 1
 scales, fast or promoted accumulation, split-K reduced in the kernel, 2-CTA multicast clusters
 and a TMA-store epilogue. sm_90a only.
 
-Ported from the standalone prototype measured on an H200 (``docs/families/fp8.md``), whose
+Ported from the standalone prototype measured on an H200 (``docs/families/hopper/fp8.md``), whose
 sources are DeepGEMM (promotion every 128 K elements with the block scales, BK = 128 bytes),
 CUTLASS's sm90 FP8 kernels (warp specialization, ``mma_promotion_interval``, multicast) and
 the DeepSeek-V3 report (section 3.3.2).

@@ -4,9 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...config import EPILOGUES, LAYOUTS, ConfigBase, div
-from ...dtypes import FP8_DTYPES
-from ..hopper import ALIGN_SLACK, HopperTile, REGISTER_FILE
+from ....config import EPILOGUES, LAYOUTS, ConfigBase, div
+from ....dtypes import FP8_DTYPES
+from .. import ALIGN_SLACK, HopperTile, REGISTER_FILE
 from .env import Fp8Env
 from .rules import FLAG_BYTES, FP8_RULES, REG_RESERVE, SCALINGS, STORES
 

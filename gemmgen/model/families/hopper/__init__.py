@@ -1,6 +1,9 @@
-"""What every Hopper kernel (the wgmma, FP8 and grouped families) shares: the sm_90a constants
-and the rules of warpgroups, wgmma shapes, the TMA ring, setmaxnreg, TMA boxes, clusters,
-rasters and split-K, each written once.
+"""The Hopper (sm_90a) kernels, one package: this module holds what all of them share (the
+sm_90a constants and the rules of warpgroups, wgmma shapes, the TMA ring, setmaxnreg, TMA
+boxes, clusters, rasters and split-K, each written once, and the ``HopperTile`` geometry);
+its modules are the operand and grouping axes built on it: ``wgmma`` (fp16, bf16, tf32 and
+3xTF32 operands), ``fp8`` (e4m3/e5m2 with tensor, row or block scales) and ``grouped`` (the
+M- and K-grouped scheduler, 16-bit or FP8 operands).
 
 A rule reads names every Hopper family's ``env()`` defines (a family without a feature states
 it: ``SETMAXNREG`` 1 where setmaxnreg is always used, ``B_MN_MAJOR`` 0 where B is K-major only,
@@ -11,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..arch import get_arch
-from ..config import WARP_SIZE, Family, div
-from ..dtypes import ELEM_BYTES
-from ..rules import Rule, at_least, at_most, equal, multiple_of, one_of
+from ...arch import get_arch
+from ...config import WARP_SIZE, Family, div
+from ...dtypes import ELEM_BYTES
+from ...rules import Rule, at_least, at_most, equal, multiple_of, one_of
 
 WARPGROUP = 4 * WARP_SIZE          # threads of one warpgroup
 WGMMA_M = 64                       # rows of one wgmma, per warpgroup

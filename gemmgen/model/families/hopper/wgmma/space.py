@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import itertools
 
-from ...config import Preset
-from ...dtypes import ELEM_BYTES, stored_as
-from ..hopper import hopper_family
-from ..simt import PRESETS as SIMT_PRESETS
-from ..wmma import WmmaConfig
+from ....config import Preset
+from ....dtypes import ELEM_BYTES, stored_as
+from .. import hopper_family
+from ...simt import PRESETS as SIMT_PRESETS
+from ...wmma import WmmaConfig
 from .config import WgmmaConfig
 
 

@@ -3,10 +3,10 @@
 types, the wgmma inline-asm operand numbers and the header's derived figures."""
 from __future__ import annotations
 
-from ...arch import get_arch
-from ...config import div
-from ...dtypes import CTYPES
-from ..hopper import ALIGN_SLACK, C_SWIZZLE, WARPGROUP, WGMMA_M, Param, ints, tensor_maps
+from ....arch import get_arch
+from ....config import div
+from ....dtypes import CTYPES
+from .. import ALIGN_SLACK, C_SWIZZLE, WARPGROUP, WGMMA_M, Param, ints, tensor_maps
 from .rules import BLOCK, PACK_THREADS, b_scale_span, PACK_TILE, PTX_TYPES, SWIZZLE, WGMMA_K
 
 
