@@ -383,3 +383,15 @@ def test_recipe_packs_patches_and_workspaces_without_a_gpu(compiled, monkeypatch
     assert slots["split-K counters"].zero and slots["split-K counters"].nbytes == 17 * 4
     assert slots["split-K"].nbytes == 17 * 7 * 64 * 128 * 4 and not slots["split-K"].zero
     assert len(recipe.to_bytes(hopper.FP8_ORDER)) > len(gemm.params)
+
+
+@pytest.mark.parametrize("bn", range(8, 257, 8))
+def test_b_scale_span_is_the_widest_tile_meeting_two_scale_blocks(bn):
+    """F20's bound, BLOCK + gcd(BN, BLOCK), against every tile start n0 = j * BN: the tiles of
+    a BN meet at most two 128-column B scale blocks exactly when BN <= b_scale_span(BN)."""
+    from gemmgen.model.families.hopper.fp8.rules import BLOCK, b_scale_span
+    starts = range(0, 128 * bn, bn)      # n0 mod 128 repeats within 128 tiles
+    most = max((n0 + bn - 1) // BLOCK - n0 // BLOCK + 1 for n0 in starts)
+    assert (most <= 2) == (bn <= b_scale_span(bn))
+    cfg = PRESETS["fp8_block"].config.replace(check=False, bn=bn, partials=1, stages=2)
+    assert ("F20" in {v.rule.id for v in cfg.violations()}) == (most > 2)

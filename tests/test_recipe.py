@@ -282,3 +282,49 @@ def test_serialized_recipe_keeps_every_operand_index_by_default():
     at = 8 + struct.calcsize("<Q6IIi") + 48 + 4
     got = [struct.unpack_from("<IIIq", data, at + 20 * i)[2] for i in range(6)]
     assert got == list(range(6))
+
+
+class _Array:
+    """A device array as far as the plans read it: its address through
+    ``__cuda_array_interface__``."""
+
+    def __init__(self, ptr):
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": (1,), "typestr": "<f4"}
+
+
+class _Recipe:
+    device, path = 0, "tma"
+
+    def __init__(self):
+        self.calls = []
+
+    def run(self, ptrs, stream):
+        self.calls.append((ptrs, stream))
+
+
+class _Kernel:
+    last_path = None
+
+
+def test_one_plan_reads_every_operand_in_the_recipes_order(monkeypatch):
+    """plans.Plan for the three call shapes: (A, B, C, bias), FP8's (A, B, D, bias, scale_a,
+    scale_b) with a number scale, and a swapped 16-bit call; a missing output is made."""
+    from contextlib import nullcontext
+    from gemmgen.runtime import driver, plans
+    monkeypatch.setattr(driver, "on_device", lambda dev: nullcontext())
+    monkeypatch.setattr(driver, "stream_handle", lambda s: ("handle", s))
+    monkeypatch.setattr(plans, "device_scalar", lambda value, like, device: _Array(int(value)))
+    a, b, c, bias, sa, sb = (_Array(0x1000 * (i + 1)) for i in range(6))
+    made = _Array(0x9000)
+    recipe = _Recipe()
+    plan = plans.plan_of(_Kernel(), recipe, (a, b, c, bias), lambda: made)
+    assert plan.run(a, b, c, bias, stream=7) is c
+    assert plan.run(b, a, None, None) is made
+    fp8 = plans.plan_of(_Kernel(), recipe, (a, b, None, None, 3.0, sb), lambda: made)
+    assert fp8.run(a, b, None, None, 5.0, sb, stream=1) is made
+    swapped = plans.plan_of(_Kernel(), recipe, (a, b, c, None), None, swap=True)
+    swapped.run(a, b, c, None)
+    assert [call[0] for call in recipe.calls] == [
+        (0x1000, 0x2000, 0x3000, 0x4000), (0x2000, 0x1000, 0x9000, 0),
+        (0x1000, 0x2000, 0x9000, 0, 5, 0x6000), (0x2000, 0x1000, 0x3000, 0)]
+    assert recipe.calls[0][1] == ("handle", 7)
