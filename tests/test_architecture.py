@@ -193,3 +193,24 @@ def test_every_family_is_one_kernel_class_with_its_launcher_from_one_table():
     made = Kernel(PRESETS["naive"].config, "sm_80", b"",
                   build_fallback=lambda: built.append(1) or plain)
     assert made.fallback is plain and made.fallback is plain and built == [1]
+
+
+def test_the_runtime_is_staged_not_stacked_per_family():
+    """The runtime has one module per stage of a call, the operand and grouping kinds being
+    data or modules of a stage (operands/scales.py, operands/groups.py), not a stack per
+    family: no ``fp8_*`` or ``grouped_*`` module, and one ``Plan`` class for every family.
+    The Hopper families are one model package (families/hopper/ with wgmma, fp8, grouped)."""
+    import gemmgen.runtime.plans as plans
+    runtime = ROOT / "runtime"
+    stacked = sorted(str(p.relative_to(runtime)) for p in runtime.rglob("*.py")
+                     if p.name.startswith(("fp8_", "grouped_")))
+    assert not stacked, stacked
+    plan_classes = [(str(p.relative_to(runtime)), line.split("(")[0].split(":")[0])
+                    for p in sorted(runtime.rglob("*.py")) for line in p.read_text().splitlines()
+                    if line.startswith("class ") and "Plan" in line.split("(")[0]]
+    assert plan_classes == [("plans.py", "class Plan")] and hasattr(plans, "Plan"), plan_classes
+    hopper = ROOT / "model" / "families" / "hopper"
+    assert {p.name for p in hopper.iterdir() if (p / "__init__.py").exists()} == {
+        "wgmma", "fp8", "grouped"}
+    assert not [p for p in (ROOT / "model" / "families").iterdir()
+                if p.name in ("wgmma", "fp8", "grouped", "hopper.py")]
