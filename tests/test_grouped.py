@@ -607,3 +607,24 @@ def test_scales_of_16_bit_operands_and_fp8_weight_gradients_are_refused():
 def test_fp8_choice_is_the_block_scaled_kernel():
     cfg = hg.choose("e4m3", "m", "rcr", "bf16", 256, 32768, 4096, 7168).config
     assert cfg.fp8 and cfg.scaling == "block" and cfg.bn <= 128 and not cfg.violations()
+
+
+def test_chosen_grouped_finds_the_plan_grouped_gemm_kept(monkeypatch):
+    """``chosen_grouped`` looks a plan up under the key ``grouped_gemm`` stored it by (the
+    operands' signatures, scales included): the MoE suite names the kernel from it."""
+    torch = pytest.importorskip("torch")
+    from gemmgen.runtime import grouped as runtime_grouped
+
+    class Kept:
+        def run(self, *operands, stream=None):
+            return "ran"
+
+    kept = Kept()
+    monkeypatch.setattr(runtime_grouped, "_PLANS", {})
+    monkeypatch.setattr(runtime_grouped, "plan_grouped", lambda *args: kept)
+    a = torch.empty(64, 32, dtype=torch.bfloat16)
+    b = torch.empty(2, 32, 16, dtype=torch.bfloat16)
+    offs = torch.tensor([10, 64], dtype=torch.int32)
+    assert runtime_grouped.grouped_gemm(a, b, offs) == "ran"
+    assert runtime_grouped.chosen_grouped(a, b, offs) is kept
+    assert runtime_grouped.chosen_grouped(a, b, offs, out_dtype="fp32") is None

@@ -284,14 +284,6 @@ def test_serialized_recipe_keeps_every_operand_index_by_default():
     assert got == list(range(6))
 
 
-class _Array:
-    """A device array as far as the plans read it: its address through
-    ``__cuda_array_interface__``."""
-
-    def __init__(self, ptr):
-        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": (1,), "typestr": "<f4"}
-
-
 class _Recipe:
     device, path = 0, "tma"
 
@@ -313,9 +305,13 @@ def test_one_plan_reads_every_operand_in_the_recipes_order(monkeypatch):
     from gemmgen.runtime import driver, plans
     monkeypatch.setattr(driver, "on_device", lambda dev: nullcontext())
     monkeypatch.setattr(driver, "stream_handle", lambda s: ("handle", s))
-    monkeypatch.setattr(plans, "device_scalar", lambda value, like, device: _Array(int(value)))
-    a, b, c, bias, sa, sb = (_Array(0x1000 * (i + 1)) for i in range(6))
-    made = _Array(0x9000)
+    from test_operands import FakeDeviceArray
+
+    def array(ptr):
+        return FakeDeviceArray((1,), ptr=ptr)
+    monkeypatch.setattr(plans, "device_scalar", lambda value, like, device: array(int(value)))
+    a, b, c, bias, sa, sb = (array(0x1000 * (i + 1)) for i in range(6))
+    made = array(0x9000)
     recipe = _Recipe()
     plan = plans.plan_of(_Kernel(), recipe, (a, b, c, bias), lambda: made)
     assert plan.run(a, b, c, bias, stream=7) is c

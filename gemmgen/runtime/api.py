@@ -19,11 +19,11 @@ from ..model.families import get_family
 from . import driver
 from .build import build
 from .calls import device_of, launch_fp8
-from .device import device_identity, require_gpu, sm_count
+from .device import device_identity, operands_device, require_gpu, sm_count
 from .epilogue_args import parse_epilogue
-from .operands import OperandError, check_int32, check_one_device, check_scalars, describe
+from .operands import OperandError, check_int32, check_scalars, describe, is_number
 from .operands.scales import Fp8Args, check_fp8
-from .plans import is_number, plan_gemm, plan_scaled, signature, transposed
+from .plans import plan_gemm, plan_scaled, signature, transposed
 from .tree_api import tree_gemm
 
 _KERNELS: dict[tuple, tuple] = {}
@@ -46,6 +46,14 @@ def _c_dtype(C, dtype: str) -> str:
     return array_dtype(C) or stored_as(dtype)
 
 
+def _tune_db(db) -> TuneDB:
+    """The tuning database at ``db`` (None: the default), opened once per process."""
+    path = str(db) if db else ""
+    if path not in _DBS:
+        _DBS[path] = TuneDB(db)
+    return _DBS[path]
+
+
 def _kernel_for(dt: str, m: int, n: int, k: int, db, lay: str, epi: str, c_aligned: bool = True,
                 math_: str = "native", batch: int = 1, device: int = 0):
     """(Kernel, Choice) for one problem on ``device``, built once per process and kind of GPU
@@ -53,10 +61,7 @@ def _kernel_for(dt: str, m: int, n: int, k: int, db, lay: str, epi: str, c_align
     gpu, cc = device_identity(device)
     key = (dt, m, n, k, db, lay, epi, c_aligned, math_, batch, gpu, cc)
     if key not in _KERNELS:
-        path = str(db) if db else ""
-        if path not in _DBS:
-            _DBS[path] = TuneDB(db)
-        choice = decide(_DBS[path], gpu, dt, m, n, k, cc, lay, epi, c_aligned, math_, batch)
+        choice = decide(_tune_db(db), gpu, dt, m, n, k, cc, lay, epi, c_aligned, math_, batch)
         with driver.on_device(device):
             _KERNELS[key] = (build(choice.config), choice)
     return _KERNELS[key]
@@ -70,10 +75,8 @@ def operand_device(A, B, C=None, bias=None) -> int:
     if any(isinstance(x, np.ndarray) for x in (A, B, C)):
         require_gpu()
         return 0
-    named = {k: v for k, v in (("A", A), ("B", B), ("C", C), ("bias", bias))
-             if not isinstance(v, np.ndarray)}  # a NumPy bias beside device arrays: refused later
-    found = check_one_device(named, driver.device_of)
-    return 0 if found is None else found
+    return operands_device({k: v for k, v in (("A", A), ("B", B), ("C", C), ("bias", bias))
+                            if not isinstance(v, np.ndarray)})  # a NumPy bias: refused later
 
 
 def _problem(A, B, dtype: str | None, math_: str) -> tuple:
@@ -207,9 +210,7 @@ def plan_for(A, B, C, bias, alpha: float, beta: float, epilogue: str | None = No
     build, and its recipe. Raises as ``gemm`` does."""
     kernel, choice, device = _choice(A, B, C, bias, epilogue, dtype, db, math)
     ops = (transposed(B), transposed(A), transposed(C)) if choice.swap else (A, B, C)
-    plan = plan_gemm(kernel, *ops, bias, alpha, beta, device, choice)
-    plan.swap = choice.swap
-    return plan
+    return plan_gemm(kernel, *ops, bias, alpha, beta, device, choice, choice.swap)
 
 
 def chosen(A, B, dtype: str | None = None, db: str | None = None, epilogue: str = "none",
@@ -238,19 +239,22 @@ def is_fp8(A, dtype=None) -> bool:
     return array_dtype(A) in FP8_DTYPES
 
 
+def _fp8_key(args: Fp8Args, fast: bool, epilogue: str, db, gpu: str, cc: int) -> tuple:
+    """The key of an FP8 kernel's choice: the operands' dtypes, scaling, accumulation,
+    extents, epilogue, tuning database and kind of GPU."""
+    return (args.a_dtype, args.b_dtype, args.out, args.scaling, fast, args.m, args.n, args.k,
+            epilogue, db, gpu, cc)
+
+
 def kernel_for(args: Fp8Args, fast: bool, epilogue: str, db, device: int) -> tuple:
     """(Kernel, Choice) for checked arguments on ``device`` (built once per process and kind
     of GPU). Raises ``ValueError`` on a GPU the fp8 family cannot run on (sm_90a only)."""
     gpu, cc = device_identity(device)
     get_family("fp8").arch_for(cc)
-    key = (args.a_dtype, args.b_dtype, args.out, args.scaling, fast, args.m, args.n, args.k,
-           epilogue, db, gpu, cc)
+    key = _fp8_key(args, fast, epilogue, db, gpu, cc)
     if key not in _KERNELS:
-        path = str(db) if db else ""
-        if path not in _DBS:
-            _DBS[path] = TuneDB(db)
         choice = choose_fp8(args.m, args.n, args.k, args.scaling, fast, args.a_dtype,
-                            args.b_dtype, args.out, epilogue, sm_count(device), _DBS[path], gpu)
+                            args.b_dtype, args.out, epilogue, sm_count(device), _tune_db(db), gpu)
         with driver.on_device(device):
             _KERNELS[key] = (build(choice.config), choice)
     return _KERNELS[key]
@@ -305,9 +309,7 @@ def chosen_fp8(A, B, scale_a=1.0, scale_b=1.0, out_dtype=None, fast_accum: bool 
                epilogue: str = "none", dtype=None, db=None):
     """(Kernel, Choice) ``gemm`` used for these FP8 operands, or None if not called yet."""
     args = check_fp8(A, B, scale_a, scale_b, None, None, out_dtype, dtype)
-    gpu, cc = device_identity(device_of(args))
-    key = (args.a_dtype, args.b_dtype, args.out, args.scaling, fast_accum, args.m, args.n,
-           args.k, epilogue, db, gpu, cc)
-    return _KERNELS.get(key)
+    return _KERNELS.get(_fp8_key(args, fast_accum, epilogue, db,
+                                 *device_identity(device_of(args))))
 
 

@@ -27,14 +27,13 @@ import numpy as np
 from ..model.dtypes import numpy_dtype
 from . import driver
 from .build import CALLS
-from .device import pycuda_context
+from .device import operands_device, pycuda_context
 from .grouped import grouped_gemm
 from .launch import allocator
-from .operands import OperandError, check_one_device, check_scalars
+from .operands import OperandError, check_scalars
 from .operands.scales import Fp8Args, as_bytes, check_fp8, host_scale
 from .plans import check_scaled_kernel, plan_scaled
 from .recipe import KernelArgs, Scale
-
 
 
 def call_fp8(kernel, A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
@@ -167,11 +166,9 @@ def device_of(args: Fp8Args) -> int:
     different devices (pointers of GPUArrays and other arrays are asked of the driver)."""
     if args.a.kind == "numpy":
         return 0
-    named = {"A": args.a.obj, "B": args.b.obj, "scale_a": args.scale_a.obj,
-             "scale_b": args.scale_b.obj, "D": args.d.obj if args.d else None,
-             "bias": args.bias.obj if args.bias else None}
-    found = check_one_device(named, driver.device_of)
-    return 0 if found is None else found
+    return operands_device({"A": args.a.obj, "B": args.b.obj, "scale_a": args.scale_a.obj,
+                            "scale_b": args.scale_b.obj, "D": args.d.obj if args.d else None,
+                            "bias": args.bias.obj if args.bias else None})
 
 
 def launch_fp8(kernel, A, B, scale_a=1.0, scale_b=1.0, D=None, *, bias=None, stream=None,

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 from ..model.space import DeviceLimits
 from . import driver
+from .operands import check_one_device
 
 INSTALL_HINT = "pip install 'gemmgen[cuda]' (PyCUDA builds against your CUDA toolkit)"
 
@@ -123,6 +124,14 @@ def device_identity(device: int | None = None) -> tuple[str, int]:
 
 
 _IDENTITY: dict[int, tuple[str, int]] = {}
+
+
+def operands_device(named: dict) -> int:
+    """The one device of the arrays ``named`` ({name: array or None}): a PyTorch tensor's or
+    CuPy array's own, else the device owning its pointer (asked of the driver); 0 when none
+    names one. Raises ``OperandError`` naming two on different devices."""
+    found = check_one_device(named, driver.device_of)
+    return 0 if found is None else found
 
 
 def sm_count(device: int | None = None) -> int:

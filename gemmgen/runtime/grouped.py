@@ -12,9 +12,9 @@ from ..heuristics.grouped import GroupedChoice, choose
 from ..model.families import config_from_dict
 from . import driver
 from .build import build
-from .device import device_identity
+from .device import device_identity, operands_device, sm_count
 from .launch import allocator
-from .operands import OperandError, check_one_device, describe
+from .operands import OperandError, describe
 from .operands.groups import GroupedArgs, check_grouped
 from .plans import Plan, plan_of, signature
 from .recipe import Ref
@@ -22,13 +22,6 @@ from .recipe import Ref
 _PLANS: dict[tuple, object] = {}
 _KERNELS: dict[tuple, tuple] = {}
 PLAN_CACHE = 4096
-
-
-def _device(named: dict) -> int:
-    """The one device of the arguments ``named`` ({name: array or None}); ``OperandError``
-    naming two on different devices (pointers are asked of the driver)."""
-    found = check_one_device(named, driver.device_of)
-    return 0 if found is None else found
 
 
 def _choice(args: GroupedArgs, expected_m, config, device: int) -> GroupedChoice:
@@ -51,9 +44,8 @@ def _choice(args: GroupedArgs, expected_m, config, device: int) -> GroupedChoice
         return GroupedChoice(config_from_dict(tuned[0]), "tuned",
                              [(f"tuned on this problem ({tuned[1]} rows per group), "
                                f"{grouped_db.default_path()}")])
-    sms = driver.device_attribute(device, "sms")
     return choose(args.dtype, args.grouping, args.layout, args.out, args.groups, rows, args.n,
-                  args.k, None, sms)
+                  args.k, None, sm_count(device))
 
 
 _TUNED: list = []
@@ -74,8 +66,8 @@ def plan_grouped(A, B, offs=None, out=None, counts=None, out_dtype=None, expecte
     """The plan of one operand signature: every check, the choice and build of the kernel,
     and its recipe with the operands' addresses as ``Ref``s. Raises as ``grouped_gemm``."""
     args = check_grouped(A, B, offs, out, counts, out_dtype, scale_a, scale_b)
-    device = _device({"A": A, "B": B, "offs": offs, "counts": counts, "out": out,
-                      "scale_a": scale_a, "scale_b": scale_b})
+    device = operands_device({"A": A, "B": B, "offs": offs, "counts": counts, "out": out,
+                              "scale_a": scale_a, "scale_b": scale_b})
     choice = _choice(args, expected_m, config, device)
     key = (choice.config.name, *device_identity(device))
     if key not in _KERNELS:
@@ -135,21 +127,30 @@ def grouped_gemm(A, B, offs=None, out=None, *, counts=None, expected_m: int | No
     kernel does not compile, ``DriverError`` without a GPU.
     """
     index = offs if offs is not None else counts
-    sigs = tuple(signature(x) for x in (A, B, offs, counts, out, scale_a, scale_b))
-    key = (*sigs, str(out_dtype), expected_m, config)
-    plan = _PLANS.get(key) if None not in sigs else None
+    key = _plan_key(A, B, offs, counts, out, scale_a, scale_b, out_dtype, expected_m, config)
+    plan = _PLANS.get(key) if key is not None else None
     if plan is None:
         plan = plan_grouped(A, B, offs, out, counts, out_dtype, expected_m, config, scale_a,
                             scale_b)
-        if None not in sigs:
+        if key is not None:
             if len(_PLANS) >= PLAN_CACHE:
                 _PLANS.clear()
             _PLANS[key] = plan
     return plan.run(A, B, out, index, scale_a, scale_b, stream=stream)
 
 
-def chosen_grouped(A, B, offs=None, counts=None, out_dtype=None, expected_m=None):
-    """The ``Plan`` ``grouped_gemm`` keeps for these operands (out=None), or None."""
-    sigs = tuple(signature(x) for x in (A, B, offs, counts, None))
-    return _PLANS.get((*sigs, str(out_dtype), expected_m, None))
+def _plan_key(A, B, offs, counts, out, scale_a, scale_b, out_dtype, expected_m, config):
+    """The key of ``grouped_gemm``'s plan for these arguments: the operands' signatures (not
+    their addresses or the offsets' values) and the options; None when an operand has no
+    signature (it is checked again on every call)."""
+    sigs = tuple(signature(x) for x in (A, B, offs, counts, out, scale_a, scale_b))
+    return None if None in sigs else (*sigs, str(out_dtype), expected_m, config)
+
+
+def chosen_grouped(A, B, offs=None, counts=None, out_dtype=None, expected_m=None,
+                   scale_a=None, scale_b=None):
+    """The ``Plan`` ``grouped_gemm`` keeps for these operands (out=None, config=None), or
+    None."""
+    key = _plan_key(A, B, offs, counts, None, scale_a, scale_b, out_dtype, expected_m, None)
+    return _PLANS.get(key) if key is not None else None
 

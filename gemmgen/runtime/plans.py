@@ -9,14 +9,13 @@ addresses and launches. ``plan_gemm`` makes the plan of a 16-bit or fp32 ``gemm`
 """
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import driver
 from .launch import DEFAULT_STREAMS, allocator, batch_stride, check_launch
-from .operands import OperandError, check_gemm, describe
+from .operands import OperandError, check_gemm, describe, is_number
 from .operands.scales import Fp8Args
 from .recipe import KernelArgs, Recipe, Ref, Scale
 
@@ -80,11 +79,6 @@ def address(x) -> int:
     return int(x.__cuda_array_interface__["data"][0] or 0)
 
 
-def is_number(x) -> bool:
-    """An operand given as a number (Python or NumPy scalar: an FP8 scale), not an array."""
-    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
-
-
 def device_scalar(value: float, like, device: int):
     """A one-element float32 device array holding ``value``, of ``like``'s library (PyTorch
     or CuPy), cached per value and device (numbers passed as scales)."""
@@ -144,8 +138,8 @@ class Plan:
         return out if given is not None or not self.swap else transposed(out)
 
 
-def plan_of(kernel, recipe: Recipe, operands: tuple, new_out=None, choice=None, device: int = 0,
-         swap: bool = False) -> Plan:
+def plan_of(kernel, recipe: Recipe, operands: tuple, new_out=None, choice=None,
+            device: int = 0, swap: bool = False) -> Plan:
     """The ``Plan`` of ``recipe`` for example ``operands`` (the recipe's order; the output
     None when ``new_out`` makes it): a reader per operand of its kind, and whether any is a
     CuPy array."""
@@ -167,11 +161,12 @@ def _sync_cupy_producers(*ops) -> None:
 
 
 def plan_gemm(kernel, A, B, C, bias, alpha: float, beta: float, device: int,
-              choice=None) -> Plan:
+              choice=None, swap: bool = False) -> Plan:
     """Every check ``launch`` makes (operands, specialization, grid limits), once per
     signature, and the recipe that follows from them: the operands' addresses are ``Ref``s,
     patched in on each call. ``alpha`` and ``beta`` are part of the signature (they decide
-    whether A, B and C are read); ``device`` is the operands' GPU."""
+    whether A, B and C are read); ``device`` is the operands' GPU; ``swap``: A, B and C are
+    the caller's transposed (B^T is the kernel's A)."""
     cfg = kernel.config
     args = check_gemm(A, B, C, beta=beta, dtype=cfg.dtype, out=cfg.out, layout=cfg.layout,
                       bias=bias, needs_bias=cfg.epilogue.startswith("bias"))
@@ -188,7 +183,7 @@ def plan_gemm(kernel, A, B, C, bias, alpha: float, beta: float, device: int,
             refs[2], c.lds[cfg.layout[2]], alpha, beta, batch_stride(args.a),
             batch_stride(args.b), batch_stride(c), refs[3] if args.bias else 0,
             args.batch or 1), device)
-    return plan_of(kernel, recipe, (A, B, C, bias), make_c, choice, device)
+    return plan_of(kernel, recipe, (A, B, C, bias), make_c, choice, device, swap)
 
 
 COMPATIBLE = {"tensor": ("tensor",), "row": ("tensor", "row"), "block": ("block",)}
@@ -225,7 +220,7 @@ def plan_scaled(kernel, args: Fp8Args, device: int) -> Plan:
     ops = (like, args.b.obj, args.d.obj if args.d is not None else None,
            args.bias.obj if args.bias else None, args.scale_a.obj, args.scale_b.obj)
     ptrs = (args.a.ptr, args.b.ptr, address(d_obj), args.bias.ptr if args.bias else 0,
-            *(reader(s.obj, like, device)(s.obj) if s.kind == "number" else s.ptr
+            *(address(device_scalar(s.obj, like, device)) if s.kind == "number" else s.ptr
               for s in (args.scale_a, args.scale_b)))
     refs = [Ref(i, p) for i, p in enumerate(ptrs)]
     ldd = args.d.lds["r"] if args.d is not None else args.n

@@ -34,6 +34,12 @@ def check_int32(**sizes: int) -> None:
                                f"parameter (0..{INT32_MAX}, 2^31 - 1)")
 
 
+def is_number(x) -> bool:
+    """A real number (Python or NumPy scalar, bool excluded), not an array: alpha, beta, or an
+    FP8 scale given as one value."""
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
+
+
 def check_scalar(value, name: str) -> float:
     """``value`` as the kernel's float32 scalar argument ``name`` (alpha or beta).
 
@@ -41,7 +47,7 @@ def check_scalar(value, name: str) -> float:
     (BLAS allows them). Raises ``OperandError`` naming ``name`` for a string, a complex
     number, another type, or a finite value beyond float32's range (about 3.4e38).
     """
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+    if not is_number(value):
         complex_ = isinstance(value, numbers.Complex) and not isinstance(value, (bool, np.bool_))
         kind = "a complex number" if complex_ else type(value).__name__
         raise OperandError(f"{name} must be a real number (float); got {kind} {value!r}")

@@ -17,14 +17,13 @@ float32 dequantization factors: D = sum_k (A sa)(B sb). Nothing here touches the
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...model.dtypes import FP8_DTYPES, array_dtype, dtype_name, numpy_dtype
 from . import (Operand, OperandError, check_int32, check_one_device, contiguous_strides,
-                       describe)
+               describe, is_number)
 
 OUT_DTYPES = ("bf16", "fp16", "fp32")
 BLOCK = 128
@@ -51,7 +50,7 @@ def describe_scale(x, name: str, max_dims: int = 2) -> ScaleArg:
     """Check that ``x`` is a real number or a float32 array of at most ``max_dims`` dimensions
     (NumPy, PyTorch CUDA tensor, or ``__cuda_array_interface__``). Raises ``OperandError``
     naming ``name``."""
-    if isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_)):
+    if is_number(x):
         if not math.isfinite(float(x)):
             raise OperandError(f"{name} = {x!r} is not finite")
         return ScaleArg(name, "number", float(x), (), ())
