@@ -12,7 +12,7 @@ from gemmgen import FAMILIES, PRESETS, BuildError, ConfigError, render
 from gemmgen.compile.nvcc import compile_source, sass, tool_path
 from gemmgen.heuristics import cost
 from gemmgen.heuristics.fp8 import choose_fp8, explain_fp8, split_for
-from gemmgen.model.dtypes import dtype_name_of, numpy_dtype
+from gemmgen.runtime.arrays import dtype_name_of, numpy_dtype
 from gemmgen.model.families.hopper.fp8 import Fp8Config, space
 from gemmgen.runtime.hopper import TRANSPOSE_OFFSETS
 from gemmgen.runtime.operands.scales import check_fp8, scaling_of

@@ -264,7 +264,7 @@ def test_specialized_kernel_checks_the_shape():
                                   "wmma_tf32"])
 def test_alpha_zero_reads_neither_a_nor_b(kernels, name):
     """BLAS semantics: alpha == 0 gives beta * C even when A and B hold NaN."""
-    from gemmgen.model.dtypes import numpy_dtype
+    from gemmgen.runtime.arrays import numpy_dtype
     k = kernels[name]
     cfg = k.config
     rng = np.random.default_rng(0)

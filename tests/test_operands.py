@@ -178,7 +178,7 @@ def test_check_gemm_names_beta_and_one_dimensional_operands():
 
 
 def test_dtype_name_of_a_non_array_is_a_value_error():
-    from gemmgen.model.dtypes import dtype_name_of
+    from gemmgen.runtime.arrays import dtype_name_of
     with pytest.raises(ValueError, match="expected an array .*got list"):
         dtype_name_of([[1.0]])
 

@@ -8,7 +8,7 @@ from fake_tuning import DEVICE, FakeRunner, fake_compile, fake_speed
 from gemmgen import PRESETS
 from gemmgen.heuristics import tunedb
 from gemmgen.heuristics.select import choose
-from gemmgen.model.dtypes import dtype_name_of
+from gemmgen.runtime.arrays import dtype_name_of
 from gemmgen.model.space import (
     DeviceLimits,
     blocks_per_sm,

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 from gemmgen import PRESETS, build
-from gemmgen.model.dtypes import numpy_dtype
+from gemmgen.runtime.arrays import numpy_dtype
 from gemmgen.tune.verify import compare, reference, tolerance
 
 

@@ -14,7 +14,8 @@ import numpy as np
 from ..heuristics.fp8 import choose_fp8
 from ..heuristics.select import decide, math_dtype
 from ..heuristics.tunedb import TuneDB
-from ..model.dtypes import ELEM_BYTES, FP8_DTYPES, array_dtype, dtype_name_of, stored_as
+from ..model.dtypes import ELEM_BYTES, FP8_DTYPES, stored_as
+from .arrays import array_dtype, dtype_name_of
 from ..model.families import get_family
 from . import driver
 from .build import build

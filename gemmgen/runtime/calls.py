@@ -24,7 +24,7 @@ from contextlib import nullcontext
 
 import numpy as np
 
-from ..model.dtypes import numpy_dtype
+from .arrays import numpy_dtype
 from . import driver
 from .build import CALLS
 from .device import operands_device, pycuda_context

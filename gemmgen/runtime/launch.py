@@ -5,7 +5,7 @@ from contextlib import nullcontext
 
 import numpy as np
 
-from ..model.dtypes import numpy_dtype
+from .arrays import numpy_dtype
 from . import driver
 from .device import pycuda_context
 from .epilogue_args import EXTRA, check_epilogue, tree_of

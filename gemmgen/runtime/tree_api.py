@@ -10,7 +10,8 @@ import re
 
 from ..heuristics.select import decide, writing
 from ..heuristics.tunedb import TuneDB
-from ..model.dtypes import dtype_name_of, stored_as
+from ..model.dtypes import stored_as
+from .arrays import dtype_name_of
 from ..model.epilogue import Epilogue
 from ..model.presets import PRESETS
 from . import driver

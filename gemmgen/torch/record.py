@@ -15,7 +15,7 @@ from collections import Counter
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..model.dtypes import torch_dtype_name
+from ..runtime.arrays import torch_dtype_name
 from ..model.problem import Problem, save_problems
 
 _TUNABLE = {"fp16", "bf16", "fp32"}

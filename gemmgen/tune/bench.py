@@ -10,13 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model.dtypes import (
-    CUBLAS_COMPUTE_32F,
-    CUBLAS_COMPUTE_32F_FAST_TF32,
-    CUDA_R,
-    numpy_dtype,
-    stored_as,
-)
+from ..model.dtypes import CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R, stored_as
+from ..runtime.arrays import numpy_dtype
 from ..runtime.device import pycuda_modules
 from ..runtime.launch import to_device
 from ..runtime.recipe import KernelArgs

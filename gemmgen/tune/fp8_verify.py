@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..model.dtypes import FP8_MAX, UNIT_ROUNDOFF, numpy_dtype
+from ..model.dtypes import FP8_MAX, UNIT_ROUNDOFF
+from ..runtime.arrays import numpy_dtype
 
 PROMOTED_ERROR = 2e-3
 FAST_ERROR = 1e-4

@@ -7,7 +7,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..model.dtypes import FP8_DTYPES, UNIT_ROUNDOFF, numpy_dtype
+from ..model.dtypes import FP8_DTYPES, UNIT_ROUNDOFF
+from ..runtime.arrays import numpy_dtype
 from .fp8_verify import fp8_tolerance
 
 # (M, N, K, alpha, beta): tiny, prime, tall, skinny, ragged, K = 0, and beta = 0 over NaN.

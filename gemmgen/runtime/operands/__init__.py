@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...model.dtypes import FP8_DTYPES, numpy_dtype, stored_as, torch_dtype_name
+from ...model.dtypes import FP8_DTYPES
+from ..arrays import dtype_name, numpy_dtype, torch_dtype_name
 
 LAYOUT_NAMES = {"r": "row-major", "c": "column-major"}
 
@@ -92,7 +93,7 @@ def _raw(x, name: str, dtype: str):
         if not x.is_cuda:
             raise OperandError(f"{name} is a CPU torch tensor: move it to the GPU or pass "
                                f"{name}.numpy()")
-        if torch_dtype_name(x.dtype) != stored_as(dtype):
+        if torch_dtype_name(x.dtype) != dtype_name(want):  # tf32: float32 storage
             raise OperandError(f"{name} has dtype {x.dtype}; this kernel takes {dtype}")
         item = x.element_size()
         return ("torch", tuple(x.shape), want, tuple(s * item for s in x.stride()),

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ...model.dtypes import FP8_DTYPES, array_dtype, dtype_name
+from ...model.dtypes import FP8_DTYPES
+from ..arrays import array_dtype, dtype_name
 from ..recipe import KernelArgs, Scale
 from . import Operand, OperandError, check_int32, check_one_device, describe
 from .scales import BLOCK, OUT_DTYPES as FP8_OUT_DTYPES, describe_scale

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...model.dtypes import FP8_DTYPES, array_dtype, dtype_name, numpy_dtype
+from ...model.dtypes import FP8_DTYPES
+from ..arrays import array_dtype, dtype_name, numpy_dtype
 from . import (Operand, OperandError, check_int32, check_one_device, contiguous_strides,
                describe, is_number)
 
