@@ -51,8 +51,8 @@ COMPILES = {"count": 0, "seconds": 0.0}
 
 
 def count_compiles() -> None:
-    """Count nvcc runs (cache misses) of this process: wrap gemmgen.compile.cache's compile_cubin."""
-    inner = BUILD.compile_cubin
+    """Count nvcc runs (cache misses) of this process: wrap gemmgen.compile.cache's cubin_of."""
+    inner = BUILD.cubin_of
 
     def counted(*args, **kwargs):
         start = time.perf_counter()
@@ -61,7 +61,7 @@ def count_compiles() -> None:
         finally:
             COMPILES["count"] += 1
             COMPILES["seconds"] += time.perf_counter() - start
-    BUILD.compile_cubin = counted
+    BUILD.cubin_of = counted
 
 
 def synthetic_batches(n: int, batch: int, seq: int, vocab: int, seed: int) -> torch.Tensor:

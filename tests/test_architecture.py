@@ -175,7 +175,7 @@ def test_hopper_kernel_parameters_are_declared_once():
         assert cfg.kernel_signature(cfg.name, f"{cfg.name}_cfg") in source, preset.name
 
 
-def test_every_family_is_one_kernel_class_with_its_launcher_from_one_table():
+def test_every_family_is_one_kernel_class_with_its_launcher_from_one_table(monkeypatch):
     """One Kernel class; how a family's calls become launches is its ``Launcher``, taken from
     kernel.LAUNCHERS (the Hopper families: tensor maps and helper kernels), else the direct
     launch; the fallback contract is the Kernel's."""
@@ -190,9 +190,12 @@ def test_every_family_is_one_kernel_class_with_its_launcher_from_one_table():
     with pytest.raises(RuntimeError, match="no fallback kernel"):
         plain.fallback
     built = []
+    import gemmgen.runtime.kernel as kernel_module
+    monkeypatch.setattr(kernel_module, "fallback_config", lambda cfg: ("fallback of", cfg.name))
     made = Kernel(PRESETS["naive"].config, "sm_80", b"",
-                  build_fallback=lambda: built.append(1) or plain)
-    assert made.fallback is plain and made.fallback is plain and built == [1]
+                  builder=lambda cfg: built.append(cfg) or plain)
+    assert made.fallback is plain and made.fallback is plain
+    assert built == [("fallback of", made.name)]  # built once, from the family's fallback
 
 
 def test_the_runtime_is_staged_not_stacked_per_family():

@@ -36,20 +36,20 @@ def root(tmp_path, monkeypatch):
 
 @pytest.fixture
 def compiles(monkeypatch):
-    """compile_cubin replaced by a stand-in; the list of names it compiled."""
+    """nvcc (``cubin_of``) replaced by a stand-in; the list of file stems it compiled."""
     done = []
 
-    def fake(source, arch, name, timeout):
-        done.append(name)
+    def fake(source, arch, stem, timeout):
+        done.append(stem)
         return b"CUBIN:" + source.encode(), Resources(arch, 32, 0, 0, 0, 0)
-    monkeypatch.setattr(cache, "compile_cubin", fake)
+    monkeypatch.setattr(cache, "cubin_of", fake)
     return done
 
 
 def _failing(monkeypatch):
-    def fake(source, arch, name, timeout):
-        raise BuildError(f"/tmp/{name}.cu", "error: nope")
-    monkeypatch.setattr(cache, "compile_cubin", fake)
+    def fake(source, arch, stem, timeout):
+        raise BuildError(f"/tmp/{stem}.cu", "error: nope")
+    monkeypatch.setattr(cache, "cubin_of", fake)
 
 
 def _mode(path: Path) -> int:
@@ -191,12 +191,12 @@ def test_processes_missing_one_key_at_once_compile_it_once(root, monkeypatch):
     import threading
     done, started = [], threading.Event()
 
-    def slow(source, arch, name, timeout):
+    def slow(source, arch, stem, timeout):
         started.set()
         time.sleep(0.3)
-        done.append(name)
+        done.append(stem)
         return b"CUBIN:" + source.encode(), Resources(arch, 32, 0, 0, 0, 0)
-    monkeypatch.setattr(cache, "compile_cubin", slow)
+    monkeypatch.setattr(cache, "cubin_of", slow)
     got = []
     threads = [threading.Thread(target=lambda: got.append(cache.compile_cached("src", "sm_80", "k")))
                for _ in range(4)]
@@ -341,7 +341,9 @@ def test_long_names_make_short_file_names():
 
 def test_a_long_kernel_name_is_cached(root, compiles):
     cubin, _ = cache.compile_cached("src", "sm_80", LONG)
-    assert cache.compile_cached("src", "sm_80", LONG)[0] == cubin and compiles == [LONG]
+    from gemmgen.codegen.render import file_stem
+    assert cache.compile_cached("src", "sm_80", LONG)[0] == cubin
+    assert compiles == [file_stem(LONG)]  # compiled once, under the short file name
     assert all(len(p.name) < 200 for p in root.iterdir())
 
 

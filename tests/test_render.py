@@ -1,6 +1,7 @@
 """Rendering: determinism, the header's config line, one static_assert per rule, generated/."""
 import shlex
 import subprocess
+from types import SimpleNamespace
 from pathlib import Path
 
 import jinja2
@@ -212,3 +213,19 @@ def test_column_major_c_compiles_without_unused_variable_warnings(nvcc, tmp_path
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "warning" not in out.stderr, out.stderr
+
+
+def test_rendered_is_what_the_compile_stage_needs_and_refuses_a_wrong_arch():
+    """``rendered`` hands the compile stage the source, file stem and nvcc target in one piece
+    (the stage never asks the model again); a family that cannot run on the arch is refused
+    before anything is rendered."""
+    from gemmgen.codegen.render import file_stem, rendered
+    cfg = next(p.config for p in PRESETS.values() if p.config.family == "wgmma")
+    got = rendered(cfg, "sm_90")
+    assert (got.name, got.stem, got.target) == (cfg.name, file_stem(cfg.name), "sm_90a")
+    assert got.source == render(cfg, "sm_90") and "sm_90a" in got.source
+    assert rendered(cfg, "sm_90", source="// edited").source == "// edited"
+    with pytest.raises(ValueError, match="needs sm_90a exactly"):
+        rendered(cfg, "sm_80")
+    with pytest.raises(ValueError, match="unknown kernel family"):
+        rendered(SimpleNamespace(family="nope", name="k"), "sm_90")

@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import tempfile
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -83,19 +84,46 @@ def render(cfg: ConfigBase, arch: str = "sm_90") -> str:
         asserts=[rule.static_assert() for rule in cfg.rendered_rules()])
 
 
+@dataclass(frozen=True)
+class Rendered:
+    """A config's kernel as the compile stage takes it: ``source`` (CUDA text), ``name`` (its
+    ``extern "C"`` function), ``stem`` (the file name without suffix: ``file_stem(name)``) and
+    ``target`` (the nvcc arch in the family's spelling, e.g. sm_90a)."""
+
+    source: str
+    name: str
+    stem: str
+    target: str
+
+
+def rendered(cfg: ConfigBase, arch: str, source: str | None = None) -> Rendered:
+    """``cfg``'s kernel for a device of ``arch`` (``sm_XY``): ``render(cfg, target)``, or
+    ``source`` as it is (an emitted file, hand edits included), with its name, file stem and
+    nvcc target. Raises ``ValueError`` naming the arch the family needs when it cannot run on
+    ``arch``, or for an arch that is not ``sm_XY``."""
+    stem, target = file_stem(cfg.name), _family_arch(cfg, arch, strict=True)
+    text = source if source is not None else render(cfg, arch)
+    return Rendered(text, cfg.name, stem, target)
+
+
 def render_template(template: str, **context) -> str:
     """CUDA source of a helper template (e.g. ``fp8_quant.cu.j2``) with ``context``, in the
     same Jinja environment as ``render`` (StrictUndefined); ``version`` is gemmgen's."""
     return _env().get_template(template).render(version=__version__, **context)
 
 
-def _family_arch(cfg: ConfigBase, arch: str) -> str:
-    """``arch`` in the spelling ``cfg``'s family compiles for (sm_90 -> sm_90a for wgmma);
-    unchanged when the family cannot run there or the arch is unknown."""
+def _family_arch(cfg: ConfigBase, arch: str, strict: bool = False) -> str:
+    """``arch`` in the spelling ``cfg``'s family compiles for (sm_90 -> sm_90a for wgmma).
+    When the family cannot run there, the arch is unknown or so is the family: ``arch``
+    unchanged, or with ``strict`` a ``ValueError`` saying so."""
     fam = FAMILIES.get(cfg.family)
     try:
-        return fam.arch_for(cc_of(arch)) if fam else arch
+        if fam is None:
+            raise ValueError(f"unknown kernel family {cfg.family!r}; known: {', '.join(FAMILIES)}")
+        return fam.arch_for(cc_of(arch))
     except ValueError:
+        if strict:
+            raise
         return arch
 
 

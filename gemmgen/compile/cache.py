@@ -16,12 +16,12 @@ from pathlib import Path
 import platformdirs
 
 from .._version import __version__
-from ..codegen.render import file_stem, render
+from ..codegen.render import Rendered, file_stem, render
 from ..model.arch import cc_of
 from ..model.config import ConfigBase
 from ..model.families import get_family
 from . import store
-from .nvcc import CUBIN_FLAGS, BuildError, Resources, compile_cubin, toolchain_key
+from .nvcc import CUBIN_FLAGS, BuildError, Resources, cubin_of, toolchain_key
 
 
 def cache_dir() -> Path:
@@ -46,7 +46,14 @@ def target_arch(config: ConfigBase, arch: str) -> str:
 
 
 def compile_cached(source: str, arch: str, name: str, timeout: float = 300) -> tuple[bytes, Resources]:
-    """(cubin, ptxas resources) of ``source`` for ``arch``, from the disk cache or nvcc.
+    """(cubin, ptxas resources) of ``source`` (the kernel ``name``) for ``arch``, from the disk
+    cache or nvcc: ``compile_rendered`` of it, its files named ``file_stem(name)``."""
+    return compile_rendered(Rendered(source, name, file_stem(name), arch), timeout)
+
+
+def compile_rendered(kernel: Rendered, timeout: float = 300) -> tuple[bytes, Resources]:
+    """(cubin, ptxas resources) of a rendered kernel for its target, from the disk cache or
+    nvcc; its source, cubin and kept failed source are named by its stem.
 
     The key holds the source, the arch, gemmgen's version and nvcc's flags, path, version and
     environment (``toolchain_key``). A cached cubin is served only when it matches the sha256
@@ -57,18 +64,19 @@ def compile_cached(source: str, arch: str, name: str, timeout: float = 300) -> t
     Raises ``BuildError`` with nvcc's message (and the kept source's path) when it fails,
     ``UnsafeCacheError`` (a ``PermissionError``) when the cache directory (or ``failed/`` in
     it) belongs to another user or is writable by group or others."""
+    source, arch, stem = kernel.source, kernel.target, kernel.stem
     key = hashlib.sha256(f"{__version__}\n{' '.join(CUBIN_FLAGS)}\n{arch}\n{toolchain_key()}\n"
                          f"{source}".encode()).hexdigest()[:32]
     root = _root()
-    cubin_path = (root or cache_dir()) / f"{file_stem(name)}-{key}.cubin"
+    cubin_path = (root or cache_dir()) / f"{stem}-{key}.cubin"
     hit = _hit(cubin_path) if root else None
     if hit is not None:
         return hit
     if root is None:
-        return _build(source, arch, name, timeout, None)
+        return _build(source, arch, stem, timeout, None)
     with store.building(root, cubin_path.name, timeout + 60):
         # another process may have built it while this one waited for the lock
-        return _hit(cubin_path) or _build(source, arch, name, timeout, cubin_path)
+        return _hit(cubin_path) or _build(source, arch, stem, timeout, cubin_path)
 
 
 def _hit(cubin_path: Path) -> tuple[bytes, Resources] | None:
@@ -81,12 +89,12 @@ def _hit(cubin_path: Path) -> tuple[bytes, Resources] | None:
     return None
 
 
-def _build(source: str, arch: str, name: str, timeout: float,
+def _build(source: str, arch: str, stem: str, timeout: float,
            cubin_path: Path | None) -> tuple[bytes, Resources]:
     try:
-        cubin, res = compile_cubin(source, arch, name, timeout)
+        cubin, res = cubin_of(source, arch, stem, timeout)
     except BuildError as err:
-        kept = _keep_source(name, source)
+        kept = _keep_source(stem, source)
         raise BuildError(kept, err.log, err.command) from None
     if cubin_path is not None:
         try:
@@ -107,16 +115,16 @@ def _root() -> Path | None:
         return None
 
 
-def _keep_source(name: str, source: str) -> str:
-    """Where a failed build's source is kept for the error message: ``failed/`` in the cache
-    directory. Raises ``UnsafeCacheError`` when that folder or the root is unsafe."""
+def _keep_source(stem: str, source: str) -> str:
+    """Where a failed build's source is kept for the error message: ``failed/<stem>.cu`` in
+    the cache directory. Raises ``UnsafeCacheError`` when that folder or the root is unsafe."""
     try:
-        path = store.private_subdir(cache_dir(), "failed") / f"{file_stem(name)}.cu"
+        path = store.private_subdir(cache_dir(), "failed") / f"{stem}.cu"
         store.write_file(path, source.encode())
     except store.UnsafeCacheError:
         raise
     except OSError:
-        return f"{name}.cu (not kept: the cache directory is not writable)"
+        return f"{stem}.cu (not kept: the cache directory is not writable)"
     return str(path)
 
 

@@ -268,9 +268,14 @@ def compile_source(source: str, archs: tuple[str, ...] = ("sm_90",), name: str =
 def compile_cubin(source: str, arch: str = "sm_90", name: str = "kernel",
                   timeout: float = 120) -> tuple[bytes, Resources]:
     """Compile ``source`` to a cubin for one arch: (cubin bytes, ptxas resources). Plain data
-    in and out, so it runs in worker processes. Raises ``BuildError`` (a timeout included)."""
+    in and out, so it runs in worker processes. ``name`` is the kernel's (its file is named
+    ``file_stem(name)``). Raises ``BuildError`` (a timeout included)."""
+    return cubin_of(source, arch, file_stem(name), timeout)
+
+
+def cubin_of(source: str, arch: str, stem: str, timeout: float = 120) -> tuple[bytes, Resources]:
+    """``compile_cubin`` with the source file's name given: ``<stem>.cu``."""
     with tempfile.TemporaryDirectory(prefix="gemmgen-cubin-") as tmp:
-        stem = file_stem(name)
         src, out = Path(tmp) / f"{stem}.cu", Path(tmp) / f"{stem}.cubin"
         src.write_text(source)
         log = _run_nvcc(["-cubin", f"-arch={arch}", *CUBIN_FLAGS, "-o", str(out)], src, timeout)

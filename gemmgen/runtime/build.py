@@ -12,11 +12,10 @@ import os
 import threading
 from pathlib import Path
 
-from ..codegen.render import config_from_source, render
-from ..compile.cache import compile_cached, compile_many, target_arch
+from ..codegen.render import config_from_source, rendered
+from ..compile.cache import compile_many, compile_rendered
 from ..compile.nvcc import BuildError, Resources
 from ..model.config import ConfigBase
-from ..model.families import fallback_config
 from . import driver
 from .device import device_arch, gpu_problem, pycuda_modules
 from .kernel import Kernel
@@ -42,11 +41,12 @@ def build(config: ConfigBase, arch: str | None = None, *, source: str | None = N
     ``PermissionError``) when the cache directory belongs to another user or is writable by
     group or others.
     """
-    # first: a family the arch cannot run fails here
-    arch = target_arch(config, arch or device_arch())
+    try:  # first: a family the arch cannot run fails here
+        kernel = rendered(config, arch or device_arch(), source)
+    except ValueError as exc:
+        raise BuildError(config.name, str(exc)) from None
     adopt_pycuda()
-    source = source if source is not None else render(config, arch)
-    key = (config.name, arch, hashlib.sha256(source.encode()).hexdigest())
+    key = (kernel.name, kernel.target, hashlib.sha256(kernel.source.encode()).hexdigest())
     with _LOCK:
         found = _CACHE.get(key)
     if found is not None:  # same source loaded before: share its modules, keep this call's path
@@ -56,15 +56,14 @@ def build(config: ConfigBase, arch: str | None = None, *, source: str | None = N
         twin.source_path = source_path
         return twin
     try:
-        cubin, res = compile_cached(source, arch, config.name)
+        cubin, res = compile_rendered(kernel)
     except BuildError as err:
         if source_path:
             raise BuildError(source_path, err.log, err.command) from None
         raise
-    kernel = from_cubin(config, arch, cubin, res, source_path)
+    loaded = from_cubin(config, kernel.target, cubin, res, source_path)
     with _LOCK:
-        kernel = _CACHE.setdefault(key, kernel)
-    return kernel
+        return _CACHE.setdefault(key, loaded)
 
 
 def adopt_pycuda() -> None:
@@ -86,9 +85,8 @@ def from_cubin(config: ConfigBase, arch: str, cubin: bytes, resources: Resources
     if dynamic > limit:
         raise BuildError(source_path or config.name, f"{config.name} needs {dynamic} bytes "
                          f"of shared memory; this device allows {limit} per block")
-    kernel = Kernel(config, arch, cubin, resources, source_path,
-                 build_fallback=lambda: build(fallback_config(config)),
-                 call=CALLS.get(config.family))
+    kernel = Kernel(config, arch, cubin, resources, source_path, builder=build,
+                    call=CALLS.get(config.family))
     kernel.function(dev)  # load it here: a failure shows at build, not at the first launch
     return kernel
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..compile.nvcc import Resources
 from ..model.config import ConfigBase
+from ..model.families import fallback_config
 from . import driver
 from .launch import launch
 from .hopper import Fp8Launch, GroupedLaunch, WgmmaLaunch
@@ -61,9 +62,10 @@ class Kernel:
     ``cubin``: the compiled module; ``resources``: ptxas's report (registers, spills, stack)
     when gemmgen compiled it. ``registers``, ``smem_bytes`` (static) and ``local_bytes`` (per
     thread) come from the loaded function on the current device (``cuFuncGetAttribute``);
-    ``last_path`` says what the last call ran (a recipe's ``path``). ``build_fallback`` makes
-    the kernel that takes over where this one's fast path cannot (``fallback``; the Hopper
-    kernels' TMA paths: ``gemmgen.runtime.build`` sets it).
+    ``last_path`` says what the last call ran (a recipe's ``path``). ``builder`` builds a
+    Kernel from a config (``gemmgen.runtime.build.build`` sets itself): ``fallback`` builds
+    with it the kernel that takes over where this one's fast path cannot (the Hopper
+    kernels' TMA paths).
     """
 
     config: ConfigBase
@@ -72,7 +74,7 @@ class Kernel:
     resources: Resources | None = None
     source_path: str | None = None
     last_path: str = ""
-    build_fallback: Callable[[], Kernel] | None = field(default=None, repr=False)
+    builder: Callable[[ConfigBase], Kernel] | None = field(default=None, repr=False)
     call: Callable | None = field(default=None, repr=False)
 
     def __post_init__(self):
@@ -86,13 +88,12 @@ class Kernel:
     def fallback(self) -> Kernel:
         """The kernel for operands this one's fast path cannot take (for the Hopper kernels,
         the family's ``fallback`` configuration: operands TMA cannot describe, or a C a TMA
-        store cannot write), built on first use by ``build_fallback``. Raises
-        ``RuntimeError`` for a kernel made without it."""
+        store cannot write), built on first use by ``builder``. Raises ``RuntimeError`` for a
+        kernel made without it."""
         if self._fallback is None:
-            if self.build_fallback is None:
-                raise RuntimeError(f"{self.name}: no fallback kernel (made without "
-                                   f"build_fallback)")
-            self._fallback = self.build_fallback()
+            if self.builder is None:
+                raise RuntimeError(f"{self.name}: no fallback kernel (made without a builder)")
+            self._fallback = self.builder(fallback_config(self.config))
         return self._fallback
 
     @property

@@ -38,7 +38,7 @@ class WgmmaLaunch(HopperLaunch):
     "+repack B", "+3xtf32", "+split-K <n>", or "fallback: <reason>" (a recipe's ``path``
     says the same). Workspaces are slots of the recipe (``gemmgen.runtime.workspaces``): each
     stream a recipe runs on has its own buffers, so launches on several streams may overlap.
-    ``build_fallback`` makes the fallback kernel (``gemmgen.runtime.build`` sets it).
+    The fallback kernel is the Kernel's (``Kernel.fallback``, built by its ``builder``).
     """
 
     def __init__(self, kernel):
