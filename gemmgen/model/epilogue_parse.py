@@ -6,16 +6,8 @@ from __future__ import annotations
 
 import ast
 
-from .epilogue_tree import (
-    ACTIVATIONS,
-    CAST_DTYPES,
-    LEAVES,
-    RECORDERS,
-    EpilogueError,
-    Node,
-    cast,
-    residual,
-)
+from . import epilogue_tree
+from .epilogue_tree import EpilogueError, Node
 from .quote import quote
 
 MAX_CHARS = 4096
@@ -25,7 +17,7 @@ MAX_DEPTH = 64
 """The deepest expression read: sums and products of at most this many terms, calls within
 calls at most this deep; deeper ones are refused before Python's recursion limit is reached."""
 
-NAMES = {LEAVES[op][0]: op for op in LEAVES if op not in ("beta_c", "staged")}
+NAMES = {leaf[0]: op for op, leaf in epilogue_tree.LEAVES.items() if op not in ("beta_c", "staged")}
 """Leaf names an expression may use (beta*C is written as that product)."""
 _OPERATORS = {ast.Sub: "-", ast.Div: "/", ast.Pow: "**", ast.Mod: "%", ast.FloorDiv: "//",
               ast.MatMult: "@", ast.USub: "-", ast.UAdd: "+", ast.Invert: "~", ast.Not: "not"}
@@ -96,7 +88,7 @@ class _Reader:
             raise self.fail(e, "name", "C is read only as the product beta*C")
         if e.id not in NAMES:
             raise self.fail(e, "unknown name", f"known: {', '.join(NAMES)}, beta*C")
-        return residual() if e.id == "R" else Node(NAMES[e.id])
+        return epilogue_tree.residual() if e.id == "R" else Node(NAMES[e.id])
 
     def product(self, e: ast.BinOp) -> Node:
         """A chain of ``*``: its factors, with ``beta`` and ``C`` joined into beta*C."""
@@ -128,8 +120,8 @@ class _Reader:
             return self.residual(e)
         if fn == "cast":
             return self.cast(e)
-        if fn not in ACTIVATIONS and fn not in RECORDERS:
-            known = ", ".join([*ACTIVATIONS, *RECORDERS, "cast", "R"])
+        if fn not in epilogue_tree.ACTIVATIONS and fn not in epilogue_tree.RECORDERS:
+            known = ", ".join([*epilogue_tree.ACTIVATIONS, *epilogue_tree.RECORDERS, "cast", "R"])
             raise self.fail(e.func, "unknown function", f"known: {known}")
         if len(e.args) != 1 or e.keywords:
             raise self.fail(e, "call", f"{fn} takes one argument")
@@ -147,9 +139,10 @@ class _Reader:
         if len(e.args) != 2 or e.keywords:
             raise self.fail(e, "call", "cast takes an expression and a dtype: cast(x, e4m3)")
         dtype = self.word(e.args[1])
-        if dtype not in CAST_DTYPES:
-            raise self.fail(e.args[1], "cast dtype", f"one of {', '.join(CAST_DTYPES)}")
-        return cast(self.node(e.args[0]), dtype)
+        if dtype not in epilogue_tree.CAST_DTYPES:
+            known = ", ".join(epilogue_tree.CAST_DTYPES)
+            raise self.fail(e.args[1], "cast dtype", f"one of {known}")
+        return epilogue_tree.cast(self.node(e.args[0]), dtype)
 
     def residual(self, e: ast.Call) -> Node:
         if e.args:
@@ -160,6 +153,6 @@ class _Reader:
                 raise self.fail(kw.value, f"R keyword {kw.arg!r} with value", "layout, dtype")
             given[kw.arg] = self.word(kw.value)
         try:
-            return residual(**given)
+            return epilogue_tree.residual(**given)
         except EpilogueError as exc:
             raise self.fail(e, "residual", str(exc)) from None
