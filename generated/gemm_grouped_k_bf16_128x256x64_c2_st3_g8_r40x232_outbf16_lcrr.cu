@@ -447,10 +447,11 @@ gemm_grouped_k_bf16_128x256x64_c2_st3_g8_r40x232_outbf16_lcrr(
         named_sync(BAR_TAIL, CONSUMERS * WARPGROUP);
     };
 
-    // Epilogue of one consumer warpgroup: rows row0 .. row0 + CONSUMER_ROWS of `tile`. The
-    // staging tile holds C_CHUNKS chunks of [CONSUMER_ROWS][128 bytes] along N; the 16-byte unit
-    // u of row r sits at u ^ (r % 8) (the TMA store's 128-byte swizzle).
-    auto epilogue = [&](float (&acc)[M_ITERS][ACC_PER_WGMMA], const Tile& tile, int nk, int cw, int row0) {
+    // Epilogue of one consumer warpgroup: rows row0 .. row0 + CONSUMER_ROWS and the
+    // ACC_PER_WGMMA * 2 columns from col0 of `tile`. The staging tile holds C_CHUNKS chunks of
+    // [CONSUMER_ROWS][128 bytes] along N; the 16-byte unit u of row r sits at u ^ (r % 8) (the
+    // TMA store's 128-byte swizzle).
+    auto epilogue = [&](float (&acc)[M_ITERS][ACC_PER_WGMMA], const Tile& tile, int nk, int cw, int row0, int col0) {
         const int warp = wtid / 32, lane = wtid % 32;
         if (nk == 0) {  // an empty group of K, K == 0, or the rows past offs[G-1]: zeros
 #pragma unroll
@@ -496,14 +497,14 @@ gemm_grouped_k_bf16_128x256x64_c2_st3_g8_r40x232_outbf16_lcrr(
             if (wtid == 0) {
 #pragma unroll
                 for (int j = 0; j < C_CHUNKS; ++j) {
-                    tma_store(&tmap_c, cs_addr + j * C_CHUNK_BYTES, tile.n0 + j * C_CHUNK, tile.row + row0, tile.z);
+                    tma_store(&tmap_c, cs_addr + j * C_CHUNK_BYTES, tile.n0 + col0 + j * C_CHUNK, tile.row + row0, tile.z);
                 }
                 bulk_commit();
             }
         } else if (valid > 0) {
             // The group ends inside the slab: copy its rows, 16-byte units, a warp per row.
-            out_t* dst = C + tile.z * stride_c + static_cast<long long>(tile.row + row0) * ldc + tile.n0;
-            const int cols = N - tile.n0;
+            out_t* dst = C + tile.z * stride_c + static_cast<long long>(tile.row + row0) * ldc + tile.n0 + col0;
+            const int cols = N - tile.n0 - col0;
             for (int i = wtid; i < valid * UNITS_PER_ROW; i += WARPGROUP) {
                 const int r = i / UNITS_PER_ROW, v = i - r * UNITS_PER_ROW;
                 const int chunk = v / UNITS_PER_CHUNK, u = v % UNITS_PER_CHUNK;
@@ -565,7 +566,7 @@ gemm_grouped_k_bf16_128x256x64_c2_st3_g8_r40x232_outbf16_lcrr(
 #pragma unroll
             for (int mi = 0; mi < M_ITERS; ++mi) fence_acc(acc[mi]);
             if (nk > 0) release(prev);
-            epilogue(acc, tile, nk, cw, cw * CONSUMER_ROWS);
+            epilogue(acc, tile, nk, cw, cw * CONSUMER_ROWS, 0);
         }
         if (wtid == 0) bulk_wait();
     }

@@ -423,10 +423,11 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
         tma_load(b_dst, &tmap_b, bar, k0, tile.n0, tile.g);
     };
 
-    // Epilogue of one consumer warpgroup: rows row0 .. row0 + CONSUMER_ROWS of `tile`. The
-    // staging tile holds C_CHUNKS chunks of [CONSUMER_ROWS][128 bytes] along N; the 16-byte unit
-    // u of row r sits at u ^ (r % 8) (the TMA store's 128-byte swizzle).
-    auto epilogue = [&](float (&acc)[M_ITERS][ACC_PER_WGMMA], const Tile& tile, int nk, int cw, int row0) {
+    // Epilogue of one consumer warpgroup: rows row0 .. row0 + CONSUMER_ROWS and the
+    // ACC_PER_WGMMA * 2 columns from col0 of `tile`. The staging tile holds C_CHUNKS chunks of
+    // [CONSUMER_ROWS][128 bytes] along N; the 16-byte unit u of row r sits at u ^ (r % 8) (the
+    // TMA store's 128-byte swizzle).
+    auto epilogue = [&](float (&acc)[M_ITERS][ACC_PER_WGMMA], const Tile& tile, int nk, int cw, int row0, int col0) {
         const int warp = wtid / 32, lane = wtid % 32;
         if (nk == 0) {  // an empty group of K, K == 0, or the rows past offs[G-1]: zeros
 #pragma unroll
@@ -472,14 +473,14 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
             if (wtid == 0) {
 #pragma unroll
                 for (int j = 0; j < C_CHUNKS; ++j) {
-                    tma_store(&tmap_c, cs_addr + j * C_CHUNK_BYTES, tile.n0 + j * C_CHUNK, tile.row + row0, tile.z);
+                    tma_store(&tmap_c, cs_addr + j * C_CHUNK_BYTES, tile.n0 + col0 + j * C_CHUNK, tile.row + row0, tile.z);
                 }
                 bulk_commit();
             }
         } else if (valid > 0) {
             // The group ends inside the slab: copy its rows, 16-byte units, a warp per row.
-            out_t* dst = C + tile.z * stride_c + static_cast<long long>(tile.row + row0) * ldc + tile.n0;
-            const int cols = N - tile.n0;
+            out_t* dst = C + tile.z * stride_c + static_cast<long long>(tile.row + row0) * ldc + tile.n0 + col0;
+            const int cols = N - tile.n0 - col0;
             for (int i = wtid; i < valid * UNITS_PER_ROW; i += WARPGROUP) {
                 const int r = i / UNITS_PER_ROW, v = i - r * UNITS_PER_ROW;
                 const int chunk = v / UNITS_PER_CHUNK, u = v % UNITS_PER_CHUNK;
@@ -557,8 +558,9 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
         Sched sched = make_sched();
         Tile tile;
         for (int t = blockIdx.x; sched.next(t, tile); t += gridDim.x) {
-            const int n0 = tile.n0;
-            const int row0 = tile.row + cw * CONSUMER_ROWS;  // this warpgroup's first row of A (and of its scales)
+            const int row_off = cw * CONSUMER_ROWS, col_off = 0;  // this warpgroup's rows of the tile
+            const int n0 = tile.n0 + col_off;                // this warpgroup's first column (and B scale block)
+            const int row0 = tile.row + row_off;             // its first row of A (and of its scales)
             const float* sa_ptr = scale_a + tile.z * sa_g;   // masked: matrix z's scales
             const float* sb_ptr = scale_b + tile.g * sb_g;   // expert g's scales
             // Accumulator i of slice mi holds C(row0 + mi*64 + row_in + 8*((i/2)%2), n0 + 8*(i/4) + 2*(lane%4) + i%2).
@@ -599,13 +601,67 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 }
             };
             zero(F);
-            // ---- promoted accumulation in pairs of K blocks with two partial sets: block kb+1's
-            // wgmmas are issued before block kb is promoted. (A rolling pipeline that carries an
-            // in-flight group across iterations makes ptxas serialize the wgmmas, C7514; pairs that
-            // drain at the end of each iteration do not.)
+            // ---- promoted accumulation with two partial sets, in windows of 4 K blocks (then
+            // pairs, then one): block j+1's wgmmas are issued before block j is promoted, and the
+            // scales of block j+2 load into the set block j has just used. Only the last block of
+            // a window is promoted with no wgmma in flight. (A rolling pipeline that carries an
+            // in-flight group across iterations makes ptxas serialize the wgmmas, C7514; windows
+            // that drain at the end of each iteration do not. On an H200, windows of 4 blocks ran
+            // the grouped FP8 kernel 2-9% faster than pairs, and windows of 8 or 16 no faster:
+            // benchmarks/results/promotion_window_NVIDIA_H200.json.)
             float P0[M_ITERS][ACC], P1[M_ITERS][ACC];
             Scales S0, S1;
             int kb = 0;
+            for (; kb + 4 <= tile.nk; kb += 4) {
+                load_scales(S0, 0 + kb);
+                load_scales(S1, 0 + kb + 1);
+                const int w0 = s;
+                mbar_wait(full_bar + 8 * s, phase);
+                fence_all(P0);
+                wgmma_fence();
+                issue(P0, s, 0);
+                wgmma_commit();
+                advance();
+                const int w1 = s;
+                mbar_wait(full_bar + 8 * s, phase);
+                fence_all(P1);
+                wgmma_fence();
+                issue(P1, s, 0);
+                wgmma_commit();
+                advance();
+                wgmma_wait<1>();              // block 0 of the window is complete
+                fence_all(P0);
+                release(w0);
+                promote(P0, S0);
+                load_scales(S0, 0 + kb + 2);
+                const int w2 = s;
+                mbar_wait(full_bar + 8 * s, phase);
+                fence_all(P0);
+                wgmma_fence();
+                issue(P0, s, 0);
+                wgmma_commit();
+                advance();
+                wgmma_wait<1>();              // block 1 of the window is complete
+                fence_all(P1);
+                release(w1);
+                promote(P1, S1);
+                load_scales(S1, 0 + kb + 3);
+                const int w3 = s;
+                mbar_wait(full_bar + 8 * s, phase);
+                fence_all(P1);
+                wgmma_fence();
+                issue(P1, s, 0);
+                wgmma_commit();
+                advance();
+                wgmma_wait<1>();              // block 2 of the window is complete
+                fence_all(P0);
+                release(w2);
+                promote(P0, S0);
+                wgmma_wait<0>();
+                fence_all(P1);
+                release(w3);
+                promote(P1, S1);
+            }
             for (; kb + 1 < tile.nk; kb += 2) {
                 load_scales(S0, 0 + kb);
                 load_scales(S1, 0 + kb + 1);
@@ -645,7 +701,7 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 promote(P0, S0);
                 advance();
             }
-            epilogue(F, tile, tile.nk, cw, cw * CONSUMER_ROWS);
+            epilogue(F, tile, tile.nk, cw, row_off, col_off);
         }
         if (wtid == 0) bulk_wait();
     }

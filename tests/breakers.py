@@ -261,6 +261,8 @@ GROUPED_BREAKERS = {
     "fp8-k-major-b": ("grouped_fp8", {"layout": "rrr"}),
     "partials-range": ("grouped_fp8", {"partials": 3, "bn": 64}),
     "partials-fp8-only": ("grouped_bf16", {"partials": 1}),
+    "split-n-fp8": ("grouped_bf16", {"split": "n"}),
+    "split-n-chunks": ("grouped_fp8_split_n", {"bn": 64}),
 }
 BREAKERS = {"simt": SIMT_BREAKERS, "wmma": WMMA_BREAKERS, "wgmma": WGMMA_BREAKERS,
             "mma": MMA_BREAKERS, "fp8": FP8_BREAKERS, "grouped": GROUPED_BREAKERS}

@@ -254,6 +254,33 @@ def _check_fp8_groups(out, ad, wd, counts, what, out_dtype="bf16") -> int:
     return start
 
 
+@pytest.mark.parametrize("dist", ["empty", "ragged"])
+def test_fp8_split_n_contiguous_and_masked_against_float64(dist):
+    """The column-split kernel (64-row tiles, each consumer 128 of the 256 columns): N = 384,
+    so the second consumer of the last column tile starts past N (its B scale block is
+    clamped, it stores nothing); ragged groups, rows past offs[G-1] zero; then the masked
+    form, rows past each count untouched."""
+    cfg = GROUPED["grouped_fp8_split_n"]
+    counts, n, k = COUNTS[dist], 384, 640
+    w, sw, wd = _fp8_experts(len(counts), n, k)
+    a, sa, ad = _fp8_tokens(sum(counts) + 21, k)
+    out = _nan((a.shape[0], n), torch.bfloat16)
+    grouped_gemm(a, w.transpose(1, 2), _offs(counts), out, scale_a=sa, scale_b=sw, config=cfg)
+    torch.cuda.synchronize()
+    end = _check_fp8_groups(out, ad, wd, counts, f"split-n {dist}")
+    assert float(out[end:].double().abs().max()) == 0.0, "rows past offs[G-1] not zero"
+    g, m = len(counts), 320
+    toks = [_fp8_tokens(m, k) for _ in range(g)]
+    masked = _nan((g, m, n), torch.bfloat16)
+    cnt = torch.tensor([min(c, m) for c in counts], dtype=torch.int32, device="cuda")
+    gemmgen.build(cfg)(torch.stack([q for q, _, _ in toks]), w.transpose(1, 2), masked,
+                       counts=cnt, scale_a=torch.stack([s for _, s, _ in toks]), scale_b=sw)
+    torch.cuda.synchronize()
+    for i, c in enumerate(cnt.tolist()):
+        _check_fp8(masked[i, :c], toks[i][2][:c] @ wd[i].t(), FP8_TOL["bf16"], f"masked {i}")
+        assert bool(torch.isnan(masked[i, c:]).all()), f"group {i}: rows past its count written"
+
+
 def test_fp8_m_grouped_masked_through_the_kernel_call():
     """The masked form (A [G, M, K], scale_a [G, M, ceil(K/128)], per-group counts) through
     ``kernel(A, B, C, offs=..., counts=..., scale_a=..., scale_b=...)``, the one call every

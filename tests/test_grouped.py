@@ -14,7 +14,8 @@ from gemmgen import PRESETS, BuildError, grouped_gemm, render
 from gemmgen.codegen.render import _env
 from gemmgen.compile.nvcc import sass, tool_path
 from gemmgen.heuristics import grouped as hg
-from gemmgen.model.families import families_for
+from gemmgen.model.config import ConfigError
+from gemmgen.model.families import config_from_dict, families_for
 from gemmgen.model.families.hopper.grouped import GroupedConfig
 from gemmgen.runtime.operands.groups import check_grouped
 from gemmgen.runtime.kernel import Kernel
@@ -28,7 +29,8 @@ ARCH = "sm_90a"
 
 def test_presets_and_the_family_stay_out_of_gemms_choice():
     assert set(GROUPED) == {"grouped_small", "grouped_bf16", "grouped_bf16_ends", "grouped_dgrad",
-                            "grouped_wgrad", "grouped_fp16", "grouped_fp8"}
+                            "grouped_wgrad", "grouped_fp16", "grouped_fp8",
+                            "grouped_fp8_split_n"}
     assert all(c.name.startswith("gemm_grouped_") and not c.violations() for c in GROUPED.values())
     assert "grouped" not in {f.name for f in families_for("bf16", 90)}
     c = GROUPED["grouped_bf16"]
@@ -628,3 +630,26 @@ def test_chosen_grouped_finds_the_plan_grouped_gemm_kept(monkeypatch):
     assert runtime_grouped.grouped_gemm(a, b, offs) == "ran"
     assert runtime_grouped.chosen_grouped(a, b, offs) is kept
     assert runtime_grouped.chosen_grouped(a, b, offs, out_dtype="fp32") is None
+
+
+def test_split_n_gives_each_consumer_columns_of_a_64_row_tile():
+    """split="n": the two consumers share A's 64 rows and take 128 columns each (their own B
+    rows of the stage, their own B scale blocks and staging tile); the kernel's figures and
+    constants follow, and a row-split config's source does not declare the axis."""
+    sn, rows = GROUPED["grouped_fp8_split_n"], GROUPED["grouped_fp8"]
+    assert (sn.bm, sn.bn, sn.consumers, sn.split) == (64, 256, 2, "n")
+    assert (sn.consumer_rows, sn.consumer_cols, sn.m_iters) == (64, 128, 1)
+    assert (rows.consumer_rows, rows.consumer_cols) == (64, 128)
+    assert sn.acc_regs == rows.acc_regs == 3 * 64           # sums + two partial sets
+    assert sn.c_smem_bytes == 2 * 64 * 128 * 2 and sn.c_chunks == 2
+    assert sn.name.endswith("_sn") and not rows.name.endswith("_sn")
+    assert config_from_dict(sn.as_dict()) == sn and "split" not in rows.as_dict()
+    k = sn.template_constants()
+    assert (k["A_CONSUMER_BYTES"], k["B_CONSUMER_BYTES"], k["CONSUMER_COLS"]) == (0, 128 * 128, 128)
+    assert (k["ACC"], k["ACC_PER_WGMMA"], k["M_SPLIT"], k["SPLIT_N"]) == (64, 64, 1, 1)
+    assert sn.figures()["wgmma"].startswith("m64n128k32")
+    src, plain = render(sn, "sm_90a"), render(rows, "sm_90a")
+    assert "smem_b + cw * B_CONSUMER_BYTES" in src and "G29" in src and "G30" in src
+    assert "SPLIT_N" not in plain and "B_CONSUMER_BYTES" not in plain and "G29" not in plain
+    with pytest.raises(ConfigError, match="G29"):
+        GROUPED["grouped_bf16"].replace(split="n")

@@ -225,6 +225,12 @@ class HopperTile:
         return div(self.bm, self.consumers)
 
     @property
+    def consumer_cols(self) -> int:
+        """Columns of C one consumer warpgroup computes per tile (its wgmma N): BN, the
+        consumers splitting the rows (the grouped family may split the columns instead)."""
+        return self.bn
+
+    @property
     def m_iters(self) -> int:
         """64-row wgmma tiles per consumer warpgroup."""
         return div(self.consumer_rows, WGMMA_M)
@@ -308,7 +314,7 @@ class HopperTile:
             "REGS_PRODUCER": self.regs_producer, "REGS_CONSUMER": self.regs_consumer,
             "REG_POOL": (self.regs_producer + self.consumers * self.regs_consumer) * WARPGROUP,
             "ENTRY_REGS": self.entry_regs, "ACC_BUDGET": self.consumer_regs - self.REG_RESERVE,
-            "WGMMA_M": WGMMA_M, "WGMMA_N": self.bn, "WGMMA_K": self.wgmma_k,
+            "WGMMA_M": WGMMA_M, "WGMMA_N": self.consumer_cols, "WGMMA_K": self.wgmma_k,
             "K_STEPS": div(self.bk, self.wgmma_k), "CONSUMER_ROWS": self.consumer_rows,
             "M_ITERS": self.m_iters, "ACC_REGS": self.acc_regs, "THREADS": self.threads,
             "WARPGROUP": WARPGROUP, "C_CHUNK": self.c_chunk,
@@ -321,7 +327,7 @@ class HopperTile:
                 "smem_bytes_dynamic": self.smem_bytes, "stage_bytes": self.stage_bytes,
                 "c_staging_bytes": self.c_smem_bytes, "acc_regs_per_consumer": self.acc_regs,
                 "consumer_registers": self.consumer_regs, "entry_registers": self.entry_regs,
-                "wgmma": f"m64n{self.bn}k{self.wgmma_k} x {self.m_iters} per consumer",
+                "wgmma": f"m64n{self.consumer_cols}k{self.wgmma_k} x {self.m_iters} per consumer",
                 "flops_per_byte": {k: round(v, 3) for k, v in self.flops_per_byte.items()},
                 f"blocks_per_sm_{get_arch(arch).name}": self.blocks_per_sm(arch)}
 
@@ -337,4 +343,4 @@ class HopperTile:
     @property
     def wgmma_asm(self) -> dict:
         """Operand numbers of the wgmma inline asm (``wgmma_asm``)."""
-        return wgmma_asm(self.bn)
+        return wgmma_asm(self.consumer_cols)

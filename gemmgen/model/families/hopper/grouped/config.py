@@ -9,7 +9,7 @@ from ....dtypes import FP8_DTYPES
 from .. import C_SWIZZLE, HopperTile
 from .env import GroupedEnv
 from .rules import (FP8_GROUPED_RULES, FP8_REG_RESERVE, GROUPED_RULES, GROUPINGS, ORDERS,
-                    OUTPUT_RULES, SCALINGS)
+                    OUTPUT_RULES, SCALINGS, SPLIT_RULES, SPLITS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,9 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
     warpgroups (1: 64-row tiles for small groups, 2: each takes BM/2 rows); ``stages`` the
     TMA ring; ``group`` M tiles per raster group inside a group of rows; ``regs_producer,
     regs_consumer`` the setmaxnreg counts; ``layout`` A, B, C each r or c; ``partials``
-    (FP8) one or two sets of partial sums.
+    (FP8) one or two sets of partial sums; ``split`` how two consumers share a tile: "m" its
+    rows (each BM/2 x BN) or "n" (FP8) its columns (each BM x BN/2, so 64-row tiles, which
+    waste less on groups of few rows, still run two warpgroups).
 
     The main loop is the wgmma family's (producer warpgroup, mbarrier ring, wgmma from
     128-byte-swizzled shared memory); the scheduler and the epilogue (staged through shared
@@ -59,19 +61,22 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
     order: str = "forward"
     scaling: str = "none"
     partials: int = 2
+    split: str = "m"
 
     family = "grouped"
     template = "grouped.cu.j2"
-    rules = GROUPED_RULES + FP8_GROUPED_RULES
+    rules = GROUPED_RULES + FP8_GROUPED_RULES + SPLIT_RULES
     acc = "fp32"
     min_blocks = 1
     m = n = k = None           # groups differ in an extent: no shape specialization
     epilogue = "none"          # C = A @ B per group
     field_types: ClassVar[dict] = {"dtype": str, "out": str, "grouping": str, "layout": str,
-                                   "order": str, "scaling": str, "partials": int}
+                                   "order": str, "scaling": str, "partials": int,
+                                   "split": str}
     choices: ClassVar[dict] = {"dtype": ("fp16", "bf16", *FP8_DTYPES),
                                "out": ("fp16", "bf16", "fp32"), "grouping": GROUPINGS,
-                               "layout": LAYOUTS, "order": ORDERS, "scaling": SCALINGS}
+                               "layout": LAYOUTS, "order": ORDERS, "scaling": SCALINGS,
+                               "split": SPLITS}
     optional = frozenset()
     fixed_in_search = ("dtype", "out", "grouping", "layout", "scaling")
     search_domain: ClassVar[dict] = {
@@ -88,13 +93,15 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
                 f"_r{self.regs_producer}x{self.regs_consumer}_out{self.out}_l{self.layout}"
                 + ("" if self.order == "forward" else f"_o{self.order}")
                 + ("" if self.scaling == "none" else f"_s{self.scaling}")
-                + ("" if self.partials == 2 else f"_p{self.partials}"))
+                + ("" if self.partials == 2 else f"_p{self.partials}")
+                + ("" if self.split == "m" else f"_s{self.split}"))
 
     def as_dict(self) -> dict:
-        """The fields, ``order``, ``scaling`` and ``partials`` only when they are not their
-        defaults ("forward", "none", 2)."""
+        """The fields, ``order``, ``scaling``, ``partials`` and ``split`` only when they are
+        not their defaults ("forward", "none", 2, "m")."""
         out = ConfigBase.as_dict(self)
-        for key, default in (("order", "forward"), ("scaling", "none"), ("partials", 2)):
+        for key, default in (("order", "forward"), ("scaling", "none"), ("partials", 2),
+                             ("split", "m")):
             if out[key] == default:
                 del out[key]
         return out
@@ -120,9 +127,10 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
         """The rule table less what the source cannot break and does not declare: G25
         (ends-order-m-grouped) for a "forward" config (no ORDER_ENDS), the FP8 axis's rules
         for 16-bit inputs (no DTYPE_FP8) but G28 (partials-fp8-only) where ``partials`` is not
-        its default."""
+        its default, the column split's rules for a row split (no SPLIT_N)."""
         drop = ({"G25"} if self.order == "forward" else set()) | (
-            set() if self.fp8 else {r.id for r in FP8_GROUPED_RULES} - self._partials_rule())
+            set() if self.fp8 else {r.id for r in FP8_GROUPED_RULES} - self._partials_rule()) | (
+            {r.id for r in SPLIT_RULES} if self.split == "m" else set())
         return tuple(r for r in self.rule_table() if r.id not in drop)
 
     def _partials_rule(self) -> set:
@@ -138,14 +146,27 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
         return (f"{what}  block {self.bm}x{self.bn}x{self.bk}  {self.consumers} consumer WG "
                 f"+ producer  stages {self.stages}  raster {self.group}  out {self.out}  "
                 f"layout {self.layout}" + ("" if self.order == "forward" else
-                                           f"  order {self.order}"))
+                                           f"  order {self.order}")
+                + ("" if self.split == "m" else "  consumers split the columns"))
 
     # ---- derived figures ------------------------------------------------------------------
     @property
+    def consumer_rows(self) -> int:
+        """Rows of C one consumer warpgroup computes per tile: BM / consumers, or BM when the
+        consumers split the columns."""
+        return self.bm if self.split == "n" else div(self.bm, self.consumers)
+
+    @property
+    def consumer_cols(self) -> int:
+        """Columns of C one consumer warpgroup computes per tile (its wgmma N): BN, or
+        BN / consumers when they split the columns."""
+        return div(self.bn, self.consumers) if self.split == "n" else self.bn
+
+    @property
     def acc_regs(self) -> int:
-        """fp32 accumulators per consumer thread: m_iters x BN/2; FP8, the sums plus the two
-        partial sets of the promotion."""
-        return self.m_iters * self.bn // 2 * (1 + self.partials if self.fp8 else 1)
+        """fp32 accumulators per consumer thread: m_iters x (its columns)/2; FP8, the sums
+        plus the partial sets of the promotion."""
+        return self.m_iters * self.consumer_cols // 2 * (1 + self.partials if self.fp8 else 1)
 
     @property
     def REG_RESERVE(self) -> int:  # noqa: N802 - HopperTile's name
@@ -188,12 +209,13 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
 
     @property
     def c_chunks(self) -> int:
-        return div(self.bn, self.c_chunk)
+        """128-byte column chunks of one consumer's staged columns."""
+        return div(self.consumer_cols, self.c_chunk)
 
     @property
     def c_smem_bytes(self) -> int:
-        """C staging: each consumer's rows x BN in C's dtype."""
-        return self.consumers * self.consumer_rows * self.bn * self.out_bytes
+        """C staging: each consumer's rows x columns in C's dtype."""
+        return self.consumers * self.consumer_rows * self.consumer_cols * self.out_bytes
 
     @property
     def cluster(self) -> int:

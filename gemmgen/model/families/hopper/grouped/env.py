@@ -38,12 +38,15 @@ class GroupedEnv:
             "C_CHUNKS": self.c_chunks, "C_SMEM_BYTES": self.c_smem_bytes,
             # the Hopper rules' names for what this family fixes: cooperative consumers, a
             # producer warpgroup, 128-byte swizzle, no cluster, no split-K, a TMA store of a
-            # row-major C
-            "M_SPLIT": self.consumers, "PRODUCER": 1, "SWIZZLE": C_SWIZZLE, "CLUSTER": 1,
+            # row-major C (the consumers split the rows unless they split the columns)
+            "M_SPLIT": 1 if self.split == "n" else self.consumers, "PRODUCER": 1,
+            "SWIZZLE": C_SWIZZLE, "CLUSTER": 1,
             "SPLIT_K": 1, "STORE_TMA": 1, "ROW_MAJOR_TMA_STORE": 1,
             "C_BOX_ROWS": self.consumer_rows,
             "DTYPE_FP8": int(self.fp8), "SCALE_BLOCK": int(self.scaling == "block"),
-            "BLOCK": BLOCK, "B_SCALE_SPAN": b_scale_span(self.bn), "PARTIALS": self.partials,
+            "BLOCK": BLOCK, "B_SCALE_SPAN": b_scale_span(self.consumer_cols),
+            "PARTIALS": self.partials,
+            "SPLIT_N": int(self.split == "n"), "CONSUMER_COLS": self.consumer_cols,
         }
 
     def params(self) -> tuple[Param, ...]:
@@ -67,13 +70,16 @@ class GroupedEnv:
         e = self.env()
         if not e["ORDER_ENDS"]:  # a "forward" kernel's source stays as before the field
             del e["ORDER_ENDS"]
+        if not e["SPLIT_N"]:     # and a row-split one as before the column split
+            del e["SPLIT_N"], e["CONSUMER_COLS"]
         if not self.fp8:         # and a 16-bit one as before the FP8 axis
             kept = {"DTYPE_FP8", "PARTIALS"} if self.partials != 2 else set()  # G28's names
+            kept |= {"DTYPE_FP8"} if self.split == "n" else set()              # G29's
             for key in set(FP8_KEYS) - kept:
                 del e[key]
         sbo = 8 * C_SWIZZLE
         mn_lbo = self.bk * C_SWIZZLE
-        units = div(self.bn * self.out_bytes, TILE_UNIT_BYTES)
+        units = div(self.consumer_cols * self.out_bytes, TILE_UNIT_BYTES)
         return {**e, "A_SMEM_OFFSET": 0, "B_SMEM_OFFSET": self.stages * self.a_stage_bytes,
                 "C_SMEM_OFFSET": self.c_smem_offset,
                 "BAR_OFFSET": self.c_smem_offset + self.c_smem_bytes,
@@ -87,8 +93,8 @@ class GroupedEnv:
                 "B_K_STEP_BYTES": 16 * C_SWIZZLE if self.b_mn_major else WGMMA_K_BYTES,
                 "A_M64_BYTES": WGMMA_M * self.bk * self.elem_bytes,
                 "SWIZZLE_MODE": 1, "ROW_BYTES": C_SWIZZLE,
-                "ACC_PER_WGMMA": self.bn // 2,
-                "C_CONSUMER_BYTES": self.consumer_rows * self.bn * self.out_bytes,
+                "ACC_PER_WGMMA": self.consumer_cols // 2,
+                "C_CONSUMER_BYTES": self.consumer_rows * self.consumer_cols * self.out_bytes,
                 "C_CHUNK_BYTES": self.consumer_rows * C_SWIZZLE,
                 "UNIT_BYTES": TILE_UNIT_BYTES, "UNIT_ELEMS": div(TILE_UNIT_BYTES, self.out_bytes),
                 "UNITS_PER_ROW": units, "UNITS_PER_CHUNK": div(C_SWIZZLE, TILE_UNIT_BYTES),
@@ -98,13 +104,20 @@ class GroupedEnv:
 
     def _fp8_constants(self) -> dict[str, int]:
         """The names the fp8 family's promoted main loop reads (``_fp8_mainloop.cu.j2``):
-        wgmma k32 steps of a K-major 128-byte-swizzled stage, the accumulator count, one
-        stage per promotion, whether a tile's columns straddle two B scale blocks."""
-        return {"ACC": self.bn // 2, "K_STEPS": div(self.bk * self.elem_bytes, WGMMA_K_BYTES),
+        wgmma k32 steps of a K-major 128-byte-swizzled stage, the accumulator count, where a
+        consumer's A rows (and, split by columns, its B rows) start in a stage, one stage per
+        promotion, whether a consumer's columns straddle two B scale blocks."""
+        split_n = self.split == "n"
+        return {"ACC": self.consumer_cols // 2,
+                "K_STEPS": div(self.bk * self.elem_bytes, WGMMA_K_BYTES),
                 "K_STEP_BYTES": WGMMA_K_BYTES, "DESC_LBO": 16,
-                "A_CONSUMER_BYTES": self.consumer_rows * self.bk * self.elem_bytes,
+                # a column split shares A's stage and gives each consumer its B rows
+                "A_CONSUMER_BYTES": 0 if split_n else self.consumer_rows * self.bk
+                * self.elem_bytes,
+                **({"B_CONSUMER_BYTES": self.consumer_cols * self.bk * self.elem_bytes}
+                   if split_n else {}),
                 "PROMOTE_STAGES": 1,
-                "B_SCALE_SPLIT": int(BLOCK % self.bn != 0)}
+                "B_SCALE_SPLIT": int(BLOCK % self.consumer_cols != 0)}
 
     def ctypes(self) -> dict[str, str]:
         return {"in_t": CTYPES.get(self.dtype, "half"), "out_t": CTYPES.get(self.out, "float"),
@@ -113,7 +126,7 @@ class GroupedEnv:
     @property
     def flops_per_byte(self) -> dict[str, float]:
         return {"global": tile_intensity(self.bm, self.bn, self.elem_bytes),
-                "shared": tile_intensity(self.consumer_rows, self.bn, self.elem_bytes)}
+                "shared": tile_intensity(self.consumer_rows, self.consumer_cols, self.elem_bytes)}
 
     def launch_summary(self) -> str:
         return (f"grid = (min(SMs, an upper bound of the tiles), 1, 1) over the tiles of every "

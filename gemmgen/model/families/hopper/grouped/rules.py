@@ -2,7 +2,7 @@
 (``families.hopper``), the 16-bit output rules, and those of the groupings."""
 from __future__ import annotations
 
-from ....rules import Rule, equal
+from ....rules import Rule, equal, multiple_of
 from ..fp8.rules import BLOCK, FP8_RULES, REG_RESERVE as FP8_REG_RESERVE, b_scale_span
 from .. import C_SWIZZLE, HOPPER_RULES, MAX_STAGES, OUTPUT_RULES, SMEM_OPTIN
 
@@ -16,9 +16,16 @@ about half the CTAs work through the first groups while the others work through 
 SCALINGS = ("none", "block")
 """``scaling``: "none" for 16-bit inputs; "block" for FP8 inputs, DeepSeek-V3's 1 x 128 scales
 of A (per row and 128-element K block) and 128 x 128 scales of B (per expert)."""
+SPLITS = ("m", "n")
+"""``split``: how two consumer warpgroups share a tile: "m", each takes BM/2 rows of every
+column (cooperative; both read all of B's stage); "n", each takes BN/2 columns of every row
+(both read all of A's stage), so a tile of 64 rows still keeps two warpgroups busy: less
+padding where groups hold few rows (FP8 axis)."""
+
 ROW_BYTES = 128                    # one K row of a stage (BK x element size): a 128-byte swizzle row
 _K_GROUPED = equal("GROUPING_K", 1)
 _FP8 = equal("DTYPE_FP8", 1)
+_SPLIT_N = equal("SPLIT_N", 1)
 
 GROUPED_RULES: tuple[Rule, ...] = HOPPER_RULES + OUTPUT_RULES + (
     Rule("G22", "a-layout", equal("A_MN_MAJOR", "GROUPING_K"),
@@ -50,6 +57,14 @@ FP8_GROUPED_RULES: tuple[Rule, ...] = (
 """The rules of the operand axis (FP8 with block scales), each with its predicate; a 16-bit
 kernel's source leaves them out (it cannot break them)."""
 
+SPLIT_RULES: tuple[Rule, ...] = (
+    Rule("G29", "split-n-fp8", equal("DTYPE_FP8", 1), "consumers split the columns in the FP8 "
+         "main loop; the 16-bit one (the wgmma family's) splits the rows", when=_SPLIT_N),
+    Rule("G30", "split-n-chunks", multiple_of("CONSUMER_COLS", "C_CHUNK"), "each consumer "
+         "stores whole 128-byte column chunks of its staged columns", when=_SPLIT_N),
+)
+"""The rules of the column split, which a row-split kernel's source leaves out."""
+
 __all__ = ["BLOCK", "C_SWIZZLE", "FP8_GROUPED_RULES", "FP8_REG_RESERVE", "GROUPED_RULES",
            "GROUPINGS", "MAX_STAGES", "ORDERS", "OUTPUT_RULES", "ROW_BYTES",
-           "SCALINGS", "SMEM_OPTIN", "b_scale_span"]
+           "SCALINGS", "SMEM_OPTIN", "SPLIT_RULES", "SPLITS", "b_scale_span"]

@@ -54,16 +54,24 @@ PRESETS: tuple[Preset, ...] = (
            "loop (two partial sets, scales applied every 128 elements of K); 128x128 tiles so "
            "a tile's columns meet at most two B scale blocks, 6 stages of 32 KB",
            "fp8_block preset; DeepGEMM m_grouped_fp8_gemm_nt_contiguous/masked"),
+    Preset("grouped_fp8_split_n", _c(bm=64, bn=256, bk=128, dtype="e4m3", stages=3,
+                                     scaling="block", split="n"),
+           "grouped_fp8 in 64-row tiles: the two consumers split the 256 columns (each a "
+           "64x128 wgmma tile) instead of the rows, so groups of few rows waste half as much "
+           "padding while two warpgroups still share each stage",
+           "grouped_fp8; CUTLASS's cooperative kernels split a tile among warpgroups"),
 )
 
-SPACE = {"tile": ((64, 128, 1), (64, 256, 1), (128, 128, 2), (128, 256, 2), (256, 128, 2)),
+SPACE = {"tile": ((64, 128, 1, "m"), (64, 256, 1, "m"), (128, 128, 2, "m"), (128, 256, 2, "m"),
+                  (256, 128, 2, "m"), (64, 256, 2, "n")),
          "stages": (3, 4, 5, 6), "group": (8, 16)}
 
 
 def space(dtype: str = "bf16", grouping: str = "m", layout: str | None = None,
           out: str | None = None) -> list[GroupedConfig]:
     """Every configuration of the grouped search space that passes the rules: tiles 64x128,
-    64x256 (one consumer), 128x128, 128x256, 256x128 (two), 3 to 6 stages where they fit,
+    64x256 (one consumer), 128x128, 128x256, 256x128 (two splitting the rows), 64x256 (two
+    splitting the columns: FP8), 3 to 6 stages where they fit,
     raster groups of 8 or 16 tile rows; C in the input dtype unless ``out``; ``layout`` the
     grouping's default (rcr for "m", crr for "k"). M-grouped: each in the "forward" order,
     then each again in the "ends" order."""
@@ -71,14 +79,14 @@ def space(dtype: str = "bf16", grouping: str = "m", layout: str | None = None,
     fp8 = dtype in FP8_DTYPES
     out_dtype = out or ("bf16" if fp8 else dtype)
     found = []
-    for (bm, bn, cons), st, group in itertools.product(SPACE["tile"], SPACE["stages"],
-                                                       SPACE["group"]):
-        regs = (40, 232) if cons == 2 or fp8 else (0, 0)   # FP8: setmaxnreg always
+    for (bm, bn, cons, split), st, group in itertools.product(SPACE["tile"], SPACE["stages"],
+                                                              SPACE["group"]):
+        regs = (40, 232) if cons == 2 else (0, 0)  # one consumer: 255 registers, no setmaxnreg
         cfg = GroupedConfig.unchecked(bm=bm, bn=bn, bk=128 // ELEM_BYTES[dtype], dtype=dtype,
                                       out=out_dtype, consumers=cons, stages=st, group=group,
                                       regs_producer=regs[0], regs_consumer=regs[1],
                                       grouping=grouping, layout=layout,
-                                      scaling="block" if fp8 else "none")
+                                      scaling="block" if fp8 else "none", split=split)
         if not cfg.violations():
             found.append(cfg)
     if grouping == "m":
