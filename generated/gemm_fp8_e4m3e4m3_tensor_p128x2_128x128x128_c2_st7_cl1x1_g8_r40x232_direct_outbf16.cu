@@ -496,8 +496,8 @@ gemm_fp8_e4m3e4m3_tensor_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf
             // a window is promoted with no wgmma in flight. (A rolling pipeline that carries an
             // in-flight group across iterations makes ptxas serialize the wgmmas, C7514; windows
             // that drain at the end of each iteration do not. On an H200, windows of 4 blocks ran
-            // the grouped FP8 kernel 2-9% faster than pairs, and windows of 8 or 16 no faster:
-            // benchmarks/results/promotion_window_NVIDIA_H200.json.)
+            // the grouped FP8 kernel up to 6% faster than pairs,
+            // benchmarks/results/promotion_window_NVIDIA_H200.json; windows of 8 or 16, no faster.)
             float P0[M_ITERS][ACC], P1[M_ITERS][ACC];
             Scales S0, S1;
             int kb = 0;
