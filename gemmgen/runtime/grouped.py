@@ -8,7 +8,7 @@ is copied to the host, so a call on a captured stream becomes part of a CUDA gra
 from __future__ import annotations
 
 from ..heuristics import grouped_db
-from ..heuristics.grouped import GroupedChoice, choose
+from ..heuristics.grouped import GroupedChoice, choose, row_counts
 from ..model.families import config_from_dict
 from . import driver
 from .build import build
@@ -26,7 +26,11 @@ PLAN_CACHE = 4096
 
 def _choice(args: GroupedArgs, expected_m, config, device: int) -> GroupedChoice:
     """The configuration for checked arguments: ``config`` as given (checked against the
-    problem), else the dispatch heuristic's (``gemmgen.heuristics.grouped.choose``)."""
+    problem), else the dispatch heuristic's (``gemmgen.heuristics.grouped.choose``). The
+    offsets live on the GPU, so for the rows of ``offs`` it weighs the tiles on tokens routed
+    independently and uniformly (a seeded multinomial draw: row_counts "random"), whose
+    groups are never all multiples of the tile; a masked batch's groups are ``expected_m``
+    rows each, as the caller says."""
     if config is not None:
         want = (args.grouping, args.layout, args.dtype, args.out)
         have = tuple(getattr(config, f, None) for f in ("grouping", "layout", "dtype", "out"))
@@ -44,8 +48,9 @@ def _choice(args: GroupedArgs, expected_m, config, device: int) -> GroupedChoice
         return GroupedChoice(config_from_dict(tuned[0]), "tuned",
                              [(f"tuned on this problem ({tuned[1]} rows per group), "
                                f"{grouped_db.default_path()}")])
+    counts = row_counts("random", rows, args.groups) if args.mode == "offs" else None
     return choose(args.dtype, args.grouping, args.layout, args.out, args.groups, rows, args.n,
-                  args.k, None, sm_count(device))
+                  args.k, counts, sm_count(device))
 
 
 _TUNED: list = []
