@@ -464,7 +464,7 @@ gemm_grouped_m_bf16_128x256x64_c2_st3_g8_r40x232_outbf16_lrcr_oends(
     const uint32_t smem_b = smem_u32(smem + B_SMEM_OFFSET);
     const uint32_t full_bar = smem_u32(smem + BAR_OFFSET);                 // full[s]: TMA landed stage s
     const uint32_t empty_bar = full_bar + STAGES * 8;                      // empty[s]: its consumers released it
-    const int wg = threadIdx.x / WARPGROUP;
+    const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / WARPGROUP, 0);  // warp-uniform
     const int wtid = threadIdx.x % WARPGROUP;
 
     if (threadIdx.x == 0) {

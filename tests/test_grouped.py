@@ -653,3 +653,14 @@ def test_split_n_gives_each_consumer_columns_of_a_64_row_tile():
     assert "SPLIT_N" not in plain and "B_CONSUMER_BYTES" not in plain and "G29" not in plain
     with pytest.raises(ConfigError, match="G29"):
         GROUPED["grouped_bf16"].replace(split="n")
+
+
+@pytest.mark.parametrize("preset", ["grouped_bf16", "grouped_fp8", "grouped_fp8_split_n"])
+def test_the_warpgroup_index_is_warp_uniform(preset):
+    """The grouped kernel reads its warpgroup index through __shfl_sync, as the fp8 kernel
+    does: the compiler then keeps each consumer's wgmma descriptors in uniform registers (the
+    plain division left them in vector registers, moved by R2UR before every wgmma)."""
+    src = render(GROUPED[preset], "sm_90a")
+    uniform = "__shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / WARPGROUP, 0);"
+    assert f"const int wg = {uniform}" in src
+    assert "const int wg = threadIdx.x / WARPGROUP;" not in src
