@@ -101,7 +101,7 @@ def rendered(cfg: ConfigBase, arch: str, source: str | None = None) -> Rendered:
     ``source`` as it is (an emitted file, hand edits included), with its name, file stem and
     nvcc target. Raises ``ValueError`` naming the arch the family needs when it cannot run on
     ``arch``, or for an arch that is not ``sm_XY``."""
-    stem, target = file_stem(cfg.name), _family_arch(cfg, arch, strict=True)
+    stem, target = file_stem(cfg.name), family_target(cfg, arch)
     text = source if source is not None else render(cfg, arch)
     return Rendered(text, cfg.name, stem, target)
 
@@ -112,18 +112,22 @@ def render_template(template: str, **context) -> str:
     return _env().get_template(template).render(version=__version__, **context)
 
 
-def _family_arch(cfg: ConfigBase, arch: str, strict: bool = False) -> str:
-    """``arch`` in the spelling ``cfg``'s family compiles for (sm_90 -> sm_90a for wgmma).
-    When the family cannot run there, the arch is unknown or so is the family: ``arch``
-    unchanged, or with ``strict`` a ``ValueError`` saying so."""
+def family_target(cfg: ConfigBase, arch: str) -> str:
+    """The nvcc target of ``cfg`` on a device of ``arch`` (``sm_XY``): ``arch`` in the
+    spelling ``cfg``'s family compiles for (sm_90 -> sm_90a for wgmma). Raises ``ValueError``
+    naming the arch the family needs when it cannot run there, or for an unknown arch or
+    family."""
     fam = FAMILIES.get(cfg.family)
+    if fam is None:
+        raise ValueError(f"unknown kernel family {cfg.family!r}; known: {', '.join(FAMILIES)}")
+    return fam.arch_for(cc_of(arch))
+
+
+def _family_arch(cfg: ConfigBase, arch: str) -> str:
+    """``family_target``, or ``arch`` unchanged where that raises (the header's figure only)."""
     try:
-        if fam is None:
-            raise ValueError(f"unknown kernel family {cfg.family!r}; known: {', '.join(FAMILIES)}")
-        return fam.arch_for(cc_of(arch))
+        return family_target(cfg, arch)
     except ValueError:
-        if strict:
-            raise
         return arch
 
 

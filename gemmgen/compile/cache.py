@@ -16,10 +16,8 @@ from pathlib import Path
 import platformdirs
 
 from .._version import __version__
-from ..codegen.render import Rendered, file_stem, render
-from ..model.arch import cc_of
+from ..codegen.render import Rendered, family_target, file_stem, render
 from ..model.config import ConfigBase
-from ..model.families import get_family
 from . import store
 from .nvcc import CUBIN_FLAGS, BuildError, Resources, cubin_of, toolchain_key
 
@@ -40,7 +38,7 @@ def target_arch(config: ConfigBase, arch: str) -> str:
     sm_90a for wgmma. Raises ``BuildError`` when the family cannot run there, naming the arch
     it needs."""
     try:
-        return get_family(config.family).arch_for(cc_of(arch))
+        return family_target(config, arch)
     except ValueError as exc:
         raise BuildError(config.name, str(exc)) from None
 
