@@ -608,13 +608,13 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                 }
             };
             zero(F);
-            // ---- promoted accumulation with two partial sets, in windows of 4 K blocks (then
-            // pairs, then one): block j+1's wgmmas are issued before block j is promoted, and the
-            // scales of block j+2 load into the set block j has just used. Only the last block of
-            // a window is promoted with no wgmma in flight. (A rolling pipeline that carries an
-            // in-flight group across iterations makes ptxas serialize the wgmmas, C7514; windows
-            // that drain at the end of each iteration do not. On an H200, windows of 4 blocks ran
-            // the grouped FP8 kernel up to 6% faster than pairs,
+            // ---- promoted accumulation with two partial sets, in windows of 4 K blocks (then 2,
+            // then 1): block j+1's wgmmas are issued before block j is promoted, and the scales of
+            // block j+2 load into the set block j has just used. Only the last block of a window
+            // is promoted with no wgmma in flight. (A rolling pipeline that carries an in-flight
+            // group across iterations makes ptxas serialize the wgmmas, C7514; windows that drain
+            // at the end of each iteration do not. On an H200, windows of 4 blocks ran the grouped
+            // FP8 kernel up to 6% faster than pairs,
             // benchmarks/results/promotion_window_NVIDIA_H200.json; windows of 8 or 16, no faster.)
             float P0[M_ITERS][ACC], P1[M_ITERS][ACC];
             Scales S0, S1;
@@ -669,44 +669,45 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                 release(w3);
                 promote(P1, S1);
             }
-            for (; kb + 1 < tile.nk; kb += 2) {
+            for (; kb + 2 <= tile.nk; kb += 2) {
                 load_scales(S0, 0 + kb);
                 load_scales(S1, 0 + kb + 1);
-                const int s0 = s;
+                const int w0 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
                 wgmma_fence();
                 issue(P0, s, 0);
                 wgmma_commit();
                 advance();
-                const int s1 = s;
+                const int w1 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P1);
                 wgmma_fence();
                 issue(P1, s, 0);
                 wgmma_commit();
                 advance();
-                wgmma_wait<1>();              // block kb is complete, kb+1 may still run
+                wgmma_wait<1>();              // block 0 of the window is complete
                 fence_all(P0);
-                release(s0);
+                release(w0);
                 promote(P0, S0);
                 wgmma_wait<0>();
                 fence_all(P1);
-                release(s1);
+                release(w1);
                 promote(P1, S1);
             }
             if (kb < tile.nk) {                  // an odd block count: the last block alone
                 load_scales(S0, 0 + kb);
+                const int w0 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
                 wgmma_fence();
                 issue(P0, s, 0);
                 wgmma_commit();
+                advance();
                 wgmma_wait<0>();
                 fence_all(P0);
-                release(s);
+                release(w0);
                 promote(P0, S0);
-                advance();
             }
             epilogue(F, tile, tile.nk, cw, row_off, col_off);
         }

@@ -194,6 +194,9 @@ class HopperTile:
     dual = False
     """The dual GEMM (gate and up sharing A) is an axis of the wgmma family; the other Hopper
     kernels compute one product (their shared templates read ``dual``)."""
+    split_n = False
+    """Whether the consumers split a tile's columns (the grouped family's ``split`` "n"); the
+    other Hopper kernels' consumers split its rows (the shared templates read ``split_n``)."""
 
     @property
     def elem_bytes(self) -> int:

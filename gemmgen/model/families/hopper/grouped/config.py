@@ -94,7 +94,7 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
                 + ("" if self.order == "forward" else f"_o{self.order}")
                 + ("" if self.scaling == "none" else f"_s{self.scaling}")
                 + ("" if self.partials == 2 else f"_p{self.partials}")
-                + ("" if self.split == "m" else f"_s{self.split}"))
+                + (f"_s{self.split}" if self.split_n else ""))
 
     def as_dict(self) -> dict:
         """The fields, ``order``, ``scaling``, ``partials`` and ``split`` only when they are
@@ -130,7 +130,7 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
         its default, the column split's rules for a row split (no SPLIT_N)."""
         drop = ({"G25"} if self.order == "forward" else set()) | (
             set() if self.fp8 else {r.id for r in FP8_GROUPED_RULES} - self._partials_rule()) | (
-            {r.id for r in SPLIT_RULES} if self.split == "m" else set())
+            set() if self.split_n else {r.id for r in SPLIT_RULES})
         return tuple(r for r in self.rule_table() if r.id not in drop)
 
     def _partials_rule(self) -> set:
@@ -147,20 +147,25 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
                 f"+ producer  stages {self.stages}  raster {self.group}  out {self.out}  "
                 f"layout {self.layout}" + ("" if self.order == "forward" else
                                            f"  order {self.order}")
-                + ("" if self.split == "m" else "  consumers split the columns"))
+                + ("  consumers split the columns" if self.split_n else ""))
 
     # ---- derived figures ------------------------------------------------------------------
+    @property
+    def split_n(self) -> bool:
+        """The consumers split the tile's columns (``split`` "n")."""
+        return self.split == "n"
+
     @property
     def consumer_rows(self) -> int:
         """Rows of C one consumer warpgroup computes per tile: BM / consumers, or BM when the
         consumers split the columns."""
-        return self.bm if self.split == "n" else div(self.bm, self.consumers)
+        return self.bm if self.split_n else div(self.bm, self.consumers)
 
     @property
     def consumer_cols(self) -> int:
         """Columns of C one consumer warpgroup computes per tile (its wgmma N): BN, or
         BN / consumers when they split the columns."""
-        return div(self.bn, self.consumers) if self.split == "n" else self.bn
+        return div(self.bn, self.consumers) if self.split_n else self.bn
 
     @property
     def acc_regs(self) -> int:

@@ -39,14 +39,14 @@ class GroupedEnv:
             # the Hopper rules' names for what this family fixes: cooperative consumers, a
             # producer warpgroup, 128-byte swizzle, no cluster, no split-K, a TMA store of a
             # row-major C (the consumers split the rows unless they split the columns)
-            "M_SPLIT": 1 if self.split == "n" else self.consumers, "PRODUCER": 1,
+            "M_SPLIT": 1 if self.split_n else self.consumers, "PRODUCER": 1,
             "SWIZZLE": C_SWIZZLE, "CLUSTER": 1,
             "SPLIT_K": 1, "STORE_TMA": 1, "ROW_MAJOR_TMA_STORE": 1,
             "C_BOX_ROWS": self.consumer_rows,
             "DTYPE_FP8": int(self.fp8), "SCALE_BLOCK": int(self.scaling == "block"),
             "BLOCK": BLOCK, "B_SCALE_SPAN": b_scale_span(self.consumer_cols),
             "PARTIALS": self.partials,
-            "SPLIT_N": int(self.split == "n"), "CONSUMER_COLS": self.consumer_cols,
+            "SPLIT_N": int(self.split_n), "CONSUMER_COLS": self.consumer_cols,
         }
 
     def params(self) -> tuple[Param, ...]:
@@ -74,7 +74,7 @@ class GroupedEnv:
             del e["SPLIT_N"], e["CONSUMER_COLS"]
         if not self.fp8:         # and a 16-bit one as before the FP8 axis
             kept = {"DTYPE_FP8", "PARTIALS"} if self.partials != 2 else set()  # G28's names
-            kept |= {"DTYPE_FP8"} if self.split == "n" else set()              # G29's
+            kept |= {"DTYPE_FP8"} if self.split_n else set()                   # G29's
             for key in set(FP8_KEYS) - kept:
                 del e[key]
         sbo = 8 * C_SWIZZLE
@@ -107,15 +107,14 @@ class GroupedEnv:
         wgmma k32 steps of a K-major 128-byte-swizzled stage, the accumulator count, where a
         consumer's A rows (and, split by columns, its B rows) start in a stage, one stage per
         promotion, whether a consumer's columns straddle two B scale blocks."""
-        split_n = self.split == "n"
         return {"ACC": self.consumer_cols // 2,
                 "K_STEPS": div(self.bk * self.elem_bytes, WGMMA_K_BYTES),
                 "K_STEP_BYTES": WGMMA_K_BYTES, "DESC_LBO": 16,
                 # a column split shares A's stage and gives each consumer its B rows
-                "A_CONSUMER_BYTES": 0 if split_n else self.consumer_rows * self.bk
+                "A_CONSUMER_BYTES": 0 if self.split_n else self.consumer_rows * self.bk
                 * self.elem_bytes,
                 **({"B_CONSUMER_BYTES": self.consumer_cols * self.bk * self.elem_bytes}
-                   if split_n else {}),
+                   if self.split_n else {}),
                 "PROMOTE_STAGES": 1,
                 "B_SCALE_SPLIT": int(BLOCK % self.consumer_cols != 0)}
 
