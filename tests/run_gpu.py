@@ -12,9 +12,10 @@ Two pytest runs share one private cubin cache:
 
 The summary, ``benchmarks/results/gpu-tests_<GPU>.json`` (``--out``): the commit
 (``$GEMMGEN_COMMIT``, else ``git rev-parse HEAD``), the GPU and how many, passed, failed,
-errors and skipped counts, the wall seconds, and the ids of failing and skipped tests (with
-the skip reasons: a skipped test is not a passed one). Exits 1 if a test failed or errored,
-or if no GPU test ran.
+errors and skipped counts, the wall seconds, the ids of failing tests (and, under
+``failures``, the first 600 characters of each one's message: what a rare failure left), and
+the skipped tests with their reasons (a skipped test is not a passed one). Exits 1 if a test
+failed or errored, or if no GPU test ran.
 
     python3 tests/run_gpu.py [--out DIR] [--per-gpu N] [-- extra pytest arguments]
 """
@@ -73,7 +74,7 @@ def outcomes(xml_path: Path) -> list[tuple[str, str, str]]:
             node = case.find(tag)
             if node is not None:
                 outcome = {"failure": "failed"}.get(tag, tag)
-                message = (node.get("message") or "")[:300]
+                message = (node.get("message") or "")[:600]
                 break
         out.append((test_id, outcome, message))
     return out
@@ -96,6 +97,7 @@ def summary(cases: list, names: list[str], seconds: float) -> dict:
         "passed": count["passed"], "failed": count["failed"], "errors": count["error"],
         "skipped": count["skipped"], "seconds": round(seconds, 1),
         "failing": [t for t, o, _ in cases if o in ("failed", "error")],
+        "failures": {t: m for t, o, m in cases if o in ("failed", "error")},
         "skipped_tests": {t: m for t, o, m in cases if o == "skipped"},
     }
 

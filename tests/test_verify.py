@@ -120,3 +120,39 @@ def test_reference_epilogues():
     assert np.allclose(reference(A, B, None, 1, 0, bias, "bias_relu"), [[1.5, 0.0]])
     gelu = reference(A, B, None, 1, 0, None, "gelu")
     assert gelu[0, 0] == pytest.approx(0.8412, abs=1e-4) and gelu[0, 1] == pytest.approx(-0.0454, abs=1e-4)
+
+
+def _fast_gelu(sign: float, drop_bias: bool = False):
+    """A 16-bit-C bias+GELU kernel whose tanh is off by the whole tanh.approx.f32 bound, in
+    the direction ``sign``, rounded to fp16 as the kernel stores it."""
+    from gemmgen.tune.verify import TANH_APPROX_ERROR
+
+    def run(A, B, C, alpha, beta, bias=None):
+        x = alpha * (A.astype(np.float32) @ B.astype(np.float32))
+        x = x if drop_bias else x + bias.astype(np.float32)
+        t = np.tanh(0.7978845608 * (x + 0.044715 * x ** 3)) + sign * TANH_APPROX_ERROR
+        return (0.5 * x * (1 + t)).astype(np.float16)
+    return run
+
+
+@pytest.mark.parametrize("seed", [13, 158, 183])  # these draws give x = -6.9, -3.4, -4.8
+def test_a_lone_negative_gelu_within_the_tanh_approx_bound_passes(seed):
+    for sign in (1.0, -1.0):
+        r = check("k", _fast_gelu(sign), 1, 1, 1, 1.0, 0.0, np.random.default_rng(seed),
+                  dtype="fp16", out="fp16", epilogue="bias_gelu")
+        assert r.passed and r.rel_error > tolerance(1, "fp16", "fp32", "fp16"), r
+
+
+def test_the_gelu_slack_still_catches_a_missing_bias_and_stays_small_on_a_matrix():
+    from gemmgen.tune.verify import activation_slack
+    for seed in (13, 158, 183):
+        r = check("k", _fast_gelu(1.0, drop_bias=True), 1, 1, 1, 1.0, 0.0,
+                  np.random.default_rng(seed), dtype="fp16", out="fp16", epilogue="bias_gelu")
+        assert not r.passed, r
+    r = check("k", _fast_gelu(1.0), 127, 129, 131, 1.0, 0.0, np.random.default_rng(0),
+              dtype="fp16", out="fp16", epilogue="bias_gelu")
+    assert r.passed and r.tol < 2e-3, r
+    pre = np.array([[-3.0, 2.0]])
+    assert activation_slack("bias_relu", "fp16", pre, pre) == 0.0
+    assert activation_slack("gelu", "fp32", pre, pre) == 0.0
+    assert activation_slack("gelu", "fp16", pre, np.zeros((1, 2))) == 0.0  # exact zero needed
