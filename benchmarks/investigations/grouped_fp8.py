@@ -17,6 +17,8 @@ many calls over input sets rotated past L2, replays timed with CUDA events, medi
 TFLOP/s = 2 x rows x N x K / seconds. $OUT/grouped_fp8_<GPU>.json when $OUT is set. Usage on
 the GPU machine, from the repository root:
     PYTHONPATH=$PWD python3 benchmarks/investigations/grouped_fp8.py
+More configurations beside the dispatch's: GROUPED_FP8_CONFIGS (``_configs``); only the
+problems whose name contains GROUPED_FP8_ONLY.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ import time
 
 import torch
 
-from gemmgen import grouped_gemm
+from gemmgen import PRESETS, grouped_gemm
 from gemmgen.heuristics.grouped import offsets, row_counts
 from gemmgen.runtime.grouped import plan_grouped
 from gemmgen.torch.fp8 import dequantize, quantize
@@ -147,11 +149,25 @@ def run(name, g, per, n, k, routed, seed=0, configs=(None,), baseline=True) -> l
     return rows
 
 
+def _configs() -> tuple:
+    """None (the dispatch's choice), then each ``GROUPED_FP8_CONFIGS`` entry: a preset name with
+    optional field=value changes after colons, e.g. ``grouped_fp8:stages=5``."""
+    out = [None]
+    for spec in filter(None, os.environ.get("GROUPED_FP8_CONFIGS", "").split(",")):
+        name, *changes = spec.split(":")
+        fields = {k: int(v) if v.isdigit() else v for k, v in (c.split("=") for c in changes)}
+        out.append(PRESETS[name].config.replace(**fields))
+    return tuple(out)
+
+
 def main() -> int:
     started = time.time()
     rows = []
+    only = os.environ.get("GROUPED_FP8_ONLY", "")
     for p in PROBLEMS:
-        for row in run(*p):
+        if only not in p[0]:
+            continue
+        for row in run(*p, configs=_configs()):
             rows.append(row)
             print(json.dumps(row), flush=True)
     gpu = torch.cuda.get_device_name()
