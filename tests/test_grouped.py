@@ -664,19 +664,3 @@ def test_the_warpgroup_index_is_warp_uniform(preset):
     uniform = "__shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / WARPGROUP, 0);"
     assert f"const int wg = {uniform}" in src
     assert "const int wg = threadIdx.x / WARPGROUP;" not in src
-
-
-@pytest.mark.parametrize("preset", ["grouped_fp8", "grouped_fp8_split_n"])
-def test_fp8_tiles_load_their_first_scales_before_the_previous_tile_is_stored(preset):
-    """Each FP8 consumer loads a tile's first two blocks of scales, then stores the previous
-    tile, then runs the tile's windows; the windows load no block's scales at their start
-    (each window loads those of block b + 2 once block b is promoted)."""
-    src = render(GROUPED[preset], "sm_90a")
-    loop = src[src.index("for (int t = blockIdx.x; ; t += gridDim.x)"):]
-    first, store = loop.index("load_scales(S0, 0);"), loop.index("epilogue(F, prev, prev.nk")
-    windows = loop.index("for (; kb + 4 <= nk; kb += 4)")
-    assert first < store < windows
-    window = loop[windows:loop.index("for (; kb + 2 <= nk; kb += 2)")]
-    assert window.index("mbar_wait") < window.index("load_scales")  # none before the first wait
-    assert "load_scales(S0, 0 + min(kb + 4, nk - 1));" in window
-    assert "load_scales(S1, 0 + min(kb + 5, nk - 1));" in window
