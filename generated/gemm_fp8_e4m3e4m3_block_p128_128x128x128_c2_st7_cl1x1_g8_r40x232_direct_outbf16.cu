@@ -515,8 +515,6 @@ gemm_fp8_e4m3e4m3_block_p128_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf16(
                     }
                 }
             };
-
-
             zero(F);
             // ---- promoted accumulation: every PROMOTE_STAGES K blocks, F += scales * P ----
             float P[M_ITERS][ACC];

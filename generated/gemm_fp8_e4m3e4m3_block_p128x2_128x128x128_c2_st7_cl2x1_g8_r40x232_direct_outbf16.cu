@@ -518,13 +518,6 @@ gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl2x1_g8_r40x232_direct_outbf1
                     }
                 }
             };
-
-            Scales S0, S1;                    // the scales of the next two K blocks
-            if (w.nk > 0) {
-                load_scales(S0, w.kb0);
-                load_scales(S1, w.kb0 + min(1, w.nk - 1));
-            }
-
             zero(F);
             // ---- promoted accumulation with two partial sets, in windows of 4 K blocks (then 2,
             // then 1): block j+1's wgmmas are issued before block j is promoted, and the scales of
@@ -535,8 +528,11 @@ gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl2x1_g8_r40x232_direct_outbf1
             // FP8 kernel up to 6% faster than pairs,
             // benchmarks/results/promotion_window_NVIDIA_H200.json; windows of 8 or 16, no faster.)
             float P0[M_ITERS][ACC], P1[M_ITERS][ACC];
+            Scales S0, S1;
             int kb = 0;
             for (; kb + 4 <= w.nk; kb += 4) {
+                load_scales(S0, w.kb0 + kb);
+                load_scales(S1, w.kb0 + kb + 1);
                 const int w0 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
@@ -555,7 +551,7 @@ gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl2x1_g8_r40x232_direct_outbf1
                 fence_all(P0);
                 release(w0);
                 promote(P0, S0);
-                load_scales(S0, w.kb0 + min(kb + 2, w.nk - 1));
+                load_scales(S0, w.kb0 + kb + 2);
                 const int w2 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
@@ -567,7 +563,7 @@ gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl2x1_g8_r40x232_direct_outbf1
                 fence_all(P1);
                 release(w1);
                 promote(P1, S1);
-                load_scales(S1, w.kb0 + min(kb + 3, w.nk - 1));
+                load_scales(S1, w.kb0 + kb + 3);
                 const int w3 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P1);
@@ -579,15 +575,14 @@ gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl2x1_g8_r40x232_direct_outbf1
                 fence_all(P0);
                 release(w2);
                 promote(P0, S0);
-                load_scales(S0, w.kb0 + min(kb + 4, w.nk - 1));
                 wgmma_wait<0>();
                 fence_all(P1);
                 release(w3);
                 promote(P1, S1);
-                load_scales(S1, w.kb0 + min(kb + 5, w.nk - 1));
-
             }
             for (; kb + 2 <= w.nk; kb += 2) {
+                load_scales(S0, w.kb0 + kb);
+                load_scales(S1, w.kb0 + kb + 1);
                 const int w0 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
@@ -606,14 +601,13 @@ gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl2x1_g8_r40x232_direct_outbf1
                 fence_all(P0);
                 release(w0);
                 promote(P0, S0);
-                load_scales(S0, w.kb0 + min(kb + 2, w.nk - 1));
                 wgmma_wait<0>();
                 fence_all(P1);
                 release(w1);
                 promote(P1, S1);
-
             }
             if (kb < w.nk) {                  // an odd block count: the last block alone
+                load_scales(S0, w.kb0 + kb);
                 const int w0 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
@@ -625,7 +619,6 @@ gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl2x1_g8_r40x232_direct_outbf1
                 fence_all(P0);
                 release(w0);
                 promote(P0, S0);
-
             }
             // ---- epilogue: D = act(scales * F + bias) ----
             {

@@ -563,18 +563,15 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                 for (int i = 0; i < ACC; ++i) d[mi][i] = 0.f;
         };
         Sched sched = make_sched();
-        Tile tile, prev;
-        bool pending = false;                                // prev's accumulators are in F, not yet stored
-        const int row_off = 0, col_off = cw * CONSUMER_COLS;  // this warpgroup's columns of a tile
-        // Accumulator i of slice mi holds C(row0 + mi*64 + row_in + 8*((i/2)%2), n0 + 8*(i/4) + 2*(lane%4) + i%2).
-        float F[M_ITERS][ACC];
-        for (int t = blockIdx.x; ; t += gridDim.x) {
-            const bool have = sched.next(t, tile);           // (tile keeps its old fields when not)
-            const int nk = have ? tile.nk : 0;
+        Tile tile;
+        for (int t = blockIdx.x; sched.next(t, tile); t += gridDim.x) {
+            const int row_off = 0, col_off = cw * CONSUMER_COLS;  // this warpgroup's columns of the tile
             const int n0 = tile.n0 + col_off;                // this warpgroup's first column (and B scale block)
             const int row0 = tile.row + row_off;             // its first row of A (and of its scales)
             const float* sa_ptr = scale_a + tile.z * sa_g;   // masked: matrix z's scales
             const float* sb_ptr = scale_b + tile.g * sb_g;   // expert g's scales
+            // Accumulator i of slice mi holds C(row0 + mi*64 + row_in + 8*((i/2)%2), n0 + 8*(i/4) + 2*(lane%4) + i%2).
+            float F[M_ITERS][ACC];
             // Blockwise scales of one K block: A's for this thread's rows, B's for the tile's
             // (at most two) 128-column blocks; raw loads, multiplied at the promotion.
             struct Scales {
@@ -610,15 +607,6 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                     }
                 }
             };
-
-            Scales S0, S1;                    // the scales of the next two K blocks
-            if (nk > 0) {
-                load_scales(S0, 0);
-                load_scales(S1, 0 + min(1, nk - 1));
-            }
-
-            if (pending) epilogue(F, prev, prev.nk, cw, row_off, col_off);
-            if (!have) break;
             zero(F);
             // ---- promoted accumulation with two partial sets, in windows of 4 K blocks (then 2,
             // then 1): block j+1's wgmmas are issued before block j is promoted, and the scales of
@@ -629,8 +617,11 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
             // FP8 kernel up to 6% faster than pairs,
             // benchmarks/results/promotion_window_NVIDIA_H200.json; windows of 8 or 16, no faster.)
             float P0[M_ITERS][ACC], P1[M_ITERS][ACC];
+            Scales S0, S1;
             int kb = 0;
-            for (; kb + 4 <= nk; kb += 4) {
+            for (; kb + 4 <= tile.nk; kb += 4) {
+                load_scales(S0, 0 + kb);
+                load_scales(S1, 0 + kb + 1);
                 const int w0 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
@@ -649,7 +640,7 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                 fence_all(P0);
                 release(w0);
                 promote(P0, S0);
-                load_scales(S0, 0 + min(kb + 2, nk - 1));
+                load_scales(S0, 0 + kb + 2);
                 const int w2 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
@@ -661,7 +652,7 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                 fence_all(P1);
                 release(w1);
                 promote(P1, S1);
-                load_scales(S1, 0 + min(kb + 3, nk - 1));
+                load_scales(S1, 0 + kb + 3);
                 const int w3 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P1);
@@ -673,15 +664,14 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                 fence_all(P0);
                 release(w2);
                 promote(P0, S0);
-                load_scales(S0, 0 + min(kb + 4, nk - 1));
                 wgmma_wait<0>();
                 fence_all(P1);
                 release(w3);
                 promote(P1, S1);
-                load_scales(S1, 0 + min(kb + 5, nk - 1));
-
             }
-            for (; kb + 2 <= nk; kb += 2) {
+            for (; kb + 2 <= tile.nk; kb += 2) {
+                load_scales(S0, 0 + kb);
+                load_scales(S1, 0 + kb + 1);
                 const int w0 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
@@ -700,14 +690,13 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                 fence_all(P0);
                 release(w0);
                 promote(P0, S0);
-                load_scales(S0, 0 + min(kb + 2, nk - 1));
                 wgmma_wait<0>();
                 fence_all(P1);
                 release(w1);
                 promote(P1, S1);
-
             }
-            if (kb < nk) {                  // an odd block count: the last block alone
+            if (kb < tile.nk) {                  // an odd block count: the last block alone
+                load_scales(S0, 0 + kb);
                 const int w0 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
@@ -719,10 +708,8 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                 fence_all(P0);
                 release(w0);
                 promote(P0, S0);
-
             }
-            prev = tile;
-            pending = true;
+            epilogue(F, tile, tile.nk, cw, row_off, col_off);
         }
         if (wtid == 0) bulk_wait();
     }
