@@ -32,6 +32,30 @@ def test_tables_in_sync_with_results():
     assert tables.sync(DOCS, root=ROOT, check=True) == []
 
 
+def _values(doc) -> set[str]:
+    """Every number of a JSON document, as written with 1, 2 or 3 decimals."""
+    if isinstance(doc, dict):
+        return set().union(*map(_values, doc.values())) if doc else set()
+    if isinstance(doc, list):
+        return set().union(*map(_values, doc)) if doc else set()
+    if isinstance(doc, (int, float)) and not isinstance(doc, bool):
+        return {f"{doc:.1f}", f"{doc:.2f}", f"{doc:.3f}"}
+    return set()
+
+
+@pytest.mark.parametrize("path", DOCS)
+def test_hand_written_figures_come_from_their_results_file(path):
+    """A section written by hand after ``<!-- figures: FILE -->`` (up to the next comment or
+    heading) quotes only numbers that FILE holds (to 1, 2 or 3 decimals)."""
+    text = (ROOT / path).read_text()
+    for m in re.finditer(r"<!-- figures: (\S+) -->\n(.*?)(?=<!--|\n#|\Z)", text, re.DOTALL):
+        held = _values(json.loads((ROOT / m[1]).read_text()))
+        quoted = re.findall(r"(?<![\w.])\d+\.\d+", m[2])
+        assert quoted, f"{path}: no figures after the marker for {m[1]}"
+        bad = [q for q in quoted if q not in held]
+        assert not bad, f"{path}: {bad} are not in {m[1]}"
+
+
 def test_every_page_in_nav_and_every_nav_entry_a_page():
     nav = re.findall(r"^\s*-\s*(?:[^:\n]+:\s*)?(\S+\.md)\s*$",
                      (ROOT / "mkdocs.yml").read_text(), re.MULTILINE)
