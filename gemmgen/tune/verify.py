@@ -135,8 +135,8 @@ def _xp(x):
 def reference(A, B, C, alpha: float, beta: float, bias=None, epilogue: str = "none"):
     """act(alpha * A @ B + beta * C + bias) in float64, batched like np.matmul, with BLAS
     semantics: A and B are not read when alpha == 0 and C is not read when beta == 0; bias is
-    added per column when the epilogue has one; act is ReLU or GELU (tanh form) when the
-    epilogue names it. NumPy arrays, or CuPy arrays (computed on the GPU)."""
+    added per column when the epilogue has one; act (``activation``) is ReLU or GELU (tanh
+    form) when the epilogue names it. NumPy arrays, or CuPy arrays (computed on the GPU)."""
     xp = _xp(A)
     shape = (*np.broadcast_shapes(A.shape[:-2], B.shape[:-2]), A.shape[-2], B.shape[-1])
     if alpha == 0:
@@ -147,11 +147,18 @@ def reference(A, B, C, alpha: float, beta: float, bias=None, epilogue: str = "no
         out = out + beta * C.astype(xp.float64)
     if epilogue.startswith("bias"):
         out = out + bias.astype(xp.float64)
+    return activation(out, epilogue)
+
+
+def activation(x, epilogue: str):
+    """The epilogue's activation of the float64 pre-activation ``x`` (alpha A B + beta C +
+    bias): ReLU, GELU (tanh form), or ``x`` itself. NumPy or CuPy."""
+    xp = _xp(x)
     if epilogue.endswith("relu"):
-        out = xp.maximum(out, 0.0)
-    elif epilogue.endswith("gelu"):
-        out = 0.5 * out * (1 + xp.tanh(math.sqrt(2 / math.pi) * (out + 0.044715 * out ** 3)))
-    return out
+        return xp.maximum(x, 0.0)
+    if epilogue.endswith("gelu"):
+        return 0.5 * x * (1 + xp.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    return x
 
 
 def in_layout(x: np.ndarray, col: bool) -> np.ndarray:
@@ -211,8 +218,8 @@ def check(name: str, run: Runner, m: int, n: int, k: int, alpha: float, beta: fl
         B.reshape(-1)[::5] = np.nan
     bias = rng.standard_normal(n, dtype=np.float32).astype(numpy_dtype(out))
     has_bias = epilogue.startswith("bias")
-    ref = reference(A, B, C, alpha, beta, bias, epilogue)
     pre = reference(A, B, C, alpha, beta, bias, "bias" if has_bias else "none")
+    ref = activation(pre, epilogue)
     result = run(in_layout(A, layout[0] == "c"), in_layout(B, layout[1] == "c"),
                  in_layout(C.copy(), layout[2] == "c"), alpha, beta, bias if has_bias else None)
     err, worst = compare(np.asarray(result), ref)
