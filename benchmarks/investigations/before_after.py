@@ -22,6 +22,8 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
+from statistics import median
 
 
 def _ratio(row: dict) -> float | None:
@@ -53,11 +55,6 @@ def compare(before: dict, after: dict) -> dict:
             "geomean_ratio_after": round(_geomean([_ratio(b[k]) for k in both]), 3)}
 
 
-def _median(values: list[float]) -> float:
-    v = sorted(values)
-    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
-
-
 def _merged(docs: list[dict]) -> dict:
     """One document whose rows carry the median ratio and time over ``docs`` (the rows that
     every run has)."""
@@ -66,14 +63,14 @@ def _merged(docs: list[dict]) -> dict:
     out = []
     for c in cases:
         times = [r[c]["time_ms"] for r in rows if r[c].get("time_ms")]
-        out.append({"case": c, "ratio": _median([_ratio(r[c]) for r in rows]),
-                    "time_ms": _median(times) if len(times) == len(rows) else None,
+        out.append({"case": c, "ratio": median([_ratio(r[c]) for r in rows]),
+                    "time_ms": median(times) if len(times) == len(rows) else None,
                     "ratios": [round(_ratio(r[c]), 3) for r in rows]})
     return {"git_commit": docs[0].get("git_commit", ""), "rows": out}
 
 
 def noise(docs: list[dict]) -> dict | None:
-    """Over every pair of runs of one checkout: the geomean and minimum of the same-checkout
+    """Over every pair of runs of one checkout, each taken both ways: the lowest same-checkout
     ratio change, and the most rows below 0.95 any pair shows."""
     pairs = [compare(a, b) for i, a in enumerate(docs) for b in docs[i + 1:]]
     pairs += [compare(b, a) for i, a in enumerate(docs) for b in docs[i + 1:]]
@@ -113,8 +110,9 @@ def main(argv=None) -> int:
     parser.add_argument("--label")
     parser.add_argument("--rows", action="store_true")
     args = parser.parse_args(argv)
-    load = lambda paths: [json.load(open(p)) for p in paths]  # noqa: E731
-    out = compare_runs(load(args.before), load(args.after), args.rows)
+    before, after = ([json.loads(Path(p).read_text()) for p in paths]
+                     for paths in (args.before, args.after))
+    out = compare_runs(before, after, args.rows)
     print(json.dumps({"label": args.label, **out} if args.label else out))
     return 0
 

@@ -14,7 +14,8 @@ import sys
 import numpy as np
 
 from gemmgen import PRESETS, build
-from gemmgen.tune.verify import CASES, BATCH_CASES, check, device_runner, sweep_kernel
+from gemmgen.tune.verify import (BATCH_CASES, CASES, check, device_runner, random_operands,
+                                  reference, sweep_kernel)
 
 CONFIGS = {
     "split-K 3, crc, bias+GELU": PRESETS["wgmma_tma_store"].config.replace(
@@ -39,11 +40,10 @@ def main() -> None:
                 r = check(label, run, *case, rng, dtype=cfg.dtype, acc=cfg.acc, out=cfg.out,
                           layout=cfg.layout, epilogue=cfg.epilogue)
                 if not r.passed:
-                    rng = np.random.default_rng(seed)  # the same draw, for the pre-activation
-                    a = rng.standard_normal((case[0], case[2]), dtype=np.float32).astype(np.float16)
-                    b = rng.standard_normal((case[2], case[1]), dtype=np.float32).astype(np.float16)
+                    rng = np.random.default_rng(seed)  # check's draws again: the pre-activation
+                    A, B, C = random_operands(rng, *case[:3], case[4], cfg.dtype, cfg.out)
                     bias = rng.standard_normal(case[1], dtype=np.float32).astype(np.float16)
-                    pre = a.astype(float) @ b.astype(float) + bias.astype(float)
+                    pre = reference(A, B, C, case[3], case[4], bias, "bias")
                     fails.append({"case": case[:3], "seed": seed, "rel_error": r.rel_error,
                                   "tol": r.tol, "pre_min": float(pre.min()),
                                   "pre_at_worst": float(pre[r.worst]) if r.worst else None})
