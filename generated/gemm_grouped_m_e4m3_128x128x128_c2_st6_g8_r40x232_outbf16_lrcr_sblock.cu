@@ -556,15 +556,16 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 for (int i = 0; i < ACC; ++i) d[mi][i] = 0.f;
         };
         Sched sched = make_sched();
-        Tile tile;
+        Tile tile, done;       // done: the finished tile whose sums F holds, its epilogue pending
+        bool pending = false;
+        const int row_off = cw * CONSUMER_ROWS, col_off = 0;  // this warpgroup's rows of a tile
+        float F[M_ITERS][ACC];
         for (int t = blockIdx.x; sched.next(t, tile); t += gridDim.x) {
-            const int row_off = cw * CONSUMER_ROWS, col_off = 0;  // this warpgroup's rows of the tile
             const int n0 = tile.n0 + col_off;                // this warpgroup's first column (and B scale block)
             const int row0 = tile.row + row_off;             // its first row of A (and of its scales)
             const float* sa_ptr = scale_a + tile.z * sa_g;   // masked: matrix z's scales
             const float* sb_ptr = scale_b + tile.g * sb_g;   // expert g's scales
             // Accumulator i of slice mi holds C(row0 + mi*64 + row_in + 8*((i/2)%2), n0 + 8*(i/4) + 2*(lane%4) + i%2).
-            float F[M_ITERS][ACC];
             // Blockwise scales of one K block: A's for this thread's rows, B's for the tile's
             // (at most two) 128-column blocks; raw loads, multiplied at the promotion.
             struct Scales {
@@ -575,16 +576,51 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
             const int nb1 = min(nb0 + 1, nb_total - 1);
             const int split_j = (BLOCK - (n0 % BLOCK)) / 8;  // 8-column groups left of the next B scale block
             (void)nb1; (void)split_j;
+            // The scales of this thread's rows (clamped below the last row) and of the tile's B
+            // blocks start at these addresses; K block kbg is kbg * sa_k (sb_k) further on.
+            const float* pa[M_ITERS][2];
+#pragma unroll
+            for (int mi = 0; mi < M_ITERS; ++mi)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    pa[mi][h] = sa_ptr + (size_t)min(row0 + mi * 64 + row_in + 8 * h, rows - 1) * sa_m;
+            const float* pb0 = sb_ptr + (size_t)nb0 * sb_n;
+            const float* pb1 = B_SCALE_SPLIT ? sb_ptr + (size_t)nb1 * sb_n : pb0;
             auto load_scales = [&](Scales& sc, int kbg) {
-                sc.b0 = __ldg(sb_ptr + (size_t)nb0 * sb_n + (size_t)kbg * sb_k);
-                sc.b1 = B_SCALE_SPLIT ? __ldg(sb_ptr + (size_t)nb1 * sb_n + (size_t)kbg * sb_k) : sc.b0;
+                sc.b0 = __ldg(pb0 + (size_t)kbg * sb_k);
+                sc.b1 = B_SCALE_SPLIT ? __ldg(pb1 + (size_t)kbg * sb_k) : sc.b0;
 #pragma unroll
                 for (int mi = 0; mi < M_ITERS; ++mi)
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int r = min(row0 + mi * 64 + row_in + 8 * h, rows - 1);
-                        sc.a[mi][h] = __ldg(sa_ptr + (size_t)r * sa_m + (size_t)kbg * sa_k);
-                    }
+                    for (int h = 0; h < 2; ++h) sc.a[mi][h] = __ldg(pa[mi][h] + (size_t)kbg * sa_k);
+            };
+            // The scales of four K blocks kbg .. kbg + 3 (a window's). Where they are contiguous in
+            // K (sa_k == sb_k == 1, as quantize writes them) and 16-byte aligned, one 16-byte load
+            // per row and per B block instead of four (DeepGEMM's TMA-loaded scale rows do the same
+            // work with no loads in the consumer at all).
+            bool vec4 = sa_k == 1 && sb_k == 1 && ((reinterpret_cast<uintptr_t>(pb0) | reinterpret_cast<uintptr_t>(pb1)) & 15) == 0;
+#pragma unroll
+            for (int mi = 0; mi < M_ITERS; ++mi)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) vec4 = vec4 && (reinterpret_cast<uintptr_t>(pa[mi][h]) & 15) == 0;
+            struct Window { Scales s[4]; };
+            auto load_window = [&](Window& w, int kbg) {
+                if (vec4 && kbg % 4 == 0) {
+#pragma unroll
+                    for (int mi = 0; mi < M_ITERS; ++mi)
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const float4 v = __ldg(reinterpret_cast<const float4*>(pa[mi][h] + kbg));
+                            w.s[0].a[mi][h] = v.x; w.s[1].a[mi][h] = v.y; w.s[2].a[mi][h] = v.z; w.s[3].a[mi][h] = v.w;
+                        }
+                    const float4 b = __ldg(reinterpret_cast<const float4*>(pb0 + kbg));
+                    w.s[0].b0 = b.x; w.s[1].b0 = b.y; w.s[2].b0 = b.z; w.s[3].b0 = b.w;
+                    const float4 c = B_SCALE_SPLIT ? __ldg(reinterpret_cast<const float4*>(pb1 + kbg)) : b;
+                    w.s[0].b1 = c.x; w.s[1].b1 = c.y; w.s[2].b1 = c.z; w.s[3].b1 = c.w;
+                } else {
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) load_scales(w.s[j], kbg + j);
+                }
             };
             // F += sa[row] sb[block of col] P.
             auto promote = [&](float (&P)[M_ITERS][ACC], const Scales& sc) {
@@ -600,21 +636,129 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                     }
                 }
             };
-            zero(F);
+
             // ---- promoted accumulation with two partial sets, in windows of 4 K blocks (then 2,
-            // then 1): block j+1's wgmmas are issued before block j is promoted, and the scales of
-            // block j+2 load into the set block j has just used. Only the last block of a window
-            // is promoted with no wgmma in flight. (A rolling pipeline that carries an in-flight
+            // then 1): block j+1's wgmmas are issued before block j is promoted, and a window's
+            // scales are loaded during the window before it. Only the last block of a window is
+            // promoted with no wgmma in flight. (A rolling pipeline that carries an in-flight
             // group across iterations makes ptxas serialize the wgmmas, C7514; windows that drain
             // at the end of each iteration do not. On an H200, windows of 4 blocks ran the grouped
             // FP8 kernel up to 6% faster than pairs,
-            // benchmarks/results/promotion_window_NVIDIA_H200.json; windows of 8 or 16, no faster.)
+            // benchmarks/results/promotion_window_NVIDIA_H200.json; windows of 8 or 16, no faster.
+            // Loading the scales a window ahead, 16 bytes a row, rather than block by block two
+            // blocks ahead, ran it 3-13% faster, grouped_fp8_scale_windows_NVIDIA_H200.json.)
             float P0[M_ITERS][ACC], P1[M_ITERS][ACC];
             Scales S0, S1;
+            Window W, Wn;                         // the scales of a window of 4 and of the next
+            if (tile.nk >= 4) load_window(W, 0);
             int kb = 0;
-            for (; kb + 4 <= tile.nk; kb += 4) {
+            // The first window, peeled: `under_first` runs under its first wgmmas.
+            if (tile.nk >= 4) {
+                // W holds this window's scales (loaded a window ahead); the next window's load now.
+                if (kb + 8 <= tile.nk) load_window(Wn, 0 + kb + 4);
+                const int w0 = s;
+                mbar_wait(full_bar + 8 * s, phase);
+                fence_all(P0);
+                wgmma_fence();
+                issue(P0, s, 0);
+                wgmma_commit();
+                advance();
+                // The previous tile's epilogue, under this tile's first wgmmas; then F starts anew.
+                if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
+                zero(F);
+                const int w1 = s;
+                mbar_wait(full_bar + 8 * s, phase);
+                fence_all(P1);
+                wgmma_fence();
+                issue(P1, s, 0);
+                wgmma_commit();
+                advance();
+                wgmma_wait<1>();              // block 0 of the window is complete
+                fence_all(P0);
+                release(w0);
+                promote(P0, W.s[0]);
+                const int w2 = s;
+                mbar_wait(full_bar + 8 * s, phase);
+                fence_all(P0);
+                wgmma_fence();
+                issue(P0, s, 0);
+                wgmma_commit();
+                advance();
+                wgmma_wait<1>();              // block 1 of the window is complete
+                fence_all(P1);
+                release(w1);
+                promote(P1, W.s[1]);
+                const int w3 = s;
+                mbar_wait(full_bar + 8 * s, phase);
+                fence_all(P1);
+                wgmma_fence();
+                issue(P1, s, 0);
+                wgmma_commit();
+                advance();
+                wgmma_wait<1>();              // block 2 of the window is complete
+                fence_all(P0);
+                release(w2);
+                promote(P0, W.s[2]);
+                wgmma_wait<0>();
+                fence_all(P1);
+                release(w3);
+                promote(P1, W.s[3]);
+                W = Wn;
+                kb = 4;
+            } else if (tile.nk >= 2) {
                 load_scales(S0, 0 + kb);
                 load_scales(S1, 0 + kb + 1);
+                const int w0 = s;
+                mbar_wait(full_bar + 8 * s, phase);
+                fence_all(P0);
+                wgmma_fence();
+                issue(P0, s, 0);
+                wgmma_commit();
+                advance();
+                // The previous tile's epilogue, under this tile's first wgmmas; then F starts anew.
+                if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
+                zero(F);
+                const int w1 = s;
+                mbar_wait(full_bar + 8 * s, phase);
+                fence_all(P1);
+                wgmma_fence();
+                issue(P1, s, 0);
+                wgmma_commit();
+                advance();
+                wgmma_wait<1>();              // block 0 of the window is complete
+                fence_all(P0);
+                release(w0);
+                promote(P0, S0);
+                wgmma_wait<0>();
+                fence_all(P1);
+                release(w1);
+                promote(P1, S1);
+                kb = 2;
+            } else if (tile.nk >= 1) {
+                load_scales(S0, 0 + kb);
+                const int w0 = s;
+                mbar_wait(full_bar + 8 * s, phase);
+                fence_all(P0);
+                wgmma_fence();
+                issue(P0, s, 0);
+                wgmma_commit();
+                advance();
+                // The previous tile's epilogue, under this tile's first wgmmas; then F starts anew.
+                if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
+                zero(F);
+                wgmma_wait<0>();
+                fence_all(P0);
+                release(w0);
+                promote(P0, S0);
+                kb = 1;
+            } else {                              // no K blocks: nothing to overlap with
+                // The previous tile's epilogue, under this tile's first wgmmas; then F starts anew.
+                if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
+                zero(F);
+            }
+            for (; kb + 4 <= tile.nk; kb += 4) {
+                // W holds this window's scales (loaded a window ahead); the next window's load now.
+                if (kb + 8 <= tile.nk) load_window(Wn, 0 + kb + 4);
                 const int w0 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
@@ -632,8 +776,7 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 wgmma_wait<1>();              // block 0 of the window is complete
                 fence_all(P0);
                 release(w0);
-                promote(P0, S0);
-                load_scales(S0, 0 + kb + 2);
+                promote(P0, W.s[0]);
                 const int w2 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
@@ -644,8 +787,7 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 wgmma_wait<1>();              // block 1 of the window is complete
                 fence_all(P1);
                 release(w1);
-                promote(P1, S1);
-                load_scales(S1, 0 + kb + 3);
+                promote(P1, W.s[1]);
                 const int w3 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P1);
@@ -656,11 +798,12 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 wgmma_wait<1>();              // block 2 of the window is complete
                 fence_all(P0);
                 release(w2);
-                promote(P0, S0);
+                promote(P0, W.s[2]);
                 wgmma_wait<0>();
                 fence_all(P1);
                 release(w3);
-                promote(P1, S1);
+                promote(P1, W.s[3]);
+                W = Wn;
             }
             for (; kb + 2 <= tile.nk; kb += 2) {
                 load_scales(S0, 0 + kb);
@@ -702,8 +845,10 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 release(w0);
                 promote(P0, S0);
             }
-            epilogue(F, tile, tile.nk, cw, row_off, col_off);
+            done = tile;
+            pending = true;
         }
+        if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
         if (wtid == 0) bulk_wait();
     }
 }
