@@ -9,7 +9,9 @@
 # this checkout is the newer one. RUNS: runs a side, spread over the visible GPUs (each GPU
 # alternates the two sides, starting with a different one). Writes $OUT/<suite>_compare.json
 # and $OUT/raw.tar.gz (every run's results file); kernels compile into $GEMMGEN_CACHE_DIR
-# (default /tmp/gemmgen-no-regression).
+# (default /tmp/gemmgen-no-regression). BEFORE_COMMIT and AFTER_COMMIT (default GEMMGEN_COMMIT)
+# name the two sides in the results, where the checkouts' git cannot (a copy without .git, or a
+# stale one on the GPU machine).
 set -u
 BEFORE=$(cd "$1" && pwd); RUNS=$2; shift 2
 ROOT=$(pwd); OUT=${OUT:-$ROOT/no-regression}; RAW=$(mktemp -d)
@@ -17,8 +19,9 @@ export GEMMGEN_CACHE_DIR=${GEMMGEN_CACHE_DIR:-/tmp/gemmgen-no-regression}
 GPUS=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
 mkdir -p "$OUT"
 one() {  # side run suite gpu
-  local dir=$ROOT; [ "$1" = b ] && dir=$BEFORE
-  (cd "$dir" && CUDA_VISIBLE_DEVICES=$4 timeout 900 python3 benchmarks/run.py "$3" \
+  local dir=$ROOT commit=${AFTER_COMMIT:-${GEMMGEN_COMMIT:-}}
+  [ "$1" = b ] && dir=$BEFORE commit=${BEFORE_COMMIT:-}
+  (cd "$dir" && GEMMGEN_GIT_COMMIT=$commit CUDA_VISIBLE_DEVICES=$4 timeout 900 python3 benchmarks/run.py "$3" \
      --results-dir "$RAW/$3/$1$2" > "$RAW/$3.$1$2.log" 2>&1)
   echo "$3 $1$2 gpu$4 rc=$? $(date +%T)"
 }
