@@ -602,9 +602,9 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                     for (int h = 0; h < 2; ++h) sc.a[mi][h] = __ldg(pa[mi][h] + (size_t)kbg * sa_k);
             };
             // The scales of four K blocks kbg .. kbg + 3 (a window's). Where they are contiguous in
-            // K (sa_k == sb_k == 1, as quantize writes them) and 16-byte aligned, one 16-byte load
-            // per row and per B block instead of four (DeepGEMM's TMA-loaded scale rows do the same
-            // work with no loads in the consumer at all).
+            // K (sa_k == sb_k == 1: A's scales made contiguous, B's as quantize writes them) and
+            // 16-byte aligned, one 16-byte load per row and per B block instead of four
+            // (DeepGEMM's TMA-loaded scale rows do the same work with no loads in the consumer).
             bool vec4 = sa_k == 1 && sb_k == 1 && ((reinterpret_cast<uintptr_t>(pb0) | reinterpret_cast<uintptr_t>(pb1)) & 15) == 0;
 #pragma unroll
             for (int mi = 0; mi < M_ITERS; ++mi)
@@ -652,9 +652,10 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
             // at the end of each iteration do not. On an H200, windows of 4 blocks ran the grouped
             // FP8 kernel up to 6% faster than pairs,
             // benchmarks/results/promotion_window_NVIDIA_H200.json; windows of 8 or 16, no faster.
-            // Loading the scales a window ahead, 16 bytes a row, rather than block by block two
-            // blocks ahead, ran it up to 13% faster, and 4-14% with the epilogue deferred under
-            // the next tile's first wgmmas, grouped_fp8_scale_windows_NVIDIA_H200.json.)
+            // Loading the scales a window ahead rather than block by block two blocks ahead ran
+            // it up to 13% faster, and 4-14% with the epilogue deferred under the next tile's
+            // first wgmmas, grouped_fp8_scale_windows_NVIDIA_H200.json; those scales were
+            // M-major, as quantize writes them, so the loads were one per row and block.)
             float P0[M_ITERS][ACC], P1[M_ITERS][ACC];
             Scales S0, S1;
             Window W, Wn;                         // the scales of a window of 4 and of the next

@@ -255,6 +255,36 @@ def _check_fp8_groups(out, ad, wd, counts, what, out_dtype="bf16") -> int:
 
 
 @pytest.mark.parametrize("dist", ["empty", "ragged"])
+@pytest.mark.parametrize("layout", ["k-contiguous", "m-contiguous"])
+def test_fp8_scale_windows_across_windows_and_tiles(dist, layout):
+    """K = 1536: three windows of four K blocks per tile, each window's scales loaded during
+    the window before it, and each tile's epilogue run under the next tile's first wgmmas
+    (across empty groups and a 1-row group with "empty"). The scales either contiguous in K
+    (one 16-byte load per row and window) or contiguous in M and N (A's as quantize writes
+    them, B's transposed: one load per row and block)."""
+    counts, n, k = COUNTS[dist], 256, 1536
+    w, sw, wd = _fp8_experts(len(counts), n, k)
+    a, sa, ad = _fp8_tokens(sum(counts) + 21, k)       # sa M-major, sw [G, N/128, K/128] K-major
+    if layout == "k-contiguous":
+        sa = sa.contiguous()
+    else:
+        sw = sw.transpose(1, 2).contiguous().transpose(1, 2)
+    k_major = layout == "k-contiguous"
+    assert (sa.stride(1) == 1) == k_major and (sw.stride(2) == 1) == k_major
+    out = _nan((a.shape[0], n), torch.bfloat16)
+    grouped_gemm(a, w.transpose(1, 2), _offs(counts), out, scale_a=sa, scale_b=sw,
+                 config=GROUPED["grouped_fp8"])
+    torch.cuda.synchronize()
+    tol = tolerance(k, "e4m3", "fp32", "bf16", "promoted every 128")
+    start = 0
+    for g, c in enumerate(counts):
+        _check_fp8(out[start:start + c], ad[start:start + c] @ wd[g].t(), tol,
+                   f"{layout} {dist} group {g}")
+        start += c
+    assert float(out[start:].double().abs().max()) == 0.0, "rows past offs[G-1] not zero"
+
+
+@pytest.mark.parametrize("dist", ["empty", "ragged"])
 def test_fp8_split_n_contiguous_and_masked_against_float64(dist):
     """The column-split kernel (64-row tiles, each consumer 128 of the 256 columns): N = 384,
     so the second consumer of the last column tile starts past N (its B scale block is

@@ -299,6 +299,9 @@ def test_sass_has_hgmma_tma_and_no_local_memory(compiled):
         assert not re.search(r"\b(LDL|STL)\b", text), f"{name} uses local memory"
         assert ("STSM" in text) == (cfg.out_bytes == 2), name
         assert ("USETMAXREG" in text) == cfg.setmaxnreg, name
+        # FP8: a window's block scales of a row in one 16-byte load (where they are
+        # contiguous in K), beside the one-block loads of the fallback.
+        assert ("LDG.E.128" in text) == cfg.fp8, name
 
 
 def test_a_broken_rule_is_the_static_assert_that_fires(nvcc):
