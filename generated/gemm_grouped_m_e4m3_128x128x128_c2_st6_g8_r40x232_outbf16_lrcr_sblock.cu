@@ -654,7 +654,9 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
             Window W, Wn;                         // the scales of a window of 4 and of the next
             if (tile.nk >= 4) load_window(W, 0);
             int kb = 0;
-            // The first window, peeled: `under_first` runs under its first wgmmas.
+            // The first window, peeled: `under_first` runs under its first wgmmas. (Inside the
+            // loop, behind a test of kb, its registers stayed live through every window: ptxas
+            // spilled 184 bytes.)
             if (tile.nk >= 4) {
                 // W holds this window's scales (loaded a window ahead); the next window's load now.
                 if (kb + 8 <= tile.nk) load_window(Wn, 0 + kb + 4);
@@ -665,7 +667,8 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 issue(P0, s, 0);
                 wgmma_commit();
                 advance();
-                // The previous tile's epilogue, under this tile's first wgmmas; then F starts anew.
+                // The previous tile's pending epilogue (under this tile's first wgmmas, where the
+                // main loop has two partial sets), then F starts anew.
                 if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
                 zero(F);
                 const int w1 = s;
@@ -717,7 +720,8 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 issue(P0, s, 0);
                 wgmma_commit();
                 advance();
-                // The previous tile's epilogue, under this tile's first wgmmas; then F starts anew.
+                // The previous tile's pending epilogue (under this tile's first wgmmas, where the
+                // main loop has two partial sets), then F starts anew.
                 if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
                 zero(F);
                 const int w1 = s;
@@ -745,7 +749,8 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 issue(P0, s, 0);
                 wgmma_commit();
                 advance();
-                // The previous tile's epilogue, under this tile's first wgmmas; then F starts anew.
+                // The previous tile's pending epilogue (under this tile's first wgmmas, where the
+                // main loop has two partial sets), then F starts anew.
                 if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
                 zero(F);
                 wgmma_wait<0>();
@@ -754,7 +759,8 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 promote(P0, S0);
                 kb = 1;
             } else {                              // no K blocks: nothing to overlap with
-                // The previous tile's epilogue, under this tile's first wgmmas; then F starts anew.
+                // The previous tile's pending epilogue (under this tile's first wgmmas, where the
+                // main loop has two partial sets), then F starts anew.
                 if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
                 zero(F);
             }
