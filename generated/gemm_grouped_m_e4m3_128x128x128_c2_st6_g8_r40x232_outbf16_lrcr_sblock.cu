@@ -139,6 +139,7 @@ namespace gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock_
 [[maybe_unused]] constexpr int DESC_LBO = 16;
 [[maybe_unused]] constexpr int A_CONSUMER_BYTES = 8192;
 [[maybe_unused]] constexpr int PROMOTE_STAGES = 1;
+[[maybe_unused]] constexpr int BAR_STAGGER = 4;
 [[maybe_unused]] constexpr int B_SCALE_SPLIT = 0;
 
 
@@ -558,9 +559,20 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
         Sched sched = make_sched();
         Tile tile, done;       // done: the finished tile whose sums F holds, its epilogue pending
         bool pending = false;
+        // The two consumers run a K block apart: consumer 1 starts its first tile once consumer 0
+        // has promoted its first block (stagger()), so that each one's drain at the end of a
+        // window, and its epilogue, fall while the other's wgmmas keep the tensor cores busy.
+        bool staggered = false;
+        auto stagger = [&]() {
+            if (!staggered) {
+                if (cw == 0) named_arrive(BAR_STAGGER, 2 * WARPGROUP);
+                staggered = true;
+            }
+        };
         const int row_off = cw * CONSUMER_ROWS, col_off = 0;  // this warpgroup's rows of a tile
         float F[M_ITERS][ACC];
         for (int t = blockIdx.x; sched.next(t, tile); t += gridDim.x) {
+            if (!staggered && cw == 1) named_sync(BAR_STAGGER, 2 * WARPGROUP);
             const int n0 = tile.n0 + col_off;                // this warpgroup's first column (and B scale block)
             const int row0 = tile.row + row_off;             // its first row of A (and of its scales)
             const float* sa_ptr = scale_a + tile.z * sa_g;   // masked: matrix z's scales
@@ -682,6 +694,7 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 fence_all(P0);
                 release(w0);
                 promote(P0, W.s[0]);
+                stagger();
                 const int w2 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
@@ -735,6 +748,7 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 fence_all(P0);
                 release(w0);
                 promote(P0, S0);
+                stagger();
                 wgmma_wait<0>();
                 fence_all(P1);
                 release(w1);
@@ -753,6 +767,7 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 // main loop has two partial sets), then F starts anew.
                 if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
                 zero(F);
+                stagger();
                 wgmma_wait<0>();
                 fence_all(P0);
                 release(w0);
@@ -763,6 +778,7 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 // main loop has two partial sets), then F starts anew.
                 if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
                 zero(F);
+                stagger();
             }
             for (; kb + 4 <= tile.nk; kb += 4) {
                 // W holds this window's scales (loaded a window ahead); the next window's load now.

@@ -143,6 +143,7 @@ namespace gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_s
 [[maybe_unused]] constexpr int A_CONSUMER_BYTES = 0;
 [[maybe_unused]] constexpr int B_CONSUMER_BYTES = 16384;
 [[maybe_unused]] constexpr int PROMOTE_STAGES = 1;
+[[maybe_unused]] constexpr int BAR_STAGGER = 4;
 [[maybe_unused]] constexpr int B_SCALE_SPLIT = 0;
 
 
@@ -565,9 +566,20 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
         Sched sched = make_sched();
         Tile tile, done;       // done: the finished tile whose sums F holds, its epilogue pending
         bool pending = false;
+        // The two consumers run a K block apart: consumer 1 starts its first tile once consumer 0
+        // has promoted its first block (stagger()), so that each one's drain at the end of a
+        // window, and its epilogue, fall while the other's wgmmas keep the tensor cores busy.
+        bool staggered = false;
+        auto stagger = [&]() {
+            if (!staggered) {
+                if (cw == 0) named_arrive(BAR_STAGGER, 2 * WARPGROUP);
+                staggered = true;
+            }
+        };
         const int row_off = 0, col_off = cw * CONSUMER_COLS;  // this warpgroup's columns of a tile
         float F[M_ITERS][ACC];
         for (int t = blockIdx.x; sched.next(t, tile); t += gridDim.x) {
+            if (!staggered && cw == 1) named_sync(BAR_STAGGER, 2 * WARPGROUP);
             const int n0 = tile.n0 + col_off;                // this warpgroup's first column (and B scale block)
             const int row0 = tile.row + row_off;             // its first row of A (and of its scales)
             const float* sa_ptr = scale_a + tile.z * sa_g;   // masked: matrix z's scales
@@ -689,6 +701,7 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                 fence_all(P0);
                 release(w0);
                 promote(P0, W.s[0]);
+                stagger();
                 const int w2 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P0);
@@ -742,6 +755,7 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                 fence_all(P0);
                 release(w0);
                 promote(P0, S0);
+                stagger();
                 wgmma_wait<0>();
                 fence_all(P1);
                 release(w1);
@@ -760,6 +774,7 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                 // main loop has two partial sets), then F starts anew.
                 if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
                 zero(F);
+                stagger();
                 wgmma_wait<0>();
                 fence_all(P0);
                 release(w0);
@@ -770,6 +785,7 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                 // main loop has two partial sets), then F starts anew.
                 if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
                 zero(F);
+                stagger();
             }
             for (; kb + 4 <= tile.nk; kb += 4) {
                 // W holds this window's scales (loaded a window ahead); the next window's load now.

@@ -667,3 +667,25 @@ def test_the_warpgroup_index_is_warp_uniform(preset):
     uniform = "__shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / WARPGROUP, 0);"
     assert f"const int wg = {uniform}" in src
     assert "const int wg = threadIdx.x / WARPGROUP;" not in src
+
+
+@pytest.mark.parametrize("preset", ["grouped_fp8", "grouped_fp8_split_n"])
+def test_fp8_consumers_run_a_k_block_apart_on_a_barrier_of_their_own(preset):
+    """Two FP8 consumers: consumer 1 waits once, before its first tile, on a named barrier
+    that consumer 0 arrives at once its first K block is promoted (in every peeled first
+    window: 4, 2, 1 or no K blocks). The barrier is neither a consumer's store barrier nor
+    the K-grouped tail's, and a named barrier id is below 16; one consumer has none."""
+    cfg = GROUPED[preset]
+    k = cfg.template_constants()
+    ids = [k["BAR_STORE_BASE"] + c for c in range(cfg.consumers)] + [k["BAR_TAIL"],
+                                                                      k["BAR_STAGGER"]]
+    assert len(set(ids)) == len(ids) and all(0 < i < 16 for i in ids)
+    src = render(cfg, "sm_90a")
+    assert src.count("named_sync(BAR_STAGGER, 2 * WARPGROUP)") == 1
+    assert src.count("named_arrive(BAR_STAGGER, 2 * WARPGROUP)") == 1
+    loop = src[src.index("bool staggered = false;"):]
+    first, steady = loop.index("stagger();"), loop.index("for (; kb + 4 <= tile.nk; kb += 4)")
+    assert loop.count("stagger();") == 4 and loop.rindex("stagger();") < steady
+    assert loop.index("promote(P0, W.s[0]);") < first   # after block 0's promotion
+    one = GROUPED["grouped_fp8"].replace(consumers=1, bm=64, regs_producer=0, regs_consumer=0)
+    assert "BAR_STAGGER" not in one.template_constants() and "stagger" not in render(one, "sm_90a")
