@@ -177,6 +177,7 @@ def main() -> int:
            "rows": rows}
     out = os.environ.get("OUT")
     if out:
+        os.makedirs(out, exist_ok=True)
         path = os.path.join(out, f"grouped_fp8_{gpu.replace(' ', '_')}.json")
         with open(path, "w") as f:
             json.dump(doc, f, indent=1)
