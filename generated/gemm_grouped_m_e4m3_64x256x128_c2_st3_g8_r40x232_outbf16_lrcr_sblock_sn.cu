@@ -591,7 +591,8 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                 float a[M_ITERS][2];
                 float b0, b1;
             };
-            const int nb0 = min(n0 / BLOCK, nb_total - 1);  // a consumer's columns may start past N
+            // A consumer's columns (split), or a cluster's last CTA, may start past N.
+            const int nb0 = min(n0 / BLOCK, nb_total - 1);
             const int nb1 = min(nb0 + 1, nb_total - 1);
             const int split_j = (BLOCK - (n0 % BLOCK)) / 8;  // 8-column groups left of the next B scale block
             (void)nb1; (void)split_j;

@@ -395,3 +395,16 @@ def test_b_scale_span_is_the_widest_tile_meeting_two_scale_blocks(bn):
     assert (most <= 2) == (bn <= b_scale_span(bn))
     cfg = PRESETS["fp8_block"].config.replace(check=False, bn=bn, partials=1, stages=2)
     assert ("F20" in {v.rule.id for v in cfg.violations()}) == (most > 2)
+
+
+def test_a_cluster_ctas_b_scale_block_stays_inside_the_scales():
+    """With a 1x2 cluster the second CTA of the last cluster tile may start past N (three
+    column tiles make two cluster tiles); its B scale block index is clamped to the last block,
+    as a column-split consumer's is (compute-sanitizer saw the unclamped kernel read past
+    scale_b: fp8_cluster_scale_bounds_NVIDIA_H200.json). Without the cluster the index is
+    as before."""
+    clamp = "const int nb0 = min(n0 / BLOCK, nb_total - 1);"
+    cfg = FP8["fp8_block"]
+    assert clamp in render(cfg.replace(cluster_n=2), "sm_90a")
+    assert clamp not in render(cfg, "sm_90a") and "const int nb0 = n0 / BLOCK;" in render(cfg)
+    assert cfg.replace(cluster_n=2).tiles(256, 384)[1] * 2 * cfg.bn > 384   # a CTA past N

@@ -222,10 +222,8 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
         """C staging: each consumer's rows x columns in C's dtype."""
         return self.consumers * self.consumer_rows * self.consumer_cols * self.out_bytes
 
-    @property
-    def cluster(self) -> int:
-        """No clusters: the wgmma macros this family imports read it."""
-        return 1
+    cluster_m = cluster_n = 1
+    """No clusters (``cluster`` is 1): the Hopper templates this family shares read them."""
 
     def tiles_n(self, n: int) -> int:
         return -(-n // self.bn)
