@@ -12,10 +12,10 @@ Two pytest runs share one private cubin cache:
 
 The summary, ``benchmarks/results/gpu-tests_<GPU>.json`` (``--out``): the commit
 (``$GEMMGEN_COMMIT``, else ``git rev-parse HEAD``), the GPU and how many, passed, failed,
-errors and skipped counts, the wall seconds, the ids of failing tests (and, under
-``failures``, the first 600 characters of each one's message: what a rare failure left), and
-the skipped tests with their reasons (a skipped test is not a passed one). Exits 1 if a test
-failed or errored, or if no GPU test ran.
+errors and skipped counts, the wall seconds, the failing tests (``failures``: each id with
+the first 600 characters of its message, what a rare failure left), and the skipped tests
+with their reasons (a skipped test is not a passed one). Exits 1 if a test failed or
+errored, or if no GPU test ran.
 
     python3 tests/run_gpu.py [--out DIR] [--per-gpu N] [-- extra pytest arguments]
 """
@@ -96,7 +96,6 @@ def summary(cases: list, names: list[str], seconds: float) -> dict:
         "commit": commit(), "gpu": names[0] if names else None, "gpus": len(names),
         "passed": count["passed"], "failed": count["failed"], "errors": count["error"],
         "skipped": count["skipped"], "seconds": round(seconds, 1),
-        "failing": [t for t, o, _ in cases if o in ("failed", "error")],
         "failures": {t: m for t, o, m in cases if o in ("failed", "error")},
         "skipped_tests": {t: m for t, o, m in cases if o == "skipped"},
     }
@@ -129,7 +128,7 @@ def main(argv=None) -> int:
     print(f"{result['passed']} passed, {result['failed']} failed, {result['errors']} errors, "
           f"{result['skipped']} skipped in {result['seconds']} s on {len(names)} x {names[0]}"
           f" -> {out}")
-    for test_id in result["failing"]:
+    for test_id in result["failures"]:
         print("FAILED", test_id)
     ran = result["passed"] + result["failed"] + result["errors"]
     return 1 if result["failed"] or result["errors"] or not ran else 0
