@@ -159,6 +159,7 @@ static_assert(!(OUT_BF16 == 1) || (DTYPE_BF16 == 1), "H33 bf16-output: DTYPE_BF1
 static_assert((A_MN_MAJOR == GROUPING_K), "G22 a-layout: A_MN_MAJOR == GROUPING_K");
 static_assert(!(GROUPING_K == 1) || (B_MN_MAJOR == 1), "G23 k-grouped-b: B_MN_MAJOR == 1 when GROUPING_K == 1");
 static_assert((LAYOUT_C_COL == 0), "G24 c-row-major: LAYOUT_C_COL == 0");
+static_assert(!(STAGES >= 1) || (STAGES >= 2), "G31 stages-ring: STAGES >= 2 when STAGES >= 1");
 
 
 using in_t = __nv_bfloat16;    // A and B

@@ -175,6 +175,7 @@ static_assert((SPLIT_K == 1 || SPLIT_K == 2 || SPLIT_K == 3 || SPLIT_K == 4 || S
 static_assert((A_MN_MAJOR == GROUPING_K), "G22 a-layout: A_MN_MAJOR == GROUPING_K");
 static_assert(!(GROUPING_K == 1) || (B_MN_MAJOR == 1), "G23 k-grouped-b: B_MN_MAJOR == 1 when GROUPING_K == 1");
 static_assert((LAYOUT_C_COL == 0), "G24 c-row-major: LAYOUT_C_COL == 0");
+static_assert(!(STAGES >= 1) || (STAGES >= 2), "G31 stages-ring: STAGES >= 2 when STAGES >= 1");
 static_assert((SCALE_BLOCK == DTYPE_FP8), "G26 fp8-block-scales: SCALE_BLOCK == DTYPE_FP8");
 static_assert(!(DTYPE_FP8 == 1) || (B_MN_MAJOR == 0), "G27 fp8-k-major-b: B_MN_MAJOR == 0 when DTYPE_FP8 == 1");
 static_assert(!(SCALE_BLOCK == 1) || (BN <= B_SCALE_SPAN), "F20 block-b-scale-span: BN <= B_SCALE_SPAN when SCALE_BLOCK == 1");

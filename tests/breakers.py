@@ -239,7 +239,7 @@ GROUPED_BREAKERS = {
     "bk-swizzle": ("grouped_bf16", {"bk": 32}),
     "stages-range": ("grouped_bf16", {"stages": 0}),
     "smem-limit": ("grouped_bf16", {"stages": 5}),
-    "acc-registers": ("grouped_bf16", {"bm": 256, "stages": 1}),
+    "acc-registers": ("grouped_bf16", {"bm": 256, "bn": 192, "stages": 2}),
     "setmaxnreg-producer-count": ("grouped_bf16", {"regs_producer": 36}),
     "setmaxnreg-consumer-count": ("grouped_bf16", {"regs_consumer": 236}),
     "setmaxnreg-pool": ("grouped_bf16", {"regs_consumer": 240}),
@@ -263,6 +263,7 @@ GROUPED_BREAKERS = {
     "partials-fp8-only": ("grouped_bf16", {"partials": 1}),
     "split-n-fp8": ("grouped_bf16", {"split": "n"}),
     "split-n-chunks": ("grouped_fp8_split_n", {"bn": 64}),
+    "stages-ring": ("grouped_bf16", {"stages": 1}),
 }
 BREAKERS = {"simt": SIMT_BREAKERS, "wmma": WMMA_BREAKERS, "wgmma": WGMMA_BREAKERS,
             "mma": MMA_BREAKERS, "fp8": FP8_BREAKERS, "grouped": GROUPED_BREAKERS}
