@@ -138,6 +138,7 @@ static_assert((BN >= 8), "H05 wgmma-n-positive: BN >= 8");
 static_assert((SWIZZLE == 32 || SWIZZLE == 64 || SWIZZLE == 128), "H06 swizzle-mode: SWIZZLE in {32, 64, 128}");
 static_assert((BK*ELEM_BYTES == SWIZZLE), "H07 bk-swizzle: BK*ELEM_BYTES == SWIZZLE");
 static_assert((STAGES == 1 || STAGES == 2 || STAGES == 3 || STAGES == 4 || STAGES == 5 || STAGES == 6 || STAGES == 7 || STAGES == 8 || STAGES == 9 || STAGES == 10 || STAGES == 11 || STAGES == 12 || STAGES == 13 || STAGES == 14 || STAGES == 15 || STAGES == 16), "H08 stages-range: STAGES in {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}");
+static_assert(!(STAGES >= 1) || (STAGES >= 2*PRODUCER), "H53 stages-ring: STAGES >= 2*PRODUCER when STAGES >= 1");
 static_assert((SMEM_BYTES <= SMEM_OPTIN), "H09 smem-limit: SMEM_BYTES <= SMEM_OPTIN");
 static_assert((CONSUMERS == 1 || CONSUMERS == 2), "H10 consumers-range: CONSUMERS in {1, 2}");
 static_assert((ACC_REGS <= ACC_BUDGET), "H11 acc-registers: ACC_REGS <= ACC_BUDGET");
@@ -159,7 +160,6 @@ static_assert(!(OUT_BF16 == 1) || (DTYPE_BF16 == 1), "H33 bf16-output: DTYPE_BF1
 static_assert((A_MN_MAJOR == GROUPING_K), "G22 a-layout: A_MN_MAJOR == GROUPING_K");
 static_assert(!(GROUPING_K == 1) || (B_MN_MAJOR == 1), "G23 k-grouped-b: B_MN_MAJOR == 1 when GROUPING_K == 1");
 static_assert((LAYOUT_C_COL == 0), "G24 c-row-major: LAYOUT_C_COL == 0");
-static_assert(!(STAGES >= 1) || (STAGES >= 2), "G31 stages-ring: STAGES >= 2 when STAGES >= 1");
 
 
 using in_t = __nv_bfloat16;    // A and B

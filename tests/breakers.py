@@ -127,6 +127,7 @@ WGMMA_BREAKERS = {
                                                       "store": "direct"}),
     "bk-swizzle": ("wgmma_tma", {"bk": 32}),
     "stages-range": ("wgmma_tma", {"stages": 0}),
+    "stages-ring": ("wgmma_ws", {"stages": 1}),
     "smem-limit": ("wgmma_tma_store", {"stages": 5}),
     "consumers-range": ("wgmma_tma_store", {"consumers": 3, "bm": 192, "bn": 128,
                                             "regs_producer": 0, "regs_consumer": 0}),

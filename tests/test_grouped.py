@@ -55,9 +55,11 @@ def test_layout_rules_name_the_way_out():
 @pytest.mark.parametrize("preset", ["grouped_bf16", "grouped_wgrad", "grouped_fp8"])
 def test_one_stage_is_refused(preset):
     """A consumer releases a stage once it waits on the next one, so a ring of one stage
-    would wait on itself (the kernel would hang): G31 refuses it, and the source says so."""
-    assert [v.rule.id for v in _unchecked(preset, stages=1).violations()] == ["G31"]
-    assert '"G31 stages-ring: STAGES >= 2 when STAGES >= 1"' in render(GROUPED[preset], "sm_90a")
+    would wait on itself (the kernel would hang): H53, the rule of every Hopper kernel with a
+    producer warpgroup, refuses it, and the source says so."""
+    assert [v.rule.id for v in _unchecked(preset, stages=1).violations()] == ["H53"]
+    assert '"H53 stages-ring: STAGES >= 2*PRODUCER when STAGES >= 1"' in render(GROUPED[preset],
+                                                                                "sm_90a")
 
 
 # ---- the scheduler: the template's C++ on the host against the Python mirror ----------------

@@ -50,6 +50,10 @@ HOPPER_RULES: tuple[Rule, ...] = (
          "one K row of a K-major tile is one swizzle row (DeepGEMM: BK = 128 B / element)"),
     Rule("H08", "stages-range", one_of("STAGES", tuple(range(1, MAX_STAGES + 1))),
          f"1 to {MAX_STAGES} shared-memory stages in the TMA ring"),
+    Rule("H53", "stages-ring", at_least("STAGES", (2, "PRODUCER")),
+         "with a producer warpgroup the ring holds at least two stages: a consumer releases a "
+         "stage once it waits on the next one (with one stage it would wait on itself)",
+         when=at_least("STAGES", 1)),  # fewer: H08 (stages-range) says so
     Rule("H09", "smem-limit", at_most("SMEM_BYTES", "SMEM_OPTIN"),
          "stages x stage bytes + C staging + barriers + alignment fit the arch's opt-in "
          "shared memory per block"),

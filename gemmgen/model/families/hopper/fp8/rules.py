@@ -34,8 +34,6 @@ PTX_TYPES = {"e4m3": "e4m3", "e5m2": "e5m2"}
 _BLOCK = equal("SCALE_BLOCK", 1)
 
 FP8_RULES: tuple[Rule, ...] = HOPPER_RULES + (
-    Rule("F07", "stages-ring", at_least("STAGES", 2),
-         "the FP8 ring holds at least two stages (one loading while the other is read)"),
     Rule("F16", "k-major-only", equal("K_MAJOR", 1),
          "FP8 wgmma reads A and B K-major only (layout rcr: A row-major, B column-major, C "
          "row-major); other layouts go through the module's transposing pack at launch"),

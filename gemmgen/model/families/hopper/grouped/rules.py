@@ -2,7 +2,7 @@
 (``families.hopper``), the 16-bit output rules, and those of the groupings."""
 from __future__ import annotations
 
-from ....rules import Rule, at_least, equal, multiple_of
+from ....rules import Rule, equal, multiple_of
 from ..fp8.rules import BLOCK, FP8_RULES, REG_RESERVE as FP8_REG_RESERVE, b_scale_span
 from .. import C_SWIZZLE, HOPPER_RULES, MAX_STAGES, OUTPUT_RULES, SMEM_OPTIN
 
@@ -36,10 +36,6 @@ GROUPED_RULES: tuple[Rule, ...] = HOPPER_RULES + OUTPUT_RULES + (
          when=_K_GROUPED),
     Rule("G24", "c-row-major", equal("LAYOUT_C_COL", 0),
          "C is row-major: the groups' rows (or matrices) one after another"),
-    Rule("G31", "stages-ring", at_least("STAGES", 2),
-         "the ring holds at least two stages: a consumer releases a stage once it waits on the "
-         "next one (with one stage it would wait on itself)",
-         when=at_least("STAGES", 1)),  # fewer: H08 (stages-range) says so
     Rule("G25", "ends-order-m-grouped", equal("GROUPING_K", 0),
          "order 'ends' takes tiles from both ends of the M-grouped tile sequence; the "
          "K-grouped scheduler has one order", when=equal("ORDER_ENDS", 1)),
