@@ -35,23 +35,10 @@ _HIGH = re.compile(r"/\* (0x[0-9a-f]{16}) \*/")
 
 
 def text_sections(cubin: bytes) -> dict[str, int]:
-    """{function name: file offset of its .text section} of an ELF64 cubin."""
-    shoff, = struct.unpack_from("<Q", cubin, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
-
-    def header(i):
-        name, _type, _flags, _addr, offset, size = struct.unpack_from(
-            "<IIQQQQ", cubin, shoff + i * shentsize)
-        return name, offset, size
-    _, strtab, _ = header(shstrndx)
-    out = {}
-    for i in range(shnum):
-        name, offset, _ = header(i)
-        end = cubin.index(b"\0", strtab + name)
-        section = cubin[strtab + name:end].decode()
-        if section.startswith(".text."):
-            out[section[len(".text."):]] = offset
-    return out
+    """{function name: file offset of its .text section} of a cubin."""
+    from gemmgen.runtime.tma import elf_sections
+    return {name[len(".text."):]: at for name, (at, _) in elf_sections(cubin).items()
+            if name.startswith(".text.")}
 
 
 def instructions(sass: str) -> dict[str, list[tuple[int, str, int]]]:

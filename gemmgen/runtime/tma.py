@@ -96,7 +96,9 @@ class ParamLayout:
     total: int
 
 
-def _sections(elf: bytes) -> dict[str, bytes]:
+def elf_sections(elf: bytes) -> dict[str, tuple[int, int]]:
+    """{section name: (file offset, size in bytes)} of a cubin (``.nv.info.<kernel>``,
+    ``.text.<kernel>``, ...). Raises ``ValueError`` if ``elf`` is not a 64-bit ELF file."""
     if elf[:4] != b"\x7fELF" or elf[4] != 2:
         raise ValueError("not a 64-bit ELF cubin")
     shoff = struct.unpack_from("<Q", elf, 0x28)[0]
@@ -107,7 +109,11 @@ def _sections(elf: bytes) -> dict[str, bytes]:
     def name(off: int) -> str:
         end = elf.index(b"\0", names_at + off)
         return elf[names_at + off:end].decode()
-    return {name(h[0]): elf[h[4]:h[4] + h[5]] for h in heads}
+    return {name(h[0]): (h[4], h[5]) for h in heads}
+
+
+def _sections(elf: bytes) -> dict[str, bytes]:
+    return {name: elf[at:at + size] for name, (at, size) in elf_sections(elf).items()}
 
 
 def param_layout(cubin: bytes, kernel: str) -> ParamLayout:
