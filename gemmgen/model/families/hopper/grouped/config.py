@@ -112,6 +112,13 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
         return self.dtype in FP8_DTYPES
 
     @property
+    def stagger(self) -> bool:
+        """Two FP8 consumers with two partial sets run a K block apart: consumer 1 starts once
+        consumer 0 has promoted its first block (a single partial set has no point to wait
+        for: the main loop runs its ``after_first`` code only with two)."""
+        return self.fp8 and self.consumers == 2 and self.partials == 2
+
+    @property
     def promote(self) -> int:
         """K elements between promotions of the partial sums (the fp8 family's field): 128,
         one scale block, for FP8 inputs; 0 (the tensor core sums all of K) otherwise."""

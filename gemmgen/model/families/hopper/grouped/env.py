@@ -117,8 +117,7 @@ class GroupedEnv:
                    if self.split_n else {}),
                 "PROMOTE_STAGES": 1,
                 # consumer 1 starts a K block after consumer 0 (the named barrier it waits on)
-                **({"BAR_STAGGER": 2 + self.consumers}
-                   if self.consumers == 2 and self.partials == 2 else {}),
+                **({"BAR_STAGGER": 2 + self.consumers} if self.stagger else {}),
                 "B_SCALE_SPLIT": int(BLOCK % self.consumer_cols != 0)}
 
     def ctypes(self) -> dict[str, str]:
