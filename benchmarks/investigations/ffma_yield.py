@@ -8,7 +8,9 @@ same, on its own reading of the encoding seen in ``cuobjdump -sass`` of sm_90a c
 high 64-bit word of an instruction, bit 45 (0x0000200000000000) set means "do not yield" and
 bit 59 (0x0800000000000000) is the reuse flag of operand B. With ``--fraction f`` the first
 ``f`` of the flagged FFMAs of each run of at least ``--min-run`` consecutive FFMAs lose both
-flags; nothing else changes. The result is checked: the same instructions, in the same
+flags; a negative ``f`` instead sets both flags on the first ``-f`` of the FFMAs that have
+neither and whose successor reads the same scale register (the scale then stays in the reuse
+cache through the whole run). Nothing else changes. The result is checked: the same instructions, in the same
 order, with only those flags changed (cuobjdump of the patched cubin).
 
     python3 benchmarks/investigations/ffma_yield.py IN.cubin OUT.cubin [--fraction 0.5]
@@ -77,13 +79,29 @@ def patch(cubin: bytes, sass: str, fraction: float, min_run: int = 16) -> tuple[
     for func, insts in instructions(sass).items():
         base = sections[func]
         for run in ffma_runs(insts, min_run):
-            flagged = [x for x in run if x[2] & NO_YIELD and x[2] & REUSE_B]
-            for addr, _, high in flagged[:int(len(flagged) * fraction)]:
+            if fraction < 0:
+                picked = _unflagged_reusable(run)
+                picked = picked[:int(len(picked) * -fraction)]
+            else:
+                flagged = [x for x in run if x[2] & NO_YIELD and x[2] & REUSE_B]
+                picked = flagged[:int(len(flagged) * fraction)]
+            for addr, _, high in picked:
                 at = base + addr + 8
                 assert struct.unpack_from("<Q", out, at)[0] == high, (func, hex(addr))
-                struct.pack_into("<Q", out, at, high & ~(NO_YIELD | REUSE_B))
+                struct.pack_into("<Q", out, at, high ^ (NO_YIELD | REUSE_B))
                 changed += 1
     return bytes(out), changed
+
+
+def _operand_b(text: str) -> str:
+    return text.replace(".reuse", "").split(",")[2].strip()
+
+
+def _unflagged_reusable(run):
+    """The FFMAs of a run with neither flag whose successor reads the same operand B register:
+    those a negative fraction marks "reuse B, do not yield" (as ptxas marks the others)."""
+    return [x for x, y in zip(run, run[1:])
+            if not x[2] & (NO_YIELD | REUSE_B) and _operand_b(x[1]) == _operand_b(y[1])]
 
 
 def sass_of(path: str) -> str:
@@ -101,7 +119,7 @@ def install(fraction: float, match: str = "grouped_m_e4m3") -> None:
         cubin, res = build(source, arch, stem, timeout)
         if match in stem:
             cubin, changed = patch(cubin, sass(cubin), fraction)
-            print(f"ffma_yield: {stem}: {changed} FFMA flags cleared", file=sys.stderr)
+            print(f"ffma_yield: {stem}: {changed} FFMAs changed", file=sys.stderr)
         return cubin, res
     cache.cubin_of = patched
 
@@ -130,7 +148,7 @@ def main(argv=None) -> int:
                [(a, t.replace(".reuse", "")) for a, t, _ in new], func
         diff = [(a, h ^ g) for (a, _, h), (_, _, g) in zip(insts, new) if h != g]
         assert all(x == NO_YIELD | REUSE_B for _, x in diff), func
-    print(f"{args.dst}: {changed} FFMA flags cleared")
+    print(f"{args.dst}: {changed} FFMAs changed")
     return 0
 
 

@@ -1,0 +1,147 @@
+"""SM clock and board power while the grouped FP8 kernel and its baseline run, sustained.
+
+For each problem of ``grouped_fp8.py`` selected by GROUPED_FP8_ONLY: the same inputs as that
+script, then gemmgen.grouped_gemm and the per-expert torch._scaled_mm loop each replayed from
+a CUDA graph, back to back, for SECONDS seconds (alternated, ROUNDS times), while
+``nvidia-smi`` samples the SM clock, the board power, the enforced power limit and the active
+clock-event reasons every 50 ms. A row per replay: TFLOP/s over the whole replay (2 x rows x
+N x K x calls / seconds, CUDA events), and the median clock and power of the samples taken in
+it. This tells whether a kernel runs at the power limit (the clock falls below the boost
+clock with the power-cap reason set), where energy per tile, not cycles per tile, sets the
+time. Usage on the GPU machine, from the repository root:
+    PYTHONPATH=$PWD GROUPED_FP8_ONLY=deepgemm python3 benchmarks/investigations/grouped_fp8_clocks.py
+$OUT/grouped_fp8_clocks_<GPU>.json when $OUT is set.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import grouped_fp8 as gf  # noqa: E402
+
+from gemmgen import grouped_gemm  # noqa: E402
+from gemmgen.heuristics.grouped import row_counts  # noqa: E402
+
+SECONDS = float(os.environ.get("SECONDS_PER_REPLAY", "4"))
+ROUNDS = int(os.environ.get("ROUNDS", "2"))
+QUERY = "clocks.sm,power.draw,enforced.power.limit,clocks_event_reasons.active"
+
+
+class Sampler(threading.Thread):
+    """nvidia-smi samples of QUERY every 50 ms, as (time, [fields]) tuples."""
+
+    def __init__(self, index: int):
+        super().__init__(daemon=True)
+        self.proc = subprocess.Popen(
+            ["nvidia-smi", "-i", str(index), f"--query-gpu={QUERY}",
+             "--format=csv,noheader,nounits", "-lms", "50"],
+            stdout=subprocess.PIPE, text=True)
+        self.samples = []
+
+    def run(self):
+        for line in self.proc.stdout:
+            self.samples.append((time.time(), [x.strip() for x in line.split(",")]))
+
+    def between(self, t0: float, t1: float) -> dict:
+        got = [f for t, f in self.samples if t0 <= t <= t1]
+        if not got:
+            return {"samples": 0}
+        num = [[float(x) for x in f[:3]] for f in got]
+        return {"samples": len(got),
+                "sm_clock_mhz": statistics.median(x[0] for x in num),
+                "power_w": round(statistics.median(x[1] for x in num), 1),
+                "power_limit_w": num[0][2],
+                "clock_event_reasons": sorted({f[3] for f in got})}
+
+
+def _graph(call, sets: int, calls: int):
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for i in range(sets):
+            call(i)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(calls):
+            call(i % sets)
+    return g
+
+
+def _sustained(g, calls: int, flops: float, sampler: Sampler) -> dict:
+    g.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0, replays = time.time(), 0
+    start.record()
+    while time.time() - t0 < SECONDS:
+        g.replay()
+        replays += 1
+        if replays % 4 == 0:
+            torch.cuda.synchronize()
+    end.record()
+    end.synchronize()
+    t1 = time.time()
+    seconds = start.elapsed_time(end) / 1e3
+    row = {"tflops": round(flops * calls * replays / seconds / 1e12, 1), "seconds": round(seconds, 2)}
+    row.update(sampler.between(t0 + 0.5, t1))
+    return row
+
+
+def main() -> int:
+    only = os.environ.get("GROUPED_FP8_ONLY", "deepgemm")
+    sampler = Sampler(torch.cuda.current_device())
+    sampler.start()
+    rows = []
+    for name, g, per, n, k, routed in gf.PROBLEMS:
+        if only not in name:
+            continue
+        torch.manual_seed(0)
+        counts = [per] * g if per else row_counts("random", routed, g, 0)
+        w, sw = gf._experts(g, n, k)
+        per_set = sum(counts) * (k + 2 * n)
+        sets = [gf._set(counts, n, k, w, sw)
+                for _ in range(max(1, min(8, -(-2 * gf.L2_BYTES // per_set))))]
+        b = w.transpose(1, 2)
+
+        def ours(i):
+            st = sets[i]
+            grouped_gemm(st["a"], b, st["offs"], st["out"], scale_a=st["sa"], scale_b=sw,
+                         stream=torch.cuda.current_stream().cuda_stream)
+
+        def theirs(i):
+            for a_g, sa_g, b_g, sb_g, _ in sets[i]["loop"]:
+                torch._scaled_mm(a_g, b_g, sa_g, sb_g, out_dtype=torch.bfloat16)
+        flops, calls = 2.0 * sum(counts) * n * k, 50
+        graphs = {"gemmgen": _graph(ours, len(sets), calls),
+                  "torch._scaled_mm loop": _graph(theirs, len(sets), calls)}
+        for r in range(ROUNDS):
+            for who, gr in graphs.items():
+                row = {"case": name, "round": r, "kernel": who}
+                row.update(_sustained(gr, calls, flops, sampler))
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+        del graphs
+    sampler.proc.terminate()
+    gpu = torch.cuda.get_device_name()
+    doc = {"investigation": "grouped_fp8_clocks", "gpu": gpu, "torch": torch.__version__,
+           "git_commit": os.environ.get("GEMMGEN_COMMIT", ""), "date": time.strftime("%Y-%m-%d"),
+           "timing": "graph-captured (kernel only), sustained replays", "rows": rows}
+    out = os.environ.get("OUT")
+    if out:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, f"grouped_fp8_clocks_{gpu.replace(' ', '_')}.json"), "w") as f:
+            json.dump(doc, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
