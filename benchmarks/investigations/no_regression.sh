@@ -11,7 +11,8 @@
 # and $OUT/raw.tar.gz (every run's results file); kernels compile into $GEMMGEN_CACHE_DIR
 # (default /tmp/gemmgen-no-regression). BEFORE_COMMIT and AFTER_COMMIT (default GEMMGEN_COMMIT)
 # name the two sides in the results, where the checkouts' git cannot (a copy without .git, or a
-# stale one on the GPU machine).
+# stale one on the GPU machine). ONLY: the rows whose label contains it (run.py --only), e.g.
+#   ONLY="fp16 rrr 1024x1024x1024" bash ... .before 12 square   (one row, 12 runs a side).
 set -u
 BEFORE=$(cd "$1" && pwd); RUNS=$2; shift 2
 ROOT=$(pwd); OUT=${OUT:-$ROOT/no-regression}; RAW=$(mktemp -d)
@@ -22,7 +23,7 @@ one() {  # side run suite gpu
   local dir=$ROOT commit=${AFTER_COMMIT:-${GEMMGEN_COMMIT:-}}
   [ "$1" = b ] && dir=$BEFORE commit=${BEFORE_COMMIT:-}
   (cd "$dir" && GEMMGEN_GIT_COMMIT=$commit CUDA_VISIBLE_DEVICES=$4 timeout 900 python3 benchmarks/run.py "$3" \
-     --results-dir "$RAW/$3/$1$2" > "$RAW/$3.$1$2.log" 2>&1)
+     ${ONLY:+--only "$ONLY"} --results-dir "$RAW/$3/$1$2" > "$RAW/$3.$1$2.log" 2>&1)
   echo "$3 $1$2 gpu$4 rc=$? $(date +%T)"
 }
 for suite in "$@"; do
