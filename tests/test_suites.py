@@ -2,6 +2,7 @@
 are refused naming the file and the key, and the runner's pure parts (selection, rows,
 header, merging, file names, plots) work on fake timings."""
 import json
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,7 +23,7 @@ from gemmgen.tune.suite_run import (
     problem_groups,
     suite_row,
 )
-from gemmgen.tune.suite_torch import torch_row
+from gemmgen.tune.suite_torch import captured, torch_row
 
 SUITES = Path(__file__).resolve().parent.parent / "benchmarks" / "suites"
 INFO = {"gpu": "NVIDIA H200", "cuda_version": "13.0", "cuda_driver": "13.0", "sms": 132,
@@ -317,3 +318,25 @@ def test_a_bad_moe_model_is_refused(tmp_path):
                    'routing = "zipf"\n')
     with pytest.raises(suites.SuiteError, match="routing: 'zipf' is not uniform, random"):
         suites.load(str(bad))
+
+
+def test_a_captured_loop_warms_each_set_outside_capture_then_cycles_them():
+    """suite_torch.captured: every set used is called once on a side stream before capture
+    (PyTorch's rule for CUDA graphs), then the graph holds ``calls`` calls over the sets in
+    turn; a graph of fewer calls than sets warms only the sets it uses."""
+    log = []
+
+    @contextmanager
+    def phase(name):
+        log.append(name)
+        yield
+        log.append("end " + name)
+    stream = SimpleNamespace(wait_stream=lambda other: None)
+    cuda = SimpleNamespace(Stream=lambda: stream, current_stream=lambda: stream,
+                           stream=lambda s: phase("side"), graph=lambda g: phase("capture"),
+                           CUDAGraph=lambda: "graph")
+    assert captured(log.append, 3, 7, SimpleNamespace(cuda=cuda)) == "graph"
+    assert log == ["side", 0, 1, 2, "end side", "capture", 0, 1, 2, 0, 1, 2, 0, "end capture"]
+    log.clear()
+    captured(log.append, 4, 2, SimpleNamespace(cuda=cuda))
+    assert log == ["side", 0, 1, "end side", "capture", 0, 1, "end capture"]

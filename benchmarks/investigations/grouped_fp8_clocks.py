@@ -29,6 +29,7 @@ import grouped_fp8 as gf  # noqa: E402
 
 from gemmgen import grouped_gemm  # noqa: E402
 from gemmgen.heuristics.grouped import row_counts  # noqa: E402
+from gemmgen.tune.suite_torch import captured  # noqa: E402
 
 SECONDS = float(os.environ.get("SECONDS_PER_REPLAY", "4"))
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
@@ -60,20 +61,6 @@ class Sampler(threading.Thread):
                 "power_w": round(statistics.median(x[1] for x in num), 1),
                 "power_limit_w": num[0][2],
                 "clock_event_reasons": sorted({f[3] for f in got})}
-
-
-def _graph(call, sets: int, calls: int):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for i in range(sets):
-            call(i)
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(calls):
-            call(i % sets)
-    return g
 
 
 def _sustained(g, calls: int, flops: float, sampler: Sampler) -> dict:
@@ -121,8 +108,8 @@ def main() -> int:
             for a_g, sa_g, b_g, sb_g, _ in sets[i]["loop"]:
                 torch._scaled_mm(a_g, b_g, sa_g, sb_g, out_dtype=torch.bfloat16)
         flops, calls = 2.0 * sum(counts) * n * k, 50
-        graphs = {"gemmgen": _graph(ours, len(sets), calls),
-                  "torch._scaled_mm loop": _graph(theirs, len(sets), calls)}
+        graphs = {"gemmgen": captured(ours, len(sets), calls, torch),
+                  "torch._scaled_mm loop": captured(theirs, len(sets), calls, torch)}
         for r in range(ROUNDS):
             for who, gr in graphs.items():
                 row = {"case": name, "round": r, "kernel": who}

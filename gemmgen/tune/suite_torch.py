@@ -154,12 +154,12 @@ def eager(fn, sets: int, budget: float, torch) -> Timing:
     return summary(per, REPEATS * calls)
 
 
-def graph(fn, sets: int, budget: float, torch) -> Timing:
-    """Seconds per call: a loop of calls captured in one CUDA graph, replays timed."""
-    calls = min(_calls(fn, sets, budget, torch), GRAPH_CALLS)
+def captured(fn, sets: int, calls: int, torch):
+    """A ``torch.cuda.CUDAGraph`` of ``calls`` calls ``fn(j % sets)``, after a warm-up of
+    each set used (up to ``calls``) on a side stream, outside capture, as PyTorch asks."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up every set outside capture, as PyTorch asks
+    with torch.cuda.stream(side):
         for j in range(min(sets, calls)):
             fn(j)
     torch.cuda.current_stream().wait_stream(side)
@@ -167,6 +167,13 @@ def graph(fn, sets: int, budget: float, torch) -> Timing:
     with torch.cuda.graph(g):
         for j in range(calls):
             fn(j % sets)
+    return g
+
+
+def graph(fn, sets: int, budget: float, torch) -> Timing:
+    """Seconds per call: a loop of calls captured in one CUDA graph, replays timed."""
+    calls = min(_calls(fn, sets, budget, torch), GRAPH_CALLS)
+    g = captured(fn, sets, calls, torch)
     g.replay()
     start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
     per = []
