@@ -33,6 +33,7 @@ def choices(suite: str, gpu: str) -> dict:
         sf.sm_count = lambda: 132           # the H100/H200 SM count, without a GPU
         return {c.label: v if not isinstance(v, Exception) else str(v)
                 for c, v in sf._configs(cases).items()}
+    # run_dispatch's decide call, spelled out: the script also runs in older checkouts
     from gemmgen.heuristics.select import decide, math_dtype
     from gemmgen.tune.suite_kinds import _c_aligned
     return {c.label: decide(None, gpu, math_dtype(c.dtype, c.math), c.m, c.n, c.k, 90,

@@ -48,6 +48,7 @@ def main(argv=None) -> int:
 def _run(args) -> int:
     import pycuda.driver as drv
 
+    # run_dispatch's decide call, spelled out: the script also runs in older checkouts
     from gemmgen.heuristics.select import decide, math_dtype
     from gemmgen.runtime import driver
     from gemmgen.runtime.device import device_cc
