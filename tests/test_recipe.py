@@ -2,6 +2,7 @@
 address (as a pointer or inside a tensor map), the serialized form the compiled launcher
 reads, and the launcher's build."""
 import struct
+import types
 
 import pytest
 
@@ -324,3 +325,24 @@ def test_one_plan_reads_every_operand_in_the_recipes_order(monkeypatch):
         (0x1000, 0x2000, 0x3000, 0x4000), (0x2000, 0x1000, 0x9000, 0),
         (0x1000, 0x2000, 0x9000, 0, 5, 0x6000), (0x2000, 0x1000, 0x3000, 0)]
     assert recipe.calls[0][1] == ("handle", 7)
+
+
+def test_a_launch_without_patches_hands_the_driver_one_prepared_block(monkeypatch):
+    """Recipe.run: a launch whose parameters no call patches passes the same driver.Params
+    (made once, pointing at its bytes) on every call; a patched launch passes fresh bytes with
+    the operand's address written in."""
+    import ctypes
+    fn = types.SimpleNamespace(handle=5, dynamic_smem=0)
+    plain = rc.Launch(fn, (1, 1, 1), (128, 1, 1), b"\x01" * 16)
+    patched = rc.Launch(fn, (2, 1, 1), (128, 1, 1), bytes(16), (rc.Patch(8, PATCH_POINTER, 0, 4),))
+    seen = []
+    monkeypatch.setattr(driver_mod, "launch", lambda f, grid, block, smem, params, stream:
+                        seen.append(params))
+    recipe = rc.Recipe(0, [plain, patched], "test")
+    recipe.run((0x1000,), None)
+    recipe.run((0x2000,), None)
+    assert seen[0] is seen[2] and isinstance(seen[0], driver_mod.Params)
+    extra = seen[0].extra
+    assert ctypes.string_at(extra[1], ctypes.c_size_t.from_address(extra[3]).value) == b"\x01" * 16
+    assert struct.unpack_from("<Q", seen[1], 8)[0] == 0x1004
+    assert struct.unpack_from("<Q", seen[3], 8)[0] == 0x2004

@@ -140,9 +140,11 @@ def current_context() -> int | None:
 def current_device() -> int:
     """The device of this thread's current context; device 0's primary context is made
     current first where the thread has none."""
+    dev = ctypes.c_int()
+    if _lib().cuCtxGetDevice(ctypes.byref(dev)) == 0:   # one call where a context is current
+        return dev.value
     if current_context() is None:
         check(_lib().cuCtxSetCurrent(primary_context(0)), "cuCtxSetCurrent")
-    dev = ctypes.c_int()
     check(_lib().cuCtxGetDevice(ctypes.byref(dev)), "cuCtxGetDevice")
     return dev.value
 
@@ -228,20 +230,35 @@ class Module:
         return fn
 
 
-def launch(function: int, grid: tuple, block: tuple, smem: int, params: bytes,
+class Params:
+    """A parameter block made ready for ``cuLaunchKernel``'s ``extra`` argument once: the
+    bytes, their size and the ``CU_LAUNCH_PARAM_*`` array pointing at both, kept alive
+    together. A recipe's launch whose parameters no call patches keeps one, so that a
+    repeated launch does no ctypes work but the call itself."""
+
+    __slots__ = ("data", "_buf", "_size", "extra")
+
+    def __init__(self, data: bytes):
+        self.data = bytes(data)
+        self._buf = ctypes.c_char_p(self.data)
+        self._size = ctypes.c_size_t(len(self.data))
+        self.extra = (ctypes.c_void_p * 5)(_LAUNCH_PARAM_BUFFER_POINTER,
+                                           ctypes.cast(self._buf, ctypes.c_void_p).value,
+                                           _LAUNCH_PARAM_BUFFER_SIZE,
+                                           ctypes.addressof(self._size), _LAUNCH_PARAM_END)
+
+
+def launch(function: int, grid: tuple, block: tuple, smem: int, params: bytes | Params,
            stream: int | None = None) -> None:
     """One ``cuLaunchKernel`` of the CUfunction ``function`` with the parameter block
-    ``params`` (the kernel's parameters at their offsets) on the raw stream handle ``stream``
-    (None or 0: the legacy default stream).
+    ``params`` (the kernel's parameters at their offsets, as bytes or a ``Params`` made
+    once) on the raw stream handle ``stream`` (None or 0: the legacy default stream).
     The current context must be the function's device's. No allocation, no synchronization."""
-    buf = ctypes.c_char_p(params)
-    size = ctypes.c_size_t(len(params))
-    extra = (ctypes.c_void_p * 5)(_LAUNCH_PARAM_BUFFER_POINTER,
-                                  ctypes.cast(buf, ctypes.c_void_p).value,
-                                  _LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size),
-                                  _LAUNCH_PARAM_END)
+    if not isinstance(params, Params):
+        params = Params(params)
     check(_lib().cuLaunchKernel(function, grid[0], grid[1], grid[2], block[0], block[1],
-                                block[2], smem, stream or None, None, extra), "cuLaunchKernel")
+                                block[2], smem, stream or None, None, params.extra),
+          "cuLaunchKernel")
 
 
 # ---- memory and tensor maps ----------------------------------------------------------------

@@ -16,6 +16,7 @@ runs on several streams at once.
 """
 from __future__ import annotations
 
+import functools
 import re
 import struct
 from dataclasses import dataclass, field
@@ -229,6 +230,12 @@ class Launch:
     def smem(self) -> int:
         return self.function.dynamic_smem
 
+    @functools.cached_property
+    def ready(self) -> driver.Params:
+        """``params`` made ready for the driver once (a launch without patches sends it as
+        it is on every call)."""
+        return driver.Params(self.params)
+
 
 @dataclass
 class Recipe:
@@ -252,7 +259,7 @@ class Recipe:
 
     def _launch(self, ptrs: tuple[int, ...], work: tuple[int, ...], stream) -> None:
         for ln in self.launches:
-            params = ln.params
+            params = ln.ready if not ln.patches else ln.params
             if ln.patches:
                 params = bytearray(params)
                 for p in ln.patches:
