@@ -66,7 +66,7 @@ def _run(args) -> int:
 
     def recording(function, grid, block, smem, params, stream=None):
         seen.append({"grid": list(grid), "block": list(block), "smem": smem,
-                     "param_bytes": len(bytes(params)) if params is not None else 0})
+                     "param_bytes": len(getattr(params, "data", params) or b"")})
         return real(function, grid, block, smem, params, stream)
     rows, rng = [], np.random.default_rng(0)
     for c in cases:
