@@ -237,6 +237,22 @@ class Launch:
         return driver.Params(self.params)
 
 
+def _patched(ln: Launch, ptrs: tuple[int, ...], work: tuple[int, ...]) -> bytes:
+    """``ln``'s parameter block with each patch's address written in: operand ``ptrs[i]``
+    or workspace ``work[i - WORK_BASE]``, plus the patch's delta, as a pointer or as a tensor
+    map's global address."""
+    params = bytearray(ln.params)
+    for p in ln.patches:
+        base = ptrs[p.index] if p.index < WORK_BASE else work[p.index - WORK_BASE]
+        addr = base + p.delta
+        if p.kind == PATCH_POINTER:
+            struct.pack_into("<Q", params, p.offset, addr)
+        else:
+            params[p.offset:p.offset + 128] = driver.replace_map_address(
+                bytes(params[p.offset:p.offset + 128]), addr)
+    return bytes(params)
+
+
 @dataclass
 class Recipe:
     """The launches of one call, in order, on ``device``; ``path`` says what they do (e.g.
@@ -259,18 +275,7 @@ class Recipe:
 
     def _launch(self, ptrs: tuple[int, ...], work: tuple[int, ...], stream) -> None:
         for ln in self.launches:
-            params = ln.ready if not ln.patches else ln.params
-            if ln.patches:
-                params = bytearray(params)
-                for p in ln.patches:
-                    base = ptrs[p.index] if p.index < WORK_BASE else work[p.index - WORK_BASE]
-                    addr = base + p.delta
-                    if p.kind == PATCH_POINTER:
-                        struct.pack_into("<Q", params, p.offset, addr)
-                    else:
-                        params[p.offset:p.offset + 128] = driver.replace_map_address(
-                            bytes(params[p.offset:p.offset + 128]), addr)
-                params = bytes(params)
+            params = _patched(ln, ptrs, work) if ln.patches else ln.ready
             driver.launch(ln.function.handle, ln.grid, ln.block, ln.smem, params, stream)
 
     def to_bytes(self, order: tuple[int, ...] | None = None) -> bytes:
