@@ -102,19 +102,44 @@ def _check(st, w, sw, sample: list[int], config=None) -> float:
     return worst
 
 
-def run(name, g, per, n, k, routed, seed=0, configs=(None,), baseline=True) -> list[dict]:
-    """One row per config of ``configs`` (None: the dispatch's choice), all on the same
-    inputs, and the baseline once (its figures in every row)."""
+def inputs(g, per, n, k, routed, seed=0):
+    """A problem's inputs: the rows per expert (``per`` each, or ``routed`` rows routed at
+    random), the experts' FP8 weights and scales (w [G, N, K], sw) and enough sets of tokens
+    (``_set``, at most 8) to rotate past twice the L2."""
     torch.manual_seed(seed)
     counts = [per] * g if per else row_counts("random", routed, g, seed)
     w, sw = _experts(g, n, k)
     per_set = sum(counts) * (k + 2 * n)
     sets = [_set(counts, n, k, w, sw) for _ in range(max(1, min(8, -(-2 * L2_BYTES // per_set))))]
+    return counts, w, sw, sets
+
+
+def gemmgen_call(sets, w, sw, config=None):
+    """fn(i): set i through gemmgen.grouped_gemm (``config``, or the dispatch's choice) on
+    torch's current stream."""
     b = w.transpose(1, 2)
 
+    def ours(i):
+        st = sets[i]
+        grouped_gemm(st["a"], b, st["offs"], st["out"], scale_a=st["sa"], scale_b=sw,
+                     stream=torch.cuda.current_stream().cuda_stream, config=config)
+    return ours
+
+
+def loop_call(sets):
+    """fn(i): set i through the baseline, one torch._scaled_mm per non-empty expert."""
     def theirs(i):
         for a_g, sa_g, b_g, sb_g, _ in sets[i]["loop"]:
             torch._scaled_mm(a_g, b_g, sa_g, sb_g, out_dtype=torch.bfloat16)
+    return theirs
+
+
+def run(name, g, per, n, k, routed, seed=0, configs=(None,), baseline=True) -> list[dict]:
+    """One row per config of ``configs`` (None: the dispatch's choice), all on the same
+    inputs, and the baseline once (its figures in every row)."""
+    counts, w, sw, sets = inputs(g, per, n, k, routed, seed)
+    b = w.transpose(1, 2)
+    theirs = loop_call(sets)
     flops = 2.0 * sum(counts) * n * k
     base, rows = None, []
     if baseline:
@@ -124,12 +149,7 @@ def run(name, g, per, n, k, routed, seed=0, configs=(None,), baseline=True) -> l
             base = str(exc).splitlines()[0][:200]
     for config in configs:
         err = _check(sets[0], w, sw, sorted({0, g // 2, g - 1}), config)
-
-        def ours(i, config=config):
-            st = sets[i]
-            grouped_gemm(st["a"], b, st["offs"], st["out"], scale_a=st["sa"], scale_b=sw,
-                         stream=torch.cuda.current_stream().cuda_stream, config=config)
-        mine = graph_time(torch, ours, len(sets), BUDGET_S)
+        mine = graph_time(torch, gemmgen_call(sets, w, sw, config), len(sets), BUDGET_S)
         row = {"case": name, "groups": g, "rows": sum(counts), "N": n, "K": k,
                "rows_per_group": per or f"random, {min(counts)}..{max(counts)}",
                "tflops": round(flops / mine.median / 1e12, 1),

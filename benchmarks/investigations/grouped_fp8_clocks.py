@@ -9,7 +9,8 @@ N x K x calls / seconds, CUDA events), and the median clock and power of the sam
 it. This tells whether a kernel runs at the power limit (the clock falls below the boost
 clock with the power-cap reason set), where energy per tile, not cycles per tile, sets the
 time. Usage on the GPU machine, from the repository root:
-    PYTHONPATH=$PWD GROUPED_FP8_ONLY=deepgemm python3 benchmarks/investigations/grouped_fp8_clocks.py
+    PYTHONPATH=$PWD GROUPED_FP8_ONLY=deepgemm \
+        python3 benchmarks/investigations/grouped_fp8_clocks.py
 $OUT/grouped_fp8_clocks_<GPU>.json when $OUT is set.
 """
 from __future__ import annotations
@@ -27,8 +28,6 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import grouped_fp8 as gf  # noqa: E402
 
-from gemmgen import grouped_gemm  # noqa: E402
-from gemmgen.heuristics.grouped import row_counts  # noqa: E402
 from gemmgen.tune.suite_torch import captured  # noqa: E402
 
 SECONDS = float(os.environ.get("SECONDS_PER_REPLAY", "4"))
@@ -78,7 +77,8 @@ def _sustained(g, calls: int, flops: float, sampler: Sampler) -> dict:
     end.synchronize()
     t1 = time.time()
     seconds = start.elapsed_time(end) / 1e3
-    row = {"tflops": round(flops * calls * replays / seconds / 1e12, 1), "seconds": round(seconds, 2)}
+    row = {"tflops": round(flops * calls * replays / seconds / 1e12, 1),
+           "seconds": round(seconds, 2)}
     row.update(sampler.between(t0 + 0.5, t1))
     return row
 
@@ -91,25 +91,10 @@ def main() -> int:
     for name, g, per, n, k, routed in gf.PROBLEMS:
         if only not in name:
             continue
-        torch.manual_seed(0)
-        counts = [per] * g if per else row_counts("random", routed, g, 0)
-        w, sw = gf._experts(g, n, k)
-        per_set = sum(counts) * (k + 2 * n)
-        sets = [gf._set(counts, n, k, w, sw)
-                for _ in range(max(1, min(8, -(-2 * gf.L2_BYTES // per_set))))]
-        b = w.transpose(1, 2)
-
-        def ours(i):
-            st = sets[i]
-            grouped_gemm(st["a"], b, st["offs"], st["out"], scale_a=st["sa"], scale_b=sw,
-                         stream=torch.cuda.current_stream().cuda_stream)
-
-        def theirs(i):
-            for a_g, sa_g, b_g, sb_g, _ in sets[i]["loop"]:
-                torch._scaled_mm(a_g, b_g, sa_g, sb_g, out_dtype=torch.bfloat16)
+        counts, w, sw, sets = gf.inputs(g, per, n, k, routed)
         flops, calls = 2.0 * sum(counts) * n * k, 50
-        graphs = {"gemmgen": captured(ours, len(sets), calls, torch),
-                  "torch._scaled_mm loop": captured(theirs, len(sets), calls, torch)}
+        graphs = {"gemmgen": captured(gf.gemmgen_call(sets, w, sw), len(sets), calls, torch),
+                  "torch._scaled_mm loop": captured(gf.loop_call(sets), len(sets), calls, torch)}
         for r in range(ROUNDS):
             for who, gr in graphs.items():
                 row = {"case": name, "round": r, "kernel": who}
