@@ -38,10 +38,10 @@ QUERY = "clocks.sm,power.draw,enforced.power.limit,clocks_event_reasons.active"
 class Sampler(threading.Thread):
     """nvidia-smi samples of QUERY every 50 ms, as (time, [fields]) tuples."""
 
-    def __init__(self, index: int):
+    def __init__(self, index: str):
         super().__init__(daemon=True)
         self.proc = subprocess.Popen(
-            ["nvidia-smi", "-i", str(index), f"--query-gpu={QUERY}",
+            ["nvidia-smi", "-i", index, f"--query-gpu={QUERY}",
              "--format=csv,noheader,nounits", "-lms", "50"],
             stdout=subprocess.PIPE, text=True)
         self.samples = []
@@ -60,6 +60,14 @@ class Sampler(threading.Thread):
                 "power_w": round(statistics.median(x[1] for x in num), 1),
                 "power_limit_w": num[0][2],
                 "clock_event_reasons": sorted({f[3] for f in got})}
+
+
+def _smi_index() -> str:
+    """nvidia-smi's name for torch's current device: its entry of CUDA_VISIBLE_DEVICES (an
+    index or a UUID, which ``nvidia-smi -i`` takes as they are), else its own index."""
+    i = torch.cuda.current_device()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    return visible.split(",")[i].strip() if visible else str(i)
 
 
 def _sustained(g, calls: int, flops: float, sampler: Sampler) -> dict:
@@ -85,7 +93,7 @@ def _sustained(g, calls: int, flops: float, sampler: Sampler) -> dict:
 
 def main() -> int:
     only = os.environ.get("GROUPED_FP8_ONLY", "deepgemm")
-    sampler = Sampler(torch.cuda.current_device())
+    sampler = Sampler(_smi_index())
     sampler.start()
     rows = []
     for name, g, per, n, k, routed in gf.PROBLEMS:
