@@ -504,8 +504,11 @@ EXTRA_CASES = [
     ("tune --m 4096 --n 4096 --k 4096 --groups 8 --dtype bf16 --db x.json", U,
      "grouped tuning file"),
     ("emit --preset smem -o missing/dir/k.cu", U, "does not exist"),
-    # FP8 grouped kernels are explained, not tuned yet
-    ("tune --m 4096 --n 4096 --k 4096 --groups 8 --dtype e4m3", U, "not tuned"),
+    # FP8 grouped kernels are M-grouped, layout rcr: tuning says so before it needs a GPU
+    ("tune --m 4096 --n 4096 --k 4096 --groups 8 --dtype e4m3 --grouping k", U, "--grouping"),
+    ("tune --m 4096 --n 4096 --k 4096 --groups 8 --dtype e4m3 --layout rrr", U, "--layout"),
+    ("tune --m 4096 --n 4096 --k 4096 --groups 8 --dtype fp32", U,
+     "or e4m3/e5m2 with block scales"),
     ("explain 4096 4096 4096 --groups 8 --dtype fp32", U, "or e4m3/e5m2 with block scales"),
 ]
 

@@ -386,3 +386,34 @@ def test_fp8_op_from_the_compiled_launcher_inside_a_graph():
     graph.replay()
     torch.cuda.synchronize()
     _check_fp8_groups(out, ad, wd, new, "launcher replay")
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
+def test_tune_groups_stores_a_verified_winner_that_the_dispatch_takes(dtype, tmp_path,
+                                                                     monkeypatch):
+    """gemmgen tune --groups, 16-bit and FP8 (block scales): each measured candidate verified
+    against float64 (of the dequantized operands for FP8) within the bound, the fastest stored
+    in the grouped tuning file, and grouped_gemm's dispatch then runs it for that problem."""
+    from gemmgen.runtime import grouped as rt
+    from gemmgen.tune.grouped_tune import tune_grouped
+    monkeypatch.setenv("GEMMGEN_GROUPED_DB", str(tmp_path / "grouped_tune.json"))
+    monkeypatch.setattr(rt, "_TUNED", [])
+    groups, rows, n, k = 4, 1024, 256, 512
+    _, entry = tune_grouped(dtype, groups, rows, n, k, max_configs=3, budget=300)
+    done = entry["candidates"]
+    assert len(done) == 3 and entry["winner"] in done, done
+    for name, r in done.items():
+        assert r["status"] == "ok", (name, r)
+        assert r["rel_error"] <= tolerance(k, dtype, "fp32", "bf16") and r["tflops"] > 0, r
+    offs = _offs(row_counts("uniform", rows, groups))
+    if dtype == "e4m3":
+        a, sa = gt.quantize(torch.randn(rows, k, device="cuda"), (1, 128))
+        w, sw = zip(*(gt.quantize(torch.randn(n, k, device="cuda"), (128, 128))
+                      for _ in range(groups)))
+        scales = {"scale_a": sa, "scale_b": torch.stack(sw)}
+        b = torch.stack(w).transpose(1, 2)
+    else:
+        a, b, _ = _m_operands([rows // groups] * groups, n, k, dtype, "c", extra=0)
+        scales = {}
+    plan = rt.plan_grouped(a, b, offs, _nan((rows, n), torch.bfloat16), **scales)
+    assert (plan.choice.how, plan.choice.config.name) == ("tuned", entry["winner"])

@@ -510,6 +510,17 @@ def test_tune_groups_checks_its_arguments_before_the_gpu():
     out = CliRunner().invoke(main, ["tune", "--m", "64", "--n", "64", "--k", "64", "--groups",
                                     "2", "--dtype", "bf16", "--dist", "zipf"])
     assert out.exit_code == 2 and "unknown distribution" in out.output
+    out = CliRunner().invoke(main, ["tune", "--m", "64", "--n", "64", "--k", "64", "--groups",
+                                    "2", "--dtype", "e4m3", "--grouping", "k"])
+    assert out.exit_code == 2 and "M-grouped" in out.output
+
+
+def test_fp8_grouped_tuning_refuses_other_groupings_before_the_gpu():
+    from gemmgen.tune.grouped_tune import tune_grouped
+    with pytest.raises(ValueError, match="M-grouped with layout rcr"):
+        tune_grouped("e4m3", 2, 256, 128, 256, grouping="k")
+    with pytest.raises(ValueError, match="M-grouped with layout rcr"):
+        tune_grouped("e4m3", 2, 256, 128, 256, layout="rrr")
 
 
 # ---- the FP8 axis: block-scaled e4m3 experts ---------------------------------------------------

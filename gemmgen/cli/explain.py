@@ -104,7 +104,7 @@ def _leading_dims(layout: str, m: int, n: int, k: int, given: tuple) -> tuple:
 def _explain_grouped(ctx, m, n, k, dtype, layout, groups, grouping, dist, gpu, db) -> None:
     """``explain --groups``: the grouped kernel for M rows (or K, K-grouped) over ``groups``,
     from the grouped tuning file grouped_gemm reads (named in the output)."""
-    check_grouped(dtype, dist, fp8=True)
+    check_grouped(dtype, dist)
     refuse_grouped_db(db)
     given = ctx.get_parameter_source("layout") is click.core.ParameterSource.COMMANDLINE
     path = grouped_db.default_path()

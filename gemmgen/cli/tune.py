@@ -308,15 +308,12 @@ def _stored(db, req) -> dict:
     raise click.ClickException(f"nothing tuned for {req.dtype} {req.m}x{req.n}x{req.k} in {db.path}")
 
 
-def check_grouped(dtype: str, dist: str, fp8: bool = False) -> None:
-    """The arguments every grouped command checks: an fp16 or bf16 dtype (e4m3/e5m2 too where
-    ``fp8``: FP8 experts are chosen, not tuned yet) and a distribution it can draw;
-    BadParameter naming the option otherwise."""
-    if dtype not in ("fp16", "bf16", *(("e4m3", "e5m2") if fp8 else ())):
-        raise click.BadParameter("grouped kernels take fp16 or bf16" + (
-            ", or e4m3/e5m2 with block scales" if fp8 else
-            " here (FP8 grouped kernels are chosen by gemmgen explain --groups, not tuned)"),
-            param_hint="--dtype")
+def check_grouped(dtype: str, dist: str) -> None:
+    """The arguments every grouped command checks: an fp16, bf16, e4m3 or e5m2 dtype (FP8 with
+    block scales) and a distribution it can draw; BadParameter naming the option otherwise."""
+    if dtype not in ("fp16", "bf16", "e4m3", "e5m2"):
+        raise click.BadParameter("grouped kernels take fp16 or bf16, or e4m3/e5m2 with block "
+                                 "scales", param_hint="--dtype")
     try:
         row_counts(dist, 8, 2)
     except ValueError as exc:
@@ -342,6 +339,11 @@ def _tune_grouped(m, n, k, dtype, layout, budget, max_configs, groups, grouping,
     source = click.get_current_context().get_parameter_source("layout")
     if source is not click.core.ParameterSource.COMMANDLINE:
         layout = None  # the grouping's own: rcr (forward) or crr (wgrad)
+    if dtype in FP8_DTYPES and grouping != "m":
+        raise click.BadParameter("FP8 grouped kernels are M-grouped", param_hint="--grouping")
+    if dtype in FP8_DTYPES and layout not in (None, "rcr"):
+        raise click.BadParameter("FP8 grouped kernels take layout rcr (A [T, K], the experts' "
+                                 "weights [G, N, K])", param_hint="--layout")
     device_count()  # exit 1, one line, without a driver or a device
     from ..tune.grouped_tune import show, tune_grouped
     with click.progressbar(length=max_configs, label="tuning", file=sys.stderr) as bar:

@@ -2,7 +2,9 @@
 one distribution of rows over the groups, each verified against float64 on sampled groups of a
 NaN-poisoned output before it is timed; the winner is stored in the grouped tuning file
 (``gemmgen.heuristics.grouped_db``), which ``grouped_gemm``'s dispatch reads. A failure is a
-candidate's status, never a crash.
+candidate's status, never a crash. FP8 (e4m3/e5m2) experts are M-grouped, layout rcr, with
+DeepSeek-V3's block scales (1 x 128 of the tokens, 128 x 128 of each expert's weights, from
+``gemmgen.torch.quantize``), checked against float64 of the dequantized operands.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import math
 import time
 
 from ..compile.cache import compile_many
+from ..model.dtypes import FP8_DTYPES
 from ..heuristics import grouped_db
 from ..heuristics.grouped import offsets, row_counts
 from ..model.families.hopper.grouped import space
@@ -17,29 +20,41 @@ from ..runtime.device import device_arch
 from ..runtime.grouped import grouped_gemm
 from .bench import tflops
 from .suite_moe import time_calls
+from .suite_fp8 import FP8_TORCH, quantize_groups
 from .suite_rows import why
 from .verify import tolerance
 
 SAMPLED = 4  # groups checked against float64 per candidate: the largest, the ends, one more
+_OUT = {"bf16": lambda t: t.bfloat16, "fp16": lambda t: t.float16, "fp32": lambda t: t.float32}
 
 
 def _operands(torch, dtype, grouping, layout, groups, rows, n, k, counts):
-    """A, B, the offsets and C for the problem (B as the layout asks)."""
-    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    """A, B, the offsets, C's shape, the scales (keyword arguments of ``grouped_gemm``) and
+    the scales broadcast to A's and to the weights' shapes (FP8; else empty and None), for the
+    problem (B as the layout asks)."""
     offs = torch.tensor(offsets(counts), dtype=torch.int32, device="cuda")
+    if dtype in FP8_DTYPES:  # M-grouped rcr: tokens 1 x 128, each expert's [N, K] 128 x 128
+        fp8 = getattr(torch, FP8_TORCH[dtype])
+        a, sa, fa = quantize_groups(torch, torch.randn(rows, k, device="cuda"), (1, 128), fp8)
+        ws = [quantize_groups(torch, torch.randn(n, k, device="cuda"), (128, 128), fp8)
+              for _ in range(groups)]
+        w, sw, fw = (torch.stack(t) for t in zip(*ws))
+        return a, w.transpose(1, 2), offs, (rows, n), {"scale_a": sa, "scale_b": sw}, (fa, fw)
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     if grouping == "k":  # A = X^T (M x T, column-major), B = dY (T x N)
         a = torch.randn(k, rows, device="cuda").to(dt).t()
         b = torch.randn(k, n, device="cuda").to(dt)
-        return a, b, offs, (groups, rows, n)
+        return a, b, offs, (groups, rows, n), {}, None
     a = torch.randn(rows, k, device="cuda").to(dt)
     w = torch.randn(groups, n, k, device="cuda").to(dt)
     b = w.transpose(1, 2) if layout[1] == "c" else w.transpose(1, 2).contiguous()
-    return a, b, offs, (rows, n)
+    return a, b, offs, (rows, n), {}, None
 
 
-def _error(torch, out, a, b, counts, grouping) -> float:
-    """The worst relative error of sampled groups against float64; inf when the output holds
-    a NaN (a poisoned element the kernel did not write)."""
+def _error(torch, out, a, b, counts, grouping, full=None) -> float:
+    """The worst relative error of sampled groups against float64 (of the dequantized
+    operands, q times ``full``'s broadcast scales, where FP8); inf when the output holds a
+    NaN (a poisoned element the kernel did not write)."""
     if not bool(torch.isfinite(out).all()):
         return math.inf
     ends = offsets(counts)
@@ -53,7 +68,10 @@ def _error(torch, out, a, b, counts, grouping) -> float:
             ref, got = a[:, s:e].double() @ b[s:e].double(), out[g]
         else:
             e = min(e, s + 4096)
-            ref, got = a[s:e].double() @ b[g].double(), out[s:e]
+            a64, b64 = a[s:e].float().double(), b[g].float().double()
+            if full is not None:
+                a64, b64 = a64 * full[0][s:e].double(), b64 * full[1][g].t().double()
+            ref, got = a64 @ b64, out[s:e]
         worst = max(worst, float(torch.linalg.norm(got.double() - ref)
                                  / torch.linalg.norm(ref)))
     return worst
@@ -64,15 +82,21 @@ def tune_grouped(dtype: str, groups: int, rows: int, n: int, k: int, dist: str =
                  budget: float = 600.0, max_configs: int | None = None, path=None,
                  progress=None) -> tuple[str, dict]:
     """Measure the space on this GPU and store the entry; (key, entry). ``rows``: the rows of
-    all groups (M-grouped) or M (K-grouped, where ``k`` is the rows of all groups)."""
-    import torch
+    all groups (M-grouped) or M (K-grouped, where ``k`` is the rows of all groups). FP8
+    ``dtype``: M-grouped, layout rcr, C bf16 unless ``out``; ValueError otherwise."""
     layout = layout or ("rcr" if grouping == "m" else "crr")
-    out = out or dtype
+    fp8 = dtype in FP8_DTYPES
+    if fp8 and (grouping, layout) != ("m", "rcr"):
+        raise ValueError(f"FP8 grouped kernels are M-grouped with layout rcr, not {grouping!r} "
+                         f"with {layout!r}")
+    import torch
+    out = out or ("bf16" if fp8 else dtype)
     configs = space(dtype, grouping, layout, out)[:max_configs]
     compile_many(configs, device_arch())
     counts = row_counts(dist, rows if grouping == "m" else k, groups, seed=0)
-    a, b, offs, shape = _operands(torch, dtype, grouping, layout, groups, rows, n, k, counts)
-    c = torch.empty(shape, device="cuda", dtype=a.dtype if out != "fp32" else torch.float32)
+    a, b, offs, shape, scales, full = _operands(torch, dtype, grouping, layout, groups, rows,
+                                                n, k, counts)
+    c = torch.empty(shape, device="cuda", dtype=_OUT[out](torch))
     deadline = time.monotonic() + budget
     results = {}
     for cfg in configs:
@@ -80,13 +104,12 @@ def tune_grouped(dtype: str, groups: int, rows: int, n: int, k: int, dist: str =
             break
         try:
             c.fill_(float("nan"))
-            grouped_gemm(a, b, offs, c, config=cfg, out_dtype=out)
+            grouped_gemm(a, b, offs, c, config=cfg, out_dtype=out, **scales)
             torch.cuda.synchronize()
-            err = _error(torch, c, a, b, counts, grouping)
+            err = _error(torch, c, a, b, counts, grouping, full)
             ok = err <= tolerance(k if grouping == "m" else max(counts), dtype, "fp32", out)
-            timing = time_calls(torch, lambda cfg=cfg: grouped_gemm(a, b, offs, c, config=cfg,
-                                                                    out_dtype=out), 0.1) if ok \
-                else None
+            timing = time_calls(torch, lambda cfg=cfg: grouped_gemm(
+                a, b, offs, c, config=cfg, out_dtype=out, **scales), 0.1) if ok else None
             rate = tflops(rows, n, k, timing.median) if timing else 0.0  # 2 rows N K either way
             results[cfg.name] = {"config": cfg.as_dict(), "status": "ok" if ok else "wrong",
                                  "rel_error": err, "tflops": round(rate, 3),

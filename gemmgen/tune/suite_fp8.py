@@ -98,7 +98,7 @@ def _wide(torch, rows: int, cols: int, gen):
     return x * torch.exp2(a + b.repeat_interleave(128, dim=1)[:, :cols])
 
 
-def _quantize(torch, x, groups: tuple, dtype):
+def quantize_groups(torch, x, groups: tuple, dtype):
     """(q, scale, scale broadcast to x's shape) per groups (rows, cols) of x (None: the whole
     extent), by PyTorch ops: scale = amax / FP8_MAX (float32)."""
     rows, cols = x.shape
@@ -123,8 +123,8 @@ def _operands(torch, case: Case, seed: int, dtype, want_ref: bool, sample=None) 
     with ``want_ref``, the float64 reference of the rows ``sample`` (all rows for None)."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     ga, gw = GROUPS[case.scaling]
-    a, sa, fa = _quantize(torch, _wide(torch, case.m, case.k, gen), ga, dtype)
-    w, sw, fw = _quantize(torch, _wide(torch, case.n, case.k, gen), gw, dtype)
+    a, sa, fa = quantize_groups(torch, _wide(torch, case.m, case.k, gen), ga, dtype)
+    w, sw, fw = quantize_groups(torch, _wide(torch, case.n, case.k, gen), gw, dtype)
     ref = None
     if want_ref:
         rows = slice(None) if sample is None else sample
