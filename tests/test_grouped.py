@@ -515,6 +515,23 @@ def test_tune_groups_checks_its_arguments_before_the_gpu():
     assert out.exit_code == 2 and "M-grouped" in out.output
 
 
+def test_tune_groups_shows_the_verdict_and_the_head_to_head():
+    from gemmgen.heuristics.tunedb import settle
+    from gemmgen.tune.grouped_tune import show
+    cands = {"fast": {"tflops": 1100.0, "status": "ok"}, "dflt": {"tflops": 1000.0, "status": "ok"},
+             "bad": {"tflops": 0.0, "status": "wrong"}}
+    entry = {"gpu": "H200", "dtype": "e4m3", "out": "bf16", "grouping": "m", "layout": "rcr",
+             "groups": 8, "rows": 32768, "n": 7168, "k": 2048, "dist": "uniform",
+             "candidates": cands, "default": "dflt"}
+    assert settle(entry) == "fast" and "winner: fast" in show(entry)
+    entry["head_to_head"] = {"default": "dflt", "winner": "fast", "default_ms": 0.99,
+                             "winner_ms": 0.98, "rounds": 6, "timing": "eager"}
+    assert settle(entry) is None and entry["default_stands"], "1% in turn is under the margin"
+    text = show(entry).splitlines()
+    assert "the default stands: dflt" in text[0] and "0.9800 ms" in text[1]
+    assert text[2].endswith(" fast") and text[3].endswith("dflt  (the default)")
+
+
 def test_fp8_grouped_tuning_refuses_other_groupings_before_the_gpu():
     from gemmgen.tune.grouped_tune import tune_grouped
     with pytest.raises(ValueError, match="M-grouped with layout rcr"):

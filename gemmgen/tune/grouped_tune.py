@@ -9,16 +9,19 @@ DeepSeek-V3's block scales (1 x 128 of the tokens, 128 x 128 of each expert's we
 from __future__ import annotations
 
 import math
+import statistics
 import time
 
 from ..compile.cache import compile_many
-from ..model.dtypes import FP8_DTYPES
 from ..heuristics import grouped_db
-from ..heuristics.grouped import offsets, row_counts
+from ..heuristics.grouped import choose, offsets, row_counts
+from ..heuristics.tunedb import settle
+from ..model.dtypes import FP8_DTYPES
 from ..model.families.hopper.grouped import space
-from ..runtime.device import device_arch
+from ..runtime.device import device_arch, sm_count
 from ..runtime.grouped import grouped_gemm
 from .bench import tflops
+from .measure import REMATCH_ROUNDS
 from .suite_moe import time_calls
 from .suite_fp8 import FP8_TORCH, quantize_groups
 from .suite_rows import why
@@ -83,7 +86,14 @@ def tune_grouped(dtype: str, groups: int, rows: int, n: int, k: int, dist: str =
                  progress=None) -> tuple[str, dict]:
     """Measure the space on this GPU and store the entry; (key, entry). ``rows``: the rows of
     all groups (M-grouped) or M (K-grouped, where ``k`` is the rows of all groups). FP8
-    ``dtype``: M-grouped, layout rcr, C bf16 unless ``out``; ValueError otherwise."""
+    ``dtype``: M-grouped, layout rcr, C bf16 unless ``out``; ValueError otherwise.
+
+    The entry's ``default`` is what ``grouped_gemm`` runs without it (always measured). The
+    fastest candidate and the default are then timed again in turn (``head_to_head``), and the
+    winner is settled as the GEMM tuner's are (``tunedb.settle``): it replaces the default only
+    where it is ``tunedb.MARGIN`` times as fast in both timings, else ``winner`` is None and
+    the default stands. Timed one after another, kernels at the GPU's power limit measure
+    faster early in the sweep than late; side by side they do not."""
     layout = layout or ("rcr" if grouping == "m" else "crr")
     fp8 = dtype in FP8_DTYPES
     if fp8 and (grouping, layout) != ("m", "rcr"):
@@ -91,52 +101,107 @@ def tune_grouped(dtype: str, groups: int, rows: int, n: int, k: int, dist: str =
                          f"with {layout!r}")
     import torch
     out = out or ("bf16" if fp8 else dtype)
+    default = _default(dtype, grouping, layout, out, groups, rows, n, k)
     configs = space(dtype, grouping, layout, out)[:max_configs]
+    configs = [default] + [c for c in configs if c.name != default.name]
     compile_many(configs, device_arch())
     counts = row_counts(dist, rows if grouping == "m" else k, groups, seed=0)
     a, b, offs, shape, scales, full = _operands(torch, dtype, grouping, layout, groups, rows,
                                                 n, k, counts)
     c = torch.empty(shape, device="cuda", dtype=_OUT[out](torch))
-    deadline = time.monotonic() + budget
-    results = {}
+
+    def call(cfg):
+        return lambda: grouped_gemm(a, b, offs, c, config=cfg, out_dtype=out, **scales)
+
+    def error():
+        return _error(torch, c, a, b, counts, grouping, full)
+
+    bound = tolerance(k if grouping == "m" else max(counts), dtype, "fp32", out)
+    deadline, results = time.monotonic() + budget, {}
     for cfg in configs:
         if time.monotonic() > deadline:
             break
-        try:
-            c.fill_(float("nan"))
-            grouped_gemm(a, b, offs, c, config=cfg, out_dtype=out, **scales)
-            torch.cuda.synchronize()
-            err = _error(torch, c, a, b, counts, grouping, full)
-            ok = err <= tolerance(k if grouping == "m" else max(counts), dtype, "fp32", out)
-            timing = time_calls(torch, lambda cfg=cfg: grouped_gemm(
-                a, b, offs, c, config=cfg, out_dtype=out, **scales), 0.1) if ok else None
-            rate = tflops(rows, n, k, timing.median) if timing else 0.0  # 2 rows N K either way
-            results[cfg.name] = {"config": cfg.as_dict(), "status": "ok" if ok else "wrong",
-                                 "rel_error": err, "tflops": round(rate, 3),
-                                 "time_ms": round(timing.median * 1e3, 5) if timing else None}
-        except Exception as exc:  # noqa: BLE001 - a failure is a candidate's status
-            results[cfg.name] = {"config": cfg.as_dict(), "status": "error", "error": why(exc),
-                                 "tflops": 0.0}
+        results[cfg.name] = _candidate(torch, cfg, call(cfg), c, error, bound, (rows, n, k))
         if progress:
             progress(1)
-    good = {name: r for name, r in results.items() if r["status"] == "ok"}
     gpu = torch.cuda.get_device_name()
     entry = {"gpu": gpu, "dtype": dtype, "out": out, "grouping": grouping, "layout": layout,
              "groups": groups, "rows": rows, "n": n, "k": k, "dist": dist,
              "counts": counts if len(counts) <= 512 else None, "candidates": results,
-             "winner": max(good, key=lambda name: good[name]["tflops"]) if good else None}
+             "default": default.name}
+    settle(entry)
+    _rematch(torch, entry, {cfg.name: call(cfg) for cfg in configs})
     entry_key = grouped_db.key(gpu, dtype, out, grouping, layout, groups, rows, n, k, dist)
     grouped_db.store(entry_key, entry, path)
     return entry_key, entry
 
 
+def _default(dtype, grouping, layout, out, groups, rows, n, k):
+    """What ``grouped_gemm``'s dispatch runs for the problem without a tuned entry: its cost
+    model on tokens routed at random (``runtime.grouped``), or the weight-gradient preset."""
+    counts = row_counts("random", rows, groups) if grouping == "m" else None
+    return choose(dtype, grouping, layout, out, groups, rows, n, k, counts, sm_count()).config
+
+
+def _candidate(torch, cfg, run, c, error, bound: float, mnk) -> dict:
+    """One candidate on the NaN-poisoned output ``c``: run, check (``error()`` within
+    ``bound``), then time if correct; a failure is its status."""
+    try:
+        c.fill_(float("nan"))
+        run()
+        torch.cuda.synchronize()
+        err = error()
+        ok = err <= bound
+        timing = time_calls(torch, run, 0.1) if ok else None
+        rate = tflops(*mnk, timing.median) if timing else 0.0  # 2 rows N K either way
+        return {"config": cfg.as_dict(), "status": "ok" if ok else "wrong", "rel_error": err,
+                "tflops": round(rate, 3),
+                "time_ms": round(timing.median * 1e3, 5) if timing else None}
+    except Exception as exc:  # noqa: BLE001 - a failure is a candidate's status
+        return {"config": cfg.as_dict(), "status": "error", "error": why(exc), "tflops": 0.0}
+
+
+def _rematch(torch, entry: dict, calls: dict) -> None:
+    """Where the single timings settled ``entry`` on a winner other than its default, time
+    the two again in turn, record that as its ``head_to_head`` and settle it again."""
+    best, default = entry["winner"], entry["default"]
+    if best in (None, default):
+        return
+    ms = _head_to_head(torch, calls, (default, best))
+    entry["head_to_head"] = {"default": default, "winner": best, "timing": "eager",
+                             "default_ms": ms[default], "winner_ms": ms[best],
+                             "rounds": REMATCH_ROUNDS}
+    settle(entry)
+
+
+def _head_to_head(torch, calls: dict, names: tuple, budget: float = 0.2) -> dict:
+    """Milliseconds per call of each of ``names``, timed in turn (the order alternating),
+    ``REMATCH_ROUNDS`` times each: the medians."""
+    times = {name: [] for name in names}
+    for r in range(REMATCH_ROUNDS):
+        for name in names if r % 2 == 0 else names[::-1]:
+            times[name].append(time_calls(torch, calls[name], budget).median)
+    return {name: round(statistics.median(v) * 1e3, 5) for name, v in times.items()}
+
+
 def show(entry: dict, limit: int = 12) -> str:
-    """The entry's candidates, fastest first, then the failures."""
+    """The entry's verdict (the winner, or the default standing), its head-to-head where it
+    has one, then the candidates, fastest first, then the failures."""
+    verdict = (f"winner: {entry['winner']}" if entry.get("winner") else
+               f"the default stands: {entry['default']}" if entry.get("default_stands") else
+               "no candidate verified")
     lines = [(f"{entry['gpu']}  {entry['dtype']}->{entry['out']}  {entry['grouping']}-grouped "
               f"{entry['layout']}  G={entry['groups']} rows={entry['rows']} N={entry['n']} "
-              f"K={entry['k']} ({entry['dist']})  winner: {entry.get('winner')}")]
+              f"K={entry['k']} ({entry['dist']})  {verdict}")]
+    h2h = entry.get("head_to_head")
+    if h2h:
+        lines.append(f"  head to head, timed in turn {h2h['rounds']} times each: "
+                     f"{h2h['winner']} {h2h['winner_ms']:.4f} ms, the default "
+                     f"{h2h['default']} {h2h['default_ms']:.4f} ms (margin "
+                     f"{entry.get('margin')})")
     ranked = sorted(entry["candidates"].items(), key=lambda kv: -kv[1].get("tflops", 0.0))
     for name, r in ranked[:limit]:
-        lines.append(f"  {r.get('tflops', 0):8.1f} TFLOP/s  {r['status']:<6} {name}"
+        tag = "  (the default)" if name == entry.get("default") else ""
+        lines.append(f"  {r.get('tflops', 0):8.1f} TFLOP/s  {r['status']:<6} {name}{tag}"
                      + (f"  ({r['error']})" if r.get("error") else ""))
     return "\n".join(lines)
