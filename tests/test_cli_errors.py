@@ -517,8 +517,12 @@ def test_explain_groups_names_the_fp8_grouped_kernel(workdir):
     """explain --groups --dtype e4m3: the grouped kernel's FP8 axis, bf16 out, block scales."""
     got = invoke("explain 32768 4096 7168 --groups 256 --dtype e4m3".split())
     assert got.exit_code == 0, got.output
-    assert "gemm_grouped_m_e4m3_128x128x" in got.output and "out bf16" in got.output
+    assert "gemm_grouped_m_e4m3_" in got.output and "out bf16" in got.output
     assert "_sblock" in got.output
+    from gemmgen.heuristics.grouped import choose, row_counts
+    routed = choose("e4m3", "m", "rcr", "bf16", 256, 32768, 4096, 7168,
+                    row_counts("random", 32768, 256))
+    assert f"kernel  {routed.config.name}" in got.output, "the dispatch's choice (random routing)"
 
 
 @pytest.mark.parametrize("line, code, match", EXTRA_CASES, ids=[c[0] for c in EXTRA_CASES])

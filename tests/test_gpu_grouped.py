@@ -400,7 +400,7 @@ def test_tune_groups_stores_a_verified_winner_that_the_dispatch_takes(dtype, tmp
     monkeypatch.setenv("GEMMGEN_GROUPED_DB", str(tmp_path / "grouped_tune.json"))
     monkeypatch.setattr(rt, "_TUNED", [])
     groups, rows, n, k = 4, 1024, 256, 512
-    _, entry = tune_grouped(dtype, groups, rows, n, k, max_configs=3, budget=300)
+    key, entry = tune_grouped(dtype, groups, rows, n, k, max_configs=3, budget=300)
     done, default = entry["candidates"], entry["default"]
     assert default in done and len(done) in (3, 4), done   # the dispatch's own choice measured
     assert (entry["winner"] in done) != bool(entry["default_stands"]), entry
@@ -422,3 +422,13 @@ def test_tune_groups_stores_a_verified_winner_that_the_dispatch_takes(dtype, tmp
         assert (plan.choice.how, plan.choice.config.name) == ("tuned", entry["winner"])
     else:  # no candidate beat the default by the margin: the dispatch keeps its choice
         assert plan.choice.how != "tuned" and plan.choice.config.name == default
+    # the same entry settled without its default names the fastest: the dispatch runs that
+    from gemmgen.heuristics import grouped_db
+    from gemmgen.heuristics.tunedb import settle
+    for field in ("head_to_head", "default", "default_stands"):
+        entry.pop(field, None)
+    fastest = settle(entry)
+    grouped_db.store(key, entry)
+    monkeypatch.setattr(rt, "_TUNED", [])
+    plan = rt.plan_grouped(a, b, offs, _nan((rows, n), torch.bfloat16), **scales)
+    assert (plan.choice.how, plan.choice.config.name) == ("tuned", fastest)

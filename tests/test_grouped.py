@@ -513,6 +513,39 @@ def test_tune_groups_checks_its_arguments_before_the_gpu():
     out = CliRunner().invoke(main, ["tune", "--m", "64", "--n", "64", "--k", "64", "--groups",
                                     "2", "--dtype", "e4m3", "--grouping", "k"])
     assert out.exit_code == 2 and "M-grouped" in out.output
+    for extra, hint in ((["--scaling", "tensor"], "--scaling"), (["--fast-accum"], "--fast-accum"),
+                        (["--show"], "--show"), (["--plot", "p.png"], "--plot")):
+        out = CliRunner().invoke(main, ["tune", "--m", "256", "--n", "128", "--k", "256",
+                                        "--groups", "2", "--dtype", "e4m3", *extra])
+        assert out.exit_code == 2 and hint in out.output, (extra, out.output)
+
+
+def test_tune_groups_takes_fp8_experts_as_far_as_the_gpu(monkeypatch):
+    """A valid FP8 grouped tuning command passes every argument check and stops, with one
+    line and exit 1, only where it needs a GPU (none here)."""
+    from click.testing import CliRunner
+
+    from gemmgen.cli import tune as tune_cli
+    from gemmgen.cli.main import main
+
+    def no_gpu():
+        raise SystemExit(1)
+    monkeypatch.setattr(tune_cli, "device_count", no_gpu)
+    out = CliRunner().invoke(main, ["tune", "--m", "256", "--n", "128", "--k", "256", "--groups",
+                                    "2", "--dtype", "e4m3", "--scaling", "block"])
+    assert out.exit_code == 1, out.output
+
+
+def test_a_standing_default_ends_the_search_for_a_tuned_winner():
+    from gemmgen.heuristics import grouped_db
+    cfg = GROUPED["grouped_fp8"]
+    won = {"winner": cfg.name, "candidates": {cfg.name: {"config": cfg.as_dict()}}}
+    args = ("H200", "e4m3", "bf16", "m", "rcr", 8, 32768, 7168, 2048)
+    entries = {grouped_db.key(*args, "skew65"): {**won, "dist": "skew65"}}
+    assert grouped_db.winner(entries, *args) == (cfg.as_dict(), "skew65")
+    entries[grouped_db.key(*args, "uniform")] = {"dist": "uniform", "winner": None,
+                                                 "default_stands": True, "candidates": {}}
+    assert grouped_db.winner(entries, *args) is None, "uniform's verdict comes first"
 
 
 def test_tune_groups_shows_the_verdict_and_the_head_to_head():
@@ -730,3 +763,52 @@ def test_fp8_consumers_run_a_k_block_apart_on_a_barrier_of_their_own(preset):
     single = cfg.replace(partials=1)   # no promotion under the next wgmmas: no after_first hook
     for c in (one, single):            # so no barrier to wait on (a wait there would never end)
         assert "BAR_STAGGER" not in c.template_constants() and "stagger" not in render(c, "sm_90a")
+
+
+def test_the_rematch_times_the_two_in_turn_and_can_take_a_winner_back(monkeypatch):
+    """_rematch: the settled winner and the default timed in turn (the order alternating),
+    REMATCH_ROUNDS times each; a winner under the margin there is taken back, one above it
+    kept; a default that failed, or a rematch that raises, confirms nothing."""
+    from types import SimpleNamespace
+
+    from gemmgen.heuristics.tunedb import settle
+    from gemmgen.tune import grouped_tune as gt_mod
+    order, speed = [], {"dflt": 1.00, "fast": 0.99}
+    monkeypatch.setattr(gt_mod, "time_calls", lambda torch, fn, budget: fn())
+
+    def timed(name):
+        def run():
+            order.append(name)
+            return SimpleNamespace(median=speed[name] * 1e-3)
+        return run
+    calls = {name: timed(name) for name in speed}
+
+    def entry(default_status="ok"):
+        e = {"default": "dflt", "candidates": {
+            "fast": {"status": "ok", "tflops": 1100.0},
+            "dflt": {"status": default_status, "tflops": 1000.0}}}
+        settle(e)
+        return e
+    e = entry()
+    assert e["winner"] == "fast"
+    gt_mod._rematch(None, e, calls)
+    assert order[:4] == ["dflt", "fast", "fast", "dflt"] and len(order) == 2 * gt_mod.REMATCH_ROUNDS
+    assert e["winner"] is None and e["default_stands"], "1% in turn is under the 3% margin"
+    speed["fast"] = 0.9
+    e = entry()
+    gt_mod._rematch(None, e, calls)
+    assert e["winner"] == "fast" and e["head_to_head"]["winner_ms"] == 0.9
+    order.clear()
+    e = entry("wrong")
+    gt_mod._rematch(None, e, calls)
+    assert e["winner"] == "fast" and "head_to_head" not in e and not order
+
+    def broken():
+        raise RuntimeError("launch failed")
+    e = entry()
+    gt_mod._rematch(None, e, {**calls, "dflt": broken})
+    assert e["winner"] is None and "launch failed" in e["head_to_head"]["error"]
+    assert "head to head failed" in gt_mod.show({**e, "gpu": "H200", "dtype": "e4m3",
+                                                 "out": "bf16", "grouping": "m",
+                                                 "layout": "rcr", "groups": 8, "rows": 1,
+                                                 "n": 1, "k": 1, "dist": "uniform"})

@@ -324,7 +324,9 @@ def explain_grouped(dtype: str, groups: int, rows: int, n: int, k: int, dist: st
     shape, the schedule (tiles per CTA) and every tile shape's predicted time on it."""
     layout = layout or ("rcr" if grouping == "m" else "crr")
     out = out or ("bf16" if dtype in FP8_DTYPES else dtype)
-    ch = choose(dtype, grouping, layout, out, groups, rows, n, k, None, sms)
+    # as the dispatch weighs an offsets problem: on tokens routed at random (runtime.grouped)
+    routed = row_counts("random", rows, groups) if grouping == "m" else None
+    ch = choose(dtype, grouping, layout, out, groups, rows, n, k, routed, sms)
     won = grouped_db.winner(tuned or {}, gpu or "", dtype, out, grouping, layout, groups, rows,
                             n, k)
     if won is not None:  # as grouped_gemm's dispatch: the tuned winner first

@@ -60,11 +60,14 @@ def store(entry_key: str, entry: dict, path: Path | None = None) -> Path:
 
 def winner(entries: dict, gpu: str, dtype: str, out: str, grouping: str, layout: str,
            groups: int, rows: int, n: int, k: int) -> tuple[dict, str] | None:
-    """(the winner's config as a dict, its distribution) tuned for this problem: the uniform
-    distribution's first, else any; None when nothing was tuned for it."""
-    found = []
+    """(the winner's config as a dict, its distribution) tuned for this problem, from the
+    first settled entry: the uniform distribution's, else any other's. None when nothing was
+    tuned for it, or when that entry says the dispatch's own choice stands
+    (``default_stands``: no candidate beat it by the tuner's margin)."""
     for dist in ["uniform"] + sorted({e.get("dist", "") for e in entries.values()}):
         e = entries.get(key(gpu, dtype, out, grouping, layout, groups, rows, n, k, dist))
+        if e and e.get("default_stands"):
+            return None
         if e and e.get("winner") in e["candidates"]:
-            found.append((e["candidates"][e["winner"]]["config"], dist))
-    return found[0] if found else None
+            return e["candidates"][e["winner"]]["config"], dist
+    return None

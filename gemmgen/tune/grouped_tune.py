@@ -3,8 +3,9 @@ one distribution of rows over the groups, each verified against float64 on sampl
 NaN-poisoned output before it is timed; the winner is stored in the grouped tuning file
 (``gemmgen.heuristics.grouped_db``), which ``grouped_gemm``'s dispatch reads. A failure is a
 candidate's status, never a crash. FP8 (e4m3/e5m2) experts are M-grouped, layout rcr, with
-DeepSeek-V3's block scales (1 x 128 of the tokens, 128 x 128 of each expert's weights, from
-``gemmgen.torch.quantize``), checked against float64 of the dequantized operands.
+DeepSeek-V3's block scales (1 x 128 of the tokens, M-major as ``gemmgen.torch.quantize``
+writes them, and 128 x 128 of each expert's weights), checked against float64 of the
+dequantized operands.
 """
 from __future__ import annotations
 
@@ -32,32 +33,45 @@ _OUT = {"bf16": lambda t: t.bfloat16, "fp16": lambda t: t.float16, "fp32": lambd
 
 
 def _operands(torch, dtype, grouping, layout, groups, rows, n, k, counts):
-    """A, B, the offsets, C's shape, the scales (keyword arguments of ``grouped_gemm``) and
-    the scales broadcast to A's and to the weights' shapes (FP8; else empty and None), for the
-    problem (B as the layout asks)."""
+    """A, B, the offsets, C's shape and the scales (keyword arguments of ``grouped_gemm``;
+    empty but for FP8) for the problem (B as the layout asks). FP8: scale_a [T, ceil(K/128)]
+    M-major, as ``gemmgen.torch.quantize`` writes it, scale_b [G, ceil(N/128), ceil(K/128)]."""
     offs = torch.tensor(offsets(counts), dtype=torch.int32, device="cuda")
     if dtype in FP8_DTYPES:  # M-grouped rcr: tokens 1 x 128, each expert's [N, K] 128 x 128
         fp8 = getattr(torch, FP8_TORCH[dtype])
-        a, sa, fa = quantize_groups(torch, torch.randn(rows, k, device="cuda"), (1, 128), fp8)
-        ws = [quantize_groups(torch, torch.randn(n, k, device="cuda"), (128, 128), fp8)
+        a, sa, _ = quantize_groups(torch, torch.randn(rows, k, device="cuda"), (1, 128), fp8)
+        ws = [quantize_groups(torch, torch.randn(n, k, device="cuda"), (128, 128), fp8)[:2]
               for _ in range(groups)]
-        w, sw, fw = (torch.stack(t) for t in zip(*ws))
-        return a, w.transpose(1, 2), offs, (rows, n), {"scale_a": sa, "scale_b": sw}, (fa, fw)
+        w, sw = (torch.stack(t) for t in zip(*ws))
+        return a, w.transpose(1, 2), offs, (rows, n), {"scale_a": sa.t().contiguous().t(),
+                                                       "scale_b": sw}
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     if grouping == "k":  # A = X^T (M x T, column-major), B = dY (T x N)
         a = torch.randn(k, rows, device="cuda").to(dt).t()
         b = torch.randn(k, n, device="cuda").to(dt)
-        return a, b, offs, (groups, rows, n), {}, None
+        return a, b, offs, (groups, rows, n), {}
     a = torch.randn(rows, k, device="cuda").to(dt)
     w = torch.randn(groups, n, k, device="cuda").to(dt)
     b = w.transpose(1, 2) if layout[1] == "c" else w.transpose(1, 2).contiguous()
-    return a, b, offs, (rows, n), {}, None
+    return a, b, offs, (rows, n), {}
 
 
-def _error(torch, out, a, b, counts, grouping, full=None) -> float:
-    """The worst relative error of sampled groups against float64 (of the dequantized
-    operands, q times ``full``'s broadcast scales, where FP8); inf when the output holds a
-    NaN (a poisoned element the kernel did not write)."""
+def _float64(a, b, scales: dict, g: int, s: int, e: int):
+    """Rows s .. e of A and group g's B (K x N) in float64, dequantized with ``scales``
+    (blockwise: each scale over its 1 x 128 or 128 x 128 block) where FP8."""
+    a64, b64 = a[s:e].float().double(), b[g].float().double()
+    if scales:
+        k, n = b64.shape
+        sa = scales["scale_a"][s:e].double().repeat_interleave(128, 1)[:, :k]
+        sb = scales["scale_b"][g].double().repeat_interleave(128, 0).repeat_interleave(128, 1)
+        a64, b64 = a64 * sa, b64 * sb[:n, :k].t()
+    return a64, b64
+
+
+def _error(torch, out, a, b, counts, grouping, scales=None) -> float:
+    """The worst relative error of sampled groups against float64 (of the operands
+    dequantized with ``scales`` where FP8); inf when the output holds a NaN (a poisoned
+    element the kernel did not write)."""
     if not bool(torch.isfinite(out).all()):
         return math.inf
     ends = offsets(counts)
@@ -71,9 +85,7 @@ def _error(torch, out, a, b, counts, grouping, full=None) -> float:
             ref, got = a[:, s:e].double() @ b[s:e].double(), out[g]
         else:
             e = min(e, s + 4096)
-            a64, b64 = a[s:e].float().double(), b[g].float().double()
-            if full is not None:
-                a64, b64 = a64 * full[0][s:e].double(), b64 * full[1][g].t().double()
+            a64, b64 = _float64(a, b, scales, g, s, e)
             ref, got = a64 @ b64, out[s:e]
         worst = max(worst, float(torch.linalg.norm(got.double() - ref)
                                  / torch.linalg.norm(ref)))
@@ -106,33 +118,34 @@ def tune_grouped(dtype: str, groups: int, rows: int, n: int, k: int, dist: str =
               if c.name != default.name]
     compile_many([default, *others], device_arch())
     counts = row_counts(dist, rows if grouping == "m" else k, groups, seed=0)
-    a, b, offs, shape, scales, full = _operands(torch, dtype, grouping, layout, groups, rows,
-                                                n, k, counts)
+    a, b, offs, shape, scales = _operands(torch, dtype, grouping, layout, groups, rows, n, k,
+                                          counts)
     c = torch.empty(shape, device="cuda", dtype=_OUT[out](torch))
 
     def call(cfg):
         return lambda: grouped_gemm(a, b, offs, c, config=cfg, out_dtype=out, **scales)
 
     def error():
-        return _error(torch, c, a, b, counts, grouping, full)
+        return _error(torch, c, a, b, counts, grouping, scales)
 
     bound = tolerance(k if grouping == "m" else max(counts), dtype, "fp32", out)
+    tick = progress or (lambda _: None)
     deadline, results = time.monotonic() + budget, {}
     for cfg in others:
         if time.monotonic() > deadline:
             break
         results[cfg.name] = _candidate(torch, cfg, call(cfg), c, error, bound, (rows, n, k))
-        if progress:
-            progress(1)
-    # the default last, past the deadline too: the margin's baseline, on the card as warm as
-    # the sweep leaves it (a winner it makes too easily, the head-to-head takes back)
+        tick(1)
+    # the default last, past the deadline too: the margin's baseline on a card as warm as the
+    # sweep leaves it (a winner that makes too easily, the head-to-head takes back)
     results[default.name] = _candidate(torch, default, call(default), c, error, bound,
                                        (rows, n, k))
+    tick(1)
     gpu = torch.cuda.get_device_name()
     entry = {"gpu": gpu, "dtype": dtype, "out": out, "grouping": grouping, "layout": layout,
              "groups": groups, "rows": rows, "n": n, "k": k, "dist": dist,
              "counts": counts if len(counts) <= 512 else None, "candidates": results,
-             "default": default.name}
+             "default": default.name, "space": len(others) + 1}
     settle(entry)
     _rematch(torch, entry, {cfg.name: call(cfg) for cfg in (default, *others)})
     entry_key = grouped_db.key(gpu, dtype, out, grouping, layout, groups, rows, n, k, dist)
@@ -169,12 +182,15 @@ def _rematch(torch, entry: dict, calls: dict) -> None:
     """Where the single timings settled ``entry`` on a winner other than its default, time
     the two again in turn, record that as its ``head_to_head`` and settle it again."""
     best, default = entry["winner"], entry["default"]
-    if best in (None, default):
-        return
-    ms = _head_to_head(torch, calls, (default, best))
-    entry["head_to_head"] = {"default": default, "winner": best, "timing": "eager",
-                             "default_ms": ms[default], "winner_ms": ms[best],
-                             "rounds": REMATCH_ROUNDS}
+    if best in (None, default) or entry.get("default_tflops") is None:
+        return  # nothing to confirm, or a default that failed: no margin to hold it to
+    record = {"default": default, "winner": best, "timing": "eager", "rounds": REMATCH_ROUNDS}
+    try:
+        ms = _head_to_head(torch, calls, (default, best))
+        record.update(default_ms=ms[default], winner_ms=ms[best])
+    except Exception as exc:  # noqa: BLE001 - a rematch with no figures confirms nothing
+        record["error"] = why(exc)
+    entry["head_to_head"] = record
     settle(entry)
 
 
@@ -194,11 +210,15 @@ def show(entry: dict, limit: int = 12) -> str:
     verdict = (f"winner: {entry['winner']}" if entry.get("winner") else
                f"the default stands: {entry['default']}" if entry.get("default_stands") else
                "no candidate verified")
+    measured, space_ = len(entry["candidates"]), entry.get("space", len(entry["candidates"]))
+    part = f" ({measured} of {space_} candidates measured)" if measured < space_ else ""
     lines = [(f"{entry['gpu']}  {entry['dtype']}->{entry['out']}  {entry['grouping']}-grouped "
               f"{entry['layout']}  G={entry['groups']} rows={entry['rows']} N={entry['n']} "
-              f"K={entry['k']} ({entry['dist']})  {verdict}")]
+              f"K={entry['k']} ({entry['dist']})  {verdict}{part}")]
     h2h = entry.get("head_to_head")
-    if h2h:
+    if h2h and "error" in h2h:
+        lines.append(f"  head to head failed ({h2h['error']}): the default stands")
+    elif h2h:
         lines.append(f"  head to head, timed in turn {h2h['rounds']} times each: "
                      f"{h2h['winner']} {h2h['winner_ms']:.4f} ms, the default "
                      f"{h2h['default']} {h2h['default_ms']:.4f} ms (margin "
