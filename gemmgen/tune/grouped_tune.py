@@ -9,8 +9,8 @@ dequantized operands.
 """
 from __future__ import annotations
 
+import functools
 import math
-import statistics
 import time
 
 from ..compile.cache import compile_many
@@ -22,14 +22,13 @@ from ..model.families.hopper.grouped import space
 from ..runtime.device import device_arch, sm_count
 from ..runtime.grouped import grouped_gemm
 from .bench import tflops
-from .measure import REMATCH_ROUNDS
+from .measure import REMATCH_ROUNDS, in_turn
 from .suite_moe import time_calls
-from .suite_fp8 import FP8_TORCH, quantize_groups
+from .suite_fp8 import FP8_TORCH, broadcast_scales, quantize_groups
 from .suite_rows import why
 from .verify import tolerance
 
 SAMPLED = 4  # groups checked against float64 per candidate: the largest, the ends, one more
-_OUT = {"bf16": lambda t: t.bfloat16, "fp16": lambda t: t.float16, "fp32": lambda t: t.float32}
 
 
 def _operands(torch, dtype, grouping, layout, groups, rows, n, k, counts):
@@ -62,9 +61,8 @@ def _float64(a, b, scales: dict, g: int, s: int, e: int):
     a64, b64 = a[s:e].float().double(), b[g].float().double()
     if scales:
         k, n = b64.shape
-        sa = scales["scale_a"][s:e].double().repeat_interleave(128, 1)[:, :k]
-        sb = scales["scale_b"][g].double().repeat_interleave(128, 0).repeat_interleave(128, 1)
-        a64, b64 = a64 * sa, b64 * sb[:n, :k].t()
+        a64 = a64 * broadcast_scales(scales["scale_a"][s:e].double(), (1, 128), e - s, k)
+        b64 = b64 * broadcast_scales(scales["scale_b"][g].double(), (128, 128), n, k).t()
     return a64, b64
 
 
@@ -120,7 +118,8 @@ def tune_grouped(dtype: str, groups: int, rows: int, n: int, k: int, dist: str =
     counts = row_counts(dist, rows if grouping == "m" else k, groups, seed=0)
     a, b, offs, shape, scales = _operands(torch, dtype, grouping, layout, groups, rows, n, k,
                                           counts)
-    c = torch.empty(shape, device="cuda", dtype=_OUT[out](torch))
+    c = torch.empty(shape, device="cuda", dtype={"bf16": torch.bfloat16, "fp16": torch.float16,
+                                                 "fp32": torch.float32}[out])
 
     def call(cfg):
         return lambda: grouped_gemm(a, b, offs, c, config=cfg, out_dtype=out, **scales)
@@ -186,22 +185,13 @@ def _rematch(torch, entry: dict, calls: dict) -> None:
         return  # nothing to confirm, or a default that failed: no margin to hold it to
     record = {"default": default, "winner": best, "timing": "eager", "rounds": REMATCH_ROUNDS}
     try:
-        ms = _head_to_head(torch, calls, (default, best))
+        ms = in_turn({name: functools.partial(time_calls, torch, calls[name], 0.2)
+                      for name in (default, best)})
         record.update(default_ms=ms[default], winner_ms=ms[best])
     except Exception as exc:  # noqa: BLE001 - a rematch with no figures confirms nothing
         record["error"] = why(exc)
     entry["head_to_head"] = record
     settle(entry)
-
-
-def _head_to_head(torch, calls: dict, names: tuple, budget: float = 0.2) -> dict:
-    """Milliseconds per call of each of ``names``, timed in turn (the order alternating),
-    ``REMATCH_ROUNDS`` times each: the medians."""
-    times = {name: [] for name in names}
-    for r in range(REMATCH_ROUNDS):
-        for name in names if r % 2 == 0 else names[::-1]:
-            times[name].append(time_calls(torch, calls[name], budget).median)
-    return {name: round(statistics.median(v) * 1e3, 5) for name, v in times.items()}
 
 
 def show(entry: dict, limit: int = 12) -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import statistics
 import time
@@ -19,7 +20,8 @@ from .verify import check, device_runner, tolerance
 
 VERIFY_CASE = (257, 131, 95, 1.5, -0.5)  # ragged in M, N and K, alpha and beta != 0, 1
 REMATCH_ROUNDS = 6
-"""Rounds of ``Measurer.head_to_head``: each times every candidate once, in turn."""
+"""Rounds of ``in_turn`` (``Measurer.head_to_head``, the grouped tuner's rematch): each
+times every candidate once."""
 
 
 class Measurer:
@@ -86,20 +88,29 @@ class Measurer:
 
     def head_to_head(self, items, rounds: int = REMATCH_ROUNDS, budget_s: float = 0.05) -> dict:
         """Time already verified candidates again, in turn, on the target problem: ``items``
-        are (name, config dict, cubin, ptxas, swap); ``rounds`` rounds, each timing every
-        candidate once as CUDA-graph replays (``bench.time_graphed``), the order reversed
-        every other round (A B, B A, ...), so that drift in clocks and power falls on all
-        alike. Returns {name: median ms per launch over the rounds}."""
+        are (name, config dict, cubin, ptxas, swap); ``rounds`` rounds of CUDA-graph replays
+        (``bench.time_graphed``) by ``in_turn``. Returns {name: median ms per launch over the
+        rounds}."""
         p = self.problem
-        kernels = [(name, from_cubin(config_from_dict(cfg), self.device.arch, cubin), swap)
-                   for name, cfg, cubin, _, swap in items]
-        times: dict[str, list[float]] = {name: [] for name, _, _ in kernels}
-        for r in range(rounds):
-            for name, kernel, swap in (kernels if r % 2 == 0 else kernels[::-1]):
-                timing = time_graphed(lambda i, s, kernel=kernel, swap=swap:
-                                      p.launch(kernel, i, swap, s), p.sets, budget_s)
-                times[name].append(timing.median)
-        return {name: round(statistics.median(t) * 1e3, 5) for name, t in times.items()}
+        timers = {}
+        for name, cfg, cubin, _, swap in items:
+            kernel = from_cubin(config_from_dict(cfg), self.device.arch, cubin)
+            timers[name] = functools.partial(
+                time_graphed, lambda i, s, kernel=kernel, swap=swap: p.launch(kernel, i, swap, s),
+                p.sets, budget_s)
+        return in_turn(timers, rounds)
+
+
+def in_turn(timers: dict, rounds: int = REMATCH_ROUNDS) -> dict:
+    """Each of ``timers`` (name -> a call returning a ``bench.Timing``) once per round, the
+    order reversed every other round (A B, B A, ...), so that drift in clocks and power falls
+    on all alike. Returns {name: median ms per call over the rounds}."""
+    names = list(timers)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            times[name].append(timers[name]().median)
+    return {name: round(statistics.median(t) * 1e3, 5) for name, t in times.items()}
 
 
 def worker_main(device: int | None, request: dict, tasks, results) -> None:

@@ -108,9 +108,16 @@ def quantize_groups(torch, x, groups: tuple, dtype):
     amax = pad.view(nr, gr, nc, gc).amax(dim=(1, 3))
     fmax = torch.finfo(dtype).max
     scale = amax.clamp_min(torch.finfo(torch.float32).tiny) / fmax
-    full = scale.repeat_interleave(gr, 0).repeat_interleave(gc, 1)[:rows, :cols]
+    full = broadcast_scales(scale, (gr, gc), rows, cols)
     q = (x / full).clamp(-fmax, fmax).to(dtype)
     return q, scale, full
+
+
+def broadcast_scales(scale, groups: tuple, rows: int, cols: int):
+    """``scale`` (one per group of ``groups`` = (rows, cols) per group, None: the whole
+    extent) repeated over its group, cut to ``rows`` x ``cols``: what q is multiplied by."""
+    gr, gc = (g or e for g, e in zip(groups, (rows, cols)))
+    return scale.repeat_interleave(gr, 0).repeat_interleave(gc, 1)[:rows, :cols]
 
 
 GROUPS = {"tensor": ((None, None), (None, None)), "row": ((1, None), (1, None)),
