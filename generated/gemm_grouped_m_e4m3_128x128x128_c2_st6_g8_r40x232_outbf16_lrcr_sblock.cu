@@ -431,12 +431,7 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
     // TMA store's 128-byte swizzle).
     auto epilogue = [&](float (&acc)[M_ITERS][ACC_PER_WGMMA], const Tile& tile, int nk, int cw, int row0, int col0) {
         const int warp = wtid / 32, lane = wtid % 32;
-        if (nk == 0) {  // an empty group of K, K == 0, or the rows past offs[G-1]: zeros
-#pragma unroll
-            for (int mi = 0; mi < M_ITERS; ++mi)
-#pragma unroll
-                for (int i = 0; i < ACC_PER_WGMMA; ++i) acc[mi][i] = 0.f;
-        }
+        (void)nk;       // the FP8 main loop leaves F zero for a tile without K blocks
         uint8_t* cs = smem + C_SMEM_OFFSET + cw * C_CONSUMER_BYTES;
         const uint32_t cs_addr = smem_u32(cs);
         if (wtid == 0) bulk_wait_read();            // the previous tile's TMA store has read it
@@ -649,6 +644,20 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                     }
                 }
             };
+            // F = sa[row] sb[block of col] P: a unit's first promotion, where F holds the
+            // previous unit's sums until its deferred epilogue has read them.
+            auto promote_first = [&](float (&P)[M_ITERS][ACC], const Scales& sc) {
+#pragma unroll
+                for (int mi = 0; mi < M_ITERS; ++mi) {
+                    const float s00 = sc.a[mi][0] * sc.b0, s10 = sc.a[mi][1] * sc.b0;
+                    const float s01 = sc.a[mi][0] * sc.b1, s11 = sc.a[mi][1] * sc.b1;
+#pragma unroll
+                    for (int i = 0; i < ACC; ++i) {
+                        const bool second = B_SCALE_SPLIT && i / 4 >= split_j;
+                        F[mi][i] = (((i >> 1) & 1) ? (second ? s11 : s10) : (second ? s01 : s00)) * P[mi][i];
+                    }
+                }
+            };
 
             // ---- promoted accumulation with two partial sets, in windows of 4 K blocks (then 2,
             // then 1): block j+1's wgmmas are issued before block j is promoted, and a window's
@@ -680,10 +689,9 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 issue(P0, s, 0);
                 wgmma_commit();
                 advance();
-                // The previous tile's pending epilogue (under this tile's first wgmmas, where the
-                // main loop has two partial sets), then F starts anew.
+                // The previous tile's pending epilogue (under this tile's first wgmmas when it has
+                // K blocks, whose first promotion then writes F; with none, F is zeroed after).
                 if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
-                zero(F);
                 const int w1 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P1);
@@ -694,7 +702,7 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 wgmma_wait<1>();              // block 0 of the window is complete
                 fence_all(P0);
                 release(w0);
-                promote(P0, W.s[0]);
+                promote_first(P0, W.s[0]);
                 stagger();
                 const int w2 = s;
                 mbar_wait(full_bar + 8 * s, phase);
@@ -734,10 +742,9 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 issue(P0, s, 0);
                 wgmma_commit();
                 advance();
-                // The previous tile's pending epilogue (under this tile's first wgmmas, where the
-                // main loop has two partial sets), then F starts anew.
+                // The previous tile's pending epilogue (under this tile's first wgmmas when it has
+                // K blocks, whose first promotion then writes F; with none, F is zeroed after).
                 if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
-                zero(F);
                 const int w1 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P1);
@@ -748,7 +755,7 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 wgmma_wait<1>();              // block 0 of the window is complete
                 fence_all(P0);
                 release(w0);
-                promote(P0, S0);
+                promote_first(P0, S0);
                 stagger();
                 wgmma_wait<0>();
                 fence_all(P1);
@@ -764,19 +771,18 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
                 issue(P0, s, 0);
                 wgmma_commit();
                 advance();
-                // The previous tile's pending epilogue (under this tile's first wgmmas, where the
-                // main loop has two partial sets), then F starts anew.
+                // The previous tile's pending epilogue (under this tile's first wgmmas when it has
+                // K blocks, whose first promotion then writes F; with none, F is zeroed after).
                 if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
-                zero(F);
                 stagger();
                 wgmma_wait<0>();
                 fence_all(P0);
                 release(w0);
-                promote(P0, S0);
+                promote_first(P0, S0);
                 kb = 1;
             } else {                              // no K blocks: nothing to overlap with
-                // The previous tile's pending epilogue (under this tile's first wgmmas, where the
-                // main loop has two partial sets), then F starts anew.
+                // The previous tile's pending epilogue (under this tile's first wgmmas when it has
+                // K blocks, whose first promotion then writes F; with none, F is zeroed after).
                 if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
                 zero(F);
                 stagger();
