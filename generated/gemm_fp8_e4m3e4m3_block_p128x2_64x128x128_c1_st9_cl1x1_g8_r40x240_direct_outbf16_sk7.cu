@@ -501,8 +501,9 @@ gemm_fp8_e4m3e4m3_block_p128x2_64x128x128_c1_st9_cl1x1_g8_r40x240_direct_outbf16
                         sc.a[mi][h] = __ldg(scale_a + (size_t)r * sa_m + (size_t)kbg * sa_k);
                     }
             };
-            // F += sa[row] sb[block of col] P.
-            auto promote = [&](float (&P)[M_ITERS][ACC], const Scales& sc) {
+            // F += sa[row] sb[block of col] P; `first`: F = ..., a unit's first promotion where
+            // F held the previous unit's sums until its deferred epilogue read them.
+            auto promote = [&](float (&P)[M_ITERS][ACC], const Scales& sc, bool first = false) {
 #pragma unroll
                 for (int mi = 0; mi < M_ITERS; ++mi) {
                     const float s00 = sc.a[mi][0] * sc.b0, s10 = sc.a[mi][1] * sc.b0;
@@ -511,7 +512,7 @@ gemm_fp8_e4m3e4m3_block_p128x2_64x128x128_c1_st9_cl1x1_g8_r40x240_direct_outbf16
                     for (int i = 0; i < ACC; ++i) {
                         const bool second = B_SCALE_SPLIT && i / 4 >= split_j;
                         const float sc_ = ((i >> 1) & 1) ? (second ? s11 : s10) : (second ? s01 : s00);
-                        F[mi][i] = fmaf(sc_, P[mi][i], F[mi][i]);
+                        F[mi][i] = first ? sc_ * P[mi][i] : fmaf(sc_, P[mi][i], F[mi][i]);
                     }
                 }
             };

@@ -480,14 +480,15 @@ gemm_fp8_e4m3e4m3_tensor_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf
             const int row0 = m0 + cw * CONSUMER_ROWS;  // first row of this warpgroup's rows
             // Accumulator i of slice mi holds D(row0 + mi*64 + row_in + 8*((i/2)%2), n0 + 8*(i/4) + 2*(lane%4) + i%2).
             float F[M_ITERS][ACC];
-            // Tensor or row scales are applied once in the epilogue: a promotion adds.
+            // Tensor or row scales are applied once in the epilogue: a promotion adds (the
+            // first one writes).
             struct Scales {};
             auto load_scales = [&](Scales&, int) {};
-            auto promote = [&](float (&P)[M_ITERS][ACC], const Scales&) {
+            auto promote = [&](float (&P)[M_ITERS][ACC], const Scales&, bool first = false) {
 #pragma unroll
                 for (int mi = 0; mi < M_ITERS; ++mi)
 #pragma unroll
-                    for (int i = 0; i < ACC; ++i) F[mi][i] += P[mi][i];
+                    for (int i = 0; i < ACC; ++i) F[mi][i] = first ? P[mi][i] : F[mi][i] + P[mi][i];
             };
             zero(F);
             // ---- promoted accumulation with two partial sets, in windows of 4 K blocks (then 2,

@@ -638,8 +638,9 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                     for (int j = 0; j < 4; ++j) load_scales(w.s[j], kbg + j);
                 }
             };
-            // F += sa[row] sb[block of col] P.
-            auto promote = [&](float (&P)[M_ITERS][ACC], const Scales& sc) {
+            // F += sa[row] sb[block of col] P; `first`: F = ..., a unit's first promotion where
+            // F held the previous unit's sums until its deferred epilogue read them.
+            auto promote = [&](float (&P)[M_ITERS][ACC], const Scales& sc, bool first = false) {
 #pragma unroll
                 for (int mi = 0; mi < M_ITERS; ++mi) {
                     const float s00 = sc.a[mi][0] * sc.b0, s10 = sc.a[mi][1] * sc.b0;
@@ -648,21 +649,7 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                     for (int i = 0; i < ACC; ++i) {
                         const bool second = B_SCALE_SPLIT && i / 4 >= split_j;
                         const float sc_ = ((i >> 1) & 1) ? (second ? s11 : s10) : (second ? s01 : s00);
-                        F[mi][i] = fmaf(sc_, P[mi][i], F[mi][i]);
-                    }
-                }
-            };
-            // F = sa[row] sb[block of col] P: a unit's first promotion, where F holds the
-            // previous unit's sums until its deferred epilogue has read them.
-            auto promote_first = [&](float (&P)[M_ITERS][ACC], const Scales& sc) {
-#pragma unroll
-                for (int mi = 0; mi < M_ITERS; ++mi) {
-                    const float s00 = sc.a[mi][0] * sc.b0, s10 = sc.a[mi][1] * sc.b0;
-                    const float s01 = sc.a[mi][0] * sc.b1, s11 = sc.a[mi][1] * sc.b1;
-#pragma unroll
-                    for (int i = 0; i < ACC; ++i) {
-                        const bool second = B_SCALE_SPLIT && i / 4 >= split_j;
-                        F[mi][i] = (((i >> 1) & 1) ? (second ? s11 : s10) : (second ? s01 : s00)) * P[mi][i];
+                        F[mi][i] = first ? sc_ * P[mi][i] : fmaf(sc_, P[mi][i], F[mi][i]);
                     }
                 }
             };
@@ -697,8 +684,8 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                 issue(P0, s, 0);
                 wgmma_commit();
                 advance();
-                // The previous tile's pending epilogue (under this tile's first wgmmas when it has
-                // K blocks, whose first promotion then writes F; with none, F is zeroed after).
+                // The previous tile's pending epilogue (with two partial sets, under this tile's
+                // first wgmmas); the main loop then starts F anew.
                 if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
                 const int w1 = s;
                 mbar_wait(full_bar + 8 * s, phase);
@@ -710,7 +697,7 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                 wgmma_wait<1>();              // block 0 of the window is complete
                 fence_all(P0);
                 release(w0);
-                promote_first(P0, W.s[0]);
+                promote(P0, W.s[0], true);
                 stagger();
                 const int w2 = s;
                 mbar_wait(full_bar + 8 * s, phase);
@@ -750,8 +737,8 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                 issue(P0, s, 0);
                 wgmma_commit();
                 advance();
-                // The previous tile's pending epilogue (under this tile's first wgmmas when it has
-                // K blocks, whose first promotion then writes F; with none, F is zeroed after).
+                // The previous tile's pending epilogue (with two partial sets, under this tile's
+                // first wgmmas); the main loop then starts F anew.
                 if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
                 const int w1 = s;
                 mbar_wait(full_bar + 8 * s, phase);
@@ -763,7 +750,7 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                 wgmma_wait<1>();              // block 0 of the window is complete
                 fence_all(P0);
                 release(w0);
-                promote_first(P0, S0);
+                promote(P0, S0, true);
                 stagger();
                 wgmma_wait<0>();
                 fence_all(P1);
@@ -779,18 +766,18 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
                 issue(P0, s, 0);
                 wgmma_commit();
                 advance();
-                // The previous tile's pending epilogue (under this tile's first wgmmas when it has
-                // K blocks, whose first promotion then writes F; with none, F is zeroed after).
+                // The previous tile's pending epilogue (with two partial sets, under this tile's
+                // first wgmmas); the main loop then starts F anew.
                 if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
                 stagger();
                 wgmma_wait<0>();
                 fence_all(P0);
                 release(w0);
-                promote_first(P0, S0);
+                promote(P0, S0, true);
                 kb = 1;
             } else {                              // no K blocks: nothing to overlap with
-                // The previous tile's pending epilogue (under this tile's first wgmmas when it has
-                // K blocks, whose first promotion then writes F; with none, F is zeroed after).
+                // The previous tile's pending epilogue (with two partial sets, under this tile's
+                // first wgmmas); the main loop then starts F anew.
                 if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
                 zero(F);
                 stagger();

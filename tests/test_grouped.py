@@ -758,7 +758,7 @@ def test_fp8_consumers_run_a_k_block_apart_on_a_barrier_of_their_own(preset):
     loop = src[src.index("bool staggered = false;"):]
     first, steady = loop.index("stagger();"), loop.index("for (; kb + 4 <= tile.nk; kb += 4)")
     assert loop.count("stagger();") == 4 and loop.rindex("stagger();") < steady
-    assert loop.index("promote_first(P0, W.s[0]);") < first   # after block 0's promotion
+    assert loop.index("promote(P0, W.s[0], true);") < first   # after block 0's promotion
     one = GROUPED["grouped_fp8"].replace(consumers=1, bm=64, regs_producer=0, regs_consumer=0)
     single = cfg.replace(partials=1)   # no promotion under the next wgmmas: no after_first hook
     for c in (one, single):            # so no barrier to wait on (a wait there would never end)
@@ -776,16 +776,17 @@ def test_fp8_first_promotion_writes_the_sums(preset):
     loop = src[src.index("bool staggered = false;"):]
     steady = loop.index("for (; kb + 4 <= tile.nk; kb += 4)")
     peel, rest = loop[:steady], loop[steady:]
-    assert peel.count("promote_first(") == 3 and "promote_first(" not in rest
+    first = ", true);"                       # promote(P, scales, true): F = scales x P
+    assert peel.count(first) == 3 and first not in rest
     windows, empty = peel.split("} else {  ")
     for window in windows.split("} else if"):
-        assert window.index("epilogue(F, done") < window.index("promote_first(")
+        assert window.index("epilogue(F, done") < window.index(first)
         assert "zero(F)" not in window
     assert empty.index("epilogue(F, done") < empty.index("zero(F)") and "zero(F)" not in rest
     assert "acc[mi][i] = 0.f" not in src
     assert "acc[mi][i] = 0.f" in render(GROUPED["grouped_bf16"], "sm_90a")
     single = render(GROUPED[preset].replace(partials=1), "sm_90a")
-    assert "promote_first(" not in single and "zero(F);" in single
+    assert first not in single and "zero(F);" in single
 
 
 def test_the_rematch_times_the_two_in_turn_and_can_take_a_winner_back(monkeypatch):
