@@ -11,7 +11,8 @@ Variants (``--variant``):
 - ``no_scale_loads``: no scale is loaded from global memory; every scale reads as 1 from a
   register (what moving all scale loads out of the consumers would buy).
 - ``no_zero``: F is not zeroed at a tile's start (what folding the zeroing into the first
-  promotion would buy).
+  promotion would buy). Only for kernels from before ca5b741: since then a tile's first
+  promotion writes F and the kernel has no such zeroing to remove.
 
 Each variant runs in its own process with its own kernel cache directory. Usage on the GPU
 machine, from the repository root:
@@ -58,7 +59,8 @@ def _no_scale_loads(src: str) -> str:
 
 def _no_zero(src: str) -> str:
     n = src.count("                zero(F);\n")
-    assert n >= 3, "no_zero: zero(F)"
+    assert n >= 3, ("no_zero: no per-tile zero(F) to remove (since ca5b741 a tile's first "
+                    "promotion writes F)")
     return src.replace("                zero(F);\n", "")
 
 
