@@ -109,6 +109,8 @@ namespace gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock_
 [[maybe_unused]] constexpr int BLOCK = 128;
 [[maybe_unused]] constexpr int B_SCALE_SPAN = 256;
 [[maybe_unused]] constexpr int PARTIALS = 2;
+[[maybe_unused]] constexpr int PACK_TILE = 64;
+[[maybe_unused]] constexpr int PACK_THREADS = 256;
 [[maybe_unused]] constexpr int A_SMEM_OFFSET = 0;
 [[maybe_unused]] constexpr int B_SMEM_OFFSET = 98304;
 [[maybe_unused]] constexpr int C_SMEM_OFFSET = 196608;
@@ -868,5 +870,39 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
         }
         if (pending) epilogue(F, done, done.nk, cw, row_off, col_off);
         if (wtid == 0) bulk_wait();
+    }
+}
+
+// ---- helper kernel ----------------------------------------------------------------------------
+// A's block scales made K-contiguous (transposing copy): dst[r * ldd + c] = src[r * s_row +
+// c * s_col] for r < rows (rows of A), c < cols (128-element K blocks), one float per element,
+// rows of ldd floats (a multiple of 4). The consumers then load a window of four K blocks'
+// scales per row in one 16-byte load instead of four. PACK_TILE x PACK_TILE tiles go through
+// shared memory, so reads and writes are coalesced whichever dimension of src is contiguous.
+extern "C" __global__ void __launch_bounds__(gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock_cfg::PACK_THREADS)
+gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock_scales(const float* __restrict__ src, long long s_row, long long s_col,
+                                                                             float* __restrict__ dst, long long ldd, int rows, int cols)
+{
+    using namespace gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock_cfg;
+    __shared__ float tile[PACK_TILE][PACK_TILE + 1];
+    const int c0 = blockIdx.x * PACK_TILE;
+    for (int r0 = blockIdx.y * PACK_TILE; r0 < rows; r0 += gridDim.y * PACK_TILE) {
+        if (s_col == 1) {  // src rows contiguous: lanes along c
+            for (int i = threadIdx.x; i < PACK_TILE * PACK_TILE; i += PACK_THREADS) {
+                const int r = i / PACK_TILE, c = i % PACK_TILE;
+                tile[r][c] = (r0 + r < rows && c0 + c < cols) ? src[(long long)(r0 + r) * s_row + c0 + c] : 0;
+            }
+        } else {           // src columns contiguous (s_row == 1): lanes along r
+            for (int i = threadIdx.x; i < PACK_TILE * PACK_TILE; i += PACK_THREADS) {
+                const int c = i / PACK_TILE, r = i % PACK_TILE;
+                tile[r][c] = (r0 + r < rows && c0 + c < cols) ? src[(long long)(c0 + c) * s_col + r0 + r * s_row] : 0;
+            }
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < PACK_TILE * PACK_TILE; i += PACK_THREADS) {
+            const int r = i / PACK_TILE, c = i % PACK_TILE;
+            if (r0 + r < rows && c0 + c < cols) dst[(long long)(r0 + r) * ldd + c0 + c] = tile[r][c];
+        }
+        __syncthreads();
     }
 }

@@ -257,22 +257,31 @@ def _check_fp8_groups(out, ad, wd, counts, what, out_dtype="bf16", tol=None) -> 
 
 
 @pytest.mark.parametrize("dist", ["empty", "ragged"])
-@pytest.mark.parametrize("layout", ["k-contiguous", "m-contiguous"])
-def test_fp8_scale_windows_across_windows_and_tiles(dist, layout):
+@pytest.mark.parametrize("layout", ["k-contiguous", "m-contiguous", "a-m-major-copied"])
+def test_fp8_scale_windows_across_windows_and_tiles(dist, layout, monkeypatch):
     """K = 1536: three windows of four K blocks per tile, each window's scales loaded during
     the window before it, and each tile's epilogue run under the next tile's first wgmmas
     (across empty groups and a 1-row group with "empty"). The scales either contiguous in K
-    (one 16-byte load per row and window) or contiguous in M and N (A's as quantize writes
-    them, B's transposed: one load per row and block)."""
+    (one 16-byte load per row and window), contiguous in M and N (A's as quantize writes
+    them, B's transposed: one load per row and block), or A's M-major with B's K-contiguous,
+    which the call copies into K-contiguous rows first (``<name>_scales``; the work threshold
+    lowered so that this small problem takes it)."""
+    from gemmgen.runtime.grouped import plan_grouped
+    from gemmgen.runtime.hopper import grouped as hopper_grouped
     counts, n, k = COUNTS[dist], 256, 1536
     w, sw, wd = _fp8_experts(len(counts), n, k)
     a, sa, ad = _fp8_tokens(sum(counts) + 21, k)       # sa M-major, sw [G, N/128, K/128] K-major
     if layout == "k-contiguous":
         sa = sa.contiguous()
-    else:
+    elif layout == "m-contiguous":
         sw = sw.transpose(1, 2).contiguous().transpose(1, 2)
-    k_major = layout == "k-contiguous"
-    assert (sa.stride(1) == 1) == k_major and (sw.stride(2) == 1) == k_major
+    else:
+        monkeypatch.setattr(hopper_grouped, "SCALES_MIN_FLOP", 0)
+    assert (sa.stride(1) == 1) == (layout == "k-contiguous")
+    assert (sw.stride(2) == 1) == (layout != "m-contiguous")
+    args = (a, w.transpose(1, 2), _offs(counts), None)
+    path = plan_grouped(*args, scale_a=sa, scale_b=sw, config=GROUPED["grouped_fp8"]).recipe.path
+    assert ("scales K-contiguous" in path) == (layout == "a-m-major-copied"), path
     out = _nan((a.shape[0], n), torch.bfloat16)
     grouped_gemm(a, w.transpose(1, 2), _offs(counts), out, scale_a=sa, scale_b=sw,
                  config=GROUPED["grouped_fp8"])

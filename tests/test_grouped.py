@@ -20,6 +20,7 @@ from gemmgen.model.families.hopper.grouped import GroupedConfig
 from gemmgen.runtime.operands.groups import check_grouped
 from gemmgen.runtime.kernel import Kernel
 from gemmgen.runtime.operands import OperandError
+from gemmgen.runtime.hopper.fp8 import TRANSPOSE_OFFSETS, TRANSPOSE_STRUCT
 from gemmgen.runtime.recipe import KernelArgs, Ref, Scale
 from gemmgen.runtime.tma import ParamPacker, param_layout
 
@@ -297,6 +298,8 @@ def test_no_spills_no_stack_and_the_parameter_table(compiled):
         assert len(layout.offsets) == len(kinds)
         assert layout.offsets[:3] == (112, 240, 368), "tensor maps 128-byte aligned in c[0x0]"
         ParamPacker(layout, tuple(p.kind for p in cfg.params()))
+        if cfg.fp8:  # the block scales' transposing copy takes the fp8 pack's parameters
+            assert param_layout(cubin, f"{name}_scales").offsets == TRANSPOSE_OFFSETS
 
 
 def test_sass_has_hgmma_tma_and_no_local_memory(compiled):
@@ -613,6 +616,47 @@ def test_fp8_scales_are_patched_where_the_cubin_reads_them(compiled, monkeypatch
     read = lambda name, code: struct.unpack_from(code, run.params, offsets[name])[0]  # noqa: E731
     assert (read("sa_m", "<i"), read("sa_k", "<i"), read("sa_g", "<q")) == (1, 1000, 0)
     assert (read("sb_n", "<i"), read("sb_k", "<i"), read("sb_g", "<q")) == (56, 1, 32 * 56)
+
+
+@pytest.mark.parametrize("sb_k", [1, 32])
+def test_m_major_a_scales_are_copied_k_contiguous_for_a_large_call(compiled, monkeypatch, sb_k):
+    """32768 rows x N 4096 x K 7168 (1.9e12 FLOP): A's M-major scales go through
+    ``<name>_scales`` into a workspace of K-contiguous rows, which the GEMM reads (sa_m 56,
+    sa_k 1); with B's scales not K-contiguous the 16-byte window loads cannot apply and the
+    call is the GEMM alone."""
+    from gemmgen.runtime import driver as driver_mod
+    from gemmgen.runtime.recipe import PATCH_POINTER, WORK_BASE
+    cfg, cubin, res = compiled[GROUPED["grouped_fp8"].name]
+    monkeypatch.setattr(driver_mod, "device_attribute", lambda dev, name: 132)
+    monkeypatch.setattr(Kernel, "function", lambda self, dev=None, suffix="": type(
+        "F", (), {"handle": 9, "dynamic_smem": cfg.smem_bytes})())
+    import gemmgen.runtime.tma as tma_mod
+    monkeypatch.setattr(tma_mod, "encode", lambda spec, name="": bytes(128))
+    t = 32768
+    args = KernelArgs(t, 4096, 7168, Ref(0, 1 << 20), 7168, Ref(1, 1 << 30), 7168,
+                      Ref(2, 1 << 32), 4096, stride_b=4096 * 7168, grouping="m", mode="offs",
+                      groups=8, offs=Ref(3, 1 << 34), scale_a=Scale(Ref(4, 1 << 35), 1, t, 0),
+                      scale_b=Scale(Ref(5, 1 << 36), 56 if sb_k == 1 else 1, sb_k, 32 * 56))
+    recipe = Kernel(cfg, ARCH, cubin, res).launches(args, 0)
+    offsets = dict(zip([p.name for p in cfg.params()], param_layout(cubin, cfg.name).offsets))
+    def read(ln, name, code):
+        return struct.unpack_from(code, ln.params, offsets[name])[0]
+    if sb_k != 1:
+        (run,) = recipe.launches
+        assert "scales" not in recipe.path and not recipe.workspaces
+        assert (read(run, "sa_m", "<i"), read(run, "sa_k", "<i")) == (1, t)
+        return
+    copy, run = recipe.launches
+    assert "scales K-contiguous" in recipe.path
+    (slot,) = recipe.workspaces
+    assert slot.nbytes == 4 * t * 56
+    src, s_row, s_col, _, ldd, rows, cols = TRANSPOSE_STRUCT.unpack(copy.params)
+    assert (s_row, s_col, ldd, rows, cols) == (1, t, 56, t, 56)
+    assert {(p.offset, p.index) for p in copy.patches if p.kind == PATCH_POINTER} == {
+        (TRANSPOSE_OFFSETS[0], 4), (TRANSPOSE_OFFSETS[3], WORK_BASE)}
+    assert (offsets["scale_a"], WORK_BASE) in {(p.offset, p.index) for p in run.patches}
+    assert (read(run, "sa_m", "<i"), read(run, "sa_k", "<i"), read(run, "sa_g", "<q")) == (
+        56, 1, 0)
 
 
 class F8(Dev):

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from ....config import div, tile_intensity
 from ....dtypes import CTYPES
-from ..fp8.rules import PTX_TYPES as FP8_PTX_TYPES
+from ..fp8.rules import PACK_THREADS, PACK_TILE, PTX_TYPES as FP8_PTX_TYPES
 from .. import ALIGN_SLACK, C_SWIZZLE, WGMMA_K_BYTES, WGMMA_M, Param, ints, tensor_maps
 from ..wgmma.rules import PTX_TYPES
 from .rules import BLOCK, b_scale_span
 
-FP8_KEYS = ("DTYPE_FP8", "SCALE_BLOCK", "BLOCK", "B_SCALE_SPAN", "PARTIALS")
+FP8_KEYS = ("DTYPE_FP8", "SCALE_BLOCK", "BLOCK", "B_SCALE_SPAN", "PARTIALS", "PACK_TILE",
+            "PACK_THREADS")
 """The env's names of the FP8 axis, which a 16-bit kernel's source does not declare."""
 
 TILE_UNIT_BYTES = 16
@@ -45,7 +46,7 @@ class GroupedEnv:
             "C_BOX_ROWS": self.consumer_rows,
             "DTYPE_FP8": int(self.fp8), "SCALE_BLOCK": int(self.scaling == "block"),
             "BLOCK": BLOCK, "B_SCALE_SPAN": b_scale_span(self.consumer_cols),
-            "PARTIALS": self.partials,
+            "PARTIALS": self.partials, "PACK_TILE": PACK_TILE, "PACK_THREADS": PACK_THREADS,
             "SPLIT_N": int(self.split_n), "CONSUMER_COLS": self.consumer_cols,
         }
 
