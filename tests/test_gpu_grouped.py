@@ -374,16 +374,25 @@ def test_fp8_torch_op_against_float64_and_under_torch_compile():
     assert torch.equal(fn(a, b, offs, sa, sw), got)
 
 
-def test_fp8_op_from_the_compiled_launcher_inside_a_graph():
+@pytest.mark.parametrize("copied", [False, True])
+def test_fp8_op_from_the_compiled_launcher_inside_a_graph(copied, monkeypatch):
     """A repeated FP8 grouped call runs from the compiled launcher (no Python): captured in a
-    CUDA graph from the table, its replays follow new offsets."""
+    CUDA graph from the table, its replays follow new offsets. ``copied``: K = 1024 and the
+    work threshold lowered, so that the recipe copies A's M-major scales into a K-contiguous
+    workspace first (the launcher's per-stream workspace, inside the graph)."""
+    from gemmgen.runtime.grouped import plan_grouped
+    from gemmgen.runtime.hopper import grouped as hopper_grouped
     from gemmgen.torch import launcher
     if not gt.LAUNCHER:
         pytest.skip(f"the compiled launcher is not loaded: {launcher.why_not()}")
-    counts, n, k = [64, 0, 190, 30], 256, 384
+    counts, n, k = [64, 0, 190, 30], 256, 1024 if copied else 384
+    if copied:
+        monkeypatch.setattr(hopper_grouped, "SCALES_MIN_FLOP", 0)
     w, sw, wd = _fp8_experts(len(counts), n, k)
     a, sa, ad = _fp8_tokens(sum(counts), k)
     offs, b = _offs(counts), w.transpose(1, 2)
+    path = plan_grouped(a, b, offs, scale_a=sa, scale_b=sw).recipe.path
+    assert ("scales K-contiguous" in path) == copied, path
     gt.grouped_mm(a, b, offs, scale_a=sa, scale_b=sw)          # plan, then from the table
     held = torch.ops.gemmgen_launcher.recipes_held()
     graph = torch.cuda.CUDAGraph()
