@@ -112,7 +112,9 @@ def grouped_gemm(A, B, offs=None, out=None, *, counts=None, expected_m: int | No
     DeepSeek-V3's block scales, float32 on the device: ``scale_a`` [T, ceil(K/128)] (A 3-D:
     [G, M, ceil(K/128)]), one per row and 128 elements of K, and ``scale_b`` [G, ceil(N/128),
     ceil(K/128)], one per 128 x 128 block of each expert's [N, K] weight; any strides (the
-    MN-major [ceil(K/128), T] layout of DeepGEMM's A scales as a transposed view). C =
+    MN-major [ceil(K/128), T] layout of DeepGEMM's A scales as a transposed view; a large call
+    first copies A's M-major scales into K-contiguous rows in a per-stream workspace, where the
+    kernel loads four K blocks' scales of a row at once). C =
     (A * scale_a) @ (B * scale_b) per group, accumulated in fp32 and promoted every 128
     elements of K with the scales applied (DeepGEMM's m-grouped FP8 kernels); C is bf16 unless
     ``out_dtype`` says fp16 or fp32.
@@ -122,9 +124,10 @@ def grouped_gemm(A, B, offs=None, out=None, *, counts=None, expected_m: int | No
     array like A is returned; ``out_dtype`` is the input dtype (default; bf16 for FP8) or
     fp32. ``config``
     forces a grouped-family configuration. ``stream``: None (the legacy default stream), a
-    PyTorch or CuPy stream or a raw handle; the call allocates nothing but the output and
-    never synchronizes, so it can be captured in a CUDA graph (warm up once first: the first
-    call of a signature may compile). Offsets that decrease or exceed T are clamped on the
+    PyTorch or CuPy stream or a raw handle; the call allocates nothing but the output (and,
+    once per stream, the workspace of a large FP8 call's copied scales) and never
+    synchronizes, so it can be captured in a CUDA graph (warm up once first: the first call of
+    a signature may compile). Offsets that decrease or exceed T are clamped on the
     device (the groups they describe are then empty or shorter), never read out of bounds.
 
     Raises ``OperandError`` naming the argument (kind, dtype, rank, shape, layout, a stride or

@@ -1,6 +1,7 @@
-"""The grouped family's launches: every group of a grouped call in one persistent launch, its
-tensor maps built once per operand signature and its recipe patched with the operands'
-addresses (A, B, C and the group offsets are ``Ref``s), so a repeated call, or a CUDA-graph
+"""The grouped family's launches: every group of a grouped call in one persistent launch (on the
+FP8 axis, after a copy of A's block scales into K-contiguous rows where that pays), its tensor
+maps built once per operand signature and its recipe patched with the operands' addresses (A,
+B, C, the group offsets and the scales are ``Ref``s), so a repeated call, or a CUDA-graph
 replay, reads the offsets on the device only."""
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ a few microseconds, more than 2% of a call below about 1.5e11 FLOP (150 us at 10
 
 class GroupedLaunch(HopperLaunch):
     """The grouped family's calls: ``launches(args)`` gives the ``Recipe`` of one grouped call
-    (one launch; none when there is nothing to write). ``grouped_gemm``
+    (the GEMM's launch, after the copy of A's scales where ``transposes_scales``; none when
+    there is nothing to write). ``grouped_gemm``
     (``gemmgen.runtime.grouped``) checks operands and runs it. What ``args``
     (``KernelArgs``) holds, by grouping (extents in elements; strides are elements between
     consecutive matrices):
@@ -81,8 +83,9 @@ class GroupedLaunch(HopperLaunch):
         return max(1, min(sms, bound)), 1, 1
 
     def launches(self, args: KernelArgs, dev: int) -> Recipe:
-        """One launch of the persistent kernel (none when C is empty). Raises
-        ``OperandError`` naming an operand TMA cannot read."""
+        """One launch of the persistent kernel (none when C is empty), after ``<name>_scales``
+        where ``transposes_scales``. Raises ``OperandError`` naming an operand TMA cannot
+        read."""
         bad = self.problems(args)
         if bad:
             raise OperandError("; ".join(bad))
