@@ -119,7 +119,13 @@ def test_large_shapes_take_the_ladder_presets():
     assert choose_fp8(4096, 4096, 4096, "tensor", True).config == FP8["fp8_tensor_cluster"]
     row = choose_fp8(8192, 8192, 8192, "row", True).config
     assert row == FP8["fp8_tensor_cluster"].replace(scaling="row")
-    assert choose_fp8(4096, 7168, 16384, "block", False).config == FP8["fp8_block_prom2"]
+    # blockwise: the ladder's preset with its D through a TMA store (6 stages beside the
+    # staging tile); with a bias epilogue, as the preset stores it (straight from registers)
+    block = FP8["fp8_block_prom2"]
+    assert choose_fp8(4096, 7168, 16384, "block", False).config == block.replace(store="tma",
+                                                                                 stages=6)
+    biased = choose_fp8(4096, 7168, 16384, "block", False, epilogue="bias").config
+    assert biased == block.replace(epilogue="bias")
     promoted = choose_fp8(4096, 4096, 4096, "row", False).config
     assert promoted.promote == 128 and promoted.scaling == "row" and promoted.bn == 128
     with pytest.raises(ValueError, match="block scaling needs promoted"):
