@@ -618,12 +618,14 @@ def test_fp8_scales_are_patched_where_the_cubin_reads_them(compiled, monkeypatch
     assert (read("sb_n", "<i"), read("sb_k", "<i"), read("sb_g", "<q")) == (56, 1, 32 * 56)
 
 
-@pytest.mark.parametrize("sb_k", [1, 32])
-def test_m_major_a_scales_are_copied_k_contiguous_for_a_large_call(compiled, monkeypatch, sb_k):
+@pytest.mark.parametrize("sb_k, sa_strides", [(1, None), (32, None), (1, (112, 2))])
+def test_m_major_a_scales_are_copied_k_contiguous_for_a_large_call(compiled, monkeypatch, sb_k,
+                                                                    sa_strides):
     """32768 rows x N 4096 x K 7168 (1.9e12 FLOP): A's M-major scales go through
     ``<name>_scales`` into a workspace of K-contiguous rows, which the GEMM reads (sa_m 56,
-    sa_k 1); with B's scales not K-contiguous the 16-byte window loads cannot apply and the
-    call is the GEMM alone."""
+    sa_k 1). The call is the GEMM alone, reading the scales as given, with B's scales not
+    K-contiguous (the 16-byte window loads cannot apply) or A's neither M-major nor
+    K-contiguous (a strided view, which the copy does not take)."""
     from gemmgen.runtime import driver as driver_mod
     from gemmgen.runtime.recipe import PATCH_POINTER, WORK_BASE
     cfg, cubin, res = compiled[GROUPED["grouped_fp8"].name]
@@ -635,16 +637,17 @@ def test_m_major_a_scales_are_copied_k_contiguous_for_a_large_call(compiled, mon
     t = 32768
     args = KernelArgs(t, 4096, 7168, Ref(0, 1 << 20), 7168, Ref(1, 1 << 30), 7168,
                       Ref(2, 1 << 32), 4096, stride_b=4096 * 7168, grouping="m", mode="offs",
-                      groups=8, offs=Ref(3, 1 << 34), scale_a=Scale(Ref(4, 1 << 35), 1, t, 0),
+                      groups=8, offs=Ref(3, 1 << 34),
+                      scale_a=Scale(Ref(4, 1 << 35), *(sa_strides or (1, t)), 0),
                       scale_b=Scale(Ref(5, 1 << 36), 56 if sb_k == 1 else 1, sb_k, 32 * 56))
     recipe = Kernel(cfg, ARCH, cubin, res).launches(args, 0)
     offsets = dict(zip([p.name for p in cfg.params()], param_layout(cubin, cfg.name).offsets))
     def read(ln, name, code):
         return struct.unpack_from(code, ln.params, offsets[name])[0]
-    if sb_k != 1:
+    if sb_k != 1 or sa_strides:
         (run,) = recipe.launches
         assert "scales" not in recipe.path and not recipe.workspaces
-        assert (read(run, "sa_m", "<i"), read(run, "sa_k", "<i")) == (1, t)
+        assert (read(run, "sa_m", "<i"), read(run, "sa_k", "<i")) == (sa_strides or (1, t))
         return
     copy, run = recipe.launches
     assert "scales K-contiguous" in recipe.path

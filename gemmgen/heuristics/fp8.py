@@ -83,9 +83,10 @@ def _decode(cfg, m: int, n: int, k: int, sms: int, reasons: list):
 
 def _tma_store(cfg, reasons: list) -> dict:
     """A TMA store with the deepest ring that fits beside its staging tile (6 stages at 128 x
-    128) instead of stores straight from the registers (7 stages); no change where the
-    configuration cannot take one. For blockwise promoted problems with M > DECODE_M and no
-    epilogue (a bias epilogue keeps direct stores: unmeasured with a TMA store). On an H200
+    128 with a 16-bit D, 5 with fp32) instead of stores straight from the registers (7
+    stages); no change where the configuration cannot take one. For blockwise promoted
+    problems with M > DECODE_M and no epilogue (a bias epilogue keeps direct stores:
+    unmeasured with a TMA store; so is an fp32 D). On an H200
     the TMA store ran 1.21x faster on five DeepSeek-V3 shapes where the difference was seen,
     and 1.07x on the fp8 suite's 11 held-out blockwise rows with M = 4096 (square, DeepGEMM's,
     Llama-3-8B, Qwen2.5-7B; lowest 0.99x): benchmarks/results/fp8_block_store_NVIDIA_H200.json."""

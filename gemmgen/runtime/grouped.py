@@ -124,10 +124,11 @@ def grouped_gemm(A, B, offs=None, out=None, *, counts=None, expected_m: int | No
     array like A is returned; ``out_dtype`` is the input dtype (default; bf16 for FP8) or
     fp32. ``config``
     forces a grouped-family configuration. ``stream``: None (the legacy default stream), a
-    PyTorch or CuPy stream or a raw handle; the call allocates nothing but the output (and,
-    once per stream, the workspace of a large FP8 call's copied scales) and never
-    synchronizes, so it can be captured in a CUDA graph (warm up once first: the first call of
-    a signature may compile). Offsets that decrease or exceed T are clamped on the
+    PyTorch or CuPy stream or a raw handle; the call allocates nothing but the output (and the
+    stream's workspace for a large FP8 call's copied scales, kept per stream: a larger call
+    outside graph capture replaces it after synchronizing that stream) and otherwise never
+    synchronizes, so it can be captured in a CUDA graph (warm up once first: the first call
+    of a signature may compile). Offsets that decrease or exceed T are clamped on the
     device (the groups they describe are then empty or shorter), never read out of bounds.
 
     Raises ``OperandError`` naming the argument (kind, dtype, rank, shape, layout, a stride or

@@ -110,12 +110,14 @@ class GroupedLaunch(HopperLaunch):
     def transposes_scales(self, args: KernelArgs) -> bool:
         """Whether a call copies A's block scales into K-contiguous rows before the GEMM: an
         FP8 kernel with windows of scales (two partial sets), A 2-D with offsets, A's scales
-        not K-contiguous in rows of whole 16-byte units, B's so (else the windows' 16-byte
-        loads do not apply), at least four K blocks and ``SCALES_MIN_FLOP`` of work."""
+        M-major (one row apart per row; the copy reads that layout, and other strides stay as
+        the kernel reads them), B's K-contiguous in rows of whole 16-byte units (else the
+        windows' 16-byte loads do not apply), at least four K blocks and ``SCALES_MIN_FLOP``
+        of work."""
         cfg, sa, sb = self.config, args.scale_a, args.scale_b
         kb = -(-args.k // 128)
         return (cfg.fp8 and cfg.scaling == "block" and cfg.partials == 2
-                and args.mode == "offs" and not (sa.s1 == 1 and sa.s0 % 4 == 0)
+                and args.mode == "offs" and sa.s0 == 1 and sa.s1 != 1
                 and sb.s1 == 1 and sb.s0 % 4 == 0 and sb.s2 % 4 == 0 and kb >= 4
                 and 2.0 * args.m * args.n * args.k >= SCALES_MIN_FLOP)
 
