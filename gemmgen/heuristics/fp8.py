@@ -86,10 +86,10 @@ def _tma_store(cfg, reasons: list) -> dict:
     128 with a 16-bit D, 5 with fp32) instead of stores straight from the registers (7
     stages); no change where the configuration cannot take one. For blockwise promoted
     problems with M > DECODE_M and no epilogue (a bias epilogue keeps direct stores:
-    unmeasured with a TMA store; so is an fp32 D). On an H200
-    the TMA store ran 1.21x faster on five DeepSeek-V3 shapes where the difference was seen,
-    and 1.07x on the fp8 suite's 11 held-out blockwise rows with M = 4096 (square, DeepGEMM's,
-    Llama-3-8B, Qwen2.5-7B; lowest 0.99x): benchmarks/results/fp8_block_store_NVIDIA_H200.json."""
+    unmeasured with a TMA store; so is an fp32 D). On an H200 the TMA store ran 1.21x faster
+    on five DeepSeek-V3 shapes where the difference was seen, and 1.07x on the fp8 suite's 11
+    held-out blockwise rows with M = 4096 (square, DeepGEMM's, Llama-3-8B, Qwen2.5-7B; lowest
+    0.99x): benchmarks/results/fp8_block_store_NVIDIA_H200.json."""
     tma = cfg.replace(check=False, store="tma")
     tma = tma.replace(check=False, stages=_deepest(tma))
     if tma.violations():

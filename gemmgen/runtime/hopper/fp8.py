@@ -118,21 +118,33 @@ class Fp8Launch(HopperLaunch):
         """Queue the transposing pack of one operand into K-major rows of ceil(K/16)*16 bytes
         (element (r, kk) of a K-major operand at r*ld + kk, of an MN-major one at kk*ld + r)."""
         ld_new = -(-k // 16) * 16
-        buf = workspace(work, f"pack {name}", rows * ld_new)
         ptr, ld, k_major = x
-        s_row, s_col = (ld, 1) if k_major else (1, ld)
-        tile = self.config.template_constants()["PACK_TILE"]
-        threads = self.config.template_constants()["PACK_THREADS"]
-        grid = (-(-k // tile), min(-(-rows // tile), GRID_LIMIT_YZ), 1)
-        params, patches = pack(TRANSPOSE_STRUCT, TRANSPOSE_OFFSETS,
-                               (ptr, s_row, s_col, buf, ld_new, rows, k))
-        before.append(Launch(self.function(dev, "pack"), grid, (threads, 1, 1), params, patches))
+        strides = (ld, 1) if k_major else (1, ld)
+        buf = queue_transpose(self, dev, before, work, "pack", f"pack {name}", ptr, strides,
+                              rows, k, ld_new, 1)
         return buf, ld_new, True
 
 
 TRANSPOSE_SIGNATURE = "PqqPqii"   # src, s_row, s_col, dst, ldd, rows, cols
 TRANSPOSE_STRUCT = struct.Struct("@" + TRANSPOSE_SIGNATURE)
 TRANSPOSE_OFFSETS = field_offsets(TRANSPOSE_STRUCT)
-"""The fp8 family's ``<name>_pack``: a transposing copy into K-major rows."""
+"""The FP8 axis' transposing copy (``<name>_pack``, ``<name>_scales``; _fp8_aux.cu.j2)."""
+
+
+def queue_transpose(launcher, dev, before: list, work: list, suffix: str, tag: str, src,
+                    strides: tuple, rows: int, cols: int, ldd: int, item: int):
+    """Queue the module's transposing copy ``<name>_<suffix>`` (_fp8_aux.cu.j2) on ``before``:
+    ``rows`` x ``cols`` elements of ``item`` bytes at ``src`` (element (r, c) at r * strides[0]
+    + c * strides[1]; one of the two strides is 1) into rows of ``ldd`` elements in the
+    workspace slot ``tag`` of ``work``, which it returns (a ``WorkRef``). ``launcher`` is the
+    kernel's ``HopperLaunch`` (its function and PACK_TILE x PACK_TILE tiles, PACK_THREADS)."""
+    buf = workspace(work, tag, rows * ldd * item)
+    env = launcher.config.template_constants()
+    tile, threads = env["PACK_TILE"], env["PACK_THREADS"]
+    grid = (-(-cols // tile), min(-(-rows // tile), GRID_LIMIT_YZ), 1)
+    params, patches = pack(TRANSPOSE_STRUCT, TRANSPOSE_OFFSETS,
+                           (src, *strides, buf, ldd, rows, cols))
+    before.append(Launch(launcher.function(dev, suffix), grid, (threads, 1, 1), params, patches))
+    return buf
 
 

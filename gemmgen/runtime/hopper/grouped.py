@@ -8,10 +8,11 @@ from __future__ import annotations
 from ...heuristics.grouped import grid_bound
 from .. import driver
 from ..operands import OperandError
-from ..recipe import GRID_LIMIT_YZ, KernelArgs, Launch, Recipe, Scale, pack, workspace
+from ..operands.scales import BLOCK
+from ..recipe import KernelArgs, Launch, Recipe, Scale, pack
 from ..tma import encoded, operand_map
 from .base import GROUPED_MODES, HopperLaunch
-from .fp8 import TRANSPOSE_OFFSETS, TRANSPOSE_STRUCT
+from .fp8 import queue_transpose
 
 SCALES_MIN_FLOP = 1.5e11
 """A grouped FP8 call copies M-major block scales of A into K-contiguous rows first (the
@@ -115,7 +116,7 @@ class GroupedLaunch(HopperLaunch):
         windows' 16-byte loads do not apply), at least four K blocks and ``SCALES_MIN_FLOP``
         of work."""
         cfg, sa, sb = self.config, args.scale_a, args.scale_b
-        kb = -(-args.k // 128)
+        kb = -(-args.k // BLOCK)
         return (cfg.fp8 and cfg.scaling == "block" and cfg.partials == 2
                 and args.mode == "offs" and sa.s0 == 1 and sa.s1 != 1
                 and sb.s1 == 1 and sb.s0 % 4 == 0 and sb.s2 % 4 == 0 and kb >= 4
@@ -124,14 +125,8 @@ class GroupedLaunch(HopperLaunch):
     def _scales_k_major(self, dev, before: list, work: list, args: KernelArgs) -> Scale:
         """Queue ``<name>_scales``: A's scales (rows x kb, element (r, c) at r * s0 + c * s1)
         into a workspace of rows of ``ceil(kb / 4) * 4`` floats; their ``Scale`` there."""
-        sa, kb = args.scale_a, -(-args.k // 128)
+        sa, kb = args.scale_a, -(-args.k // BLOCK)
         ldd = -(-kb // 4) * 4
-        buf = workspace(work, "A scales K-contiguous", 4 * args.m * ldd)
-        env = self.config.template_constants()
-        tile, threads = env["PACK_TILE"], env["PACK_THREADS"]
-        grid = (-(-kb // tile), min(-(-args.m // tile), GRID_LIMIT_YZ), 1)
-        params, patches = pack(TRANSPOSE_STRUCT, TRANSPOSE_OFFSETS,
-                               (sa.ptr, sa.s0, sa.s1, buf, ldd, args.m, kb))
-        before.append(Launch(self.function(dev, "scales"), grid, (threads, 1, 1), params,
-                             patches))
+        buf = queue_transpose(self, dev, before, work, "scales", "A scales K-contiguous", sa.ptr,
+                              (sa.s0, sa.s1), args.m, kb, ldd, 4)
         return Scale(buf, ldd, 1, 0)
