@@ -37,7 +37,7 @@
 // derived figures (arch sm_90a):
 //   threads                    = 384
 //   warpgroups                 = 3
-//   smem_bytes_dynamic         = 214064
+//   smem_bytes_dynamic         = 216112
 //   stage_bytes                = 49152
 //   c_staging_bytes            = 65536
 //   acc_regs_per_consumer      = 128
@@ -47,7 +47,7 @@
 //   flops_per_byte.global      = 85.333
 //   flops_per_byte.shared      = 51.2
 //   blocks_per_sm_sm_90        = 1
-// launch: grid = (min(tiles, SMs / 1 * 1), 1, 1) over tiles = ceil(M/128) * ceil(N/256) * 1 * batch, block = (384, 1, 1); tensor maps of A, B and C are the first three parameters, dynamic shared memory 214064 bytes (passed at launch)
+// launch: grid = (min(tiles, SMs / 1 * 1), 1, 1) over tiles = ceil(M/128) * ceil(N/256) * 1 * batch, block = (384, 1, 1); tensor maps of A, B and C are the first three parameters, dynamic shared memory 216112 bytes (passed at launch)
 //
 // gemmgen-config: {"family": "wgmma", "bm": 128, "bn": 256, "bk": 64, "dtype": "fp16", "out": "fp16", "consumers": 2, "pingpong": false, "producer": true, "stages": 3, "swizzle": 128, "cluster_m": 1, "cluster_n": 1, "persistent": true, "raster": "grouped", "group": 8, "regs_producer": 40, "regs_consumer": 232, "store": "tma", "split_k": 1, "split_inline": false, "math": "native", "flush": 1, "layout": "rrr", "epilogue": "bias_gelu", "m": null, "n": null, "k": null, "overlap": true}
 //
@@ -99,7 +99,7 @@ namespace gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_out
 [[maybe_unused]] constexpr int THREADS = 384;
 [[maybe_unused]] constexpr int WARPGROUP = 128;
 [[maybe_unused]] constexpr int C_CHUNK = 64;
-[[maybe_unused]] constexpr int SMEM_BYTES = 214064;
+[[maybe_unused]] constexpr int SMEM_BYTES = 216112;
 [[maybe_unused]] constexpr int SMEM_OPTIN = 232448;
 [[maybe_unused]] constexpr int PINGPONG = 0;
 [[maybe_unused]] constexpr int PRODUCER = 1;
@@ -196,6 +196,10 @@ namespace gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_out
 [[maybe_unused]] constexpr int DEFER_PASSES = 8;
 [[maybe_unused]] constexpr int EPI_ARGS_BYTES = 88;
 [[maybe_unused]] constexpr int R_COL = 0;
+[[maybe_unused]] constexpr int VEC_SMEM_OFFSET = 213040;
+[[maybe_unused]] constexpr int VEC_SLOT_BYTES = 512;
+[[maybe_unused]] constexpr int VEC_CONSUMER_BYTES = 1024;
+[[maybe_unused]] constexpr int VEC_BIAS_AT = 0;
 
 
 // One static_assert per rule of the Python model (gemmgen.config); messages carry the rule id.
@@ -375,6 +379,40 @@ __device__ __forceinline__ uint32_t epi_pack(float2 v) {
 }
 __device__ __forceinline__ float2 epi_unpack(uint32_t w) {
     return __half22float2(*reinterpret_cast<const half2*>(&w));
+}
+
+// ---- staged epilogue vectors: cp.async of a tile's slice, zero-filled past the end ----
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// Elements first .. first + COUNT of src (those at or past limit read as 0) into dst, by the
+// WARPGROUP threads of a consumer: 16 bytes per cp.async where src is 16-byte aligned, else
+// element by element (then the loads wait here, at the tile's start).
+template <class T, int COUNT>
+__device__ __forceinline__ void stage_vector(uint32_t dst, const T* src, int first, int limit, int tid) {
+    constexpr int PER = 16 / sizeof(T), CHUNKS = (COUNT + PER - 1) / PER;
+    const bool aligned = (reinterpret_cast<uintptr_t>(src + first) & 15) == 0;
+    for (int c = tid; c < CHUNKS; c += WARPGROUP) {
+        const int i = first + c * PER;
+        if (aligned) {
+            const int bytes = max(0, min(PER, limit - i)) * (int)sizeof(T);
+            cp_async16(dst + 16 * c, bytes ? src + i : src, bytes);
+        } else {
+            T* d = reinterpret_cast<T*>(__cvta_shared_to_generic((size_t)(dst + 16 * c)));
+#pragma unroll
+            for (int e = 0; e < PER; ++e) d[e] = i + e < limit ? src[i + e] : from_f32<T>(0.f);
+        }
+    }
+}
+// Elements i and i + d of a staged vector as fp32 (d == 0: one element for both; one packed load
+// for neighbours at an even i: the slots are 16-byte aligned).
+template <class T>
+__device__ __forceinline__ float2 epi_vec2(const T* v, int i, int d) {
+    if (d == 0) return epi_splat(to_f32(v[i]));
+    if (d == 1 && (i & 1) == 0) return epi_pair(v + i);
+    return make_float2(to_f32(v[i]), to_f32(v[i + d]));
 }
 
 
@@ -618,6 +656,27 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_outfp16_ov_eb
         }
     };
 
+    // The epilogue's vectors (bias), staged per consumer warpgroup: a
+    // tile's slices are copied (cp.async) as its main loop starts and read by its epilogue.
+    // Two slots alternate tiles: a copy never lands where the last epilogue may still read.
+    int vec_slot = 1;
+    uint32_t vec_at = 0;       // this consumer's slot of the tile in its epilogue
+    int vec_n0 = 0, vec_m0 = 0;  // the first column and row the slot holds
+    auto prefetch_vectors = [&](const Tile& tile, int cw, int row0) {
+        vec_slot ^= 1;
+        const uint32_t at = smem_u32(smem + VEC_SMEM_OFFSET + cw * VEC_CONSUMER_BYTES + vec_slot * VEC_SLOT_BYTES);
+        stage_vector<out_t, BN>(at + VEC_BIAS_AT, bias, tile.n0, N, wtid);
+        cp_async_commit();
+    };
+    // The epilogue's start: this consumer's copies have landed and every thread sees them.
+    auto vectors_ready = [&](const Tile& tile, int cw, int row0) {
+        cp_async_wait_all();
+        named_sync(BAR_STORE_BASE + cw, WARPGROUP);
+        vec_at = smem_u32(smem + VEC_SMEM_OFFSET + cw * VEC_CONSUMER_BYTES + vec_slot * VEC_SLOT_BYTES);
+        vec_n0 = tile.n0;
+        vec_m0 = tile.m0 + row0;
+    };
+
     // The tree up to the pre-activation, which is staged in C's dtype: elements (gm, gn) and (gm + dm, gn + dn) of batch entry b.
     auto epi_pre = [&](float2 a, int b, int gm, int gn, int dm, int dn) -> float2 {
         const bool ok0 = gm < M && gn < N, ok1 = gm + dm < M && gn + dn < N;
@@ -625,7 +684,7 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_outfp16_ov_eb
         const float2 v0 = epi_splat(alpha);
         const float2 v1 = epi_mul(v0, a);
         const float2 v2 = beta != 0.f ? epi_mul(epi_splat(beta), epi_ld2(C + b * stride_c, epi_idx(LAYOUT_C_COL, ldc, gm, gn), epi_idx(LAYOUT_C_COL, ldc, gm + dm, gn + dn), ok0, ok1)) : epi_splat(0.f);
-        const float2 v3 = epi_ld2(bias, gn, gn + dn, ok0, ok1);
+        const float2 v3 = epi_vec2(reinterpret_cast<const out_t*>(__cvta_shared_to_generic((size_t)(vec_at + VEC_BIAS_AT))), gn - vec_n0, dn);
         const float2 v4 = epi_add(v1, v2);
         const float2 v5 = epi_add(v4, v3);
         return v5;
@@ -690,6 +749,7 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_outfp16_ov_eb
         // Accumulator i of slice mi holds C(row, col) with row = mi*64 + warp*16 + lane/4 +
         // 8*((i%4)/2) and col = 8*(i/4) + 2*(lane%4) + i%2 (the wgmma D fragment layout);
         // accumulators i and i + 1 (i even) are neighbours along N: one pair of the program.
+        vectors_ready(tile, cw, row0);  // this tile's staged vectors
         uint8_t* cs = smem + C_SMEM_OFFSET + cw * C_CONSUMER_BYTES;
         const uint32_t cs_addr = smem_u32(cs);
         while (dpass < DEFER_PASSES) defer_step(cw);  // a short main loop left passes to do
@@ -758,6 +818,7 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_outfp16_ov_eb
         for (int t = first_tile; t < num_tiles; t += tile_step, ++local) {
             Tile tile = tile_of(t, tiles_m, tiles_n, rank_m, rank_n, batch);
             const int nk = k_count(tile);
+            prefetch_vectors(tile, cw, cw * CONSUMER_ROWS);  // lands under this tile's main loop
 #pragma unroll
             for (int mi = 0; mi < M_ITERS; ++mi) fence_acc(acc[mi]);
             int prev = 0;

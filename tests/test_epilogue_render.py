@@ -36,8 +36,13 @@ def test_every_node_is_rendered_in_every_layout():
         for tree in TREES:
             cfg = BASE.replace(layout=layout, epilogue=tree, store="tma" if i % 2 else "direct")
             src = render(cfg, ARCH)
+            staged = {v.leaf for v in cfg.vectors}  # read from shared memory, copied at tile start
             for op in Epilogue.parse(tree).ops():
-                if op == "cast":
+                if op in staged:
+                    assert "epi_vec2(reinterpret_cast" in src and f"VEC_{op.upper()}_AT)" in src
+                    assert f"VEC_{op.upper()}_AT, {NODE_CALLS[op].rstrip(',')}" in src or (
+                        op == "bias" and f"VEC_BIAS_AT, bias," in src), (layout, tree, op)
+                elif op == "cast":
                     for n in Epilogue.parse(tree).root.walk():
                         if n.op == "cast":
                             assert f"epi_cast_{n.attr('dtype')}(" in src

@@ -209,3 +209,27 @@ def test_gelu_tanh_error_is_within_the_documented_bound(cp):
     bound = 0.5 * np.abs(x) * 2 ** -11 + np.abs(ref) * 2 ** -11 + 8 * 2 ** -24 * math.sqrt(k) * (
         np.abs(x) + 1)
     assert np.all(np.abs(out - ref) <= bound + 1e-6)
+
+
+@pytest.mark.parametrize("pingpong", [False, True])
+@pytest.mark.parametrize("shift", [0, 1])
+def test_staged_vectors_aligned_or_not_with_a_ragged_last_tile(cp, pingpong, shift):
+    """The epilogue's vectors, staged in shared memory at each tile's start: 16 bytes per
+    cp.async where a vector's view is 16-byte aligned (shift 0), element by element where it is
+    not (shift 1: views one element into their buffers); N = 4104 leaves a last column tile of
+    8 columns (the rest zero-filled), M = 2056 a last row tile of 8 rows; 561 tiles, so each
+    consumer takes several and its two slots alternate."""
+    tree = "acc*row_scale*col_scale + bias + row_bias"
+    cfg = PRESETS["wgmma_tma_store"].config.replace(bm=128, bn=128, stages=4,
+                                                    pingpong=pingpong, epilogue=tree)
+    assert [v.leaf for v in cfg.vectors] == ["bias", "col_scale", "row_scale", "row_bias"]
+    m, n, k = 2056, 4104, 128
+    dev, leaves = _operands(cp, m, n, k, "rrr", seed=7)
+    kw = {}
+    for name in ("row_scale", "col_scale", "row_bias", "bias"):
+        whole = cp.zeros(dev[name].size + shift, dtype=dev[name].dtype)
+        whole[shift:] = dev[name]
+        kw[name] = whole[shift:]
+    out = _kernel(cfg, dev["A"], dev["B"], dev["C"].copy(order="K"), **kw)
+    ref, _ = evaluate(tree, {**leaves, "alpha": 1.0, "beta": 0.0})
+    assert _rel(out, ref) <= _tol(tree, k), (pingpong, shift, _rel(out, ref))

@@ -234,3 +234,47 @@ def test_a_slow_path_warning_is_a_build_error():
 def test_map_spec_is_hashable_for_the_cache():
     spec = MapSpec("fp16", 0, (64, 64, 1), (128, 8192), (64, 64, 1), 128)
     assert {spec: 1}[MapSpec("fp16", 0, (64, 64, 1), (128, 8192), (64, 64, 1), 128)] == 1
+
+
+def test_staged_bias_takes_the_global_loads_out_of_the_epilogue(nvcc):
+    """With the bias staged in shared memory (one cp.async, LDGSTS, at each tile's start), a
+    kernel with a bias has the global loads of the same kernel without one plus the 8 of the
+    element-by-element copy of a bias view that is not 16-byte aligned; the epilogue used to
+    load the bias from global memory between its stmatrix stores (128 more loads)."""
+    if tool_path("cuobjdump") is None:
+        pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+    from gemmgen.compile.cache import compile_many
+    base = WGMMA["wgmma_tma_store"]
+    pairs = [("none", "bias_gelu"), ("silu(acc*row_scale)", "silu(acc*row_scale + bias)")]
+    configs = [base.replace(epilogue=e) for pair in pairs for e in pair]
+    counts = []
+    for cfg, done in zip(configs, compile_many(configs, arch=ARCH)):
+        assert not isinstance(done, BuildError), (cfg.name, done)
+        text = sass(done[0])
+        counts.append((len(re.findall(r"\bLDG\.", text)), len(re.findall(r"\bLDGSTS\.", text))))
+    for i, (plain, with_bias) in enumerate(pairs):
+        (loads, copies), (loads_b, copies_b) = counts[2 * i], counts[2 * i + 1]
+        assert loads_b == loads + 16 // base.out_bytes, (plain, with_bias, counts)
+        assert copies_b == copies + 1, (plain, with_bias, counts)
+
+
+def test_which_vectors_are_staged():
+    base = WGMMA["wgmma_tma_store"]
+
+    def leaves(**kw):
+        return [v.leaf for v in base.replace(**kw).vectors]
+    assert leaves(epilogue="none") == [] and leaves(epilogue="gelu") == []
+    assert leaves(epilogue="bias_relu") == ["bias"]
+    assert leaves(epilogue="silu(acc*row_scale*col_scale + bias) + R") == [
+        "bias", "col_scale", "row_scale"]
+    assert leaves(epilogue="bias_gelu", store="direct", split_k=3) == []  # partial sums
+    # the overlap stages what its register part reads; the deferred part reads global memory
+    assert leaves(epilogue="gelu(acc + bias)*col_scale", overlap=True) == ["bias"]
+    cfg = base.replace(epilogue="acc*col_scale + row_bias")  # BN 256, 64 rows per consumer
+    assert cfg.smem_bytes == base.smem_bytes + 2 * 2 * (256 * 4 + 64 * 2)
+    assert cfg.template_constants()["VEC_ROW_BIAS_AT"] == 256 * 4
+    # where two slots per consumer would not fit beside the ring, nothing is staged:
+    # 128 x 128 with 6 stages leaves 1952 bytes, the two vectors need 2 x 2 x 768
+    tight = base.replace(bn=128, stages=6, epilogue="acc*col_scale + bias")
+    assert tight.vectors == () and tight.smem_bytes == tight.replace(epilogue="none").smem_bytes
+    assert [v.leaf for v in tight.replace(stages=5).vectors] == ["bias", "col_scale"]

@@ -9,6 +9,7 @@ from ....epilogue_rules import EPILOGUE_RULES
 from .. import BARRIER_BYTES, HopperTile, WARPGROUP
 from .env import WgmmaEnv
 from .rules import MATHS, OVERLAP_RESERVE, WGMMA_FEATURE_RULES, WGMMA_RULES
+from .vectors import slot_bytes, staged_vectors
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +275,22 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
         """The full/empty mbarriers, and with an inline split-K one word per consumer (the
         flag that says its tile's slices are all in)."""
         return 2 * self.stages * BARRIER_BYTES + (16 if self.split_inline else 0)
+
+    @property
+    def vectors(self) -> tuple:
+        """The epilogue's vectors staged in shared memory (``vectors.staged_vectors``)."""
+        return staged_vectors(self)
+
+    @property
+    def vector_smem_bytes(self) -> int:
+        """Shared memory of the staged vectors: two slots per consumer warpgroup."""
+        return self.consumers * 2 * slot_bytes(self.vectors, self.out_bytes)
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory per block: stages, C staging, barriers, the staged vectors
+        and the slack for rounding the base up to a 1024-byte atom."""
+        return HopperTile.smem_bytes.fget(self) + self.vector_smem_bytes
 
     def registers_needed(self) -> int:
         """Registers a consumer thread needs: accumulators plus REG_RESERVE, plus

@@ -129,7 +129,18 @@ class WgmmaEnv:
                 "C_CONSUMER_BYTES": c_rows * self.bn * self.out_bytes if self.store == "tma" else 0,
                 "C_CHUNK_BYTES": (c_rows if self.layout[2] == "r" else self.bn) * C_SWIZZLE,
                 "BAR_STORE_BASE": 1, "BAR_ORDER_BASE": 1 + self.consumers,
-                **(self._feature_constants(e) if self.extended else {})}
+                **(self._feature_constants(e) if self.extended else {}),
+                **self._vector_constants(bar_off + self.barrier_bytes)}
+
+    def _vector_constants(self, offset: int) -> dict[str, int]:
+        """Where the staged vectors live (only for a kernel that stages some): after the
+        barriers, each consumer's two slots, each vector's offset in a slot."""
+        vectors = self.vectors
+        if not vectors:
+            return {}
+        slot = self.vector_smem_bytes // (2 * self.consumers)
+        return {"VEC_SMEM_OFFSET": offset, "VEC_SLOT_BYTES": slot,
+                "VEC_CONSUMER_BYTES": 2 * slot, **{v.constant: v.offset for v in vectors}}
 
     def _feature_constants(self, e: dict[str, int]) -> dict[str, int]:
         return {"DEFER_PASSES": div(e["DEFER_UNITS_TOTAL"], WARPGROUP * DEFER_UNITS),

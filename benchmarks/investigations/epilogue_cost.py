@@ -1,0 +1,139 @@
+"""What a fused epilogue costs on the wgmma kernel: the kernel gemmgen chooses for the plain
+linear layer (x @ W^T, bf16, layout rcr), built again with each epilogue, beside the plain
+kernel and beside PyTorch unfused (F.linear, then the activation or the scale), on the same
+data. Graph-captured (kernel only): 20 launches per graph cycling over input sets that
+together exceed twice the L2, median of 15 graph replays. Each variant's cost is its time over
+that of the plain kernel timed next to it (the pair's order alternating), median of 6 rounds.
+Every output is poisoned first and checked against float64 (||C - ref|| / ||ref||, beside
+PyTorch's own error on the same inputs).
+
+Usage on the GPU machine, from the repository root:
+    PYTHONPATH=$PWD python3 benchmarks/investigations/epilogue_cost.py [tag]
+writes $OUT/epilogue_cost_<tag>.json when $OUT is set. EPILOGUE_OVERLAP=1 adds bias + GELU and
+bias + SiLU with the activation deferred into the next tile's main loop (``overlap``)."""
+import json
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from gemmgen.heuristics.select import decide
+from gemmgen.heuristics.tunedb import TuneDB
+from gemmgen.runtime.build import build
+from gemmgen.runtime.device import device_identity
+
+SHAPES = [(4096, 4096, 4096), (4096, 14336, 4096)]
+EPILOGUES = {  # gemmgen epilogue: (tree operands, PyTorch unfused on y = x @ W^T)
+    "none": ((), lambda y, o: y),
+    "bias": (("bias",), lambda y, o: y + o["bias"]),
+    "bias_gelu": (("bias",), lambda y, o: F.gelu(y + o["bias"], approximate="tanh")),
+    "silu(acc + bias)": (("bias",), lambda y, o: F.silu(y + o["bias"])),
+    "acc*col_scale + bias": (("bias", "col_scale"), lambda y, o: y * o["col_scale"] + o["bias"]),
+    "acc*row_scale + bias": (("bias", "row_scale"),
+                             lambda y, o: y * o["row_scale"][:, None] + o["bias"]),
+}
+OVERLAP = {"bias_gelu overlapped": "bias_gelu", "silu(acc + bias) overlapped": "silu(acc + bias)"}
+"""The same epilogue with the activation deferred into the next tile's main loop (overlap)."""
+REPS, ROUNDS, REPLAYS = 20, 6, 15
+
+
+def operands(m, n, dt, gen):
+    return {"bias": torch.randn(n, device="cuda", dtype=dt, generator=gen),
+            "col_scale": torch.rand(n, device="cuda", generator=gen) + 0.5,
+            "row_scale": torch.rand(m, device="cuda", generator=gen) + 0.5}
+
+
+def graph_ms(launch, sets):
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for i in range(2):
+            launch(i % sets)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=stream):
+            for i in range(REPS):
+                launch(i % sets)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(REPLAYS):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / REPS)
+    return statistics.median(times)
+
+
+def main(tag):
+    dt = torch.bfloat16
+    gpu, cc = device_identity(0)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    rows = []
+    for m, n, k in SHAPES:
+        base = decide(TuneDB(None), gpu, "bf16", m, n, k, cc, "rcr", "none", True, "native", 1)
+        assert not base.swap, base
+        kernels = {e: build(base.config.replace(epilogue=e)) for e in EPILOGUES}
+        for name, e in OVERLAP.items():
+            if os.environ.get("EPILOGUE_OVERLAP"):
+                kernels[name] = build(base.config.replace(epilogue=e, overlap=True))
+        per_set = (m * k + n * k + m * n) * 2
+        sets = max(2, -(-2 * l2 // per_set))
+        xs = [torch.randn(m, k, device="cuda", dtype=dt, generator=gen) for _ in range(sets)]
+        ws = [torch.randn(n, k, device="cuda", dtype=dt, generator=gen) * k ** -0.5
+              for _ in range(sets)]
+        cs = [torch.empty(m, n, device="cuda", dtype=dt) for _ in range(sets)]
+        ops = operands(m, n, dt, gen)
+        ops_t = {o: v.to(dt) for o, v in ops.items()}  # PyTorch unfused: every operand in bf16
+        row = {"M": m, "N": n, "K": k, "config": base.config.name, "sets": sets}
+        ref0 = xs[0].double() @ ws[0].double().t()
+        for e in kernels:  # correctness, poisoned output first
+            names, unfused = EPILOGUES[OVERLAP.get(e, e)]
+            cs[0].fill_(float("nan"))
+            kernels[e](xs[0], ws[0].t(), cs[0], **{o: ops[o] for o in names})
+            want = unfused(ref0, {o: ops[o].double() for o in names})
+            got_t = unfused(F.linear(xs[0], ws[0]), {o: ops[o] for o in names}).double()
+            err = ((cs[0].double() - want).norm() / want.norm()).item()
+            err_t = ((got_t - want).norm() / want.norm()).item()
+            row[f"{e}|error"], row[f"{e}|torch_error"] = err, err_t
+            row[f"{e}|ok"] = bool(err == err and err <= max(2 * err_t, 1e-2))
+        del ref0
+        times, cost = {}, {}
+        for rnd in range(ROUNDS):  # each variant beside a plain run adjacent to it
+            for e in kernels:
+                names, unfused = EPILOGUES[OVERLAP.get(e, e)]
+                kw = {o: ops[o] for o in names}
+                kw_t = {o: ops_t[o] for o in names}
+                pair = ("none", e) if rnd % 2 == 0 else (e, "none")
+                got = {}
+                for v in pair:
+                    kv = {} if v == "none" else kw
+                    got[v] = graph_ms(lambda i: kernels[v](
+                        xs[i], ws[i].t(), cs[i], stream=torch.cuda.current_stream().cuda_stream,
+                        **kv), sets)
+                t_torch = graph_ms(lambda i: unfused(F.linear(xs[i], ws[i]), kw_t), sets)
+                times.setdefault(e, []).append(got[e])
+                times.setdefault(e + "|torch", []).append(t_torch)
+                cost.setdefault(e, []).append(got[e] / got["none"] - 1)
+        flop = 2 * m * n * k
+        for key, ts in times.items():
+            row[f"{key}|ms"] = statistics.median(ts)
+            row[f"{key}|tflops"] = flop / statistics.median(ts) / 1e9
+        for e in kernels:
+            row[f"{e}|cost_vs_plain"] = statistics.median(cost[e])
+            row[f"{e}|x_torch_unfused"] = row[f"{e}|torch|ms"] / row[f"{e}|ms"]
+        print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v)
+                          for k, v in row.items()}), flush=True)
+        rows.append(row)
+    out = {"tag": tag, "gpu": gpu, "timing": "graph-captured, kernel only", "rows": rows}
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], f"epilogue_cost_{tag}.json"), "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "run")
