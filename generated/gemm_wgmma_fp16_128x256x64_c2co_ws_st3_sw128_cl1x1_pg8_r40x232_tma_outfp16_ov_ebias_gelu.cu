@@ -293,10 +293,16 @@ __device__ __forceinline__ float gelu_tanh(float x) {
         return tanhf(x);
     }
 }
+// GELU as 0.5 v + 0.5 v tanh(v (sqrt(2/pi) + sqrt(2/pi) 0.044715 v^2)): five FP32 operations and
+// one tanh per element.
+__device__ __forceinline__ float gelu_of(float v) {
+    const float half_v = 0.5f * v;
+    return fmaf(half_v, gelu_tanh(v * fmaf(0.035677408136300125f, v * v, 0.7978845608028654f)), half_v);
+}
 __device__ __forceinline__ float apply_epilogue(float v, int col, const out_t* bias) {
     if constexpr (EPI_BIAS) v += to_f32(bias[col]);
     if constexpr (EPI_ACT == 1) v = fmaxf(v, 0.f);
-    if constexpr (EPI_ACT == 2) v = 0.5f * v * (1.f + gelu_tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    if constexpr (EPI_ACT == 2) v = gelu_of(v);
     return v;
 }
 
@@ -342,7 +348,7 @@ __device__ __forceinline__ long long epi_idx(int col, int ld, int m, int n) {
 // error of gelu(x) = 0.5 x (1 + tanh(u)) and of silu(x) is 0.5 |x| eps: 2.44e-4 |x| by the PTX
 // bound, 5.6e-6 |x| measured, against the rounding of a 16-bit C of 2^-12 |y| (fp16) or
 // 2^-9 |y| (bf16). gelu_erf uses erff (within 2 ulp of fp32); with an fp32 C, tanhf and expf.
-__device__ __forceinline__ float epi_gelu1(float x) { return 0.5f * x * (1.f + gelu_tanh(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
+__device__ __forceinline__ float epi_gelu1(float x) { return gelu_of(x); }
 __device__ __forceinline__ float epi_silu1(float x) {
     if constexpr (EPI_FAST_TANH) return x * fmaf(0.5f, gelu_tanh(0.5f * x), 0.5f);
     else return x / (1.f + expf(-x));
@@ -656,12 +662,12 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_outfp16_ov_eb
         }
     };
 
-    // The epilogue's vectors (bias), staged per consumer warpgroup: a
-    // tile's slices are copied (cp.async) as its main loop starts and read by its epilogue.
-    // Two slots alternate tiles: a copy never lands where the last epilogue may still read.
+    // The epilogue's operands staged per consumer warpgroup (bias): copied
+    // (cp.async) as a tile's main loop starts, read by its epilogue.
+    int vec_n0 = 0, vec_m0 = 0;  // the tile's first column and this consumer's first row
+    // Two vector slots alternate tiles: a copy never lands where the last epilogue may still read.
     int vec_slot = 1;
-    uint32_t vec_at = 0;       // this consumer's slot of the tile in its epilogue
-    int vec_n0 = 0, vec_m0 = 0;  // the first column and row the slot holds
+    uint32_t vec_at = 0;         // this consumer's slot of the tile in its epilogue
     auto prefetch_vectors = [&](const Tile& tile, int cw, int row0) {
         vec_slot ^= 1;
         const uint32_t at = smem_u32(smem + VEC_SMEM_OFFSET + cw * VEC_CONSUMER_BYTES + vec_slot * VEC_SLOT_BYTES);
@@ -749,7 +755,7 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_outfp16_ov_eb
         // Accumulator i of slice mi holds C(row, col) with row = mi*64 + warp*16 + lane/4 +
         // 8*((i%4)/2) and col = 8*(i/4) + 2*(lane%4) + i%2 (the wgmma D fragment layout);
         // accumulators i and i + 1 (i even) are neighbours along N: one pair of the program.
-        vectors_ready(tile, cw, row0);  // this tile's staged vectors
+        vectors_ready(tile, cw, row0);  // this tile's staged operands
         uint8_t* cs = smem + C_SMEM_OFFSET + cw * C_CONSUMER_BYTES;
         const uint32_t cs_addr = smem_u32(cs);
         while (dpass < DEFER_PASSES) defer_step(cw);  // a short main loop left passes to do
@@ -819,6 +825,7 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_outfp16_ov_eb
             Tile tile = tile_of(t, tiles_m, tiles_n, rank_m, rank_n, batch);
             const int nk = k_count(tile);
             prefetch_vectors(tile, cw, cw * CONSUMER_ROWS);  // lands under this tile's main loop
+
 #pragma unroll
             for (int mi = 0; mi < M_ITERS; ++mi) fence_acc(acc[mi]);
             int prev = 0;

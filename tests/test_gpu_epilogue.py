@@ -233,3 +233,23 @@ def test_staged_vectors_aligned_or_not_with_a_ragged_last_tile(cp, pingpong, shi
     out = _kernel(cfg, dev["A"], dev["B"], dev["C"].copy(order="K"), **kw)
     ref, _ = evaluate(tree, {**leaves, "alpha": 1.0, "beta": 0.0})
     assert _rel(out, ref) <= _tol(tree, k), (pingpong, shift, _rel(out, ref))
+
+
+@pytest.mark.parametrize("pingpong", [False, True])
+@pytest.mark.parametrize("pad", [0, 1])
+def test_staged_residual_in_place_of_c_with_ragged_tiles(cp, pingpong, pad):
+    """R copied into the C staging tile at each tile's start (rows 16-byte aligned: pad 0) or
+    read from global memory (a leading dimension of N + 1: pad 1); ragged last row and column
+    tiles, several tiles per consumer."""
+    tree = "acc + bias + R"
+    cfg = PRESETS["wgmma_tma_store"].config.replace(bm=128, bn=128, stages=4,
+                                                    pingpong=pingpong, epilogue=tree)
+    assert cfg.residual_staged
+    m, n, k = 2056, 4104, 128
+    dev, leaves = _operands(cp, m, n, k, "rrr", seed=8)
+    R = cp.zeros((m, n + pad), dtype=dev["R"].dtype)
+    R[:, :n] = dev["R"]
+    out = _kernel(cfg, dev["A"], dev["B"], dev["C"].copy(order="K"), bias=dev["bias"],
+                  R=R[:, :n])
+    ref, _ = evaluate(tree, {**leaves, "alpha": 1.0, "beta": 0.0})
+    assert _rel(out, ref) <= _tol(tree, k), (pingpong, pad, _rel(out, ref))

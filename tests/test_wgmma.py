@@ -278,3 +278,18 @@ def test_which_vectors_are_staged():
     tight = base.replace(bn=128, stages=6, epilogue="acc*col_scale + bias")
     assert tight.vectors == () and tight.smem_bytes == tight.replace(epilogue="none").smem_bytes
     assert [v.leaf for v in tight.replace(stages=5).vectors] == ["bias", "col_scale"]
+
+
+def test_which_residuals_are_staged():
+    base = WGMMA["wgmma_tma_store"]
+
+    def staged(**kw):
+        return base.replace(**kw).residual_staged
+    assert staged(epilogue="acc + R") and staged(epilogue="silu(acc + bias) + R")
+    assert not staged(epilogue="acc + bias")
+    assert not staged(epilogue="acc + R(layout='c')")          # not C's layout
+    assert not staged(epilogue="acc + R(dtype='fp32')")        # not C's dtype
+    assert not staged(epilogue="acc + R", store="direct")      # no staging tile
+    assert not staged(epilogue="acc + R", out="fp32", bn=128)  # the staging of a 16-bit C only
+    assert not staged(epilogue="gelu(acc) + R", overlap=True)  # the overlap stages z there
+    assert base.replace(epilogue="acc + R").smem_bytes == base.smem_bytes  # C's own staging

@@ -10,7 +10,8 @@ PyTorch's own error on the same inputs).
 Usage on the GPU machine, from the repository root:
     PYTHONPATH=$PWD python3 benchmarks/investigations/epilogue_cost.py [tag]
 writes $OUT/epilogue_cost_<tag>.json when $OUT is set. EPILOGUE_OVERLAP=1 adds bias + GELU and
-bias + SiLU with the activation deferred into the next tile's main loop (``overlap``)."""
+bias + SiLU with the activation deferred into the next tile's main loop (``overlap``);
+EPILOGUE_ONLY (names, comma-separated) and EPILOGUE_SHAPES (MxNxK, comma-separated) narrow it."""
 import json
 import os
 import statistics
@@ -33,7 +34,13 @@ EPILOGUES = {  # gemmgen epilogue: (tree operands, PyTorch unfused on y = x @ W^
     "acc*col_scale + bias": (("bias", "col_scale"), lambda y, o: y * o["col_scale"] + o["bias"]),
     "acc*row_scale + bias": (("bias", "row_scale"),
                              lambda y, o: y * o["row_scale"][:, None] + o["bias"]),
+    "acc + R": (("R",), lambda y, o: y + o["R"]),
 }
+if os.environ.get("EPILOGUE_ONLY"):  # e.g. "none,acc + R"
+    EPILOGUES = {e: v for e, v in EPILOGUES.items()
+                 if e == "none" or e in os.environ["EPILOGUE_ONLY"].split(",")}
+if os.environ.get("EPILOGUE_SHAPES"):  # e.g. "4096x4096x14336"
+    SHAPES = [tuple(int(x) for x in s.split("x")) for s in os.environ["EPILOGUE_SHAPES"].split(",")]
 OVERLAP = {"bias_gelu overlapped": "bias_gelu", "silu(acc + bias) overlapped": "silu(acc + bias)"}
 """The same epilogue with the activation deferred into the next tile's main loop (overlap)."""
 REPS, ROUNDS, REPLAYS = 20, 6, 15
@@ -42,7 +49,8 @@ REPS, ROUNDS, REPLAYS = 20, 6, 15
 def operands(m, n, dt, gen):
     return {"bias": torch.randn(n, device="cuda", dtype=dt, generator=gen),
             "col_scale": torch.rand(n, device="cuda", generator=gen) + 0.5,
-            "row_scale": torch.rand(m, device="cuda", generator=gen) + 0.5}
+            "row_scale": torch.rand(m, device="cuda", generator=gen) + 0.5,
+            "R": torch.randn(m, n, device="cuda", dtype=dt, generator=gen)}
 
 
 def graph_ms(launch, sets):
@@ -79,7 +87,7 @@ def main(tag):
         assert not base.swap, base
         kernels = {e: build(base.config.replace(epilogue=e)) for e in EPILOGUES}
         for name, e in OVERLAP.items():
-            if os.environ.get("EPILOGUE_OVERLAP"):
+            if os.environ.get("EPILOGUE_OVERLAP") and e in EPILOGUES:
                 kernels[name] = build(base.config.replace(epilogue=e, overlap=True))
         per_set = (m * k + n * k + m * n) * 2
         sets = max(2, -(-2 * l2 // per_set))

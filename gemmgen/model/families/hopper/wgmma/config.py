@@ -9,7 +9,7 @@ from ....epilogue_rules import EPILOGUE_RULES
 from .. import BARRIER_BYTES, HopperTile, WARPGROUP
 from .env import WgmmaEnv
 from .rules import MATHS, OVERLAP_RESERVE, WGMMA_FEATURE_RULES, WGMMA_RULES
-from .vectors import slot_bytes, staged_vectors
+from .vectors import residual_staged, slot_bytes, staged_vectors
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +280,16 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
     def vectors(self) -> tuple:
         """The epilogue's vectors staged in shared memory (``vectors.staged_vectors``)."""
         return staged_vectors(self)
+
+    @property
+    def residual_staged(self) -> bool:
+        """R copied into the C staging tile at each tile's start (``vectors.residual_staged``)."""
+        return residual_staged(self)
+
+    @property
+    def stages_operands(self) -> bool:
+        """The consumers copy epilogue operands into shared memory at each tile's start."""
+        return bool(self.vectors) or self.residual_staged
 
     @property
     def vector_smem_bytes(self) -> int:

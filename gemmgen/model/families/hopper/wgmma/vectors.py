@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ....epilogue_program import program
-from ....epilogue_rules import deferral, epilogue_of
+from ....epilogue_rules import deferral, epilogue_of, residual_col, residual_dtype
 from .. import SMEM_OPTIN, HopperTile
 
 VECTOR_LEAVES: dict[str, tuple[str, str, str]] = {
@@ -97,3 +97,19 @@ def slot_bytes(vectors: tuple[StagedVector, ...], out_bytes: int) -> int:
         elem = out_bytes if v.ctype == "out_t" else 4
         total += -(-v.count * elem // CHUNK) * CHUNK
     return total
+
+
+def residual_staged(cfg) -> bool:
+    """Whether the residual R is copied (cp.async, 16 bytes at a time) into the consumer's
+    C staging tile at the tile's start, in the staging's swizzled layout, so the epilogue reads
+    each R pair from shared memory where it then writes C's (in place: a warp's stmatrix
+    overwrites only the 16 x 16 block whose R its lanes have read). For a TMA-stored 16-bit
+    row-major C and an R of C's dtype and layout, read by the tree's register program; at run
+    time only where R's rows are 16-byte aligned (else R is read from global memory)."""
+    if not cfg.extended or cfg.split_k > 1 or cfg.overlap or cfg.store != "tma":
+        return False
+    if cfg.out_bytes != 2 or cfg.layout[2] != "r":
+        return False
+    epi = epilogue_of(cfg)
+    return (program(epi.root).uses("R") and not residual_col(epi, "r")
+            and residual_dtype(epi, cfg.out) == cfg.out)
