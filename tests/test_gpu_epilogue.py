@@ -238,9 +238,9 @@ def test_staged_vectors_aligned_or_not_with_a_ragged_last_tile(cp, pingpong, shi
 @pytest.mark.parametrize("pingpong", [False, True])
 @pytest.mark.parametrize("pad", [0, 1])
 def test_staged_residual_in_place_of_c_with_ragged_tiles(cp, pingpong, pad):
-    """R copied into the C staging tile at each tile's start (rows 16-byte aligned: pad 0) or
-    read from global memory (a leading dimension of N + 1: pad 1); ragged last row and column
-    tiles, several tiles per consumer."""
+    """R copied into the C staging tile at each tile's start, 16 bytes per cp.async (rows
+    16-byte aligned: pad 0) or element by element (a leading dimension of N + 1: pad 1); ragged
+    last row and column tiles, several tiles per consumer."""
     tree = "acc + bias + R"
     cfg = PRESETS["wgmma_tma_store"].config.replace(bm=128, bn=128, stages=4,
                                                     pingpong=pingpong, epilogue=tree)

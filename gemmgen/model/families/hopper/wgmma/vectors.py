@@ -104,8 +104,8 @@ def residual_staged(cfg) -> bool:
     C staging tile at the tile's start, in the staging's swizzled layout, so the epilogue reads
     each R pair from shared memory where it then writes C's (in place: a warp's stmatrix
     overwrites only the 16 x 16 block whose R its lanes have read). For a TMA-stored 16-bit
-    row-major C and an R of C's dtype and layout, read by the tree's register program; at run
-    time only where R's rows are 16-byte aligned (else R is read from global memory)."""
+    row-major C and an R of C's dtype and layout, read by the tree's register program. R rows
+    that are not 16-byte aligned are copied element by element (at the tile's start)."""
     if not cfg.extended or cfg.split_k > 1 or cfg.overlap or cfg.store != "tma":
         return False
     if cfg.out_bytes != 2 or cfg.layout[2] != "r":
