@@ -232,3 +232,74 @@ def test_live_plans_are_bounded_like_the_launchers_recipe_table(monkeypatch):
         ops._plan(a, b, None, "none", torch.empty(2, 4))
         assert len(launcher._LIVE) <= 8
     assert cleared == [8, 8], "the table is cleared with the plans, each time the limit is hit"
+
+
+# ---- gemmgen::swiglu and the patched SwiGLU MLP (PyTorch's path on the CPU) -------------------
+
+def _mlp_class(name="LlamaMLP", module="transformers.models.llama.modeling_llama"):
+    """A class shaped and named as transformers' Llama MLP."""
+    def __init__(self, k=16, n=24, bias=False):
+        torch.nn.Module.__init__(self)
+        self.gate_proj = torch.nn.Linear(k, n, bias=bias, dtype=torch.float64)
+        self.up_proj = torch.nn.Linear(k, n, bias=bias, dtype=torch.float64)
+        self.down_proj = torch.nn.Linear(n, k, bias=False, dtype=torch.float64)
+        self.act_fn = torch.nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+    return type(name, (torch.nn.Module,), {"__init__": __init__, "forward": forward,
+                                           "__module__": module})
+
+
+def test_swiglu_schema_fake_and_gradients():
+    op = torch.ops.gemmgen.swiglu.default
+    assert str(op._schema) == "gemmgen::swiglu(Tensor x, Tensor w_gate, Tensor w_up) -> Tensor"
+    x = torch.randn(2, 3, 8, dtype=torch.float64, requires_grad=True)
+    wg, wu = (torch.randn(5, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    want = torch.nn.functional.silu(x @ wg.t()) * (x @ wu.t())
+    assert torch.allclose(gt.swiglu(x, wg, wu), want)
+    assert torch.autograd.gradcheck(gt.swiglu, (x, wg, wu))
+    opcheck(op, (x.detach().float(), wg.detach().float(), wu.detach().float()))
+    with torch.device("meta"):
+        y = gt.swiglu(torch.empty(7, 8), torch.empty(5, 8), torch.empty(5, 8))
+    assert y.shape == (7, 5)
+
+
+@pytest.mark.parametrize("bad, word", [
+    (lambda x, w: (x, w, w[:, :4]), "w_gate is"), (lambda x, w: (x, w.t(), w.t()), "last"),
+    (lambda x, w: (x, w[0], w[0]), "w_gate must"), (lambda x, w: (x, w.half(), w), "dtype")])
+def test_swiglu_errors_name_the_argument(bad, word):
+    x, w = torch.randn(3, 8), torch.randn(5, 8)
+    with pytest.raises(OperandError, match=word):
+        gt.swiglu(*bad(x, w))
+
+
+def test_patch_fuses_llama_style_mlps_and_keeps_parameters():
+    mlp = _mlp_class()()
+    x = torch.randn(3, 16, dtype=torch.float64)
+    want = mlp(x)
+    gate, up = mlp.gate_proj.weight, mlp.up_proj.weight
+    summary = gt.patch(mlp)
+    assert summary.swapped[""] == "SwiGLU MLP" and summary.counts()["nn.Linear"] == 3
+    assert mlp.gate_proj.weight is gate and mlp.up_proj.weight is up  # optimizers stay valid
+    assert up.data_ptr() == gate.data_ptr() + gate.numel() * gate.element_size()  # in place
+    assert torch.allclose(mlp(x), want)
+    assert type(mlp).forward is not _mlp_class().forward
+    assert gt.unpatch(mlp) == 4 and type(mlp).__name__ == "LlamaMLP"
+    assert torch.allclose(mlp(x), want)
+
+
+def test_patch_leaves_mlps_it_cannot_fuse_and_says_why():
+    own = _mlp_class("MyMLP", __name__)
+    with_bias = _mlp_class()(bias=True)
+    hooked = _mlp_class()()
+    hooked.up_proj.register_forward_hook(lambda *a: None)
+    gelu = _mlp_class()()
+    gelu.act_fn = torch.nn.GELU()
+    for mod, why in ((own(), "not known"), (with_bias, "bias"), (hooked, "hooks"),
+                     (gelu, "SiLU")):
+        summary = gt.patch(mod)
+        assert why in summary.skipped[""] and "" not in summary.swapped, summary
+    mod = own()
+    assert gt.patch(mod, swiglu_mlp=(own,)).swapped[""] == "SwiGLU MLP"
+    assert gt.patch(own(), swiglu_mlp=False).skipped == {}

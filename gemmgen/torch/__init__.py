@@ -55,9 +55,10 @@ from .ops import KERNEL_DTYPES, LAUNCHER, activate, gemm, linear, reference
 from .problems import linear_problems, precompile
 from .record import record, save_problems
 from .scaled_grouped import scaled_grouped_mm, scaled_reference as scaled_grouped_reference
+from .mlp import swiglu
 
 __all__ = ["KERNEL_DTYPES", "LAUNCHER", "Linear", "PatchSummary", "activate", "dequantize",
            "gemm", "grouped_mm", "launcher", "linear", "linear_problems", "patch", "precompile",
            "quantize", "quantize_reference", "record", "reference", "save_problems",
            "scaled_grouped_mm", "scaled_grouped_reference", "scaled_mm", "scaled_mm_reference",
-           "unpatch"]
+           "swiglu", "unpatch"]

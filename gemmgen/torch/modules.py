@@ -1,5 +1,5 @@
-"""Modules computed by gemmgen: a drop-in ``Linear``, transformers' ``Conv1D``, and
-``patch(model)`` / ``unpatch(model)`` that swap them into a model in place."""
+"""Modules computed by gemmgen: a drop-in ``Linear``, transformers' ``Conv1D``, Llama-style
+SwiGLU MLPs, and ``patch(model)`` / ``unpatch(model)`` that swap them into a model in place."""
 from __future__ import annotations
 
 import importlib.util
@@ -7,9 +7,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
+import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from .ops import linear
+from .mlp import swiglu
 
 
 class Linear(nn.Linear):
@@ -50,10 +53,72 @@ def _conv1d_class(base):
     return _CONV1D[base]
 
 
+_SWIGLU_MLP: dict = {}
+_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
+
+
+def _swiglu_class(base):
+    """A subclass of a Llama-style MLP class whose forward is down_proj(swiglu(x, gate, up)):
+    the gate and up projections and SiLU * up in one dual GEMM; made once per base class."""
+    if base not in _SWIGLU_MLP:
+        def forward(self, x):
+            return self.down_proj(swiglu(x, self.gate_proj.weight, self.up_proj.weight))
+        _SWIGLU_MLP[base] = type(base.__name__, (base,), {"forward": forward,
+                                                          "__module__": __name__,
+                                                          "__doc__": _swiglu_class.__doc__})
+    return _SWIGLU_MLP[base]
+
+
+SWIGLU_MLPS = ("LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP")
+"""transformers' MLP classes whose forward is down_proj(act_fn(gate_proj(x)) * up_proj(x))."""
+
+
+def why_not_swiglu(mod: nn.Module, classes=()) -> str | None:
+    """None when ``mod`` is a Llama-style SwiGLU MLP that ``patch`` fuses, else why not: its
+    class is one of transformers' ``SWIGLU_MLPS`` or in ``classes`` (a forward computing
+    down_proj(act_fn(gate_proj(x)) * up_proj(x))); ``gate_proj``, ``up_proj`` and
+    ``down_proj`` are plain ``nn.Linear`` layers without hooks, gate and up of one shape, dtype
+    and device and without bias; ``act_fn`` is SiLU."""
+    cls = type(mod)
+    known = cls.__module__.startswith("transformers.") and cls.__name__ in SWIGLU_MLPS
+    if not known and cls not in classes:
+        return (f"{cls.__name__}'s forward is not known to be down_proj(silu(gate_proj(x)) * "
+                f"up_proj(x)) (pass it in swiglu_mlp to fuse it)")
+    layers = [getattr(mod, name, None) for name in _PROJECTIONS]
+    if not all(type(layer) in (nn.Linear, Linear) for layer in layers):
+        return "not gate_proj, up_proj and down_proj nn.Linear layers"
+    gate, up, _ = layers
+    if gate.bias is not None or up.bias is not None:
+        return "gate_proj or up_proj has a bias"
+    if any(layer._forward_hooks or layer._forward_pre_hooks for layer in layers):
+        return "a projection has forward hooks"
+    w, v = gate.weight, up.weight
+    if w.shape != v.shape or w.dtype != v.dtype or w.device != v.device:
+        return "gate_proj and up_proj weights differ in shape, dtype or device"
+    act = getattr(mod, "act_fn", None)
+    if not (type(act) is nn.SiLU or act is F.silu):
+        return "act_fn is not SiLU"
+    return None
+
+
+def _fuse_gate_up(gate: nn.Linear, up: nn.Linear) -> None:
+    """Make the gate and up weights views of one (2N x K) buffer, gate first, so the dual GEMM
+    reads them in place; their Parameter objects stay the same (optimizers holding them stay
+    valid)."""
+    w, v = gate.weight, up.weight
+    if v.data_ptr() == w.data_ptr() + w.numel() * w.element_size() and w.is_contiguous() \
+            and v.is_contiguous():
+        return
+    with torch.no_grad():
+        both = torch.cat([w.detach(), v.detach()])
+        n = w.shape[0]
+        w.data, v.data = both[:n], both[n:]
+
+
 @dataclass
 class PatchSummary:
     """What ``patch`` did: ``swapped`` maps each module's qualified name to what it was
-    ("nn.Linear" or "Conv1D"), ``skipped`` to why it was left alone."""
+    ("nn.Linear", "Conv1D" or "SwiGLU MLP"), ``skipped`` to why it was left alone."""
 
     swapped: dict = field(default_factory=dict)
     skipped: dict = field(default_factory=dict)
@@ -84,13 +149,17 @@ def _transformers_conv1d():
     return Conv1D
 
 
-def patch(model: nn.Module, exclude=()) -> PatchSummary:
+def patch(model: nn.Module, exclude=(), swiglu_mlp=True) -> PatchSummary:
     """Route ``model``'s ``nn.Linear`` and transformers ``Conv1D`` layers (the model itself
     included) through gemmgen, in place: each module's class becomes ``gemmgen.torch.Linear``
     or a gemmgen ``Conv1D`` subclass, keeping its parameters (optimizers holding them stay
     valid), hooks and state-dict keys. ``exclude``: qualified module names (or prefixes ending
     in ".") to leave alone. Subclasses of ``nn.Linear`` are left alone (their forward may differ).
-    ``unpatch`` undoes it. Returns a ``PatchSummary``."""
+    With ``swiglu_mlp`` (True, or a tuple of further MLP classes of the same forward), each
+    Llama-style MLP (``why_not_swiglu``) computes its gate and up projections and SiLU * up in
+    one dual GEMM (``gemmgen.torch.swiglu``), its gate and up weights made views of one buffer
+    (gate first) so the kernel reads them in place.
+    ``unpatch`` undoes it (the weights stay in their shared buffer). Returns a ``PatchSummary``."""
     conv1d = _transformers_conv1d()
     summary = PatchSummary()
     for name, mod in model.named_modules():
@@ -99,6 +168,15 @@ def patch(model: nn.Module, exclude=()) -> PatchSummary:
                 summary.skipped[name] = "excluded"
             continue
         cls = type(mod)
+        if swiglu_mlp and hasattr(mod, "gate_proj") and cls not in _SWIGLU_MLP.values():
+            why = why_not_swiglu(mod, swiglu_mlp if isinstance(swiglu_mlp, tuple) else ())
+            if why is None:
+                _fuse_gate_up(mod.gate_proj, mod.up_proj)
+                mod._gemmgen_original_class = cls
+                mod.__class__ = _swiglu_class(cls)
+                summary.swapped[name] = "SwiGLU MLP"
+            else:
+                summary.skipped[name] = why
         if cls is nn.Linear:
             mod._gemmgen_original_class = cls
             mod.__class__ = Linear

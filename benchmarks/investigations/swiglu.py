@@ -1,0 +1,86 @@
+"""gemmgen.torch.swiglu (one dual GEMM) against PyTorch eager, F.silu(F.linear(x, w_gate)) *
+F.linear(x, w_up), on MLP shapes (K hidden, N intermediate) of Llama-3-8B (4096, 14336),
+Qwen2.5-7B (3584, 18944) and Qwen2-1.5B (1536, 8960), M tokens from 1 to 4096; bf16, the gate
+and up weights one buffer (as patch leaves them). Two timings of each: eager (20 calls back to
+back between CUDA events, host included) and graph-captured (kernel only, 20 calls per graph,
+median of 10 replays); the weights rotate over sets past twice the L2. Every output checked
+against float64 (||y - ref|| / ||ref||, beside PyTorch's own error).
+
+Usage on the GPU machine, from the repository root:
+    PYTHONPATH=$PWD python3 benchmarks/investigations/swiglu.py
+writes $OUT/swiglu.json when $OUT is set."""
+import json
+import os
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+import gemmgen.torch as gt
+from gemmgen.torch.mlp import reference
+
+SHAPES = [(4096, 14336), (3584, 18944), (1536, 8960)]  # K, N
+MS = [1, 16, 128, 1024, 4096]
+REPS = 20
+
+
+def timed(fn, sets, graph: bool) -> float:
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for i in range(3):
+            fn(i % sets)
+        torch.cuda.synchronize()
+        if graph:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=stream):
+                for i in range(REPS):
+                    fn(i % sets)
+        times = []
+        for _ in range(10):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record(stream)
+            if graph:
+                g.replay()
+            else:
+                for i in range(REPS):
+                    fn(i % sets)
+            b.record(stream)
+            b.synchronize()
+            times.append(a.elapsed_time(b) / REPS)
+    return statistics.median(times)
+
+
+def main():
+    dt = torch.bfloat16
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    rows = []
+    for k, n in SHAPES:
+        sets = max(2, -(-2 * l2 // (2 * n * k * 2)))
+        both = [torch.randn(2 * n, k, device="cuda").to(dt) * k ** -0.5 for _ in range(sets)]
+        ws = [(b[:n], b[n:]) for b in both]
+        for m in MS:
+            x = torch.randn(m, k, device="cuda").to(dt)
+            want = reference(x.double(), ws[0][0].double(), ws[0][1].double())
+            got = gt.swiglu(x, *ws[0])
+            err = float((got.double() - want).norm() / want.norm())
+            err_t = float((reference(x, *ws[0]).double() - want).norm() / want.norm())
+            row = {"M": m, "N": n, "K": k, "error": err, "torch_error": err_t,
+                   "ok": bool(err == err and err <= max(2 * err_t, 1e-2))}
+            for mode in ("eager", "graph"):
+                ours = timed(lambda i: gt.swiglu(x, *ws[i]), sets, mode == "graph")
+                theirs = timed(lambda i: reference(x, *ws[i]), sets, mode == "graph")
+                row[f"{mode}_ms"], row[f"{mode}_torch_ms"] = ours, theirs
+                row[f"{mode}_x_torch"] = theirs / ours
+            print(json.dumps({a: round(b, 4) if isinstance(b, float) else b
+                              for a, b in row.items()}), flush=True)
+            rows.append(row)
+    out = {"gpu": torch.cuda.get_device_name(), "rows": rows,
+           "what": "gemmgen.torch.swiglu beside F.silu(F.linear) * F.linear, bf16"}
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "swiglu.json"), "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""The op ``gemmgen::swiglu``: a Llama-style MLP's gate and up projections and their SwiGLU
+product in one kernel, the wgmma family's dual GEMM (``silu(gate)*up``), with autograd.
+
+    torch.ops.gemmgen.swiglu(x, w_gate, w_up) -> Tensor
+
+``silu(x @ w_gate^T) * (x @ w_up^T)`` for x (..., K) and the nn.Linear weights w_gate, w_up
+(N x K, one dtype, no bias); the result is (..., N) in x's dtype. The kernel reads each tile of
+x once for both products and writes only the product: the two N-wide intermediates of
+``F.silu(F.linear(x, w_gate)) * F.linear(x, w_up)`` never reach memory. Weights that lie one
+after the other with one leading dimension (a fused gate_up weight, or ``patch``'s) are read in
+place; any other pair is packed into a workspace first.
+
+- CUDA, float16 and bfloat16 on Hopper: the dual GEMM, launched from Python on PyTorch's current
+  stream (capturable in a CUDA graph after a warm-up call). Everything else (CPU tensors,
+  float32, other GPUs, operands on two devices) is computed by PyTorch with the same formula.
+- Autograd: the gate and up products are recomputed (nothing is kept from the forward pass),
+  the SwiGLU derivative is taken in fp32 (float64 for float64), and the four weight and input products run through
+  ``gemmgen::gemm``.
+- A fake (meta) implementation gives the output's shape and dtype for ``torch.compile``.
+
+Errors: ``OperandError`` (a ``ValueError``) naming the argument for a weight that is not 2-D,
+weights of different shapes, x's last dimension not K, or mixed dtypes.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..runtime.operands import OperandError
+from .ops import _LIB, row_or_col
+
+_LIB.define("swiglu(Tensor x, Tensor w_gate, Tensor w_up) -> Tensor")
+DUAL_DTYPES = (torch.float16, torch.bfloat16)
+"""The dtypes the dual GEMM takes; others go to PyTorch."""
+TREE = "silu(gate)*up"
+
+
+def check_args(x: Tensor, w_gate: Tensor, w_up: Tensor) -> None:
+    """The op's argument checks. Raises ``OperandError`` naming the argument."""
+    for name, w in (("w_gate", w_gate), ("w_up", w_up)):
+        if w.dim() != 2:
+            raise OperandError(f"{name} must be a 2-D N x K weight; got shape {tuple(w.shape)}")
+    if w_gate.shape != w_up.shape:
+        raise OperandError(f"w_gate is {tuple(w_gate.shape)} and w_up {tuple(w_up.shape)}: "
+                           f"the gate and up weights must have one shape (N x K)")
+    if x.dim() < 1 or x.shape[-1] != w_gate.shape[1]:
+        raise OperandError(f"x has shape {tuple(x.shape)}; its last dimension must be K = "
+                           f"{w_gate.shape[1]} (the weights' columns)")
+    for name, w in (("w_gate", w_gate), ("w_up", w_up)):
+        if w.dtype != x.dtype:
+            raise OperandError(f"{name} has dtype {w.dtype} and x {x.dtype}: they must match")
+
+
+def reference(x: Tensor, w_gate: Tensor, w_up: Tensor) -> Tensor:
+    """``silu(x @ w_gate^T) * (x @ w_up^T)`` by PyTorch (the tests' reference and the op's path
+    for operands the kernel does not take)."""
+    return F.silu(F.linear(x, w_gate)) * F.linear(x, w_up)
+
+
+def kernel_takes(x: Tensor, w_gate: Tensor, w_up: Tensor) -> bool:
+    """Whether the dual GEMM takes these operands (CUDA on sm_90, fp16 or bf16, one device)."""
+    if not (x.is_cuda and x.dtype in DUAL_DTYPES and w_gate.device == x.device == w_up.device):
+        return False
+    return torch.cuda.get_device_capability(x.device) == (9, 0)
+
+
+@torch.library.impl(_LIB, "swiglu", "CPU")
+def _swiglu_cpu(x, w_gate, w_up):
+    check_args(x, w_gate, w_up)
+    return reference(x, w_gate, w_up).contiguous()
+
+
+@torch.library.impl(_LIB, "swiglu", "CUDA")
+def _swiglu_cuda(x, w_gate, w_up):
+    check_args(x, w_gate, w_up)
+    n, k = w_gate.shape
+    x2 = x.reshape(-1, k)
+    if not kernel_takes(x, w_gate, w_up) or x2.shape[0] == 0 or n == 0:
+        return reference(x, w_gate, w_up).contiguous()
+    from ..runtime.api import gemm as runtime_gemm
+    out = torch.empty((x2.shape[0], n), dtype=x.dtype, device=x.device)
+    with torch.cuda.device(x.device):
+        runtime_gemm(row_or_col(x2), w_gate.contiguous().t(), out, epilogue=TREE,
+                     up=w_up.contiguous().t(),
+                     stream=torch.cuda.current_stream(x.device).cuda_stream)
+    return out.reshape(*x.shape[:-1], n)
+
+
+@torch.library.register_fake("gemmgen::swiglu")
+def _swiglu_fake(x, w_gate, w_up):
+    check_args(x, w_gate, w_up)
+    return x.new_empty((*x.shape[:-1], w_gate.shape[0]))
+
+
+def _setup(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _backward(ctx, grad: Tensor):
+    """d/dx, d/dw_gate, d/dw_up of silu(g) * u with g = x w_gate^T and u = x w_up^T recomputed:
+    dg = dy u silu'(g), du = dy silu(g), silu'(g) = s (1 + g (1 - s)) with s = sigmoid(g)."""
+    x, w_gate, w_up = ctx.saved_tensors
+    op = torch.ops.gemmgen.gemm
+    k = x.shape[-1]
+    x2 = row_or_col(x.reshape(-1, k))
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    g = op(x2, w_gate.t()).to(acc)
+    u = op(x2, w_up.t()).to(acc)
+    dy = grad.reshape(-1, grad.shape[-1]).to(acc)
+    s = torch.sigmoid(g)
+    dg = (dy * u * s * (1 + g * (1 - s))).to(x.dtype)
+    du = (dy * g * s).to(x.dtype)
+    dx = dw_gate = dw_up = None
+    if ctx.needs_input_grad[0]:
+        dx = (op(dg, w_gate) + op(du, w_up)).reshape(x.shape)   # (M x N) @ (N x K)
+    if ctx.needs_input_grad[1]:
+        dw_gate = op(dg.t(), x2)                                 # (N x M) @ (M x K)
+    if ctx.needs_input_grad[2]:
+        dw_up = op(du.t(), x2)
+    return dx, dw_gate, dw_up
+
+
+torch.library.register_autograd("gemmgen::swiglu", _backward, setup_context=_setup)
+_SWIGLU = torch.ops.gemmgen.swiglu.default
+
+
+def swiglu(x: Tensor, w_gate: Tensor, w_up: Tensor) -> Tensor:
+    """``silu(x @ w_gate^T) * (x @ w_up^T)`` through ``torch.ops.gemmgen.swiglu`` (one dual GEMM
+    on Hopper; see ``gemmgen.torch.mlp``), with autocast as ``gemmgen.torch.linear``. x is
+    (..., K), w_gate and w_up nn.Linear weights (N x K); returns (..., N). Raises
+    ``OperandError`` naming the argument."""
+    device = x.device.type
+    if device in ("cuda", "cpu") and torch.is_autocast_enabled(device):
+        dt = torch.get_autocast_dtype(device)
+        x, w_gate, w_up = x.to(dt), w_gate.to(dt), w_up.to(dt)
+    return _SWIGLU(x, w_gate, w_up)
