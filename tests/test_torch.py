@@ -303,3 +303,11 @@ def test_patch_leaves_mlps_it_cannot_fuse_and_says_why():
     mod = own()
     assert gt.patch(mod, swiglu_mlp=(own,)).swapped[""] == "SwiGLU MLP"
     assert gt.patch(own(), swiglu_mlp=False).skipped == {}
+
+
+def test_swiglu_takes_the_dual_gemm_where_it_pays():
+    from gemmgen.torch.mlp import uses_dual
+    assert uses_dual(1024, 14336, 4096, capturing=True)
+    assert not uses_dual(128, 14336, 4096, capturing=True)
+    assert uses_dual(4096, 14336, 4096, capturing=False)       # 0.96 TFLOP: hides the host
+    assert not uses_dual(1024, 14336, 4096, capturing=False)   # 0.24 TFLOP

@@ -24,14 +24,16 @@ DUAL_BASE = {"dual": True, "bn": 128, "stages": 4}
 """The dual GEMM's kernel: preset wgmma_tma_store with two 128-column B tiles per stage."""
 
 
-def dual_config(layout: str, epilogue: str, c_aligned: bool = True):
-    """The dual-GEMM config for ``layout`` (Bg and Bu K-major: '?c?'); ``OperandError`` for a
-    layout it cannot read."""
+def dual_config(layout: str, epilogue: str, c_aligned: bool = True, dtype: str = "fp16"):
+    """The dual-GEMM config for ``layout`` (Bg and Bu K-major: '?c?') and ``dtype`` (fp16 or
+    bf16; C of the same dtype); ``OperandError`` for a layout or dtype it cannot take."""
+    if dtype not in ("fp16", "bf16"):
+        raise OperandError(f"the dual GEMM takes fp16 or bf16 operands; got {dtype}")
     if layout[1] != "c":
         raise OperandError("the dual GEMM reads B and up as nn.Linear weights: K x N "
                            "column-major views (w.T of an N x K weight), layout '?c?'")
     cfg = PRESETS["wgmma_tma_store"].config.replace(
-        **DUAL_BASE, layout=layout, epilogue=epilogue, check=False,
+        **DUAL_BASE, layout=layout, epilogue=epilogue, dtype=dtype, out=dtype, check=False,
         **({} if c_aligned else {"store": "direct"}))
     broken = cfg.violations()
     if broken:
@@ -48,7 +50,7 @@ def tree_kernel(epi: Epilogue, dt: str, m: int, n: int, k: int, layout: str, c_a
     key = (epi.spelling, dt, m, n, k, layout, c_aligned, batch, str(db or ""), gpu, cc, out)
     if key not in _KERNELS:
         if epi.count("gate"):
-            cfg, how = dual_config(layout, epi.spelling, c_aligned), "dual"
+            cfg, how = dual_config(layout, epi.spelling, c_aligned, dt), "dual"
         else:
             choice = decide(TuneDB(db), gpu, dt, m, n, k, cc, layout, epi.spelling, c_aligned,
                             "native", batch, out=out)

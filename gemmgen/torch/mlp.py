@@ -11,8 +11,11 @@ after the other with one leading dimension (a fused gate_up weight, or ``patch``
 place; any other pair is packed into a workspace first.
 
 - CUDA, float16 and bfloat16 on Hopper: the dual GEMM, launched from Python on PyTorch's current
-  stream (capturable in a CUDA graph after a warm-up call). Everything else (CPU tensors,
-  float32, other GPUs, operands on two devices) is computed by PyTorch with the same formula.
+  stream (capturable in a CUDA graph after a warm-up call), where it is faster (``uses_dual``).
+  That launch costs about 0.4 ms of host time per call, so an eager call takes it only for
+  products of at least ``EAGER_MIN_FLOP``; a call being captured into a CUDA graph, from
+  ``DUAL_MIN_M`` rows of x. Everything else (smaller products, CPU tensors, float32, other
+  GPUs, operands on two devices) is computed by PyTorch with the same formula.
 - Autograd: the gate and up products are recomputed (nothing is kept from the forward pass),
   the SwiGLU derivative is taken in fp32 (float64 for float64), and the four weight and input products run through
   ``gemmgen::gemm``.
@@ -34,6 +37,14 @@ _LIB.define("swiglu(Tensor x, Tensor w_gate, Tensor w_up) -> Tensor")
 DUAL_DTYPES = (torch.float16, torch.bfloat16)
 """The dtypes the dual GEMM takes; others go to PyTorch."""
 TREE = "silu(gate)*up"
+DUAL_MIN_M = 1024
+"""Rows of x from which a graph-captured call runs the dual GEMM: on an H200, bf16, at
+M = 1024 and 4096 it took 0.72 to 0.95 of PyTorch's graph-captured time on the MLPs of
+Llama-3-8B, Qwen2.5-7B and Qwen2-1.5B, at M <= 16 up to 1.43 times it
+(benchmarks/results/swiglu_NVIDIA_H200.json)."""
+EAGER_MIN_FLOP = 4e11
+"""FLOP of the two products (4 M N K) from which an eager call runs the dual GEMM: about 0.6 ms
+of tensor-core time at 700 TFLOP/s, above the Python launch's 0.4 ms of host time."""
 
 
 def check_args(x: Tensor, w_gate: Tensor, w_up: Tensor) -> None:
@@ -58,6 +69,13 @@ def reference(x: Tensor, w_gate: Tensor, w_up: Tensor) -> Tensor:
     return F.silu(F.linear(x, w_gate)) * F.linear(x, w_up)
 
 
+def uses_dual(m: int, n: int, k: int, capturing: bool) -> bool:
+    """Whether a call with x of M rows and N x K weights runs the dual GEMM (else PyTorch's
+    formula): from ``DUAL_MIN_M`` rows while a CUDA graph is captured, from ``EAGER_MIN_FLOP``
+    otherwise."""
+    return m >= DUAL_MIN_M if capturing else 4 * m * n * k >= EAGER_MIN_FLOP
+
+
 def kernel_takes(x: Tensor, w_gate: Tensor, w_up: Tensor) -> bool:
     """Whether the dual GEMM takes these operands (CUDA on sm_90, fp16 or bf16, one device)."""
     if not (x.is_cuda and x.dtype in DUAL_DTYPES and w_gate.device == x.device == w_up.device):
@@ -76,7 +94,8 @@ def _swiglu_cuda(x, w_gate, w_up):
     check_args(x, w_gate, w_up)
     n, k = w_gate.shape
     x2 = x.reshape(-1, k)
-    if not kernel_takes(x, w_gate, w_up) or x2.shape[0] == 0 or n == 0:
+    if not kernel_takes(x, w_gate, w_up) or x2.shape[0] == 0 or n == 0 or not uses_dual(
+            x2.shape[0], n, k, torch.cuda.is_current_stream_capturing()):
         return reference(x, w_gate, w_up).contiguous()
     from ..runtime.api import gemm as runtime_gemm
     out = torch.empty((x2.shape[0], n), dtype=x.dtype, device=x.device)

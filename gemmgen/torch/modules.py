@@ -96,7 +96,7 @@ def why_not_swiglu(mod: nn.Module, classes=()) -> str | None:
     if w.shape != v.shape or w.dtype != v.dtype or w.device != v.device:
         return "gate_proj and up_proj weights differ in shape, dtype or device"
     act = getattr(mod, "act_fn", None)
-    if not (type(act) is nn.SiLU or act is F.silu):
+    if not (type(act) is nn.SiLU or type(act).__name__ == "SiLUActivation" or act is F.silu):
         return "act_fn is not SiLU"
     return None
 
