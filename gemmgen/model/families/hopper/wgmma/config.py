@@ -294,7 +294,7 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
     @property
     def vector_smem_bytes(self) -> int:
         """Shared memory of the staged vectors: two slots per consumer warpgroup."""
-        return self.consumers * 2 * slot_bytes(self.vectors, self.out_bytes)
+        return self.consumers * 2 * slot_bytes(self.vectors)
 
     @property
     def smem_bytes(self) -> int:

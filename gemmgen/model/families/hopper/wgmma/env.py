@@ -25,6 +25,7 @@ from .. import (
     tensor_maps,
 )
 from .rules import DEFER_UNITS, PACK_ROWS, PACK_TILE, PTX_TYPES
+from .vectors import slot_bytes
 
 
 class WgmmaEnv:
@@ -138,7 +139,7 @@ class WgmmaEnv:
         vectors = self.vectors
         if not vectors:
             return {}
-        slot = self.vector_smem_bytes // (2 * self.consumers)
+        slot = slot_bytes(vectors)
         return {"VEC_SMEM_OFFSET": offset, "VEC_SLOT_BYTES": slot,
                 "VEC_CONSUMER_BYTES": 2 * slot, **{v.constant: v.offset for v in vectors}}
 

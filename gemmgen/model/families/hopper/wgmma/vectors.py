@@ -33,8 +33,9 @@ vector that is not is copied element by element at the tile's start)."""
 
 @dataclass(frozen=True)
 class StagedVector:
-    """One staged vector: the leaf it serves, its axis, C++ element type, elements per tile
-    and its byte offset inside a consumer's slot."""
+    """One staged vector: the leaf it serves, its axis, C++ element type, elements per tile,
+    its byte offset inside a consumer's slot and the bytes it takes there (a whole number of
+    chunks)."""
 
     leaf: str
     axis: str
@@ -42,6 +43,7 @@ class StagedVector:
     count: int
     offset: int
     source: str
+    nbytes: int
 
     @property
     def constant(self) -> str:
@@ -81,22 +83,18 @@ def staged_vectors(cfg) -> tuple[StagedVector, ...]:
     for leaf in leaves:
         axis, elem, source = VECTOR_LEAVES[leaf]
         count = cfg.bn if axis == "col" else cfg.consumer_rows
-        nbytes = count * (cfg.out_bytes if elem == "out" else 4)
+        nbytes = -(-count * (cfg.out_bytes if elem == "out" else 4) // CHUNK) * CHUNK
         out.append(StagedVector(leaf, axis, "out_t" if elem == "out" else "float", count, at,
-                                source))
-        at += -(-nbytes // CHUNK) * CHUNK
-    if HopperTile.smem_bytes.fget(cfg) + cfg.consumers * 2 * at > SMEM_OPTIN:
+                                source, nbytes))
+        at += nbytes
+    if HopperTile.smem_bytes.fget(cfg) + cfg.consumers * 2 * slot_bytes(out) > SMEM_OPTIN:
         return ()
     return tuple(out)
 
 
-def slot_bytes(vectors: tuple[StagedVector, ...], out_bytes: int) -> int:
-    """Bytes of one slot: every vector, each rounded up to a whole chunk."""
-    total = 0
-    for v in vectors:
-        elem = out_bytes if v.ctype == "out_t" else 4
-        total += -(-v.count * elem // CHUNK) * CHUNK
-    return total
+def slot_bytes(vectors) -> int:
+    """Bytes of one consumer's slot: every vector's."""
+    return sum(v.nbytes for v in vectors)
 
 
 def residual_staged(cfg) -> bool:
