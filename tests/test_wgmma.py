@@ -258,6 +258,30 @@ def test_staged_bias_takes_the_global_loads_out_of_the_epilogue(nvcc):
         assert copies_b == copies + 1, (plain, with_bias, counts)
 
 
+def test_no_wait_between_a_tiles_copies_and_its_main_loop(nvcc):
+    """The staged R and vectors are copied (LDGSTS) at a tile's start and waited for in its
+    epilogue: no wait on scoreboard SB0 (DEPBAR) between the first copy and the first wgmma.
+    cp.async.bulk.wait_group.read (the wait before R overwrites the staging tile) shares SB0
+    with cp.async.wait_group, so R is copied before the vectors. Without a producer the
+    consumer issues the ring's TMA loads before the copies."""
+    if tool_path("cuobjdump") is None:
+        pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+    from gemmgen.compile.cache import compile_many
+    base = WGMMA["wgmma_tma_store"]
+    configs = [base.replace(epilogue="acc*col_scale + bias + R"),
+               base.replace(epilogue="acc + bias + R", producer=False, persistent=False,
+                            consumers=1, bn=192, regs_producer=0, regs_consumer=0)]
+    for cfg, done in zip(configs, compile_many(configs, arch=ARCH)):
+        assert not isinstance(done, BuildError), (cfg.name, done)
+        text = sass(done[0]).split(f"Function : {cfg.name}\n")[1].split("Function :")[0]
+        first_copy, first_mma = text.index("LDGSTS"), text.index("HGMMA")
+        assert first_copy < first_mma, cfg.name
+        assert "DEPBAR.LE SB0" not in text[first_copy:first_mma], cfg.name
+        assert text.count("LDGDEPBAR", first_copy, first_mma) == 2, cfg.name  # R, vectors
+        if not cfg.producer:
+            assert text.index("UTMALDG") < first_copy, cfg.name
+
+
 def test_which_vectors_are_staged():
     base = WGMMA["wgmma_tma_store"]
 
