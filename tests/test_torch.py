@@ -305,6 +305,42 @@ def test_patch_leaves_mlps_it_cannot_fuse_and_says_why():
     assert gt.patch(own(), swiglu_mlp=False).skipped == {}
 
 
+def test_patch_leaves_what_runs_another_forward_and_what_is_excluded():
+    """A forward replaced on the instance (accelerate's hooks set ``forward`` and ``_hf_hook``)
+    wins over the class, so swapping the class would change nothing: such modules are skipped.
+    An MLP one of whose projections is excluded is not fused (its projection stays as it was)."""
+    x = torch.randn(3, 16, dtype=torch.float64)
+    hooked = _mlp_class()()
+    hooked.forward = lambda x: x
+    summary = gt.patch(hooked)
+    assert "replaced" in summary.skipped[""] and summary.counts() == {"nn.Linear": 3}
+    accel = _mlp_class()()
+    accel.up_proj._hf_hook = object()
+    summary = gt.patch(accel)
+    assert "projection's forward" in summary.skipped[""] and "replaced" in summary.skipped["up_proj"]
+    assert type(accel.up_proj) is torch.nn.Linear and type(accel.gate_proj) is gt.Linear
+    outer = torch.nn.Sequential(_mlp_class()())
+    want = outer(x)
+    summary = gt.patch(outer, exclude=("0.down_proj",))
+    assert summary.skipped == {"0": "a projection is excluded", "0.down_proj": "excluded"}
+    assert type(outer[0].down_proj) is torch.nn.Linear and torch.allclose(outer(x), want)
+
+
+@pytest.mark.parametrize("classes", [lambda own: [own], lambda own: own, lambda own: {own}])
+def test_patch_takes_mlp_classes_as_one_or_any_sequence(classes):
+    own = _mlp_class("MyMLP", __name__)
+    assert gt.patch(own(), swiglu_mlp=classes(own)).swapped[""] == "SwiGLU MLP"
+
+
+@pytest.mark.parametrize("bad", ["LlamaMLP", ["LlamaMLP"], 3])
+def test_patch_refuses_mlp_classes_that_are_not_classes_and_swaps_nothing(bad):
+    mlp = _mlp_class()()
+    with pytest.raises(TypeError, match="swiglu_mlp"):
+        gt.patch(mlp, swiglu_mlp=bad)
+    assert type(mlp.gate_proj) is torch.nn.Linear and type(mlp).__name__ == "LlamaMLP"
+    assert not hasattr(mlp, "_gemmgen_original_class")
+
+
 def test_swiglu_takes_the_dual_gemm_where_it_pays():
     from gemmgen.torch.mlp import uses_dual
     assert uses_dual(1024, 14336, 4096, capturing=True)

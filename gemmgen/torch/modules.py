@@ -73,17 +73,29 @@ SWIGLU_MLPS = ("LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP")
 """transformers' MLP classes whose forward is down_proj(act_fn(gate_proj(x)) * up_proj(x))."""
 
 
+def _forward_replaced(mod: nn.Module) -> str | None:
+    """Why swapping ``mod``'s class would not change what it runs, or None: an instance
+    attribute ``forward`` (set by accelerate's hooks, ``_hf_hook``, or by hand) wins over the
+    class's."""
+    if "forward" in mod.__dict__ or hasattr(mod, "_hf_hook"):
+        return "its forward is replaced on the instance (accelerate's hooks, or by hand)"
+    return None
+
+
 def why_not_swiglu(mod: nn.Module, classes=()) -> str | None:
     """None when ``mod`` is a Llama-style SwiGLU MLP that ``patch`` fuses, else why not: its
     class is one of transformers' ``SWIGLU_MLPS`` or in ``classes`` (a forward computing
-    down_proj(act_fn(gate_proj(x)) * up_proj(x))); ``gate_proj``, ``up_proj`` and
-    ``down_proj`` are plain ``nn.Linear`` layers without hooks, gate and up of one shape, dtype
-    and device and without bias; ``act_fn`` is SiLU."""
+    down_proj(act_fn(gate_proj(x)) * up_proj(x))); neither it nor a projection has its forward
+    replaced on the instance; ``gate_proj``, ``up_proj`` and ``down_proj`` are plain
+    ``nn.Linear`` layers without hooks, gate and up of one shape, dtype and device and without
+    bias; ``act_fn`` is SiLU."""
     cls = type(mod)
     known = cls.__module__.startswith("transformers.") and cls.__name__ in SWIGLU_MLPS
     if not known and cls not in classes:
         return (f"{cls.__name__}'s forward is not known to be down_proj(silu(gate_proj(x)) * "
                 f"up_proj(x)) (pass it in swiglu_mlp to fuse it)")
+    if _forward_replaced(mod):
+        return _forward_replaced(mod)
     layers = [getattr(mod, name, None) for name in _PROJECTIONS]
     if not all(type(layer) in (nn.Linear, Linear) for layer in layers):
         return "not gate_proj, up_proj and down_proj nn.Linear layers"
@@ -92,6 +104,8 @@ def why_not_swiglu(mod: nn.Module, classes=()) -> str | None:
         return "gate_proj or up_proj has a bias"
     if any(layer._forward_hooks or layer._forward_pre_hooks for layer in layers):
         return "a projection has forward hooks"
+    if any(_forward_replaced(layer) for layer in layers):
+        return "a projection's forward is replaced on the instance"
     w, v = gate.weight, up.weight
     if w.shape != v.shape or w.dtype != v.dtype or w.device != v.device:
         return "gate_proj and up_proj weights differ in shape, dtype or device"
@@ -149,27 +163,52 @@ def _transformers_conv1d():
     return Conv1D
 
 
+def _mlp_classes(swiglu_mlp) -> tuple:
+    """The further MLP classes ``patch``'s ``swiglu_mlp`` names: none for a bool, else the class
+    or each class of a sequence. Raises ``TypeError`` naming the argument for anything else."""
+    if isinstance(swiglu_mlp, bool):
+        return ()
+    classes = (swiglu_mlp,) if isinstance(swiglu_mlp, type) else swiglu_mlp
+    try:
+        classes = tuple(classes)
+    except TypeError:
+        classes = (None,)
+    if not all(isinstance(c, type) for c in classes):
+        raise TypeError(f"swiglu_mlp must be True, False, an MLP class or a sequence of them; "
+                        f"got {swiglu_mlp!r}")
+    return classes
+
+
 def patch(model: nn.Module, exclude=(), swiglu_mlp=True) -> PatchSummary:
     """Route ``model``'s ``nn.Linear`` and transformers ``Conv1D`` layers (the model itself
     included) through gemmgen, in place: each module's class becomes ``gemmgen.torch.Linear``
     or a gemmgen ``Conv1D`` subclass, keeping its parameters (optimizers holding them stay
     valid), hooks and state-dict keys. ``exclude``: qualified module names (or prefixes ending
-    in ".") to leave alone. Subclasses of ``nn.Linear`` are left alone (their forward may differ).
-    With ``swiglu_mlp`` (True, or a tuple of further MLP classes of the same forward), each
+    in ".") to leave alone; an MLP one of whose projections is excluded is not fused. Subclasses of
+    ``nn.Linear`` and modules whose forward is replaced on the instance (accelerate's hooks) are
+    left alone (the class's forward is not what they run).
+    With ``swiglu_mlp`` (True, or further MLP classes of the same forward: one or a sequence), each
     Llama-style MLP (``why_not_swiglu``) computes its gate and up projections and SiLU * up in
     one dual GEMM (``gemmgen.torch.swiglu``), its gate and up weights made views of one buffer
     (gate first) so the kernel reads them in place.
-    ``unpatch`` undoes it (the weights stay in their shared buffer). Returns a ``PatchSummary``."""
+    ``unpatch`` undoes it (the weights stay in their shared buffer). Returns a ``PatchSummary``;
+    raises ``TypeError`` for a ``swiglu_mlp`` that is not a bool or classes (nothing swapped)."""
     conv1d = _transformers_conv1d()
     summary = PatchSummary()
+    classes = _mlp_classes(swiglu_mlp)
+
+    def excluded(name: str) -> bool:
+        return any(name == e or (e.endswith(".") and name.startswith(e)) for e in exclude)
     for name, mod in model.named_modules():
-        if any(name == e or (e.endswith(".") and name.startswith(e)) for e in exclude):
+        if excluded(name):
             if isinstance(mod, nn.Linear) or (conv1d is not None and isinstance(mod, conv1d)):
                 summary.skipped[name] = "excluded"
             continue
         cls = type(mod)
         if swiglu_mlp and hasattr(mod, "gate_proj") and cls not in _SWIGLU_MLP.values():
-            why = why_not_swiglu(mod, swiglu_mlp if isinstance(swiglu_mlp, tuple) else ())
+            why = why_not_swiglu(mod, classes)
+            if why is None and any(excluded(f"{name}.{p}" if name else p) for p in _PROJECTIONS):
+                why = "a projection is excluded"
             if why is None:
                 _fuse_gate_up(mod.gate_proj, mod.up_proj)
                 mod._gemmgen_original_class = cls
@@ -177,7 +216,10 @@ def patch(model: nn.Module, exclude=(), swiglu_mlp=True) -> PatchSummary:
                 summary.swapped[name] = "SwiGLU MLP"
             else:
                 summary.skipped[name] = why
-        if cls is nn.Linear:
+        swappable = cls is nn.Linear or (conv1d is not None and cls is conv1d)
+        if swappable and _forward_replaced(mod):
+            summary.skipped[name] = _forward_replaced(mod)
+        elif cls is nn.Linear:
             mod._gemmgen_original_class = cls
             mod.__class__ = Linear
             summary.swapped[name] = "nn.Linear"
