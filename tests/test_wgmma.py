@@ -282,6 +282,32 @@ def test_no_wait_between_a_tiles_copies_and_its_main_loop(nvcc):
             assert text.index("UTMALDG") < first_copy, cfg.name
 
 
+def test_inline_split_k_reads_a_slice_of_partials_in_one_round_trip(nvcc):
+    """The last slice of an inline split-K tile sums the slices' partials with L2-coherent
+    loads (LDG.E.STRONG.GPU), issued in program order. A tile of at most 64 accumulators per
+    thread loads 16 partials between additions (16 elements of a slice, or 4 slices of 4
+    elements): element by element, a 64 x 64 tile at split-K 8 waited for 32 round trips of 8
+    loads. A wider tile keeps element-by-element loads, as more would spill."""
+    if tool_path("cuobjdump") is None:
+        pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+    from gemmgen.compile.cache import compile_many
+    base = WGMMA["wgmma_tma_store"].replace(
+        bm=64, consumers=1, regs_producer=0, regs_consumer=0, store="direct", stages=4,
+        split_k=2, split_inline=True)
+    configs = [base.replace(layout="rcc", bn=64, split_k=8), base.replace(layout="rcc", bn=8),
+               base.replace(bn=128, split_k=4),
+               WGMMA["wgmma_tma_store"].replace(store="direct", split_k=4, split_inline=True)]
+    for cfg, done in zip(configs, compile_many(configs, arch=ARCH)):
+        assert not isinstance(done, BuildError), (cfg.name, done)
+        assert done[1].spills == 0, (cfg.name, done[1])
+        text = sass(done[0]).split(f"Function : {cfg.name}\n")[1].split("Function :")[0]
+        runs = [len(re.findall(r"LDG\.E\.STRONG\.GPU", part))
+                for part in re.split(r"\bFADD\b", text)]
+        wide = cfg.m_iters * cfg.bn // 2 > 64
+        assert max(runs) == (cfg.split_k if wide else min(16, cfg.split_k * cfg.bn // 2)), (
+            cfg.name, runs)
+
+
 def test_which_vectors_are_staged():
     base = WGMMA["wgmma_tma_store"]
 
