@@ -1,13 +1,18 @@
 """Shape rules: the wgmma family's default preset fitted to an M x N x K problem.
 
 In order: a small M (and no bias, which runs along N) is moved to wgmma's narrow N by computing
-C^T = B^T A^T (swapped operands); a narrow N takes the smallest tile of 64, 128 or 256 rows
-that runs in one wave, and K is split only where long K rows leave SMs idle; a problem of at
-least SWAP_M rows takes the block tile of least estimated time (whole waves x the tile's work
-/ the tile's measured efficiency), and splits K only when its tiles leave half the SMs idle
-over a long K; the ring is as deep as shared memory allows; a C that TMA cannot store to gets
-direct stores. Each rule states its reason, which ``explain`` prints. The constants come from
-the table builder's measurements (``gemmgen.tune.table`` over the LLM-layer suite, H200).
+C^T = B^T A^T (swapped operands), and so is an M of up to SWAP_LONG_K_M rows whose tiles leave
+the SMs idle over a K at least twice N; a narrow N takes the smallest tile of 64, 128 or 256
+rows that runs in one wave, and K is split into as many slices as keep one wave and
+DECODE_SLICE_TILES K tiles per slice; a problem of more than SWAP_M rows takes the block tile
+of least estimated time (whole waves x the tile's work / the tile's measured efficiency), and
+splits K only when its tiles leave half the SMs idle; the ring is as deep as shared memory
+allows; a C that TMA cannot store to gets direct stores. Each rule states its reason, which
+``explain`` prints. The tile constants come from the table builder's measurements
+(``gemmgen.tune.table`` over the LLM-layer suite, H200); the split and swap constants and the
+64 x 64 tile's efficiency were fitted on the small-M sweep of the LLM suite's layers (M = 1 to
+256, H200 and H100: ``benchmarks/results/small_m_*.json``, which also reports them on the
+layers of seven other model families).
 """
 from __future__ import annotations
 
@@ -28,23 +33,41 @@ SWAP_M = 64
 problem measured fastest on every LLM layer, at M = 128 the unswapped 64 x 128 or 128 x 192
 tile did (up to 2.6x)."""
 TILE_EFFICIENCY = {(128, 256): 1.0, (256, 128): 0.94, (128, 192): 0.93, (128, 128): 0.84,
-                   (64, 256): 0.78, (64, 128): 0.60}
+                   (64, 256): 0.78, (64, 128): 0.60, (64, 64): 0.5}
 """Block tiles weighed for problems of more than SWAP_M rows, with their throughput relative to
 128 x 256 per unit of work, fitted to 1950 timings of the LLM-layer suite (bf16 and fp16,
-three layouts, H200): time ~ waves x BM x BN x (K + K_OVERHEAD) / efficiency."""
+three layouts, H200): time ~ waves x BM x BN x (K + K_OVERHEAD) / efficiency. 64 x 64 was
+fitted on the small-M sweep (any of 0.45 to 0.55 chose the same tiles there): at M = 128 and
+N <= 3584 its twice as many tiles measured up to 1.1x the 64 x 128 tile's speed."""
 K_OVERHEAD = 768
 """A tile's fixed cost (prologue, epilogue) in units of K (fitted with TILE_EFFICIENCY)."""
-DECODE_SLICE_K = 1024
-"""A narrow (decode) problem splits K (inline, one launch) into slices at least this long while
-its tiles stay in one wave: 1 x 1024 x 4096 measured 15.0 us unsplit and 11.0 us in four
-slices, 1 x 512 x 3584 13.6 and 11.2 us in two (H200, kernel time with launch gaps)."""
+SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
+"""The split-K slice counts the shape rules choose from."""
+DECODE_SLICE_TILES = 12
+"""A narrow (decode) problem splits K (inline, one launch) into the most SPLITS slices of at
+least this many K tiles that keep its tiles in one wave. Fitted on the small-M sweep (8, 12 and
+16 tried; 12 best on both GPUs): at 1 x 576 x 7168, 8 slices took 6.8 us against 20.0 unsplit
+and F.linear's 7.8 (H200, graph-captured)."""
+BIG_SPLIT_TILES = 16
+"""A problem of more than SWAP_M and at most SMALL_M rows whose tiles fill less than half the
+SMs splits K into the most SPLITS slices of at least this many K tiles that keep one wave (8,
+16 and 32 tried)."""
+SMALL_M = 256
+"""The most rows the small-M sweep measured: the 64 x 64 tile and BIG_SPLIT_TILES apply up to
+here; above, the tile table without 64 x 64 and splits of 2 or 4 only where the tiles leave
+half or three quarters of the SMs idle over a K of at least 8192 or 16384."""
+SWAP_LONG_K_M = 128
+"""Up to this many rows, a problem whose 64 x 64 tiles number fewer than the SMs and whose K
+is at least twice N is swapped too: its K splits over the swapped tiles' rows. At 128 x 576 x
+7168 the swapped 64 x 128 tile in 8 slices measured 1.06x F.linear, the best unswapped tile
+0.76x (H100; the small-M sweep)."""
 
 
 def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
     """(config, how, swap, reasons): the wgmma default preset ``cfg`` fitted to an M x N x K
     problem by the rules of the module docstring; ``reasons`` (a list) gets one line per rule
     that fired."""
-    swap, m, n, layout = _swap(m, n, layout, epilogue, reasons)
+    swap, m, n, layout = _swap(m, n, k, layout, epilogue, reasons)
     changes: dict = {"layout": layout} if swap else {}
     best = _tile(cfg, m, n, k, batch, changes, reasons, swap)
     tiles = cost.tiles_of(m, n, *best, batch)
@@ -67,12 +90,17 @@ def keeps_sides(epilogue: str) -> bool:
     return epilogue.startswith("bias") or Epilogue.parse(epilogue).is_tree
 
 
-def _swap(m, n, layout, epilogue, reasons) -> tuple:
+def _swap(m, n, k, layout, epilogue, reasons) -> tuple:
     """(swap, M, N, layout) of the kernel: a small M (and a larger N, no bias) computes
-    C^T = B^T A^T, so M goes to wgmma's N."""
-    if m <= SWAP_M and n > m and not keeps_sides(epilogue):
+    C^T = B^T A^T, so M goes to wgmma's N; so does an M of up to SWAP_LONG_K_M rows with few
+    tiles over a long K."""
+    long_k = (SWAP_M < m <= SWAP_LONG_K_M and k >= 2 * n
+              and cost.tiles_of(m, n, 64, 64) < cost.SMS)
+    if (m <= SWAP_M or long_k) and n > m and not keeps_sides(epilogue):
         layout = FLIP[layout[1]] + FLIP[layout[0]] + FLIP[layout[2]]
-        reasons.append(f"M = {m} is small: computing C^T = B^T A^T puts it on wgmma's N, which "
+        why = (f"M = {m} is small" if m <= SWAP_M else
+               f"M = {m} leaves the SMs idle over a K of {k} (at least twice N)")
+        reasons.append(f"{why}: computing C^T = B^T A^T puts it on wgmma's N, which "
                        f"can be as narrow as 8 (wgmma's M is 64 per warpgroup); layout {layout}")
         return True, n, m, layout
     if m <= SWAP_M and keeps_sides(epilogue):
@@ -100,7 +128,8 @@ def _tile(cfg, m, n, k, batch, changes, reasons, swap=False) -> tuple[int, int]:
         best = (64, cfg.bn)
         reasons.append(f"M = {m}: one 64-row tile computed by one consumer warpgroup")
     else:
-        timed = {t: _tile_time(t, m, n, k, batch) for t in TILE_EFFICIENCY}
+        timed = {t: _tile_time(t, m, n, k, batch) for t in TILE_EFFICIENCY
+                 if t != (64, 64) or m <= SMALL_M}
         best = min(timed, key=timed.get)
         if best != (cfg.bm, cfg.bn):
             pre = _tile_time((cfg.bm, cfg.bn), m, n, k, batch)
@@ -123,20 +152,27 @@ def _tile_time(tile: tuple[int, int], m: int, n: int, k: int, batch: int) -> flo
 
 def _split(cfg, m, n, k, batch, best, tiles, changes, reasons) -> int:
     """Split-K slices (1: none), recorded in ``changes``: for a narrow (decode) tile the most
-    of 2, 4 or 8 that stays in one wave with slices of at least DECODE_SLICE_K; for a small M
-    (kept unswapped by a bias) ``cost.split_k_for``; else 2 or 4 only where the tiles leave
-    half or three quarters of the SMs idle over a K of at least 8192 or 16384."""
+    SPLITS that stay in one wave with slices of at least DECODE_SLICE_TILES K tiles; for a
+    small M (kept unswapped by a bias) ``cost.split_k_for``; up to SMALL_M rows, where the
+    tiles leave half the SMs idle, the most SPLITS that stay in one wave with slices of at
+    least BIG_SPLIT_TILES K tiles; above, 2 or 4 where the tiles leave half or three quarters
+    of the SMs idle over a K of at least 8192 or 16384."""
     k_tiles = math.ceil(k / cfg.bk)
+
+    def most(min_tiles):
+        return max([s for s in SPLITS if tiles * s <= cost.SMS and k_tiles / s >= min_tiles]
+                   or [1])
     if max(8, -(-n // 8) * 8) < cfg.bn:  # the narrow-N (decode) tile of ``_tile``
-        split = max([s for s in (1, 2, 4, 8)
-                     if tiles * s <= cost.SMS and k // s >= DECODE_SLICE_K] or [1])
+        split = most(DECODE_SLICE_TILES)
     elif m <= SWAP_M:
         split = cost.split_k_for(m, n, k, batch, best[0], best[1], cfg.bk)
+        if split > 1 and k_tiles / split < cost.MIN_SLICE_TILES:
+            split = 1
+    elif m <= SMALL_M:
+        split = most(BIG_SPLIT_TILES) if tiles * 2 < cost.SMS else 1
     else:
         split = 4 if tiles * 4 <= cost.SMS and k >= 16384 else \
             2 if tiles * 2 <= cost.SMS and k >= 8192 else 1
-    if split > 1 and k_tiles / split < cost.MIN_SLICE_TILES:
-        split = 1
     if split > 1:  # inline where it compiles clean: not ping-pong, not a wide column-major C
         inline = not cfg.pingpong and (changes.get("layout", cfg.layout)[2] == "r" or best[1] < 128)
         inline = inline and not getattr(cfg, "extended", False)  # H51: trees reduce apart
