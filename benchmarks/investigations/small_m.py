@@ -160,6 +160,7 @@ def main_run(folder: str, tag: str) -> None:
     import torch.nn.functional as F
     from gemmgen.runtime.build import adopt_pycuda, build, from_cubin
     from gemmgen.runtime.device import device_identity
+    from gemmgen.runtime.workspaces import release_captures
     dt = torch.bfloat16
     gpu, _ = device_identity(0)
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -197,6 +198,9 @@ def main_run(folder: str, tag: str) -> None:
             b.record()
             b.synchronize()
             times.append(a.elapsed_time(b) / reps)
+        del g
+        torch.cuda.synchronize()
+        release_captures(0, stream.cuda_stream)  # the graph is gone: its workspaces too
         return statistics.median(times)
 
     ms = [int(x) for x in os.environ.get("SMALL_M_ONLY", "").split(",") if x] or MS
