@@ -291,7 +291,8 @@ def _geomean(xs) -> float:
 def save(tag, gpu, rows) -> None:
     if not os.environ.get("OUT"):
         return
-    out = {"tag": tag, "gpu": gpu, "summary": summary(rows), "timing": "graph-captured, kernel only", "dtype": "bf16",
+    out = {"tag": tag, "gpu": gpu, "summary": summary(rows),
+           "timing": "graph-captured, kernel only", "dtype": "bf16",
            "layout": "rcr", "method": __doc__, "test_sources": {f: s for f, (s, _) in TEST.items()},
            "rows": rows}
     Path(os.environ["OUT"], f"small_m_{tag}.json").write_text(json.dumps(out, indent=1))
