@@ -10,7 +10,8 @@ per graph cycling over input sets that together exceed twice the L2 (up to 64 se
 REPLAYS graph replays. Every candidate's output is poisoned (NaN) first and checked against
 float64 (||C - ref|| / ||ref||, beside F.linear's own error). Each candidate is also tried in
 clusters of 2 x 1 and 1 x 2 CTAs sharing the other operand's tile by TMA multicast, where the
-rules allow it (not with split-K). At M <= 64 a device copy of the weights' bytes (rotated as
+rules allow it (not with split-K); swapped, from M = 16, also in tiles of half of M, whose pairs
+along N can share the weights' tile (cluster 1 x 2). At M <= 64 a device copy of the weights' bytes (rotated as
 the weights are) is timed in the same graph style: ``copy_ms``, ``weight_bytes``.
 
     python3 benchmarks/investigations/small_m.py compile DIR     # CPU: the cubins, into DIR
@@ -104,6 +105,8 @@ def candidates(m: int, n: int, k: int) -> dict:
     if m <= 128:
         bn = max(8, -(-m // 8) * 8)
         shapes += [(True, rows, bn) for rows in ROWS]
+        if m >= 16:  # half of M per tile, two tiles per cluster sharing the weights' tile
+            shapes += [(True, rows, max(8, -(-m // 16) * 8)) for rows in ROWS]
     if m >= 128:
         shapes += [(False, bm, bn) for bm, bn in TILES]
     # 128-row tiles: one consumer (two 64-row slices) or two; unswapped, two only
