@@ -67,6 +67,24 @@ def test_decode_shapes_swap_operands_onto_wgmma_n():
     assert col.swap and col.config.layout == "rcc" and col.config.bn == 16
 
 
+def test_small_m_rules_split_long_k_and_say_where_the_slices_are_summed():
+    """Decode tiles split K into slices of at least 12 K tiles within one wave; an M of 128
+    over a K at least twice N is swapped too, its wide column-major C summed by a second
+    kernel (an inline sum would spill); above 256 rows the old split rule stands."""
+    decode = decide(None, H, "bf16", 64, 576, 7168, cc=90, layout="rcr")
+    assert decode.swap and decode.config.split_k == 8 and decode.config.split_inline
+    assert any("in the same launch" in r for r in decode.reasons)
+    long_k = decide(None, H, "bf16", 128, 576, 7168, cc=90, layout="rcr")
+    assert long_k.swap and long_k.config.bn == 128 and long_k.config.split_k == 8
+    assert not long_k.config.split_inline
+    assert any("second kernel" in r and "spill" in r for r in long_k.reasons)
+    assert not decide(None, H, "bf16", 128, 4096, 4096, cc=90, layout="rcr").swap  # K < 2N
+    small = decide(None, H, "bf16", 256, 576, 7168, cc=90, layout="rcr").config
+    assert (small.bm, small.bn, small.split_k) == (64, 64, 3)
+    big = decide(None, H, "bf16", 512, 576, 7168, cc=90, layout="rcr").config
+    assert big.split_k == 1 and (big.bm, big.bn) != (64, 64)
+
+
 def test_a_bias_keeps_the_operands_and_splits_k_instead():
     ch = decide(None, H, "fp16", 8, 8192, 8192, cc=90, epilogue="bias_gelu")
     assert not ch.swap and ch.config.bm == 64 and ch.config.consumers == 1

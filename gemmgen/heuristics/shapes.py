@@ -177,9 +177,14 @@ def _split(cfg, m, n, k, batch, best, tiles, changes, reasons) -> int:
         inline = not cfg.pingpong and (changes.get("layout", cfg.layout)[2] == "r" or best[1] < 128)
         inline = inline and not getattr(cfg, "extended", False)  # H51: trees reduce apart
         changes.update(split_k=split, split_inline=inline)
+        apart = ("an epilogue tree" if getattr(cfg, "extended", False) else
+                 "ping-pong consumers" if cfg.pingpong else
+                 f"a column-major C tile {best[1]} wide (an inline sum would spill)")
+        how = ("the last slice of each tile to finish sums them in order (deterministic) in "
+               "the same launch" if inline else "a second kernel sums them in order "
+               f"(deterministic): {apart}")
         reasons.append(f"{tiles} tiles fill {100 * tiles / cost.SMS:.0f}% of {cost.SMS} SMs: "
-                       f"K split into {split} slices; the last slice of each tile to finish "
-                       f"sums them in order (deterministic) in the same launch")
+                       f"K split into {split} slices; {how}")
     else:
         reasons.append(f"{tiles} tiles: {tiles / cost.SMS:.2f} waves on {cost.SMS} SMs, "
                        f"K not split")
