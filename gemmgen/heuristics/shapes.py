@@ -174,14 +174,14 @@ def _split(cfg, m, n, k, batch, best, tiles, changes, reasons) -> int:
         split = 4 if tiles * 4 <= cost.SMS and k >= 16384 else \
             2 if tiles * 2 <= cost.SMS and k >= 8192 else 1
     if split > 1:  # inline where it compiles clean: not ping-pong, not a wide column-major C
-        inline = not cfg.pingpong and (changes.get("layout", cfg.layout)[2] == "r" or best[1] < 128)
-        inline = inline and not getattr(cfg, "extended", False)  # H51: trees reduce apart
-        changes.update(split_k=split, split_inline=inline)
-        apart = ("an epilogue tree" if getattr(cfg, "extended", False) else
+        wide_col = changes.get("layout", cfg.layout)[2] == "c" and best[1] >= 128
+        apart = ("an epilogue tree" if getattr(cfg, "extended", False) else  # H51
                  "ping-pong consumers" if cfg.pingpong else
-                 f"a column-major C tile {best[1]} wide (an inline sum would spill)")
+                 f"a column-major C tile {best[1]} wide (an inline sum would spill)" if wide_col
+                 else None)
+        changes.update(split_k=split, split_inline=apart is None)
         how = ("the last slice of each tile to finish sums them in order (deterministic) in "
-               "the same launch" if inline else "a second kernel sums them in order "
+               "the same launch" if apart is None else "a second kernel sums them in order "
                f"(deterministic): {apart}")
         reasons.append(f"{tiles} tiles fill {100 * tiles / cost.SMS:.0f}% of {cost.SMS} SMs: "
                        f"K split into {split} slices; {how}")
