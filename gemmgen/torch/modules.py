@@ -94,8 +94,9 @@ def why_not_swiglu(mod: nn.Module, classes=()) -> str | None:
     if not known and cls not in classes:
         return (f"{cls.__name__}'s forward is not known to be down_proj(silu(gate_proj(x)) * "
                 f"up_proj(x)) (pass it in swiglu_mlp to fuse it)")
-    if _forward_replaced(mod):
-        return _forward_replaced(mod)
+    replaced = _forward_replaced(mod)
+    if replaced:
+        return replaced
     layers = [getattr(mod, name, None) for name in _PROJECTIONS]
     if not all(type(layer) in (nn.Linear, Linear) for layer in layers):
         return "not gate_proj, up_proj and down_proj nn.Linear layers"
@@ -168,12 +169,13 @@ def _mlp_classes(swiglu_mlp) -> tuple:
     or each class of a sequence. Raises ``TypeError`` naming the argument for anything else."""
     if isinstance(swiglu_mlp, bool):
         return ()
-    classes = (swiglu_mlp,) if isinstance(swiglu_mlp, type) else swiglu_mlp
+    if isinstance(swiglu_mlp, type):
+        return (swiglu_mlp,)
     try:
-        classes = tuple(classes)
-    except TypeError:
-        classes = (None,)
-    if not all(isinstance(c, type) for c in classes):
+        classes = tuple(swiglu_mlp)
+    except TypeError:  # not a sequence
+        classes = None
+    if classes is None or not all(isinstance(c, type) for c in classes):
         raise TypeError(f"swiglu_mlp must be True, False, an MLP class or a sequence of them; "
                         f"got {swiglu_mlp!r}")
     return classes
@@ -217,8 +219,9 @@ def patch(model: nn.Module, exclude=(), swiglu_mlp=True) -> PatchSummary:
             else:
                 summary.skipped[name] = why
         swappable = cls is nn.Linear or (conv1d is not None and cls is conv1d)
-        if swappable and _forward_replaced(mod):
-            summary.skipped[name] = _forward_replaced(mod)
+        replaced = _forward_replaced(mod) if swappable else None
+        if replaced:
+            summary.skipped[name] = replaced
         elif cls is nn.Linear:
             mod._gemmgen_original_class = cls
             mod.__class__ = Linear
