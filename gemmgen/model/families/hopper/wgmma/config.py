@@ -9,7 +9,7 @@ from ....epilogue_rules import EPILOGUE_RULES
 from .. import BARRIER_BYTES, HopperTile, WARPGROUP
 from .env import WgmmaEnv
 from .rules import MATHS, OVERLAP_RESERVE, WGMMA_FEATURE_RULES, WGMMA_RULES
-from .vectors import residual_staged, slot_bytes, staged_vectors
+from .vectors import consumer_bytes, residual_staged, staged_vectors
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +294,7 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
     @property
     def vector_smem_bytes(self) -> int:
         """Shared memory of the staged vectors: two slots per consumer warpgroup."""
-        return self.consumers * 2 * slot_bytes(self.vectors)
+        return self.consumers * consumer_bytes(self.vectors)
 
     @property
     def smem_bytes(self) -> int:

@@ -25,7 +25,7 @@ from .. import (
     tensor_maps,
 )
 from .rules import DEFER_UNITS, PACK_ROWS, PACK_TILE, PTX_TYPES
-from .vectors import slot_bytes
+from .vectors import consumer_bytes, slot_bytes
 
 
 class WgmmaEnv:
@@ -139,9 +139,9 @@ class WgmmaEnv:
         vectors = self.vectors
         if not vectors:
             return {}
-        slot = slot_bytes(vectors)
-        return {"VEC_SMEM_OFFSET": offset, "VEC_SLOT_BYTES": slot,
-                "VEC_CONSUMER_BYTES": 2 * slot, **{v.constant: v.offset for v in vectors}}
+        return {"VEC_SMEM_OFFSET": offset, "VEC_SLOT_BYTES": slot_bytes(vectors),
+                "VEC_CONSUMER_BYTES": consumer_bytes(vectors),
+                **{v.constant: v.offset for v in vectors}}
 
     def _feature_constants(self, e: dict[str, int]) -> dict[str, int]:
         return {"DEFER_PASSES": div(e["DEFER_UNITS_TOTAL"], WARPGROUP * DEFER_UNITS),

@@ -26,6 +26,9 @@ VECTOR_LEAVES: dict[str, tuple[str, str, str]] = {
 }
 """The leaves that read one value per column (``col``: BN per tile) or per row (``row``: the
 consumer's CONSUMER_ROWS) and may be staged."""
+SLOTS = 2
+"""Slots per consumer warpgroup: a tile's copy lands in one while the previous tile's epilogue
+may still read the other."""
 CHUNK = 16
 """Bytes per ``cp.async`` (the vector's global address must be 16-byte aligned for it; a
 vector that is not is copied element by element at the tile's start)."""
@@ -87,7 +90,7 @@ def staged_vectors(cfg) -> tuple[StagedVector, ...]:
         out.append(StagedVector(leaf, axis, "out_t" if elem == "out" else "float", count, at,
                                 source, nbytes))
         at += nbytes
-    if HopperTile.smem_bytes.fget(cfg) + cfg.consumers * 2 * slot_bytes(out) > SMEM_OPTIN:
+    if HopperTile.smem_bytes.fget(cfg) + cfg.consumers * consumer_bytes(out) > SMEM_OPTIN:
         return ()
     return tuple(out)
 
@@ -95,6 +98,11 @@ def staged_vectors(cfg) -> tuple[StagedVector, ...]:
 def slot_bytes(vectors) -> int:
     """Bytes of one consumer's slot: every vector's."""
     return sum(v.nbytes for v in vectors)
+
+
+def consumer_bytes(vectors) -> int:
+    """Bytes of one consumer warpgroup's SLOTS slots."""
+    return SLOTS * slot_bytes(vectors)
 
 
 def residual_staged(cfg) -> bool:
