@@ -25,6 +25,8 @@ from gemmgen.heuristics.tunedb import TuneDB
 from gemmgen.runtime.build import build
 from gemmgen.runtime.device import device_identity
 
+import graph_timing  # beside this script (its folder is sys.path[0] when it runs)
+
 SHAPES = [(4096, 4096, 4096), (4096, 14336, 4096)]
 EPILOGUES = {  # gemmgen epilogue: (tree operands, PyTorch unfused on y = x @ W^T)
     "none": ((), lambda y, o: y),
@@ -54,26 +56,9 @@ def operands(m, n, dt, gen):
 
 
 def graph_ms(launch, sets):
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for i in range(2):
-            launch(i % sets)
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=stream):
-            for i in range(REPS):
-                launch(i % sets)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(REPLAYS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / REPS)
-    return statistics.median(times)
+    """Kernel time of ``launch`` (called with a set index) in a graph of REPS launches cycling
+    over ``sets`` input sets, median of REPLAYS replays."""
+    return graph_timing.graph_ms(lambda i: launch(i % sets), REPS, REPLAYS)
 
 
 def main(tag):

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import statistics
 import sys
 import tomllib
 from pathlib import Path
@@ -163,7 +162,8 @@ def main_run(folder: str, tag: str) -> None:
     import torch.nn.functional as F
     from gemmgen.runtime.build import adopt_pycuda, build, from_cubin
     from gemmgen.runtime.device import device_identity
-    from gemmgen.runtime.workspaces import release_captures
+
+    import graph_timing  # beside this script (needs torch: imported only to run)
     dt = torch.bfloat16
     gpu, _ = device_identity(0)
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -182,29 +182,7 @@ def main_run(folder: str, tag: str) -> None:
     side = torch.cuda.Stream()  # one capture stream: gemmgen keeps workspaces per stream
 
     def graph_ms(launch, reps):
-        stream = side
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for i in range(2):
-                launch(i)
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, stream=stream):
-                for i in range(reps):
-                    launch(i)
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(REPLAYS):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            g.replay()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) / reps)
-        del g
-        torch.cuda.synchronize()
-        release_captures(0, stream.cuda_stream)  # the graph is gone: its workspaces too
-        return statistics.median(times)
+        return graph_timing.graph_ms(launch, reps, REPLAYS, stream=side)
 
     ms = [int(x) for x in os.environ.get("SMALL_M_ONLY", "").split(",") if x] or MS
     sets_wanted = os.environ.get("SMALL_M_SETS", "train,test").split(",")

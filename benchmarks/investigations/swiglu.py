@@ -14,10 +14,11 @@ import os
 import statistics
 
 import torch
-import torch.nn.functional as F
 
 import gemmgen.torch as gt
 from gemmgen.torch.mlp import reference
+
+import graph_timing  # beside this script (its folder is sys.path[0] when it runs)
 
 SHAPES = [(4096, 14336), (3584, 18944), (1536, 8960)]  # K, N
 MS = [1, 16, 128, 1024, 4096]
@@ -25,26 +26,23 @@ REPS = 20
 
 
 def timed(fn, sets, graph: bool) -> float:
+    """Milliseconds per call of ``fn`` (called with a set index, cycling over ``sets``): REPS
+    calls in a CUDA graph (kernel only) or back to back between CUDA events (eager, host
+    included), median of 10."""
+    if graph:
+        return graph_timing.graph_ms(lambda i: fn(i % sets), REPS, 10, warmup=3)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for i in range(3):
             fn(i % sets)
         torch.cuda.synchronize()
-        if graph:
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, stream=stream):
-                for i in range(REPS):
-                    fn(i % sets)
         times = []
         for _ in range(10):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record(stream)
-            if graph:
-                g.replay()
-            else:
-                for i in range(REPS):
-                    fn(i % sets)
+            for i in range(REPS):
+                fn(i % sets)
             b.record(stream)
             b.synchronize()
             times.append(a.elapsed_time(b) / REPS)

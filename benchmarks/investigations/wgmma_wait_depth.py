@@ -7,7 +7,7 @@ back ("wait2"), timed graph-captured beside F.linear (40 launches over 8 input s
     python3 benchmarks/investigations/wgmma_wait_depth.py compile    # CPU: .v1/exp/*.cubin
     python3 benchmarks/investigations/wgmma_wait_depth.py run        # GPU: $OUT/wait2.json
 """
-import sys, os, json, statistics
+import sys, os, json
 sys.path.insert(0, 'benchmarks/investigations')
 from pathlib import Path
 import small_m as S
@@ -48,27 +48,13 @@ if sys.argv[1] == 'compile':
 else:
     import torch, torch.nn.functional as F
     from gemmgen.runtime.build import adopt_pycuda, from_cubin
-    from gemmgen.runtime.workspaces import release_captures
+    import graph_timing
     adopt_pycuda()
     side = torch.cuda.Stream()
+
     def gms(launch, reps=40):
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for i in range(2): launch(i)
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, stream=side):
-                for i in range(reps): launch(i)
-        torch.cuda.synchronize(); ts = []
-        for _ in range(9):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            g.replay()
-            b.record()
-            b.synchronize()
-            ts.append(a.elapsed_time(b) / reps * 1e3)
-        del g; torch.cuda.synchronize(); release_captures(0, side.cuda_stream)
-        return statistics.median(ts)
+        return graph_timing.graph_ms(launch, reps, 9, stream=side) * 1e3  # us
+
     dt = torch.bfloat16; rows = []
     for (m, n, k, lab), (cfg, swap) in configs().items():
         sets = 8

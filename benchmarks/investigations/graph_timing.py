@@ -1,0 +1,40 @@
+"""The CUDA-graph timing the investigation scripts share (kernel time only; the suites time
+through ``gemmgen.tune.measure``)."""
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from gemmgen.runtime.workspaces import release_captures
+
+
+def graph_ms(launch, reps: int, replays: int, warmup: int = 2, stream=None) -> float:
+    """Milliseconds per launch: ``launch(0)`` .. ``launch(reps - 1)`` captured into one CUDA
+    graph on ``stream`` (a new side stream by default) after ``warmup`` launches there, the graph
+    replayed ``replays`` times between CUDA events, the median. The graph is then dropped, and
+    with it the gemmgen workspaces its capture kept (``release_captures``): a script that
+    captures thousands of graphs would otherwise run out of device memory."""
+    stream = stream or torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for i in range(warmup):
+            launch(i)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for i in range(reps):
+                launch(i)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / reps)
+    del graph
+    torch.cuda.synchronize()
+    release_captures(torch.cuda.current_device(), stream.cuda_stream)
+    return statistics.median(times)
