@@ -236,22 +236,31 @@ def test_map_spec_is_hashable_for_the_cache():
     assert {spec: 1}[MapSpec("fp16", 0, (64, 64, 1), (128, 8192), (64, 64, 1), 128)] == 1
 
 
+def _compiled_sass(configs, main_only=True):
+    """(config, ptxas resources, SASS) of each of ``configs``, compiled for ARCH: its main
+    kernel's, or with ``main_only=False`` the whole cubin's; skips without cuobjdump, fails on
+    a build error."""
+    if tool_path("cuobjdump") is None:
+        pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+    from gemmgen.compile.cache import compile_many
+    for cfg, done in zip(configs, compile_many(configs, arch=ARCH)):
+        assert not isinstance(done, BuildError), (cfg.name, done)
+        text = sass(done[0])
+        if main_only:
+            text = text.split(f"Function : {cfg.name}\n")[1].split("Function :")[0]
+        yield cfg, done[1], text
+
+
 def test_staged_bias_takes_the_global_loads_out_of_the_epilogue(nvcc):
     """With the bias staged in shared memory (one cp.async, LDGSTS, at each tile's start), a
     kernel with a bias has the global loads of the same kernel without one plus the 8 of the
     element-by-element copy of a bias view that is not 16-byte aligned; the epilogue used to
     load the bias from global memory between its stmatrix stores (128 more loads)."""
-    if tool_path("cuobjdump") is None:
-        pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
-    from gemmgen.compile.cache import compile_many
     base = WGMMA["wgmma_tma_store"]
     pairs = [("none", "bias_gelu"), ("silu(acc*row_scale)", "silu(acc*row_scale + bias)")]
     configs = [base.replace(epilogue=e) for pair in pairs for e in pair]
-    counts = []
-    for cfg, done in zip(configs, compile_many(configs, arch=ARCH)):
-        assert not isinstance(done, BuildError), (cfg.name, done)
-        text = sass(done[0])
-        counts.append((len(re.findall(r"\bLDG\.", text)), len(re.findall(r"\bLDGSTS\.", text))))
+    counts = [(len(re.findall(r"\bLDG\.", text)), len(re.findall(r"\bLDGSTS\.", text)))
+              for _, _, text in _compiled_sass(configs, main_only=False)]
     for i, (plain, with_bias) in enumerate(pairs):
         (loads, copies), (loads_b, copies_b) = counts[2 * i], counts[2 * i + 1]
         assert loads_b == loads + 16 // base.out_bytes, (plain, with_bias, counts)
@@ -264,16 +273,11 @@ def test_no_wait_between_a_tiles_copies_and_its_main_loop(nvcc):
     cp.async.bulk.wait_group.read (the wait before R overwrites the staging tile) shares SB0
     with cp.async.wait_group, so R is copied before the vectors. Without a producer the
     consumer issues the ring's TMA loads before the copies."""
-    if tool_path("cuobjdump") is None:
-        pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
-    from gemmgen.compile.cache import compile_many
     base = WGMMA["wgmma_tma_store"]
     configs = [base.replace(epilogue="acc*col_scale + bias + R"),
                base.replace(epilogue="acc + bias + R", producer=False, persistent=False,
                             consumers=1, bn=192, regs_producer=0, regs_consumer=0)]
-    for cfg, done in zip(configs, compile_many(configs, arch=ARCH)):
-        assert not isinstance(done, BuildError), (cfg.name, done)
-        text = sass(done[0]).split(f"Function : {cfg.name}\n")[1].split("Function :")[0]
+    for cfg, _, text in _compiled_sass(configs):
         first_copy, first_mma = text.index("LDGSTS"), text.index("HGMMA")
         assert first_copy < first_mma, cfg.name
         assert "DEPBAR.LE SB0" not in text[first_copy:first_mma], cfg.name
@@ -288,19 +292,14 @@ def test_inline_split_k_reads_a_slice_of_partials_in_one_round_trip(nvcc):
     thread loads 16 partials between additions (16 elements of a slice, or 4 slices of 4
     elements): element by element, a 64 x 64 tile at split-K 8 waited for 32 round trips of 8
     loads. A wider tile keeps element-by-element loads, as more would spill."""
-    if tool_path("cuobjdump") is None:
-        pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
-    from gemmgen.compile.cache import compile_many
     base = WGMMA["wgmma_tma_store"].replace(
         bm=64, consumers=1, regs_producer=0, regs_consumer=0, store="direct", stages=4,
         split_k=2, split_inline=True)
     configs = [base.replace(layout="rcc", bn=64, split_k=8), base.replace(layout="rcc", bn=8),
                base.replace(bn=128, split_k=4),
                WGMMA["wgmma_tma_store"].replace(store="direct", split_k=4, split_inline=True)]
-    for cfg, done in zip(configs, compile_many(configs, arch=ARCH)):
-        assert not isinstance(done, BuildError), (cfg.name, done)
-        assert done[1].spills == 0, (cfg.name, done[1])
-        text = sass(done[0]).split(f"Function : {cfg.name}\n")[1].split("Function :")[0]
+    for cfg, res, text in _compiled_sass(configs):
+        assert res.spills == 0, (cfg.name, res)
         runs = [len(re.findall(r"LDG\.E\.STRONG\.GPU", part))
                 for part in re.split(r"\bFADD\b", text)]
         wide = cfg.m_iters * cfg.bn // 2 > 64
