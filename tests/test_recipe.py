@@ -346,3 +346,53 @@ def test_a_launch_without_patches_hands_the_driver_one_prepared_block(monkeypatc
     assert ctypes.string_at(extra[1], ctypes.c_size_t.from_address(extra[3]).value) == b"\x01" * 16
     assert struct.unpack_from("<Q", seen[1], 8)[0] == 0x1004
     assert struct.unpack_from("<Q", seen[3], 8)[0] == 0x2004
+
+
+def test_dual_plan_reads_a_following_up_in_place_and_patches_any_other(nvcc, monkeypatch):
+    """plans.plan_tree for the dual GEMM: an up weight anywhere after the gate is read in place
+    (one tensor map, up's place encoded as its distance from the gate, so nothing patches up),
+    one before it is packed first with up's address patched into the pack launch; the
+    launcher's swiglu op numbers up 3, and run_tree reads every operand in the recipe's order."""
+    import dataclasses
+    from contextlib import nullcontext
+    from gemmgen.runtime import plans
+    from gemmgen.runtime.epilogue_args import UP_INDEX
+    from gemmgen.runtime.tree_api import dual_config
+    from test_operands import FakeDeviceArray
+    cfg = dual_config("rcr", "silu(gate)*up", dtype="fp16")
+    cubin, _ = compile_cached(render(cfg, "sm_90a"), "sm_90a", cfg.name)
+    _fake_functions(monkeypatch)
+    monkeypatch.setattr(driver_mod, "device_attribute", lambda dev, name: 132)
+    monkeypatch.setattr(tma, "encode", lambda spec, name="": bytes([spec.ptr % 251]) * 128)
+    monkeypatch.setattr(driver_mod, "on_device", lambda dev: nullcontext())
+    monkeypatch.setattr(driver_mod, "stream_handle", lambda s: ("handle", s))
+    k = Kernel(cfg, "sm_90a", cubin)
+    m, n, depth = 256, 512, 1024
+
+    def weight_t(ptr):  # the K x N column-major view of an N x K weight
+        return FakeDeviceArray((depth, n), "<f2", (2, 2 * depth), ptr)
+    x = FakeDeviceArray((m, depth), "<f2", None, 0x10000000)
+    c = FakeDeviceArray((m, n), "<f2", None, 0x20000000)
+    gate = weight_t(0x30000000)
+    after, before = weight_t(0x50000000), weight_t(0x28000000)
+    fused = plans.plan_tree(k, x, gate, c, None, 1.0, 0.0, 0, {"up": after})
+    packed = plans.plan_tree(k, x, gate, c, None, 1.0, 0.0, 0, {"up": before})
+
+    def indices(plan):
+        return {p.index for ln in plan.recipe.launches for p in ln.patches}
+    assert fused.recipe.path == "tma" and len(fused.recipe.launches) == 1
+    assert indices(fused) == {0, 1, 2}
+    assert packed.recipe.path == "tma + pack B+up" and UP_INDEX in indices(packed)
+    data = packed.recipe.to_bytes(tuple(range(UP_INDEX)) + (3,))
+    at, seen = 8, set()
+    for ln in packed.recipe.launches:
+        at += struct.calcsize("<Q6IIi") + len(ln.params)
+        (count,) = struct.unpack_from("<I", data, at)
+        seen |= {struct.unpack_from("<IIIq", data, at + 4 + 20 * i)[2] for i in range(count)}
+        at += 4 + 20 * count
+    assert 3 in seen and UP_INDEX not in seen
+    recipe = _Recipe()
+    dataclasses.replace(packed, recipe=recipe).run_tree(x, gate, c, None, {"up": before},
+                                                        stream=3)
+    assert recipe.calls == [((0x10000000, 0x30000000, 0x20000000, 0, 0, 0, 0, 0, 0, 0,
+                              0x28000000), ("handle", 3))]

@@ -21,11 +21,11 @@ from . import driver
 from .build import build
 from .calls import device_of, launch_fp8
 from .device import device_identity, operands_device, require_gpu, sm_count
-from .epilogue_args import parse_epilogue
+from .epilogue_args import EXTRA, parse_epilogue
 from .operands import OperandError, check_int32, check_scalars, describe, is_number
 from .operands.scales import Fp8Args, check_fp8
-from .plans import plan_gemm, plan_scaled, signature, transposed
-from .tree_api import tree_gemm
+from .plans import address, plan_gemm, plan_scaled, signature, transposed
+from .tree_api import tree_gemm, tree_plan
 
 _KERNELS: dict[tuple, tuple] = {}
 _PLANS: dict[tuple, object] = {}
@@ -172,14 +172,39 @@ def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
 
 
 def _tree_call(A, B, C, epi, alpha, beta, bias, dtype, db, math, stream, tree: dict):
-    """``gemm`` with an epilogue tree or the dual GEMM (``tree_api.tree_gemm``)."""
+    """``gemm`` with an epilogue tree or the dual GEMM (``tree_api``): device operands take
+    the fast path, a plan per signature (the tree operands' too, and where ``up`` lies from
+    B, which the dual GEMM's recipe may encode), as plain ``gemm`` calls do."""
     if math != "native":
         raise ValueError("epilogue trees run in the inputs' own precision (math='native')")
-    dt, m, n, k, batch = _problem(A, B, dtype, math)
-    problem = (dt, m, n, k, batch, layout_of(A, B, C, dt), _c_aligned(C, dt, m, n),
-               operand_device(A, B, C, bias))
-    return tree_gemm(A, B, C, epi, problem, alpha=alpha, beta=beta, bias=bias, db=db,
-                     stream=stream, **tree)
+    unknown = set(tree) - set(EXTRA)
+    if unknown:
+        raise TypeError(f"unexpected keyword arguments {sorted(unknown)}")
+    sigs = (signature(A), signature(B), signature(C), signature(bias),
+            *(signature(tree.get(name)) for name in EXTRA))
+    if None in sigs:
+        return tree_gemm(A, B, C, epi, _tree_problem(A, B, C, bias, dtype), alpha=alpha,
+                         beta=beta, bias=bias, db=db, stream=stream, **tree)
+    up = tree.get("up")
+    key = ("tree", *sigs, address(up) - address(B) if up is not None else 0, alpha, beta,
+           epi.spelling, dtype, db)
+    plan = _PLANS.get(key)
+    if plan is None:  # checked in full, chosen and built once per signature
+        plan = tree_plan(A, B, C, epi, _tree_problem(A, B, C, bias, dtype), alpha=alpha,
+                         beta=beta, bias=bias, db=db, **tree)
+        if len(_PLANS) >= PLAN_CACHE:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    elif C is None and beta != 0:
+        raise OperandError("C is required when beta != 0 (beta scales the existing C)")
+    return plan.run_tree(A, B, C, bias, tree, stream=stream)
+
+
+def _tree_problem(A, B, C, bias, dtype) -> tuple:
+    """``tree_api``'s problem tuple: (dtype, M, N, K, batch, layout, C aligned, device)."""
+    dt, m, n, k, batch = _problem(A, B, dtype, "native")
+    return (dt, m, n, k, batch, layout_of(A, B, C, dt), _c_aligned(C, dt, m, n),
+            operand_device(A, B, C, bias))
 
 
 def _plain_epilogue(epi, tree: dict) -> str | None:

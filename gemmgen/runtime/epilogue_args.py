@@ -28,7 +28,8 @@ INDEX = {name: 4 + i for i, name in enumerate(ARG_OPS)}
 UP_INDEX = 4 + len(ARG_OPS)
 """The recipe's operand index of the dual GEMM's second weight (Bu)."""
 EXTRA = (*ARG_OPS, "up")
-"""Keyword operands of ``gemm`` and ``Kernel.__call__`` beyond A, B, C and bias."""
+"""Keyword operands of ``gemm`` and ``Kernel.__call__`` beyond A, B, C and bias, in a
+recipe's numbering (operand 4 on: ``INDEX``, then ``UP_INDEX``)."""
 STRUCT = struct.Struct("<" + "".join(
     {8: "Q" if "*" in f.ctype else "q", 4: "i"}[f.size] for f in EPILOGUE_ARGS))
 assert STRUCT.size == EPILOGUE_ARGS_BYTES  # natural alignment: no padding between fields

@@ -5,7 +5,8 @@ The first call with an operand signature runs every check and keeps what follows
 (kernel, extents, leading dimensions, strides, scales, how to make the output) as a recipe
 whose operand addresses are ``Ref``s; a later call with the same signature reads the
 addresses and launches. ``plan_gemm`` makes the plan of a 16-bit or fp32 ``gemm``,
-``plan_scaled`` that of an FP8 one (``gemmgen.runtime.grouped`` makes the grouped ones).
+``plan_scaled`` that of an FP8 one, ``plan_tree`` that of an epilogue tree or the dual GEMM
+(``gemmgen.runtime.grouped`` makes the grouped ones).
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import driver
-from .launch import DEFAULT_STREAMS, allocator, batch_stride, check_launch
+from .epilogue_args import EXTRA, UP_INDEX, check_epilogue
+from .launch import DEFAULT_STREAMS, allocator, batch_stride, check_launch, check_up, needs_bias
 from .operands import OperandError, check_gemm, describe, is_number
 from .operands.scales import Fp8Args
 from .recipe import KernelArgs, Recipe, Ref, Scale
@@ -137,6 +139,22 @@ class Plan:
         self.kernel.last_path = self.recipe.path
         return out if given is not None or not self.swap else transposed(out)
 
+    def run_tree(self, a, b, out=None, bias=None, tree=None, *, stream=None):
+        """Launch a ``plan_tree`` plan: A, B, C (None: a new one), bias and the tree's
+        operands (``tree``: name -> array, as ``gemm``'s keywords) on ``stream``; returns C."""
+        given = out
+        if out is None:
+            out = self.new_out()
+        tree = tree or {}
+        ops = (a, b, out, bias, *(tree.get(name) for name in EXTRA))
+        if self.cupy:
+            _sync_cupy_producers(*ops)
+        ptrs = tuple(read(x) for read, x in zip(self.readers, ops))
+        with driver.on_device(self.recipe.device):
+            self.recipe.run(ptrs, driver.stream_handle(stream))
+        self.kernel.last_path = self.recipe.path
+        return out if given is None else given
+
 
 def plan_of(kernel, recipe: Recipe, operands: tuple, new_out=None, choice=None,
             device: int = 0, swap: bool = False) -> Plan:
@@ -184,6 +202,41 @@ def plan_gemm(kernel, A, B, C, bias, alpha: float, beta: float, device: int,
             batch_stride(args.b), batch_stride(c), refs[3] if args.bias else 0,
             args.batch or 1), device)
     return plan_of(kernel, recipe, (A, B, C, bias), make_c, choice, device, swap)
+
+
+def plan_tree(kernel, A, B, C, bias, alpha: float, beta: float, device: int,
+              tree: dict) -> Plan:
+    """``plan_gemm`` for a kernel with an epilogue tree or the dual GEMM (its tree operands
+    ``tree``: name -> device array or None, as ``gemm``'s keywords): every check ``launch``
+    makes, then the recipe, whose operands are numbered 0 A, 1 B, 2 C, 3 bias, then
+    ``EXTRA`` from 4. The dual GEMM's recipe may depend on where ``up`` lies from
+    B (read in place when it follows B, ``gemmgen.runtime.dual``): a caller keying plans by
+    signature includes that distance. Raises ``OperandError`` naming a bad operand."""
+    cfg = kernel.config
+    args = check_gemm(A, B, C, beta=beta, dtype=cfg.dtype, out=cfg.out, layout=cfg.layout,
+                      bias=bias, needs_bias=needs_bias(cfg))
+    check_launch(kernel, args)
+    epi = check_epilogue(cfg, tree, args.m, args.n, args.batch)
+    up = check_up(cfg, tree.get("up"), args)
+    shape = (args.batch, args.m, args.n) if args.batch else (args.m, args.n)
+    make_c = None if C is not None else allocator(A, shape, cfg.out, cfg.layout[2] == "c")
+    c = args.c or describe(make_c(), "C", cfg.out)
+    refs = [Ref(i, p) for i, p in enumerate((args.a.ptr, args.b.ptr, c.ptr,
+                                             args.bias.ptr if args.bias else 0))]
+    fields = {}
+    if epi is not None:
+        fields["epi"] = epi.block(True)
+    if up is not None:
+        op, ld, stride = up
+        fields["up"] = (Ref(UP_INDEX, op.ptr), ld, stride)
+    with driver.on_device(device):
+        recipe = kernel.launches(KernelArgs(
+            args.m, args.n, args.k, refs[0], args.ld(args.a, 0), refs[1], args.ld(args.b, 1),
+            refs[2], c.lds[cfg.layout[2]], alpha, beta, batch_stride(args.a),
+            batch_stride(args.b), batch_stride(c), refs[3] if args.bias else 0,
+            args.batch or 1, **fields), device)
+    operands = (A, B, C, bias, *(tree.get(name) for name in EXTRA))
+    return plan_of(kernel, recipe, operands, make_c, None, device)
 
 
 COMPATIBLE = {"tensor": ("tensor",), "row": ("tensor", "row"), "block": ("block",)}

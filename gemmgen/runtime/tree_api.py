@@ -18,6 +18,7 @@ from . import driver
 from .build import build
 from .device import device_identity
 from .operands import OperandError, describe
+from .plans import plan_tree
 
 _KERNELS: dict[tuple, object] = {}
 DUAL_BASE = {"dual": True, "bn": 128, "stages": 4}
@@ -82,12 +83,28 @@ def tree_gemm(A, B, C, epi: Epilogue, problem: tuple, *, alpha=1.0, beta=0.0, bi
     ``problem``: (dtype, M, N, K, batch, layout, C 16-byte aligned, device) as ``gemm``
     finds them. C's dtype, and a residual R's layout where the tree leaves it to C's, follow
     the operands given."""
+    kernel = _kernel_of(C, epi, problem, db, tree.get("R"))
+    return kernel(A, B, C, alpha=alpha, beta=beta, bias=bias, stream=stream, **tree)
+
+
+def tree_plan(A, B, C, epi: Epilogue, problem: tuple, *, alpha=1.0, beta=0.0, bias=None,
+              db=None, **tree):
+    """The launch plan (``plans.plan_tree``) of ``tree_gemm`` for device operands (PyTorch,
+    CuPy): the same kernel, every check once, and a recipe whose addresses are patched per
+    call (``Plan.run_tree``). Raises as ``tree_gemm`` does."""
+    kernel = _kernel_of(C, epi, problem, db, tree.get("R"))
+    return plan_tree(kernel, A, B, C, bias, alpha, beta, problem[-1], tree)
+
+
+def _kernel_of(C, epi: Epilogue, problem: tuple, db, R):
+    """The kernel of ``tree_gemm``: ``tree_kernel``'s for the tree with R's layout filled in
+    from the operand and C's dtype where it is not the inputs' own."""
     dt, m, n, k, batch, lay, c_aligned, device = problem
-    epi = r_layout_of_operand(epi, tree.get("R"), lay[2])
+    epi = r_layout_of_operand(epi, R, lay[2])
     out = dtype_name_of(C) if C is not None else None
     kernel, _ = tree_kernel(epi, dt, m, n, k, lay, c_aligned, batch, device, db,
                             out if out != stored_as(dt) else None)
-    return kernel(A, B, C, alpha=alpha, beta=beta, bias=bias, stream=stream, **tree)
+    return kernel
 
 
 def r_layout_of_operand(epi: Epilogue, R, c_layout: str) -> Epilogue:
