@@ -20,12 +20,39 @@ from gemmgen.torch.mlp import reference  # noqa: E402
 NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
+def _clear_recipes() -> None:
+    if gt.LAUNCHER:
+        torch.ops.gemmgen_launcher.clear_recipes()
+
+
 @pytest.fixture(autouse=True)
 def dual_everywhere(monkeypatch):
-    """Every call runs the dual GEMM (these shapes are below the thresholds of uses_dual)."""
+    """Every call runs the dual GEMM (these shapes are below the thresholds of uses_dual); the
+    compiled launcher's recipes, planned under other thresholds, are dropped before and after."""
     import gemmgen.torch.mlp as mlp
     monkeypatch.setattr(mlp, "DUAL_MIN_M", 0)
     monkeypatch.setattr(mlp, "EAGER_MIN_FLOP", 0)
+    _clear_recipes()
+    yield
+    _clear_recipes()
+
+
+def _gemmgen_frames(fn) -> int:
+    """Python frames of gemmgen's own modules that calling ``fn`` runs."""
+    import sys
+    from pathlib import Path
+    root = str(Path(gt.__file__).resolve().parents[1])
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(root):
+            seen.append(frame.f_code.co_name)
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return len(seen)
 
 
 def _dual_ran() -> bool:
@@ -71,6 +98,48 @@ def test_swiglu_matches_float64(dtype, fused, shape):
     assert out.shape == (*lead, n) and out.dtype == dtype and _dual_ran()
     err, torch_err = _rel_err(out, want), _rel_err(reference(x, gate, up), want)
     assert err <= max(_tol(k, dtype), 2 * torch_err), (err, torch_err)
+
+
+def _weight_pairs(n, k, dtype) -> dict:
+    """Gate and up weights of one shape lying every way the op must tell apart: up right after
+    the gate, up after the gate with a gap, up before the gate (three distances from the gate),
+    and strided views (stacked into one pair, as right after, by the launcher)."""
+    both = torch.randn(3 * n, k, device="cuda").to(dtype) * k ** -0.5
+    wide = torch.randn(n, 2 * k, device="cuda").to(dtype) * k ** -0.5
+    return {"fused": (both[:n], both[n:2 * n]), "gap": (both[:n], both[2 * n:]),
+            "before": (both[2 * n:], both[:n]), "strided": (wide[:, :k], wide[:, k:])}
+
+
+@pytest.mark.skipif(not gt.LAUNCHER, reason="the compiled launcher is not loaded")
+def test_launcher_keys_swiglu_by_where_up_lies_and_repeats_without_python():
+    """Through the compiled launcher: pairs of one shape whose up lies right after, after a gap
+    or before the gate, and strided weights, called in turn with fresh inputs, each match
+    float64 (a recipe reused for a pair lying otherwise would read the wrong up), one recipe
+    per distance; a repeated call runs no gemmgen Python, on the dual GEMM and on PyTorch's
+    formula for few rows."""
+    import gemmgen.torch.mlp as mlp
+    dtype, m, n, k = torch.bfloat16, 96, 384, 512
+    pairs = _weight_pairs(n, k, dtype)
+    for _ in range(2):
+        for name, (gate, up) in pairs.items():
+            x = torch.randn(m, k, device="cuda").to(dtype)
+            out = torch.ops.gemmgen.swiglu(x, gate, up)
+            want = reference(x.double(), gate.double(), up.double())
+            err = _rel_err(out, want)
+            assert err <= max(_tol(k, dtype), 2 * _rel_err(reference(x, gate, up), want)), (
+                name, err)
+    held = torch.ops.gemmgen_launcher.recipes_held()
+    assert held == 3, held  # fused and strided (stacked) share the distance, so one recipe
+    x = torch.randn(m, k, device="cuda").to(dtype)
+    gate, up = pairs["fused"]
+    assert _gemmgen_frames(lambda: torch.ops.gemmgen.swiglu(x, gate, up)) == 0
+    mlp.DUAL_MIN_M = 1 << 20  # restored by the fixture: PyTorch's formula, run from C++
+    small = torch.randn(3, k, device="cuda").to(dtype)
+    torch.ops.gemmgen.swiglu(small, gate, up)
+    assert _gemmgen_frames(lambda: torch.ops.gemmgen.swiglu(small, gate, up)) == 0
+    assert torch.equal(torch.ops.gemmgen.swiglu(small, gate, up),
+                       reference(small, gate, up))
+    assert torch.ops.gemmgen_launcher.recipes_held() == held + 1
 
 
 def test_swiglu_gradients_match_pytorch():

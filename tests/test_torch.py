@@ -346,5 +346,70 @@ def test_swiglu_takes_the_dual_gemm_where_it_pays():
     from gemmgen.torch.mlp import uses_dual
     assert uses_dual(1024, 14336, 4096, capturing=True)
     assert not uses_dual(128, 14336, 4096, capturing=True)
-    assert uses_dual(4096, 14336, 4096, capturing=False)       # 0.96 TFLOP: hides the host
-    assert not uses_dual(1024, 14336, 4096, capturing=False)   # 0.24 TFLOP
+    assert uses_dual(1024, 14336, 4096, capturing=False)       # the compiled launcher
+    assert not uses_dual(128, 14336, 4096, capturing=False)
+    # launched from Python, an eager call pays 0.4 ms of host time
+    assert uses_dual(4096, 14336, 4096, capturing=False, compiled=False)      # 0.96 TFLOP
+    assert not uses_dual(1024, 14336, 4096, capturing=False, compiled=False)  # 0.24 TFLOP
+    assert uses_dual(1024, 14336, 4096, capturing=True, compiled=False)
+
+
+def test_the_launcher_registers_swiglu_and_its_planner_is_defined_first():
+    """gemmgen::swiglu's CUDA kernel is the compiled launcher's (its planner's schema is
+    defined by gemmgen.torch.ops, which loads the launcher, so the C++ finds it)."""
+    import re
+    from gemmgen.torch import launcher
+    source = launcher.SOURCE.read_text()
+    assert re.search(r'm\.impl\("swiglu", &gemmgen_launcher::swiglu_cuda\)', source)
+    assert '"gemmgen::_swiglu_plan"' in source
+    schema = torch.ops.gemmgen._swiglu_plan.default._schema
+    assert str(schema) == ("gemmgen::_swiglu_plan(Tensor x, Tensor w_gate, Tensor w_up, "
+                           "Tensor out) -> Tensor")
+
+
+def _autograd_kernel_frames(fn) -> int:
+    """Python frames of torch.library's autograd kernels (register_autograd) that ``fn`` runs."""
+    import sys
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.endswith(
+                ("_library/autograd.py", "_library\\autograd.py")):
+            seen.append(frame.f_code.co_name)
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return len(seen)
+
+
+@pytest.mark.parametrize("entry", ["linear", "gemm", "swiglu"])
+def test_no_grad_calls_skip_the_python_autograd_kernel(entry):
+    """Under torch.no_grad() the entry points call their op past its Python autograd kernel
+    (host time on every call); with grad mode on they go through it, and give the same result."""
+    x = torch.randn(3, 8, requires_grad=True)
+    w, v = torch.randn(5, 8, requires_grad=True), torch.randn(5, 8, requires_grad=True)
+    fn = {"linear": lambda: gt.linear(x, w), "gemm": lambda: gt.gemm(x, w.t()),
+          "swiglu": lambda: gt.swiglu(x, w, v)}[entry]
+    assert _autograd_kernel_frames(fn) > 0
+    with torch.no_grad():
+        assert _autograd_kernel_frames(fn) == 0
+        fast = fn()
+    assert not fast.requires_grad and torch.equal(fast, fn().detach())
+
+
+def test_patched_mlp_runs_the_formula_below_the_dual_gemms_rows(monkeypatch):
+    """A fused MLP calls the SwiGLU op from mlp.DUAL_MIN_M rows of x on; with fewer it runs
+    the formula through its own projections (no op, no host time of its own); same result."""
+    from gemmgen.torch import mlp as mlp_mod, modules
+    calls = []
+    monkeypatch.setattr(modules, "swiglu", lambda *a: calls.append(a) or mlp_mod.swiglu(*a))
+    mod = _mlp_class()()
+    x = torch.randn(2, 3, 16, dtype=torch.float64)
+    want = mod(x)
+    gt.patch(mod)
+    monkeypatch.setattr(mlp_mod, "DUAL_MIN_M", 7)
+    assert torch.allclose(mod(x), want) and calls == []
+    monkeypatch.setattr(mlp_mod, "DUAL_MIN_M", 6)
+    assert torch.allclose(mod(x), want) and len(calls) == 1

@@ -1,6 +1,7 @@
 // gemmgen's compiled launcher for PyTorch: the CUDA kernels of the ops gemmgen::gemm (and
-// gemmgen::linear over it), gemmgen::scaled_mm (FP8), gemmgen::grouped_mm and
-// gemmgen::scaled_grouped_mm (FP8 experts), every one through one body (call_op).
+// gemmgen::linear over it), gemmgen::scaled_mm (FP8), gemmgen::grouped_mm,
+// gemmgen::scaled_grouped_mm (FP8 experts) and gemmgen::swiglu (the dual GEMM), every one
+// through one body (call_op).
 //
 // A call looks its operand signature up (op, device, dtypes, sizes, strides, 16-byte alignment,
 // attributes) in a table of recipes; a hit allocates the output, patches the operands' addresses
@@ -21,6 +22,10 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/mul.h>
+#include <ATen/ops/silu.h>
+#include <ATen/ops/stack.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
@@ -599,6 +604,47 @@ at::Tensor scaled_grouped_mm_cuda(const at::Tensor& a_in, const at::Tensor& b,
     });
 }
 
+// gemmgen::swiglu(x, w_gate, w_up): silu(x w_gate^T) * (x w_up^T) for x (..., K) and the
+// nn.Linear weights (N, K), through the dual GEMM (gemmgen.torch.mlp): operands 0 x as (M, K),
+// 1 w_gate^T, 2 the output (M, N), 3 w_up^T. The dual GEMM reads a w_up that lies after
+// w_gate in place, its tensor map holding the distance, so the key holds where w_up lies from
+// w_gate; weights that are not contiguous are stacked into one pair first (a fresh copy's
+// address would otherwise change the key on every call). Calls the planner
+// (gemmgen::_swiglu_plan) leaves to PyTorch run its formula here, without Python.
+at::Tensor swiglu_cuda(const at::Tensor& x, const at::Tensor& w_gate_in,
+                       const at::Tensor& w_up_in) {
+    c10::DeviceGuard guard(x.device());
+    const bool shaped = x.dim() >= 1 && w_gate_in.dim() == 2 && w_up_in.dim() == 2
+        && x.size(-1) == w_gate_in.size(1) && w_up_in.sizes() == w_gate_in.sizes();
+    at::Tensor w_gate = w_gate_in, w_up = w_up_in;
+    if (shaped && w_gate.scalar_type() == w_up.scalar_type() && w_gate.device() == w_up.device()
+        && !(w_gate.is_contiguous() && w_up.is_contiguous())) {
+        const at::Tensor pair = at::stack({w_gate, w_up});
+        w_gate = pair[0];
+        w_up = pair[1];
+    }
+    const at::Tensor x2 = shaped ? row_or_col(x.reshape({-1, x.size(-1)})) : x;
+    const at::Tensor b = shaped ? w_gate.t() : w_gate, up = shaped ? w_up.t() : w_up;
+    std::string key = key_of("swiglu");
+    append(key, static_cast<int64_t>(reinterpret_cast<uintptr_t>(w_up.data_ptr()) -
+                                     reinterpret_cast<uintptr_t>(w_gate.data_ptr())));
+    at::Tensor out = at::empty({shaped ? x2.size(0) : 0, shaped ? w_gate.size(0) : 0},
+                               x.options());
+    at::Tensor y = call_op(key, {&x2, &b, &out, &up}, out, [&] {
+        static auto plan = c10::Dispatcher::singleton()
+            .findSchemaOrThrow("gemmgen::_swiglu_plan", "")
+            .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                              const at::Tensor&)>();
+        return plan.call(x2, w_gate, w_up, out);
+    }, [&] {
+        return at::mul(at::silu(at::linear(x, w_gate_in)), at::linear(x, w_up_in));
+    });
+    if (!y.is_same(out) || x.dim() == 2) return y;
+    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+    shape.back() = w_gate.size(0);
+    return y.view(shape);
+}
+
 }  // namespace gemmgen_launcher
 
 TORCH_LIBRARY_IMPL(gemmgen, CUDA, m) {
@@ -607,6 +653,7 @@ TORCH_LIBRARY_IMPL(gemmgen, CUDA, m) {
     m.impl("scaled_mm", &gemmgen_launcher::scaled_mm_cuda);
     m.impl("grouped_mm", &gemmgen_launcher::grouped_mm_cuda);
     m.impl("scaled_grouped_mm", &gemmgen_launcher::scaled_grouped_mm_cuda);
+    m.impl("swiglu", &gemmgen_launcher::swiglu_cuda);
 }
 
 // For tests and tools: recipes held, and a way to drop them (torch.ops.gemmgen_launcher.*).

@@ -10,12 +10,16 @@ x once for both products and writes only the product: the two N-wide intermediat
 after the other with one leading dimension (a fused gate_up weight, or ``patch``'s) are read in
 place; any other pair is packed into a workspace first.
 
-- CUDA, float16 and bfloat16 on Hopper: the dual GEMM, launched from Python on PyTorch's current
-  stream (capturable in a CUDA graph after a warm-up call), where it is faster (``uses_dual``).
-  That launch costs about 0.4 ms of host time per call, so an eager call takes it only for
-  products of at least ``EAGER_MIN_FLOP``; a call being captured into a CUDA graph, from
-  ``DUAL_MIN_M`` rows of x. Everything else (smaller products, CPU tensors, float32, other
-  GPUs, operands on two devices) is computed by PyTorch with the same formula.
+- CUDA, float16 and bfloat16 on Hopper: the dual GEMM from ``DUAL_MIN_M`` rows of x, where it
+  is faster than PyTorch's formula (``uses_dual``), on PyTorch's current stream (capturable in
+  a CUDA graph after a warm-up call). The compiled launcher (``gemmgen.torch.launcher``) runs
+  a repeated call without Python: the first call of an operand signature (shapes, strides,
+  dtypes, and where w_up lies from w_gate) runs the planner ``gemmgen::_swiglu_plan``, later
+  ones patch the addresses into its recipe; calls the kernel does not take run PyTorch's
+  formula from C++. Without the launcher the dual GEMM launches from Python, about 0.4 ms of
+  host time per call, so an eager call there takes it only for products of at least
+  ``EAGER_MIN_FLOP``. Everything else (fewer rows, CPU tensors, float32, other GPUs, operands
+  on two devices) is computed by PyTorch with the same formula.
 - Autograd: the gate and up products are recomputed (nothing is kept from the forward pass),
   the SwiGLU derivative is taken in fp32 (float64 for float64), and the four weight and input products run through
   ``gemmgen::gemm``.
@@ -31,20 +35,21 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..runtime.operands import OperandError
-from .ops import _LIB, row_or_col
-
-_LIB.define("swiglu(Tensor x, Tensor w_gate, Tensor w_up) -> Tensor")
+from . import launcher
+from .ops import _LIB, _REFERENCE, LAUNCHER, call, row_or_col
 DUAL_DTYPES = (torch.float16, torch.bfloat16)
 """The dtypes the dual GEMM takes; others go to PyTorch."""
 TREE = "silu(gate)*up"
 DUAL_MIN_M = 1024
-"""Rows of x from which a graph-captured call runs the dual GEMM: on an H200, bf16, at
+"""Rows of x from which a call runs the dual GEMM (through the compiled launcher, or
+graph-captured): on an H200, bf16, at
 M = 1024 and 4096 it took 0.72 to 0.95 of PyTorch's graph-captured time on the MLPs of
 Llama-3-8B, Qwen2.5-7B and Qwen2-1.5B, at M <= 16 up to 1.43 times it
 (benchmarks/results/swiglu_NVIDIA_H200.json)."""
 EAGER_MIN_FLOP = 4e11
-"""FLOP of the two products (4 M N K) from which an eager call runs the dual GEMM: about 0.6 ms
-of tensor-core time at 700 TFLOP/s, above the Python launch's 0.4 ms of host time."""
+"""FLOP of the two products (4 M N K) from which an eager call launched from Python (no
+compiled launcher) runs the dual GEMM: about 0.6 ms of tensor-core time at 700 TFLOP/s, above
+the Python launch's 0.4 ms of host time."""
 
 
 def check_args(x: Tensor, w_gate: Tensor, w_up: Tensor) -> None:
@@ -69,11 +74,17 @@ def reference(x: Tensor, w_gate: Tensor, w_up: Tensor) -> Tensor:
     return F.silu(F.linear(x, w_gate)) * F.linear(x, w_up)
 
 
-def uses_dual(m: int, n: int, k: int, capturing: bool) -> bool:
+def uses_dual(m: int, n: int, k: int, capturing: bool, compiled: bool = True) -> bool:
     """Whether a call with x of M rows and N x K weights runs the dual GEMM (else PyTorch's
-    formula): from ``DUAL_MIN_M`` rows while a CUDA graph is captured, from ``EAGER_MIN_FLOP``
-    otherwise."""
-    return m >= DUAL_MIN_M if capturing else 4 * m * n * k >= EAGER_MIN_FLOP
+    formula): from ``DUAL_MIN_M`` rows through the compiled launcher (``compiled``) or while a
+    CUDA graph is captured; from ``EAGER_MIN_FLOP`` as well for an eager Python launch."""
+    return m >= DUAL_MIN_M and (compiled or capturing or 4 * m * n * k >= EAGER_MIN_FLOP)
+
+
+def few_rows(x: Tensor) -> bool:
+    """Whether x (..., K) has fewer rows than any call runs the dual GEMM for (``DUAL_MIN_M``):
+    the formula runs then whatever else holds."""
+    return x.numel() < DUAL_MIN_M * x.shape[-1] if x.dim() else True
 
 
 def kernel_takes(x: Tensor, w_gate: Tensor, w_up: Tensor) -> bool:
@@ -89,13 +100,36 @@ def _swiglu_cpu(x, w_gate, w_up):
     return reference(x, w_gate, w_up).contiguous()
 
 
-@torch.library.impl(_LIB, "swiglu", "CUDA")
-def _swiglu_cuda(x, w_gate, w_up):
+@torch.library.impl(_LIB, "_swiglu_plan", "CUDA")
+def _swiglu_plan(x: Tensor, w_gate: Tensor, w_up: Tensor, out: Tensor) -> Tensor:
+    """The compiled launcher's planner: the recipe of the dual GEMM for x (M x K, row- or
+    column-major) and the weights (N x K, contiguous) as bytes, its operands numbered 0 x,
+    1 w_gate^T, 2 out (M x N), 3 w_up^T; "reference" where PyTorch's formula runs instead
+    (``uses_dual``, ``kernel_takes``). Raises ``OperandError`` for bad arguments."""
+    check_args(x, w_gate, w_up)
+    n, k = w_gate.shape
+    if (x.dim() != 2 or not kernel_takes(x, w_gate, w_up) or min(x.shape[0], n, k) == 0
+            or not uses_dual(x.shape[0], n, k, capturing=False)):
+        return _REFERENCE
+    from ..model.epilogue import Epilogue
+    from ..runtime.api import _tree_problem
+    from ..runtime.epilogue_args import UP_INDEX
+    from ..runtime.tree_api import tree_plan
+    b, up = w_gate.t(), w_up.t()
+    plan = tree_plan(x, b, out, Epilogue.parse(TREE), _tree_problem(x, b, out, None, None),
+                     up=up)
+    launcher.keep_alive(plan)
+    order = tuple(range(UP_INDEX)) + (3,)  # the recipe's up (UP_INDEX) is the launcher's 3
+    return torch.frombuffer(bytearray(plan.recipe.to_bytes(order)), dtype=torch.uint8)
+
+
+def _swiglu_cuda_python(x, w_gate, w_up):
+    """The CUDA implementation where the compiled launcher is not loaded."""
     check_args(x, w_gate, w_up)
     n, k = w_gate.shape
     x2 = x.reshape(-1, k)
-    if not kernel_takes(x, w_gate, w_up) or x2.shape[0] == 0 or n == 0 or not uses_dual(
-            x2.shape[0], n, k, torch.cuda.is_current_stream_capturing()):
+    if not kernel_takes(x, w_gate, w_up) or min(x2.shape[0], n, k) == 0 or not uses_dual(
+            x2.shape[0], n, k, torch.cuda.is_current_stream_capturing(), compiled=False):
         return reference(x, w_gate, w_up).contiguous()
     from ..runtime.api import gemm as runtime_gemm
     out = torch.empty((x2.shape[0], n), dtype=x.dtype, device=x.device)
@@ -104,6 +138,10 @@ def _swiglu_cuda(x, w_gate, w_up):
                      up=w_up.contiguous().t(),
                      stream=torch.cuda.current_stream(x.device).cuda_stream)
     return out.reshape(*x.shape[:-1], n)
+
+
+if not LAUNCHER:
+    _LIB.impl("swiglu", _swiglu_cuda_python, "CUDA")
 
 
 @torch.library.register_fake("gemmgen::swiglu")
@@ -153,4 +191,4 @@ def swiglu(x: Tensor, w_gate: Tensor, w_up: Tensor) -> Tensor:
     if device in ("cuda", "cpu") and torch.is_autocast_enabled(device):
         dt = torch.get_autocast_dtype(device)
         x, w_gate, w_up = x.to(dt), w_gate.to(dt), w_up.to(dt)
-    return _SWIGLU(x, w_gate, w_up)
+    return call(_SWIGLU, x, w_gate, w_up)

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from .ops import linear
-from .mlp import swiglu
+from .mlp import few_rows, swiglu
 
 
 class Linear(nn.Linear):
@@ -59,9 +59,13 @@ _PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
 
 def _swiglu_class(base):
     """A subclass of a Llama-style MLP class whose forward is down_proj(swiglu(x, gate, up)):
-    the gate and up projections and SiLU * up in one dual GEMM; made once per base class."""
+    the gate and up projections and SiLU * up in one dual GEMM; made once per base class. For
+    fewer rows of x than the dual GEMM takes (``mlp.DUAL_MIN_M``) the forward is the base's
+    formula, each projection its own GEMM, without the op's host time."""
     if base not in _SWIGLU_MLP:
         def forward(self, x):
+            if few_rows(x):
+                return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
             return self.down_proj(swiglu(x, self.gate_proj.weight, self.up_proj.weight))
         _SWIGLU_MLP[base] = type(base.__name__, (base,), {"forward": forward,
                                                           "__module__": __name__,

@@ -58,6 +58,9 @@ _LIB.define(f"scaled_grouped_mm({_SCALED_GROUPED}) -> Tensor")
 _LIB.define(f"_scaled_grouped_reference({_SCALED_GROUPED}) -> Tensor")
 _LIB.define("_scaled_grouped_plan(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, "
             "Tensor? offs, ScalarType? out_dtype, Tensor out) -> Tensor")
+# gemmgen::swiglu (gemmgen.torch.mlp): the dual GEMM's op and its planner
+_LIB.define("swiglu(Tensor x, Tensor w_gate, Tensor w_up) -> Tensor")
+_LIB.define("_swiglu_plan(Tensor x, Tensor w_gate, Tensor w_up, Tensor out) -> Tensor")
 _REFERENCE = torch.tensor(list(FORMAT_VERSION.to_bytes(4, "little") + b"\xff" * 4),
                           dtype=torch.uint8)
 
@@ -149,6 +152,18 @@ def _plan(a: Tensor, b: Tensor, bias: Optional[Tensor], epilogue: str, out: Tens
     return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
 
+def call(op, *args):
+    """``op(*args)``, past the op's autograd kernel where no gradient can be asked for: with
+    grad mode off (``torch.no_grad()``), outside ``torch.compile``'s tracing. That kernel is
+    Python (``torch.library.register_autograd``) and costs host time on every call even when
+    it only passes the call on; inference mode skips it by itself."""
+    if (torch.is_grad_enabled() or torch.is_inference_mode_enabled()
+            or torch.compiler.is_compiling()):
+        return op(*args)
+    with torch._C._AutoDispatchBelowAutograd():
+        return op(*args)
+
+
 def gemm(a: Tensor, b: Tensor, bias: Optional[Tensor] = None,
          epilogue: Optional[str] = None) -> Tensor:
     """``torch.ops.gemmgen.gemm`` with autocast: under ``torch.autocast`` for a's device type the
@@ -161,7 +176,7 @@ def gemm(a: Tensor, b: Tensor, bias: Optional[Tensor] = None,
         dt = torch.get_autocast_dtype(device)
         a, b = a.to(dt), b.to(dt)
         bias = None if bias is None else bias.to(dt)
-    return _GEMM(a, b, bias, epilogue)
+    return call(_GEMM, a, b, bias, epilogue)
 
 
 ACTIVATIONS = ("none", "relu", "gelu")
@@ -179,7 +194,7 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
         dt = torch.get_autocast_dtype(device)
         x, weight = x.to(dt), weight.to(dt)
         bias = None if bias is None else bias.to(dt)
-    return _LINEAR(x, weight, bias, activation or "none")
+    return call(_LINEAR, x, weight, bias, activation or "none")
 
 
 def _linear_epilogue(bias, activation: str) -> str:
