@@ -8,7 +8,8 @@ against float64 (||y - ref|| / ||ref||, beside PyTorch's own error).
 
 Usage on the GPU machine, from the repository root:
     PYTHONPATH=$PWD python3 benchmarks/investigations/swiglu.py
-writes $OUT/swiglu.json when $OUT is set."""
+writes $OUT/swiglu.json when $OUT is set. SWIGLU_DUAL_MIN_M=0 runs the dual GEMM at every M
+(``gemmgen.torch.mlp.DUAL_MIN_M``; the file is then swiglu_dual_min_m_0.json)."""
 import json
 import os
 import statistics
@@ -16,6 +17,7 @@ import statistics
 import torch
 
 import gemmgen.torch as gt
+import gemmgen.torch.mlp as mlp
 from gemmgen.torch.mlp import reference
 
 import graph_timing  # beside this script (its folder is sys.path[0] when it runs)
@@ -50,6 +52,9 @@ def timed(fn, sets, graph: bool) -> float:
 
 
 def main():
+    forced = os.environ.get("SWIGLU_DUAL_MIN_M")
+    if forced is not None:
+        mlp.DUAL_MIN_M = int(forced)
     dt = torch.bfloat16
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
@@ -73,10 +78,12 @@ def main():
             print(json.dumps({a: round(b, 4) if isinstance(b, float) else b
                               for a, b in row.items()}), flush=True)
             rows.append(row)
-    out = {"gpu": torch.cuda.get_device_name(), "rows": rows,
+    out = {"gpu": torch.cuda.get_device_name(), "rows": rows, "dual_min_m": mlp.DUAL_MIN_M,
+           "launcher": gt.LAUNCHER,
            "what": "gemmgen.torch.swiglu beside F.silu(F.linear) * F.linear, bf16"}
+    name = "swiglu.json" if forced is None else f"swiglu_dual_min_m_{forced}.json"
     if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "swiglu.json"), "w") as f:
+        with open(os.path.join(os.environ["OUT"], name), "w") as f:
             json.dump(out, f, indent=1)
 
 
