@@ -251,7 +251,9 @@ def _mlp_class(name="LlamaMLP", module="transformers.models.llama.modeling_llama
                                            "__module__": module})
 
 
-def test_swiglu_schema_fake_and_gradients():
+def test_swiglu_schema_fake_and_gradients(monkeypatch):
+    from gemmgen.torch import mlp
+    monkeypatch.setattr(mlp, "DUAL_MIN_M", 0)  # the op (and its backward) at any number of rows
     op = torch.ops.gemmgen.swiglu.default
     assert str(op._schema) == "gemmgen::swiglu(Tensor x, Tensor w_gate, Tensor w_up) -> Tensor"
     x = torch.randn(2, 3, 8, dtype=torch.float64, requires_grad=True)
@@ -385,9 +387,11 @@ def _autograd_kernel_frames(fn) -> int:
 
 
 @pytest.mark.parametrize("entry", ["linear", "gemm", "swiglu"])
-def test_no_grad_calls_skip_the_python_autograd_kernel(entry):
+def test_no_grad_calls_skip_the_python_autograd_kernel(entry, monkeypatch):
     """Under torch.no_grad() the entry points call their op past its Python autograd kernel
     (host time on every call); with grad mode on they go through it, and give the same result."""
+    from gemmgen.torch import mlp
+    monkeypatch.setattr(mlp, "DUAL_MIN_M", 0)  # swiglu: the op at any number of rows
     x = torch.randn(3, 8, requires_grad=True)
     w, v = torch.randn(5, 8, requires_grad=True), torch.randn(5, 8, requires_grad=True)
     fn = {"linear": lambda: gt.linear(x, w), "gemm": lambda: gt.gemm(x, w.t()),
@@ -401,7 +405,8 @@ def test_no_grad_calls_skip_the_python_autograd_kernel(entry):
 
 def test_patched_mlp_runs_the_formula_below_the_dual_gemms_rows(monkeypatch):
     """A fused MLP calls the SwiGLU op from mlp.DUAL_MIN_M rows of x on; with fewer it runs
-    the formula through its own projections (no op, no host time of its own); same result."""
+    the formula through its own projections (no op, no host time of its own); same result.
+    gemmgen.torch.swiglu runs PyTorch's formula itself below those rows, the op from them."""
     from gemmgen.torch import mlp as mlp_mod, modules
     calls = []
     monkeypatch.setattr(modules, "swiglu", lambda *a: calls.append(a) or mlp_mod.swiglu(*a))
@@ -413,3 +418,9 @@ def test_patched_mlp_runs_the_formula_below_the_dual_gemms_rows(monkeypatch):
     assert torch.allclose(mod(x), want) and calls == []
     monkeypatch.setattr(mlp_mod, "DUAL_MIN_M", 6)
     assert torch.allclose(mod(x), want) and len(calls) == 1
+    w, v = mod.gate_proj.weight, mod.up_proj.weight
+    assert _autograd_kernel_frames(lambda: gt.swiglu(x, w, v)) > 0
+    monkeypatch.setattr(mlp_mod, "DUAL_MIN_M", 7)
+    assert _autograd_kernel_frames(lambda: gt.swiglu(x, w, v)) == 0
+    with pytest.raises(OperandError, match="w_up"):
+        gt.swiglu(x, w, v[:, :3])

@@ -185,10 +185,14 @@ _SWIGLU = torch.ops.gemmgen.swiglu.default
 def swiglu(x: Tensor, w_gate: Tensor, w_up: Tensor) -> Tensor:
     """``silu(x @ w_gate^T) * (x @ w_up^T)`` through ``torch.ops.gemmgen.swiglu`` (one dual GEMM
     on Hopper; see ``gemmgen.torch.mlp``), with autocast as ``gemmgen.torch.linear``. x is
-    (..., K), w_gate and w_up nn.Linear weights (N x K); returns (..., N). Raises
-    ``OperandError`` naming the argument."""
+    (..., K), w_gate and w_up nn.Linear weights (N x K); returns (..., N). With fewer rows than
+    the dual GEMM takes (``few_rows``) PyTorch's formula runs here, without the op's host
+    time. Raises ``OperandError`` naming the argument."""
     device = x.device.type
     if device in ("cuda", "cpu") and torch.is_autocast_enabled(device):
         dt = torch.get_autocast_dtype(device)
         x, w_gate, w_up = x.to(dt), w_gate.to(dt), w_up.to(dt)
+    if few_rows(x):
+        check_args(x, w_gate, w_up)
+        return reference(x, w_gate, w_up)
     return call(_SWIGLU, x, w_gate, w_up)
