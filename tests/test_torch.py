@@ -401,6 +401,9 @@ def test_no_grad_calls_skip_the_python_autograd_kernel(entry, monkeypatch):
         assert _autograd_kernel_frames(fn) == 0
         fast = fn()
     assert not fast.requires_grad and torch.equal(fast, fn().detach())
+    for t in (x, w, v):  # grad mode on, but nothing to differentiate
+        t.requires_grad_(False)
+    assert _autograd_kernel_frames(fn) == 0 and torch.equal(fn(), fast)
 
 
 def test_patched_mlp_runs_the_formula_below_the_dual_gemms_rows(monkeypatch):
@@ -424,3 +427,15 @@ def test_patched_mlp_runs_the_formula_below_the_dual_gemms_rows(monkeypatch):
     assert _autograd_kernel_frames(lambda: gt.swiglu(x, w, v)) == 0
     with pytest.raises(OperandError, match="w_up"):
         gt.swiglu(x, w, v[:, :3])
+
+
+def test_compiled_calls_under_no_grad_trace_without_a_graph_break():
+    """torch.compile(fullgraph=True) traces gemmgen.torch.linear and swiglu under no_grad and
+    inference mode too (the no-grad fast path is not taken while compiling)."""
+    x, w = torch.randn(3, 8), torch.randn(5, 8, requires_grad=True)
+    fn = torch.compile(lambda a, b: gt.linear(a, b) + gt.swiglu(a, b, b), fullgraph=True,
+                       backend="eager")
+    want = torch.nn.functional.linear(x, w) + torch.nn.functional.silu(x @ w.t()) * (x @ w.t())
+    for ctx in (torch.no_grad, torch.inference_mode):
+        with ctx():
+            torch.testing.assert_close(fn(x, w), want.detach())

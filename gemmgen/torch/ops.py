@@ -154,11 +154,14 @@ def _plan(a: Tensor, b: Tensor, bias: Optional[Tensor], epilogue: str, out: Tens
 
 def call(op, *args):
     """``op(*args)``, past the op's autograd kernel where no gradient can be asked for: with
-    grad mode off (``torch.no_grad()``), outside ``torch.compile``'s tracing. That kernel is
-    Python (``torch.library.register_autograd``) and costs host time on every call even when
-    it only passes the call on; inference mode skips it by itself."""
-    if (torch.is_grad_enabled() or torch.is_inference_mode_enabled()
-            or torch.compiler.is_compiling()):
+    grad mode off (``torch.no_grad()``) or no tensor argument requiring grad, outside
+    ``torch.compile``'s tracing. That kernel is Python (``torch.library.register_autograd``)
+    and costs host time on every call even when it only passes the call on (about 14 us on an
+    H200's host, benchmarks/results/host_overhead_NVIDIA_H200.json); inference mode skips it
+    by itself."""
+    if torch.compiler.is_compiling() or torch.is_inference_mode_enabled() or (
+            torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad
+                                            for a in args)):
         return op(*args)
     with torch._C._AutoDispatchBelowAutograd():
         return op(*args)
