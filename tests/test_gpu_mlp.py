@@ -39,20 +39,10 @@ def dual_everywhere(monkeypatch):
 
 def _gemmgen_frames(fn) -> int:
     """Python frames of gemmgen's own modules that calling ``fn`` runs."""
-    import sys
     from pathlib import Path
+    from frames import frames
     root = str(Path(gt.__file__).resolve().parents[1])
-    seen = []
-
-    def profile(frame, event, arg):
-        if event == "call" and frame.f_code.co_filename.startswith(root):
-            seen.append(frame.f_code.co_name)
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return len(seen)
+    return len(frames(fn, lambda path: path.startswith(root)))
 
 
 def _dual_ran() -> bool:

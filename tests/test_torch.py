@@ -371,19 +371,9 @@ def test_the_launcher_registers_swiglu_and_its_planner_is_defined_first():
 
 def _autograd_kernel_frames(fn) -> int:
     """Python frames of torch.library's autograd kernels (register_autograd) that ``fn`` runs."""
-    import sys
-    seen = []
-
-    def profile(frame, event, arg):
-        if event == "call" and frame.f_code.co_filename.endswith(
-                ("_library/autograd.py", "_library\\autograd.py")):
-            seen.append(frame.f_code.co_name)
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return len(seen)
+    from frames import frames
+    return len(frames(fn, lambda path: path.endswith(("_library/autograd.py",
+                                                       "_library\\autograd.py"))))
 
 
 @pytest.mark.parametrize("entry", ["linear", "gemm", "swiglu"])

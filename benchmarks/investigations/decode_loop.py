@@ -85,23 +85,29 @@ class Model(nn.Module):
         return x
 
 
-def eager_ms(model, x, pos) -> float:
-    """Milliseconds per token: TOKENS steps back to back (host included), median of 5."""
+def per_token_ms(step, pos) -> float:
+    """Milliseconds per token of ``step()`` run TOKENS times between CUDA events (``pos`` set
+    to each token's place first), median of 5."""
     times = []
     for _ in range(5):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         for t in range(TOKENS):
             pos.fill_(t)
-            model(x, pos)
+            step()
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b) / TOKENS)
     return statistics.median(times)
 
 
+def eager_ms(model, x, pos) -> float:
+    """Milliseconds per token, the model called step by step (host included)."""
+    return per_token_ms(lambda: model(x, pos), pos)
+
+
 def graph_ms(model, x, pos) -> float:
-    """Milliseconds per token: one step captured, replayed TOKENS times, median of 5."""
+    """Milliseconds per token, one step captured and replayed."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -112,18 +118,9 @@ def graph_ms(model, x, pos) -> float:
         with torch.cuda.graph(graph, stream=stream):
             model(x, pos)
     torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for t in range(TOKENS):
-            pos.fill_(t)
-            graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / TOKENS)
+    ms = per_token_ms(graph.replay, pos)
     del graph
-    return statistics.median(times)
+    return ms
 
 
 def timings(base, ours, x, pos) -> dict:
