@@ -156,9 +156,9 @@ def call(op, *args):
     """``op(*args)``, past the op's autograd kernel where no gradient can be asked for: with
     grad mode off (``torch.no_grad()``) or no tensor argument requiring grad, outside
     ``torch.compile``'s tracing. That kernel is Python (``torch.library.register_autograd``)
-    and costs host time on every call even when it only passes the call on (about 14 us on an
-    H200's host, benchmarks/results/host_overhead_NVIDIA_H200.json); inference mode skips it
-    by itself."""
+    and costs host time on every call even when it only passes the call on (5 to 7 us under
+    no_grad on the H200 and H100 hosts measured, benchmarks/results/host_overhead_*.json);
+    inference mode skips it by itself."""
     if torch.compiler.is_compiling() or torch.is_inference_mode_enabled() or (
             torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad
                                             for a in args)):
