@@ -349,7 +349,7 @@ def test_a_launch_without_patches_hands_the_driver_one_prepared_block(monkeypatc
 
 
 def test_dual_plan_reads_a_following_up_in_place_and_patches_any_other(nvcc, monkeypatch):
-    """plans.plan_tree for the dual GEMM: an up weight anywhere after the gate is read in place
+    """plans.plan_gemm with the dual GEMM's up: an up weight anywhere after the gate is read in place
     (one tensor map, up's place encoded as its distance from the gate, so nothing patches up),
     one before it is packed first with up's address patched into the pack launch; the
     launcher's swiglu op numbers up 3, and run_tree reads every operand in the recipe's order."""
@@ -375,8 +375,8 @@ def test_dual_plan_reads_a_following_up_in_place_and_patches_any_other(nvcc, mon
     c = FakeDeviceArray((m, n), "<f2", None, 0x20000000)
     gate = weight_t(0x30000000)
     after, before = weight_t(0x50000000), weight_t(0x28000000)
-    fused = plans.plan_tree(k, x, gate, c, None, 1.0, 0.0, 0, {"up": after})
-    packed = plans.plan_tree(k, x, gate, c, None, 1.0, 0.0, 0, {"up": before})
+    fused = plans.plan_gemm(k, x, gate, c, None, 1.0, 0.0, 0, tree={"up": after})
+    packed = plans.plan_gemm(k, x, gate, c, None, 1.0, 0.0, 0, tree={"up": before})
 
     def indices(plan):
         return {p.index for ln in plan.recipe.launches for p in ln.patches}

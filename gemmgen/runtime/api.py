@@ -153,15 +153,9 @@ def gemm(A, B, C=None, *, alpha: float = 1.0, beta: float = 0.0, bias=None,
     epilogue = _plain_epilogue(epi, tree)
     sigs = (signature(A), signature(B), signature(C), signature(bias))
     if None not in sigs:  # the fast path
-        key = (*sigs, alpha, beta, epilogue, dtype, db, math)
-        plan = _PLANS.get(key)
-        if plan is None:  # checked in full, chosen and built once per signature
-            plan = plan_for(A, B, C, bias, alpha, beta, epilogue, dtype, db, math)
-            if len(_PLANS) >= PLAN_CACHE:
-                _PLANS.clear()
-            _PLANS[key] = plan
-        elif C is None and beta != 0:
-            raise OperandError("C is required when beta != 0 (beta scales the existing C)")
+        plan = _cached_plan((*sigs, alpha, beta, epilogue, dtype, db, math), C, beta,
+                            lambda: plan_for(A, B, C, bias, alpha, beta, epilogue, dtype, db,
+                                             math))
         return plan.run(A, B, C, bias, stream=stream)
     kernel, choice, _ = _choice(A, B, C, bias, epilogue, dtype, db, math)
     ops = (transposed(B), transposed(A), transposed(C)) if choice.swap else (A, B, C)
@@ -183,24 +177,34 @@ def _tree_call(A, B, C, epi, alpha, beta, bias, dtype, db, math, stream, tree: d
     sigs = (signature(A), signature(B), signature(C), signature(bias),
             *(signature(tree.get(name)) for name in EXTRA))
     if None in sigs:
-        return tree_gemm(A, B, C, epi, _tree_problem(A, B, C, bias, dtype), alpha=alpha,
+        return tree_gemm(A, B, C, epi, tree_problem(A, B, C, bias, dtype), alpha=alpha,
                          beta=beta, bias=bias, db=db, stream=stream, **tree)
     up = tree.get("up")
     key = ("tree", *sigs, address(up) - address(B) if up is not None else 0, alpha, beta,
            epi.spelling, dtype, db)
+    plan = _cached_plan(key, C, beta, lambda: tree_plan(
+        A, B, C, epi, tree_problem(A, B, C, bias, dtype), alpha=alpha, beta=beta, bias=bias,
+        db=db, **tree))
+    return plan.run_tree(A, B, C, bias, tree, stream=stream)
+
+
+def _cached_plan(key: tuple, C, beta: float, make):
+    """The plan of ``key`` (an operand signature with its arguments), made by ``make()`` (every
+    check, the kernel's choice and build) the first time and kept (``PLAN_CACHE`` plans, then
+    cleared whole). A kept plan checks only what its signature cannot hold: C is required
+    when beta != 0."""
     plan = _PLANS.get(key)
-    if plan is None:  # checked in full, chosen and built once per signature
-        plan = tree_plan(A, B, C, epi, _tree_problem(A, B, C, bias, dtype), alpha=alpha,
-                         beta=beta, bias=bias, db=db, **tree)
+    if plan is None:
+        plan = make()
         if len(_PLANS) >= PLAN_CACHE:
             _PLANS.clear()
         _PLANS[key] = plan
     elif C is None and beta != 0:
         raise OperandError("C is required when beta != 0 (beta scales the existing C)")
-    return plan.run_tree(A, B, C, bias, tree, stream=stream)
+    return plan
 
 
-def _tree_problem(A, B, C, bias, dtype) -> tuple:
+def tree_problem(A, B, C, bias, dtype) -> tuple:
     """``tree_api``'s problem tuple: (dtype, M, N, K, batch, layout, C aligned, device)."""
     dt, m, n, k, batch = _problem(A, B, dtype, "native")
     return (dt, m, n, k, batch, layout_of(A, B, C, dt), _c_aligned(C, dt, m, n),

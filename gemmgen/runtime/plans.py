@@ -5,7 +5,7 @@ The first call with an operand signature runs every check and keeps what follows
 (kernel, extents, leading dimensions, strides, scales, how to make the output) as a recipe
 whose operand addresses are ``Ref``s; a later call with the same signature reads the
 addresses and launches. ``plan_gemm`` makes the plan of a 16-bit or fp32 ``gemm``,
-``plan_scaled`` that of an FP8 one, ``plan_tree`` that of an epilogue tree or the dual GEMM
+with an epilogue tree or the dual GEMM too, ``plan_scaled`` that of an FP8 one
 (``gemmgen.runtime.grouped`` makes the grouped ones).
 """
 from __future__ import annotations
@@ -140,7 +140,7 @@ class Plan:
         return out if given is not None or not self.swap else transposed(out)
 
     def run_tree(self, a, b, out=None, bias=None, tree=None, *, stream=None):
-        """Launch a ``plan_tree`` plan: A, B, C (None: a new one), bias and the tree's
+        """Launch a plan of ``plan_gemm`` with ``tree``: A, B, C (None: a new one), bias and the tree's
         operands (``tree``: name -> array, as ``gemm``'s keywords) on ``stream``; returns C."""
         given = out
         if out is None:
@@ -179,16 +179,23 @@ def _sync_cupy_producers(*ops) -> None:
 
 
 def plan_gemm(kernel, A, B, C, bias, alpha: float, beta: float, device: int,
-              choice=None, swap: bool = False) -> Plan:
+              choice=None, swap: bool = False, tree: dict | None = None) -> Plan:
     """Every check ``launch`` makes (operands, specialization, grid limits), once per
     signature, and the recipe that follows from them: the operands' addresses are ``Ref``s,
     patched in on each call. ``alpha`` and ``beta`` are part of the signature (they decide
     whether A, B and C are read); ``device`` is the operands' GPU; ``swap``: A, B and C are
-    the caller's transposed (B^T is the kernel's A)."""
+    the caller's transposed (B^T is the kernel's A).
+
+    ``tree``: an epilogue tree's or the dual GEMM's operands (name -> device array or None, as
+    ``gemm``'s keywords). Its plan numbers them after A, B, C and bias in ``EXTRA``'s order,
+    from 4, and runs by ``Plan.run_tree``. The dual GEMM's recipe may depend on where ``up``
+    lies from B (read in place when it follows B, ``gemmgen.runtime.dual``): a caller keying
+    plans by signature includes that distance. Raises ``OperandError`` naming a bad operand."""
     cfg = kernel.config
     args = check_gemm(A, B, C, beta=beta, dtype=cfg.dtype, out=cfg.out, layout=cfg.layout,
-                      bias=bias, needs_bias=cfg.epilogue.startswith("bias"))
+                      bias=bias, needs_bias=needs_bias(cfg))
     check_launch(kernel, args)
+    fields = {} if tree is None else _tree_fields(cfg, tree, args)
     shape = (args.batch, args.m, args.n) if args.batch else (args.m, args.n)
     col_c = cfg.layout[2] == "c"
     make_c = None if C is not None else allocator(A, shape, cfg.out, col_c)  # C's in the key
@@ -200,43 +207,23 @@ def plan_gemm(kernel, A, B, C, bias, alpha: float, beta: float, device: int,
             args.m, args.n, args.k, refs[0], args.ld(args.a, 0), refs[1], args.ld(args.b, 1),
             refs[2], c.lds[cfg.layout[2]], alpha, beta, batch_stride(args.a),
             batch_stride(args.b), batch_stride(c), refs[3] if args.bias else 0,
-            args.batch or 1), device)
-    return plan_of(kernel, recipe, (A, B, C, bias), make_c, choice, device, swap)
+            args.batch or 1, **fields), device)
+    operands = (A, B, C, bias) + (() if tree is None else tuple(map(tree.get, EXTRA)))
+    return plan_of(kernel, recipe, operands, make_c, choice, device, swap)
 
 
-def plan_tree(kernel, A, B, C, bias, alpha: float, beta: float, device: int,
-              tree: dict) -> Plan:
-    """``plan_gemm`` for a kernel with an epilogue tree or the dual GEMM (its tree operands
-    ``tree``: name -> device array or None, as ``gemm``'s keywords): every check ``launch``
-    makes, then the recipe, whose operands are numbered 0 A, 1 B, 2 C, 3 bias, then
-    ``EXTRA`` from 4. The dual GEMM's recipe may depend on where ``up`` lies from
-    B (read in place when it follows B, ``gemmgen.runtime.dual``): a caller keying plans by
-    signature includes that distance. Raises ``OperandError`` naming a bad operand."""
-    cfg = kernel.config
-    args = check_gemm(A, B, C, beta=beta, dtype=cfg.dtype, out=cfg.out, layout=cfg.layout,
-                      bias=bias, needs_bias=needs_bias(cfg))
-    check_launch(kernel, args)
-    epi = check_epilogue(cfg, tree, args.m, args.n, args.batch)
-    up = check_up(cfg, tree.get("up"), args)
-    shape = (args.batch, args.m, args.n) if args.batch else (args.m, args.n)
-    make_c = None if C is not None else allocator(A, shape, cfg.out, cfg.layout[2] == "c")
-    c = args.c or describe(make_c(), "C", cfg.out)
-    refs = [Ref(i, p) for i, p in enumerate((args.a.ptr, args.b.ptr, c.ptr,
-                                             args.bias.ptr if args.bias else 0))]
+def _tree_fields(cfg, tree: dict, args) -> dict:
+    """The ``KernelArgs`` fields of checked tree operands: the ``EpilogueArgs`` struct and the
+    dual GEMM's ``up``, their pointers ``Ref``s of the recipe's numbering."""
     fields = {}
+    epi = check_epilogue(cfg, tree, args.m, args.n, args.batch)
     if epi is not None:
         fields["epi"] = epi.block(True)
+    up = check_up(cfg, tree.get("up"), args)
     if up is not None:
         op, ld, stride = up
         fields["up"] = (Ref(UP_INDEX, op.ptr), ld, stride)
-    with driver.on_device(device):
-        recipe = kernel.launches(KernelArgs(
-            args.m, args.n, args.k, refs[0], args.ld(args.a, 0), refs[1], args.ld(args.b, 1),
-            refs[2], c.lds[cfg.layout[2]], alpha, beta, batch_stride(args.a),
-            batch_stride(args.b), batch_stride(c), refs[3] if args.bias else 0,
-            args.batch or 1, **fields), device)
-    operands = (A, B, C, bias, *(tree.get(name) for name in EXTRA))
-    return plan_of(kernel, recipe, operands, make_c, None, device)
+    return fields
 
 
 COMPATIBLE = {"tensor": ("tensor",), "row": ("tensor", "row"), "block": ("block",)}

@@ -18,7 +18,7 @@ from . import driver
 from .build import build
 from .device import device_identity
 from .operands import OperandError, describe
-from .plans import plan_tree
+from .plans import plan_gemm
 
 _KERNELS: dict[tuple, object] = {}
 DUAL_BASE = {"dual": True, "bn": 128, "stages": 4}
@@ -89,11 +89,11 @@ def tree_gemm(A, B, C, epi: Epilogue, problem: tuple, *, alpha=1.0, beta=0.0, bi
 
 def tree_plan(A, B, C, epi: Epilogue, problem: tuple, *, alpha=1.0, beta=0.0, bias=None,
               db=None, **tree):
-    """The launch plan (``plans.plan_tree``) of ``tree_gemm`` for device operands (PyTorch,
+    """The launch plan (``plans.plan_gemm`` with the tree's operands) of ``tree_gemm`` for device operands (PyTorch,
     CuPy): the same kernel, every check once, and a recipe whose addresses are patched per
     call (``Plan.run_tree``). Raises as ``tree_gemm`` does."""
     kernel = _kernel_of(C, epi, problem, db, tree.get("R"))
-    return plan_tree(kernel, A, B, C, bias, alpha, beta, problem[-1], tree)
+    return plan_gemm(kernel, A, B, C, bias, alpha, beta, problem[-1], tree=tree)
 
 
 def _kernel_of(C, epi: Epilogue, problem: tuple, db, R):

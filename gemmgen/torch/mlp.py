@@ -112,11 +112,11 @@ def _swiglu_plan(x: Tensor, w_gate: Tensor, w_up: Tensor, out: Tensor) -> Tensor
             or not uses_dual(x.shape[0], n, k, capturing=False)):
         return _REFERENCE
     from ..model.epilogue import Epilogue
-    from ..runtime.api import _tree_problem
+    from ..runtime.api import tree_problem
     from ..runtime.epilogue_args import UP_INDEX
     from ..runtime.tree_api import tree_plan
     b, up = w_gate.t(), w_up.t()
-    plan = tree_plan(x, b, out, Epilogue.parse(TREE), _tree_problem(x, b, out, None, None),
+    plan = tree_plan(x, b, out, Epilogue.parse(TREE), tree_problem(x, b, out, None, None),
                      up=up)
     launcher.keep_alive(plan)
     order = tuple(range(UP_INDEX)) + (3,)  # the recipe's up (UP_INDEX) is the launcher's 3
