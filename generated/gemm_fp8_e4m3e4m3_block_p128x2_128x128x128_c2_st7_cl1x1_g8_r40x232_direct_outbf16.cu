@@ -14,6 +14,7 @@
 //   dtype          = e4m3
 //   b_dtype        = e4m3
 //   out            = bf16
+//   quant          = none
 //   scaling        = block
 //   promote        = 128
 //   partials       = 2
@@ -47,7 +48,7 @@
 //   blocks_per_sm_sm_90        = 1
 // launch: grid = (min(units, SMs / 1 * 1), 1, 1) over units = ceil(M/128) * ceil(N/128) * 1 * 1, block = (384, 1, 1); tensor maps of A, B and D are the first three parameters, dynamic shared memory 230528 bytes (passed at launch)
 //
-// gemmgen-config: {"family": "fp8", "bm": 128, "bn": 128, "bk": 128, "dtype": "e4m3", "b_dtype": "e4m3", "out": "bf16", "scaling": "block", "promote": 128, "partials": 2, "consumers": 2, "stages": 7, "cluster_m": 1, "cluster_n": 1, "group": 8, "regs_producer": 40, "regs_consumer": 232, "store": "direct", "split_k": 1, "layout": "rcr", "epilogue": "none", "m": null, "n": null, "k": null}
+// gemmgen-config: {"family": "fp8", "bm": 128, "bn": 128, "bk": 128, "dtype": "e4m3", "b_dtype": "e4m3", "out": "bf16", "quant": "none", "scaling": "block", "promote": 128, "partials": 2, "consumers": 2, "stages": 7, "cluster_m": 1, "cluster_n": 1, "group": 8, "regs_producer": 40, "regs_consumer": 232, "store": "direct", "split_k": 1, "layout": "rcr", "epilogue": "none", "m": null, "n": null, "k": null}
 //
 // Roles: warpgroup 0 is the producer (one thread issues every TMA load); warpgroups
 // 1..2 are consumers splitting each tile's rows (cooperative). A stage holds A [BM][128]
@@ -98,6 +99,8 @@ namespace gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_dir
 [[maybe_unused]] constexpr int SCALE_ROW = 0;
 [[maybe_unused]] constexpr int SCALE_BLOCK = 1;
 [[maybe_unused]] constexpr int BLOCK_PROMOTED = 1;
+[[maybe_unused]] constexpr int OUT_FP8 = 0;
+[[maybe_unused]] constexpr int QUANT = 0;
 [[maybe_unused]] constexpr int SPLIT_K = 1;
 [[maybe_unused]] constexpr int CLUSTER_M = 1;
 [[maybe_unused]] constexpr int CLUSTER_N = 1;
@@ -143,6 +146,7 @@ namespace gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_dir
 [[maybe_unused]] constexpr int K_STEP_BYTES = 32;
 [[maybe_unused]] constexpr int EMPTY_ARRIVALS = 2;
 [[maybe_unused]] constexpr int FAST = 0;
+[[maybe_unused]] constexpr int OUT_GROUPS = 0;
 [[maybe_unused]] constexpr int B_SCALE_SPLIT = 0;
 [[maybe_unused]] constexpr int C_CHUNKS = 0;
 [[maybe_unused]] constexpr int C_CHUNK_BYTES = 8192;
@@ -187,12 +191,16 @@ static_assert(!(SCALE_BLOCK == 1) || (BN <= B_SCALE_SPAN), "F20 block-b-scale-sp
 static_assert((PARTIALS == 1 || PARTIALS == 2), "F21 partials-range: PARTIALS in {1, 2}");
 static_assert(!(PARTIALS == 2) || (PROMOTE >= 1), "F22 partials-need-promotion: PROMOTE >= 1 when PARTIALS == 2");
 static_assert(!(PARTIALS == 2) || (PROMOTE == 0 || PROMOTE == 128), "F23 partials-per-block: PROMOTE in {0, 128} when PARTIALS == 2");
+static_assert(!(OUT_FP8 == 1) || (QUANT == 1 || QUANT == 2), "F27 quant-for-fp8-out: QUANT in {1, 2} when OUT_FP8 == 1");
+static_assert(!(OUT_FP8 == 0) || (QUANT == 0), "F28 quant-only-fp8-out: QUANT == 0 when OUT_FP8 == 0");
+static_assert(!(QUANT == 2) || ((BN) % (128) == 0), "F29 quant-1x128-tile: BN % 128 == 0 when QUANT == 2");
 static_assert(!(CLUSTER_M >= 2) || ((8*CLUSTER_M) == 0 || (BN) % (8*CLUSTER_M) == 0), "F26 b-multicast-split: BN % (8*CLUSTER_M) == 0 when CLUSTER_M >= 2");
 
 
 using a_t = __nv_fp8_e4m3;      // A
 using b_t = __nv_fp8_e4m3;      // B
-using out_t = __nv_bfloat16;  // D and bias
+using out_t = __nv_bfloat16;  // D
+using bias_t = __nv_bfloat16;  // bias
 
 template <class T> __device__ __forceinline__ T from_f32(float x);
 template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
@@ -221,7 +229,7 @@ __device__ __forceinline__ float gelu_of(float v) {
     const float half_v = 0.5f * v;
     return fmaf(half_v, gelu_tanh(v * fmaf(0.035677408136300125f, v * v, 0.7978845608028654f)), half_v);
 }
-__device__ __forceinline__ float apply_epilogue(float v, int col, const out_t* bias) {
+__device__ __forceinline__ float apply_epilogue(float v, int col, const bias_t* bias) {
     if constexpr (EPI_BIAS) v += to_f32(bias[col]);
     if constexpr (EPI_ACT == 1) v = fmaxf(v, 0.f);
     if constexpr (EPI_ACT == 2) v = gelu_of(v);
@@ -371,7 +379,7 @@ gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf1
     int sb_n, int sb_k,
     gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf16_cfg::out_t* __restrict__ D,
     int ldd,
-    const gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf16_cfg::out_t* __restrict__ bias,
+    const gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf16_cfg::bias_t* __restrict__ bias,
     float* __restrict__ workspace, int* __restrict__ counters)
 {
     using namespace gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf16_cfg;
@@ -639,6 +647,7 @@ gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outbf1
                             const int col = n0 + 8 * j + 2 * (lane % 4);
                             const float v0 = apply_epilogue(F[mi][4 * j + 2 * h], min(col, N - 1), bias);
                             const float v1 = apply_epilogue(F[mi][4 * j + 2 * h + 1], min(col + 1, N - 1), bias);
+
 
                             if (pair && col + 1 < N) {
                                 *reinterpret_cast<__nv_bfloat162*>(drow + col) = __floats2bfloat162_rn(v0, v1);

@@ -193,8 +193,8 @@ def test_operand_errors_name_the_argument():
     assert check_fp8(A.view(np.uint8), B, 1.0, 1.0, dtype="e4m3").a_dtype == "e4m3"
     with pytest.raises(OperandError, match="A's columns \\(300\\) must equal B's rows"):
         check_fp8(A, B[:299], 1.0, 1.0)
-    with pytest.raises(OperandError, match="out_dtype must be one of bf16"):
-        check_fp8(A, B, 1.0, 1.0, out="e4m3")
+    with pytest.raises(OperandError, match="out_dtype must be one of bf16, fp16, fp32, e4m3"):
+        check_fp8(A, B, 1.0, 1.0, out="e5m2")
     with pytest.raises(OperandError, match="bias must hold N = 131 values"):
         check_fp8(A, B, 1.0, 1.0, bias=np.zeros(7, ml_dtypes.bfloat16))
     with pytest.raises(OperandError, match="D has shape"):
@@ -229,7 +229,11 @@ def _variants() -> list:
                                            bn=128),
             FP8["fp8_row_fast"].replace(dtype="e4m3", b_dtype="e5m2", promote=256, bn=128,
                                         stages=7),
-            FP8["fp8_tensor_promoted"].replace(promote=512, partials=1, m=4096, n=4096)]
+            FP8["fp8_tensor_promoted"].replace(promote=512, partials=1, m=4096, n=4096),
+            # e4m3 D: 1 x 128 scales staged for the TMA store; per tensor, split-K, bias
+            base.replace(out="e4m3", quant="1x128", store="tma", stages=6),
+            FP8["fp8_tensor_fast"].replace(out="e4m3", quant="tensor", split_k=2,
+                                           epilogue="bias")]
 
 
 @pytest.fixture(scope="module")

@@ -109,14 +109,17 @@ def _deepest(cfg, most: int = 9) -> int:
 
 def choose_fp8(m: int, n: int, k: int, scaling: str, fast: bool, a_dtype: str = "e4m3",
                b_dtype: str = "e4m3", out: str = "bf16", epilogue: str = "none",
-               sms: int = cost.SMS, db: TuneDB | None = None, gpu: str = "") -> Choice:
+               sms: int = cost.SMS, db: TuneDB | None = None, gpu: str = "",
+               quant: str = "none") -> Choice:
     """The ``Choice`` for one FP8 problem (see the module docstring). ``fast``: fast
     accumulation (tensor and row scaling only); otherwise promoted every 128 K elements.
-    Raises ``ValueError`` for fast accumulation with block scaling."""
+    ``quant``: an e4m3 D's scaling ("tensor" or "1x128"; the config field). Raises
+    ``ValueError`` for fast accumulation with block scaling."""
     if fast and scaling == "block":
         raise ValueError("block scaling needs promoted accumulation (fast_accum=False): its "
                          "scales change every 128 K elements")
-    fields = {"dtype": a_dtype, "b_dtype": b_dtype, "out": out, "scaling": scaling, "epilogue": epilogue}
+    fields = {"dtype": a_dtype, "b_dtype": b_dtype, "out": out, "scaling": scaling, "epilogue": epilogue,
+              "quant": quant}
     if db is not None:
         row, how = db.lookup(gpu, tune_dtype(a_dtype, b_dtype, scaling, fast), m, n, k, "rcr",
                              ["fp8"])

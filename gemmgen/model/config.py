@@ -272,7 +272,7 @@ class ConfigBase:
         env = {"LAYOUT_A_COL": int(self.layout[0] == "c"), "LAYOUT_B_COL": int(self.layout[1] == "c"),
                "LAYOUT_C_COL": int(self.layout[2] == "c"),
                "EPI_BIAS": int(short.startswith("bias")), "EPI_ACT": act,
-               "EPI_FAST_TANH": int(self.out in ("fp16", "bf16"))}
+               "EPI_FAST_TANH": int(self.out in ("fp16", "bf16", "e4m3"))}
         for dim, tile in (("m", self.bm), ("n", self.bn), ("k", self.bk)):
             v = getattr(self, dim)
             env[f"{dim.upper()}_SPEC"] = v or 0

@@ -269,22 +269,26 @@ def is_fp8(A, dtype=None) -> bool:
     return array_dtype(A) in FP8_DTYPES
 
 
-def _fp8_key(args: Fp8Args, fast: bool, epilogue: str, db, gpu: str, cc: int) -> tuple:
+def _fp8_key(args: Fp8Args, fast: bool, epilogue: str, db, gpu: str, cc: int,
+             quant: str = "none") -> tuple:
     """The key of an FP8 kernel's choice: the operands' dtypes, scaling, accumulation,
-    extents, epilogue, tuning database and kind of GPU."""
+    extents, epilogue, an e4m3 D's quantization, tuning database and kind of GPU."""
     return (args.a_dtype, args.b_dtype, args.out, args.scaling, fast, args.m, args.n, args.k,
-            epilogue, db, gpu, cc)
+            epilogue, db, gpu, cc, quant)
 
 
-def kernel_for(args: Fp8Args, fast: bool, epilogue: str, db, device: int) -> tuple:
+def kernel_for(args: Fp8Args, fast: bool, epilogue: str, db, device: int,
+               quant: str = "none") -> tuple:
     """(Kernel, Choice) for checked arguments on ``device`` (built once per process and kind
-    of GPU). Raises ``ValueError`` on a GPU the fp8 family cannot run on (sm_90a only)."""
+    of GPU); ``quant``: an e4m3 D's "tensor" or "1x128" scaling. Raises ``ValueError`` on a
+    GPU the fp8 family cannot run on (sm_90a only)."""
     gpu, cc = device_identity(device)
     get_family("fp8").arch_for(cc)
-    key = _fp8_key(args, fast, epilogue, db, gpu, cc)
+    key = _fp8_key(args, fast, epilogue, db, gpu, cc, quant)
     if key not in _KERNELS:
         choice = choose_fp8(args.m, args.n, args.k, args.scaling, fast, args.a_dtype,
-                            args.b_dtype, args.out, epilogue, sm_count(device), _tune_db(db), gpu)
+                            args.b_dtype, args.out, epilogue, sm_count(device), _tune_db(db), gpu,
+                            quant=quant)
         with driver.on_device(device):
             _KERNELS[key] = (build(choice.config), choice)
     return _KERNELS[key]
@@ -295,6 +299,16 @@ def _scale_signature(x):
     if x is None or is_number(x):
         return ("number",)
     return signature(x)
+
+
+def _wide_out(args: Fp8Args) -> Fp8Args:
+    """``args``, whose D is bf16, fp16 or fp32. Raises ``OperandError`` for an e4m3 D: its
+    scales and amax come with ``gemmgen.torch.scaled_mm_quantized``."""
+    if args.out == "e4m3":
+        raise OperandError("out_dtype e4m3: an FP8 D is quantized with scales and an amax, "
+                           "which gemmgen.torch.scaled_mm_quantized writes; gemm writes bf16, "
+                           "fp16 or fp32")
+    return args
 
 
 def fp8_gemm(A, B, D=None, *, scale_a=1.0, scale_b=1.0, out_dtype=None, bias=None,
@@ -322,7 +336,7 @@ def fp8_gemm(A, B, D=None, *, scale_a=1.0, scale_b=1.0, out_dtype=None, bias=Non
         key = (*sigs, str(out_dtype), fast_accum, epi, str(dtype), db)
         plan = _PLANS.get(key)
         if plan is None:
-            args = check_fp8(A, B, scale_a, scale_b, D, bias, out_dtype, dtype)
+            args = _wide_out(check_fp8(A, B, scale_a, scale_b, D, bias, out_dtype, dtype))
             device = device_of(args)
             kernel, _ = kernel_for(args, fast_accum, epi, db, device)
             plan = plan_scaled(kernel, args, device)
@@ -330,7 +344,7 @@ def fp8_gemm(A, B, D=None, *, scale_a=1.0, scale_b=1.0, out_dtype=None, bias=Non
                 _PLANS.clear()
             _PLANS[key] = plan
         return plan.run(A, B, D, bias, scale_a, scale_b, stream=stream)
-    args = check_fp8(A, B, scale_a, scale_b, D, bias, out_dtype, dtype)
+    args = _wide_out(check_fp8(A, B, scale_a, scale_b, D, bias, out_dtype, dtype))
     kernel, _ = kernel_for(args, fast_accum, epi, db, device_of(args))
     return launch_fp8(kernel, A, B, scale_a, scale_b, D, bias=bias, stream=stream, args=args)
 

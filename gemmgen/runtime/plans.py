@@ -120,10 +120,11 @@ class Plan:
     cupy: bool = False
     swap: bool = False
 
-    def run(self, a, b, out=None, extra=None, scale_a=None, scale_b=None, *, stream=None):
+    def run(self, a, b, out=None, extra=None, scale_a=None, scale_b=None, *quant, stream=None):
         """Launch on the operands in the recipe's order (``out`` None: a new one; ``extra``
-        the bias or the grouped offsets or counts; the scales FP8's) on ``stream`` (None, a
-        PyTorch, CuPy or PyCUDA stream or a raw handle) and return the output."""
+        the bias or the grouped offsets or counts; the scales FP8's, then an e4m3 D's scale_d
+        and amax) on ``stream`` (None, a PyTorch, CuPy or PyCUDA stream or a raw handle) and
+        return the output."""
         given = out
         if out is None:
             out = self.new_out()
@@ -131,9 +132,8 @@ class Plan:
             a, b = b, a
         if self.cupy:
             _sync_cupy_producers(a, b, out, extra, scale_a, scale_b)
-        r = self.readers
-        ptrs = (r[0](a), r[1](b), r[2](out), r[3](extra)) if len(r) == 4 else (
-            r[0](a), r[1](b), r[2](out), r[3](extra), r[4](scale_a), r[5](scale_b))
+        ops = (a, b, out, extra, scale_a, scale_b, *quant)
+        ptrs = tuple(read(x) for read, x in zip(self.readers, ops))
         with driver.on_device(self.recipe.device):
             self.recipe.run(ptrs, driver.stream_handle(stream))
         self.kernel.last_path = self.recipe.path
@@ -231,9 +231,9 @@ COMPATIBLE = {"tensor": ("tensor",), "row": ("tensor", "row"), "block": ("block"
 scalars)."""
 
 
-def check_scaled_kernel(kernel, args: Fp8Args) -> None:
-    """An fp8-family ``kernel`` computes these arguments: dtypes, D's dtype, scaling and bias.
-    Raises ``OperandError`` naming the mismatch."""
+def check_scaled_kernel(kernel, args: Fp8Args, quant: tuple | None = None) -> None:
+    """An fp8-family ``kernel`` computes these arguments: dtypes, D's dtype, scaling and bias,
+    and an e4m3 D has its ``quant`` operands. Raises ``OperandError`` naming the mismatch."""
     cfg = kernel.config
     if (args.a_dtype, args.b_dtype, args.out) != (cfg.dtype, cfg.b_dtype, cfg.out):
         raise OperandError(f"this kernel takes A {cfg.dtype}, B {cfg.b_dtype}, D {cfg.out}; got "
@@ -244,30 +244,38 @@ def check_scaled_kernel(kernel, args: Fp8Args) -> None:
     if args.scaling not in COMPATIBLE[cfg.scaling] and not one_b:
         raise OperandError(f"scale_a and scale_b give {args.scaling} scaling; this kernel takes "
                            f"{cfg.scaling} scales")
+    if cfg.out == "e4m3" and quant is None:
+        raise OperandError("an e4m3 D needs its scale_d and amax operands "
+                           "(gemmgen.torch.scaled_mm_quantized passes them)")
     if cfg.epilogue.startswith("bias") != (args.bias is not None):
         raise OperandError("bias " + ("is required by" if args.bias is None else "given, but")
                            + f" this kernel's epilogue {cfg.epilogue!r}")
 
 
-def plan_scaled(kernel, args: Fp8Args, device: int) -> Plan:
-    """The plan of an fp8-family ``kernel`` for checked device arguments (operands A, B, D,
-    bias, scale_a, scale_b; a scale given as a number is a device scalar per call)."""
-    check_scaled_kernel(kernel, args)
+def plan_scaled(kernel, args: Fp8Args, device: int, quant: tuple | None = None) -> Plan:
+    """The plan of an fp8-family ``kernel`` for checked device arguments (operands 0 A, 1 B,
+    2 D, 3 bias, 4 scale_a, 5 scale_b; a scale given as a number is a device scalar per call).
+    An e4m3 D's ``quant`` = (scale_d, sd_m, sd_n, amax): device float32 arrays, scale_d read
+    per tensor or written at [m * sd_m + nb * sd_n] per 1 x 128 (operand 6), amax one element
+    (operand 7)."""
+    check_scaled_kernel(kernel, args, quant)
     new_d = None if args.d is not None else allocator(args.a.obj, (args.m, args.n), args.out,
                                                       False)
     d_obj = args.d.obj if args.d is not None else new_d()
     like = args.a.obj
+    extra = (quant[0], quant[3]) if quant else ()
     ops = (like, args.b.obj, args.d.obj if args.d is not None else None,
-           args.bias.obj if args.bias else None, args.scale_a.obj, args.scale_b.obj)
+           args.bias.obj if args.bias else None, args.scale_a.obj, args.scale_b.obj, *extra)
     ptrs = (args.a.ptr, args.b.ptr, address(d_obj), args.bias.ptr if args.bias else 0,
             *(address(device_scalar(s.obj, like, device)) if s.kind == "number" else s.ptr
-              for s in (args.scale_a, args.scale_b)))
+              for s in (args.scale_a, args.scale_b)), *(address(x) for x in extra))
     refs = [Ref(i, p) for i, p in enumerate(ptrs)]
     ldd = args.d.lds["r"] if args.d is not None else args.n
+    fields = dict(scale_d=Scale(refs[6], quant[1], quant[2]), amax=refs[7]) if quant else {}
     with driver.on_device(device):
         recipe = kernel.launches(KernelArgs(
             args.m, args.n, args.k, refs[0], args.lda, refs[1], args.ldb, refs[2], ldd,
             bias=refs[3] if args.bias else 0, a_k_major=args.a_k_major,
             b_k_major=args.b_k_major, scale_a=Scale(refs[4], args.a_layout.s0, args.a_layout.s1),
-            scale_b=Scale(refs[5], args.b_layout.s0, args.b_layout.s1)), device)
+            scale_b=Scale(refs[5], args.b_layout.s0, args.b_layout.s1), **fields), device)
     return plan_of(kernel, recipe, ops, new_d, None, device)

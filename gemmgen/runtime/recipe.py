@@ -105,7 +105,8 @@ class KernelArgs(NamedTuple):
       a group; ``batch``: matrices per call.
     - FP8 (the fp8 family): ``a_k_major``/``b_k_major`` whether A / B are K-major as given
       (A row-major M x K, B column-major: N rows of K), ``scale_a``/``scale_b`` their
-      ``Scale``s; C is D, ``bias`` D's bias.
+      ``Scale``s; C is D, ``bias`` D's bias; an e4m3 D's ``scale_d`` (read per tensor,
+      written per 1 x 128) and ``amax`` (one float's bits).
     - Groups (the grouped family): ``grouping`` "m" or "k", ``mode`` "offs" or "masked",
       ``groups``, and ``offs`` the device array of cumulative ends or per-group counts (0:
       every row). M is the rows of A (grouping "m", mode "offs": every group's rows).
@@ -137,6 +138,8 @@ class KernelArgs(NamedTuple):
     b_k_major: bool = True
     scale_a: Scale | None = None
     scale_b: Scale | None = None
+    scale_d: Scale | None = None
+    amax: object = 0
     grouping: str = "none"
     mode: str = ""
     groups: int = 1

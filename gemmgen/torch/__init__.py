@@ -39,7 +39,9 @@ FP8 (Hopper): ``scaled_mm(a, b, scale_a, scale_b, out_dtype=..., bias=None,
 use_fast_accum=False)`` is the op ``gemmgen::scaled_mm`` with ``torch._scaled_mm``'s semantics
 (per-tensor, row-wise and DeepSeek-V3 blockwise scales), and ``quantize(x, block=(1, 128))``
 makes its inputs on the GPU in one call (per token 1 x 128, per block 128 x 128, per row or per
-tensor, with amax); see ``gemmgen.torch.fp8``. FP8 experts with block scales:
+tensor, with amax); see ``gemmgen.torch.fp8``. ``scaled_mm_quantized`` writes an e4m3 output
+with its 1 x 128 or per-tensor scales and amax from the GEMM's epilogue, ready for the next FP8
+GEMM (``gemmgen.torch.quantized``). FP8 experts with block scales:
 ``grouped_mm(a, b, offs, scale_a=..., scale_b=...)``, the op ``gemmgen::scaled_grouped_mm``
 (``gemmgen.torch.scaled_grouped``).
 
@@ -56,9 +58,10 @@ from .problems import linear_problems, precompile
 from .record import record, save_problems
 from .scaled_grouped import scaled_grouped_mm, scaled_reference as scaled_grouped_reference
 from .mlp import swiglu
+from .quantized import scaled_mm_quantized, scaled_mm_quantized_reference
 
 __all__ = ["KERNEL_DTYPES", "LAUNCHER", "Linear", "PatchSummary", "activate", "dequantize",
            "gemm", "grouped_mm", "launcher", "linear", "linear_problems", "patch", "precompile",
            "quantize", "quantize_reference", "record", "reference", "save_problems",
-           "scaled_grouped_mm", "scaled_grouped_reference", "scaled_mm", "scaled_mm_reference",
-           "swiglu", "unpatch"]
+           "scaled_grouped_mm", "scaled_grouped_reference", "scaled_mm", "scaled_mm_quantized",
+           "scaled_mm_quantized_reference", "scaled_mm_reference", "swiglu", "unpatch"]

@@ -1,5 +1,6 @@
 // gemmgen's compiled launcher for PyTorch: the CUDA kernels of the ops gemmgen::gemm (and
-// gemmgen::linear over it), gemmgen::scaled_mm (FP8), gemmgen::grouped_mm,
+// gemmgen::linear over it), gemmgen::scaled_mm (FP8) and gemmgen::scaled_mm_quantized (its
+// e4m3 output), gemmgen::grouped_mm,
 // gemmgen::scaled_grouped_mm (FP8 experts) and gemmgen::swiglu (the dual GEMM), every one
 // through one body (call_op).
 //
@@ -417,20 +418,28 @@ void* current_stream(const c10::Device& device) {
 // where the kernels do not take the operands, nothing for an empty output, or the recipe's
 // launches on the current stream with the operands' addresses patched in. ``operands`` lists
 // them in the recipe's numbering (0 a, 1 b, 2 the output, then the op's others).
-template <typename PlanFn, typename ReferenceFn>
-at::Tensor call_op(std::string key, std::initializer_list<const at::Tensor*> operands,
-                   const at::Tensor& out, PlanFn&& plan, ReferenceFn&& reference) {
+// ``launch_op`` is that body up to the reference, which it leaves to the caller (false).
+template <typename PlanFn>
+bool launch_op(std::string key, std::initializer_list<const at::Tensor*> operands,
+               const at::Tensor& out, PlanFn&& plan) {
     TORCH_CHECK(operands.size() <= kMaxOperands, "gemmgen launcher: more operands than a "
                 "recipe numbers");
     for (const at::Tensor* t : operands)
         if (t != &out) append(key, *t);
     auto recipe = recipe_for(key, std::forward<PlanFn>(plan));
-    if (recipe->reference) return reference();
-    if (recipe->launches.empty()) return out;
+    if (recipe->reference) return false;
+    if (recipe->launches.empty()) return true;
     uint64_t ptrs[kMaxOperands] = {};
     size_t i = 0;
     for (const at::Tensor* t : operands) ptrs[i++] = address(*t);
     run(*recipe, ptrs, out.device(), current_stream(out.device()));
+    return true;
+}
+
+template <typename PlanFn, typename ReferenceFn>
+at::Tensor call_op(std::string key, std::initializer_list<const at::Tensor*> operands,
+                   const at::Tensor& out, PlanFn&& plan, ReferenceFn&& reference) {
+    if (!launch_op(std::move(key), operands, out, std::forward<PlanFn>(plan))) return reference();
     return out;
 }
 
@@ -522,6 +531,55 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
                               std::optional<at::ScalarType>, bool)>();
         return reference.call(a, b, scale_a, scale_b, bias_in, out_dtype, use_fast_accum);
     });
+}
+
+// gemmgen::scaled_mm_quantized(a, b, scale_a, scale_b, bias, scale, block, use_fast_accum):
+// scaled_mm with an e4m3 output quantized in the epilogue, returning (q, scales, amax).
+// Operands 0 a, 1 b, 2 q, 3 bias, 4 scale_a, 5 scale_b, 6 the scale read (block "tensor") or
+// the scales written (block "1x128": M x ceil(N/128), M-major), 7 amax (zeroed here).
+using Quantized = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+Quantized scaled_mm_quantized_cuda(const at::Tensor& a, const at::Tensor& b,
+                                   const at::Tensor& scale_a, const at::Tensor& scale_b,
+                                   const std::optional<at::Tensor>& bias_in,
+                                   const std::optional<at::Tensor>& scale,
+                                   c10::string_view block, bool use_fast_accum) {
+    const at::Tensor bias = bias_in.has_value() ? bias_in->contiguous() : at::Tensor();
+    c10::DeviceGuard guard(a.device());
+    std::string key = key_of("scaled_mm_quantized");
+    key.append(block.data(), block.size());
+    key.push_back('\0');
+    append(key, static_cast<int64_t>(use_fast_accum));
+    const bool shaped = a.dim() == 2 && b.dim() == 2;
+    const int64_t m = shaped ? a.size(0) : 0, n = shaped ? b.size(1) : 0;
+    const auto f32 = a.options().dtype(at::kFloat);
+    at::Tensor q = at::empty({m, n}, a.options().dtype(at::kFloat8_e4m3fn));
+    const bool per_tensor = block == "tensor";
+    TORCH_CHECK_VALUE(per_tensor || !scale.has_value(), "scale is for block='tensor'; with 1 x "
+                      "128 blocks the kernel computes the scales");
+    at::Tensor scales = per_tensor ? at::empty({0}, f32) : at::empty({(n + 127) / 128, m}, f32).t();
+    at::Tensor amax = at::empty({1}, f32).zero_();
+    const at::Tensor scale_d = per_tensor ? scale.value_or(at::Tensor()) : scales;
+    std::optional<at::Tensor> bias_arg, scale_arg;
+    if (bias.defined()) bias_arg = bias;
+    if (scale_d.defined()) scale_arg = scale_d;
+    const bool launched = launch_op(key, {&a, &b, &q, &bias, &scale_a, &scale_b, &scale_d, &amax},
+                                    q, [&] {
+        static auto plan = c10::Dispatcher::singleton()
+            .findSchemaOrThrow("gemmgen::_scaled_mm_quantized_plan", "")
+            .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                              const at::Tensor&, const std::optional<at::Tensor>&,
+                              c10::string_view, bool, const at::Tensor&,
+                              const std::optional<at::Tensor>&, const at::Tensor&)>();
+        return plan.call(a, b, scale_a, scale_b, bias_arg, block, use_fast_accum, q, scale_arg,
+                         amax);
+    });
+    if (launched) return {q, scales, amax};
+    static auto reference = c10::Dispatcher::singleton()
+        .findSchemaOrThrow("gemmgen::_scaled_mm_quantized_reference", "")
+        .typed<Quantized(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                         const at::Tensor&, const std::optional<at::Tensor>&,
+                         const std::optional<at::Tensor>&, c10::string_view, bool)>();
+    return reference.call(a, b, scale_a, scale_b, bias_in, scale, block, use_fast_accum);
 }
 
 // gemmgen::grouped_mm(a, b, offs, out_dtype): operands 0 a, 1 b, 2 the output, 3 offs. The
@@ -651,6 +709,7 @@ TORCH_LIBRARY_IMPL(gemmgen, CUDA, m) {
     m.impl("gemm", &gemmgen_launcher::gemm_cuda);
     m.impl("linear", &gemmgen_launcher::linear_cuda);
     m.impl("scaled_mm", &gemmgen_launcher::scaled_mm_cuda);
+    m.impl("scaled_mm_quantized", &gemmgen_launcher::scaled_mm_quantized_cuda);
     m.impl("grouped_mm", &gemmgen_launcher::grouped_mm_cuda);
     m.impl("scaled_grouped_mm", &gemmgen_launcher::scaled_grouped_mm_cuda);
     m.impl("swiglu", &gemmgen_launcher::swiglu_cuda);

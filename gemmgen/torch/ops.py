@@ -43,6 +43,14 @@ _LIB.define(f"scaled_mm({_SCALED}) -> Tensor")  # implemented in gemmgen.torch.f
 _LIB.define(f"_scaled_mm_reference({_SCALED}) -> Tensor")
 _LIB.define("_scaled_mm_plan(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, "
             "ScalarType? out_dtype, bool use_fast_accum, Tensor out) -> Tensor")
+# gemmgen::scaled_mm_quantized (gemmgen.torch.quantized): an e4m3 D with its scales and amax
+_QUANTIZED = ("Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
+              "Tensor? scale=None, str block='1x128', bool use_fast_accum=False")
+_LIB.define(f"scaled_mm_quantized({_QUANTIZED}) -> (Tensor, Tensor, Tensor)")
+_LIB.define(f"_scaled_mm_quantized_reference({_QUANTIZED}) -> (Tensor, Tensor, Tensor)")
+_LIB.define("_scaled_mm_quantized_plan(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, "
+            "Tensor? bias, str block, bool use_fast_accum, Tensor out, Tensor? scale_d, "
+            "Tensor amax) -> Tensor")
 # gemmgen::grouped_mm (gemmgen.torch.grouped): defined here, before the compiled launcher
 # registers its CUDA kernels for both ops.
 _LIB.define("grouped_mm(Tensor a, Tensor b, Tensor? offs=None, ScalarType? out_dtype=None) "

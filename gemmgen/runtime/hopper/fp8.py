@@ -36,7 +36,8 @@ class Fp8Launch(HopperLaunch):
 
     def launches(self, args: KernelArgs, dev: int) -> Recipe:
         """The ``Recipe`` of one call (``args``: M, N, K, A and B with ``a_k_major`` and
-        ``b_k_major``, D as ``c``/``ldc``, ``scale_a``, ``scale_b``, ``bias``; pointers are
+        ``b_k_major``, D as ``c``/``ldc``, ``scale_a``, ``scale_b``, ``bias``, for an e4m3 D
+        ``scale_d`` and ``amax``; pointers are
         ints or ``Ref``s): packs, the GEMM, and the path taken; the fallback's recipe when a
         TMA store cannot take D."""
         bad = self._d_problems(args)
@@ -73,10 +74,11 @@ class Fp8Launch(HopperLaunch):
             cnt = workspace(work, "split-K counters", c_bytes, zero=True)
             path.append(f"split-K {cfg.split_k}")
         ta, tb, td = self._maps(args, a, b)
-        sa, sb = args.scale_a, args.scale_b
+        sa, sb, sd = args.scale_a, args.scale_b, args.scale_d
+        quant = (sd.ptr, sd.s0, sd.s1, args.amax) if cfg.out == "e4m3" else ()
         params, patches = pack(self._packer.struct, self._offsets, (
             ta, tb, td, m, n, k, sa.ptr, sa.s0, sa.s1, sb.ptr, sb.s0, sb.s1, args.c, args.ldc,
-            args.bias, ws, cnt))
+            args.bias, ws, cnt, *quant))
         gemm = Launch(self.function(dev), self.grid(args, driver.device_attribute(dev, "sms")),
                       (cfg.threads, 1, 1), params, patches)
         return Recipe(dev, before + ([gemm] if m and n else []), " + ".join(path), tuple(work))

@@ -21,7 +21,7 @@ from ...model.dtypes import FP8_DTYPES
 from ..arrays import array_dtype, dtype_name
 from ..recipe import KernelArgs, Scale
 from . import Operand, OperandError, check_int32, check_one_device, describe
-from .scales import BLOCK, OUT_DTYPES as FP8_OUT_DTYPES, describe_scale
+from .scales import BLOCK, WIDE_OUT_DTYPES as FP8_OUT_DTYPES, describe_scale
 
 IN_DTYPES = ("fp16", "bf16", *FP8_DTYPES)
 

@@ -26,7 +26,9 @@ from ..arrays import array_dtype, dtype_name, numpy_dtype
 from . import (Operand, OperandError, check_int32, check_one_device, contiguous_strides,
                describe, is_number)
 
-OUT_DTYPES = ("bf16", "fp16", "fp32")
+WIDE_OUT_DTYPES = ("bf16", "fp16", "fp32")
+"""D's dtypes that hold the GEMM's values as they are (the grouped FP8 kernels write these)."""
+OUT_DTYPES = (*WIDE_OUT_DTYPES, "e4m3")
 BLOCK = 128
 
 
@@ -222,9 +224,11 @@ def check_fp8(A, B, scale_a, scale_b, D=None, bias=None, out: str | None = None,
             raise OperandError("D is read-only; the kernel writes its result there")
     bias_op = None
     if bias is not None:
-        bias_op = describe(bias.reshape(1, -1) if hasattr(bias, "reshape") else bias, "bias", out)
+        bias_dt = "bf16" if out == "e4m3" else out  # an e4m3 D's bias is bf16
+        bias_op = describe(bias.reshape(1, -1) if hasattr(bias, "reshape") else bias, "bias",
+                           bias_dt)
         if bias_op.shape != (1, n):
-            raise OperandError(f"bias must hold N = {n} values in D's dtype {out}; got shape "
+            raise OperandError(f"bias must hold N = {n} values of {bias_dt}; got shape "
                                f"{bias_op.shape}")
     kinds = {op.kind == "numpy" for op in (a, b, d, bias_op) if op is not None}
     kinds |= {s.kind == "numpy" for s in (sa, sb) if s.kind != "number"}
@@ -241,16 +245,18 @@ def check_fp8(A, B, scale_a, scale_b, D=None, bias=None, out: str | None = None,
 
 
 def _out_dtype(D, out: str | None) -> str:
-    """D's dtype: ``out`` (bf16, fp16, fp32; torch dtypes and NumPy names accepted), else
-    D's own, else bf16. Raises ``OperandError`` naming the one that is none of these."""
+    """D's dtype: ``out`` (bf16, fp16, fp32, or e4m3 for a quantized D; torch dtypes and NumPy
+    names accepted), else D's own, else bf16. Raises ``OperandError`` naming the one that is
+    none of these."""
     if out is None and D is None:
         return "bf16"
     name = dtype_name(out) if out is not None else array_dtype(D)
     if name not in OUT_DTYPES:
         raise OperandError(
-            f"out_dtype must be one of bf16, fp16, fp32 (or the torch dtypes); got {out!r}"
+            f"out_dtype must be one of bf16, fp16, fp32, e4m3 (or the torch dtypes); got {out!r}"
             if out is not None else
-            f"D has dtype {getattr(D, 'dtype', None)}; FP8 GEMMs write bf16, fp16 or fp32")
+            f"D has dtype {getattr(D, 'dtype', None)}; FP8 GEMMs write bf16, fp16, fp32 or "
+            f"e4m3")
     return name
 
 

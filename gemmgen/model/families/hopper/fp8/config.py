@@ -8,7 +8,7 @@ from ....config import EPILOGUES, LAYOUTS, ConfigBase, div
 from ....dtypes import FP8_DTYPES
 from .. import ALIGN_SLACK, HopperTile, REGISTER_FILE
 from .env import Fp8Env
-from .rules import FLAG_BYTES, FP8_RULES, REG_RESERVE, SCALINGS, STORES
+from .rules import FLAG_BYTES, FP8_RULES, QUANTS, REG_RESERVE, SCALINGS, STORES
 
 SCALE_TAGS = {"tensor": "tensor", "row": "row", "block": "block"}
 
@@ -22,7 +22,14 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
     Fields:
     - ``bm, bn``: block tile; ``bk`` = 128 (one 128-byte swizzle row of K per stage).
     - ``dtype``: A's FP8 dtype (``a_dtype``); ``b_dtype``: B's (e4m3 x e4m3 for inference,
-      e5m2 x e4m3 and e4m3 x e5m2 for gradients); ``out``: D (bf16, fp16 or fp32).
+      e5m2 x e4m3 and e4m3 x e5m2 for gradients); ``out``: D (bf16, fp16, fp32, or e4m3,
+      saturating, for a D that feeds the next FP8 GEMM).
+    - ``quant``: how an e4m3 D is quantized ("none" for the others). "tensor": q = v /
+      scale_d[0] (delayed scaling: the caller's scale, as Transformer Engine keeps one per
+      tensor); "1x128": per row and 128 columns, s = max(amax, FLT_MIN) / 448 of the group's
+      finished values, q = v / s, s written to scale_d[m * sd_m + (n / 128) * sd_n]
+      (DeepSeek-V3's activation scales, the layout ``scaled_mm``'s blockwise scale_a reads).
+      Both fold max |v| over D into ``amax`` (float bits, atomicMax; zeroed by the caller).
     - ``scaling``: "tensor" (one fp32 scale per operand), "row" (per row of A, per column of
       B; a stride of 0 broadcasts one), "block" (DeepSeek-V3: one per 1 x 128 of A, one per
       128 x 128 of B). Scales multiply (dequantize): D = sum_k (A sa)(B sb).
@@ -57,6 +64,7 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
     dtype: str = "e4m3"
     b_dtype: str = "e4m3"
     out: str = "bf16"
+    quant: str = "none"
     scaling: str = "tensor"
     promote: int = 0
     partials: int = 1
@@ -81,13 +89,15 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
     REG_RESERVE = REG_RESERVE  # 40: see fp8.rules
     acc = "fp32"
     min_blocks = 1
-    field_types: ClassVar[dict] = {"dtype": str, "b_dtype": str, "out": str, "scaling": str, "store": str,
+    field_types: ClassVar[dict] = {"dtype": str, "b_dtype": str, "out": str, "quant": str,
+                   "scaling": str, "store": str,
                    "layout": str, "epilogue": str}
-    choices: ClassVar[dict] = {"dtype": FP8_DTYPES, "b_dtype": FP8_DTYPES, "out": ("bf16", "fp16", "fp32"),
+    choices: ClassVar[dict] = {"dtype": FP8_DTYPES, "b_dtype": FP8_DTYPES, "out": ("bf16", "fp16", "fp32", "e4m3"),
+               "quant": QUANTS,
                "scaling": SCALINGS, "store": STORES, "layout": LAYOUTS, "epilogue": EPILOGUES}
     optional = frozenset({"m", "n", "k"})
     fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype", "b_dtype", "out",
-                       "scaling", "promote")
+                       "quant", "scaling", "promote")
     search_domain: ClassVar[dict] = {
         "bm": (64, 128, 256), "bn": (64, 96, 112, 128, 160, 192, 256), "consumers": (1, 2),
         "stages": (3, 4, 5, 6, 7, 8, 9), "cluster_m": (1, 2), "cluster_n": (1, 2),
@@ -118,6 +128,7 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
                 f"_{self.bm}x{self.bn}x{self.bk}_c{self.consumers}_st{self.stages}"
                 f"_cl{self.cluster_m}x{self.cluster_n}_g{self.group}"
                 f"_r{self.regs_producer}x{self.regs_consumer}_{self.store}_out{self.out}"
+                f"{'' if self.quant == 'none' else '_q' + self.quant}"
                 f"{f'_sk{self.split_k}' if self.split_k > 1 else ''}{self.feature_suffix()}")
 
     def feature_suffix(self) -> str:
@@ -135,6 +146,7 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
 
     def brief(self) -> str:
         return (f"block {self.bm}x{self.bn}x{self.bk}  {self.dtype} x {self.b_dtype} -> {self.out}"
+                f"{'' if self.quant == 'none' else f' ({self.quant} scaled)'}"
                 f"  {self.scaling} scaling  {self.accumulation}  {self.consumers} consumer WG"
                 f"  stages {self.stages}  cluster {self.cluster_m}x{self.cluster_n}  "
                 f"store {self.store}{f'  split-K {self.split_k}' if self.split_k > 1 else ''}")

@@ -25,6 +25,8 @@ class Fp8Env:
             "SCALE_TENSOR": int(self.scaling == "tensor"), "SCALE_ROW": int(self.scaling == "row"),
             "SCALE_BLOCK": int(self.scaling == "block"),
             "BLOCK_PROMOTED": int(self.scaling == "block" and self.promote > 0),
+            "OUT_FP8": int(self.out == "e4m3"),
+            "QUANT": {"none": 0, "tensor": 1, "1x128": 2}.get(self.quant, -1),
             "SPLIT_K": self.split_k, "CLUSTER_M": self.cluster_m, "CLUSTER_N": self.cluster_n,
             "CLUSTER": self.cluster, "STORE_TMA": int(self.store == "tma"),
             "A_BOX_ROWS": div(self.bm, self.cluster_n), "B_BOX_ROWS": div(self.bn, self.cluster_m),
@@ -38,15 +40,18 @@ class Fp8Env:
     def params(self) -> tuple[Param, ...]:
         """The GEMM kernel's parameters, in order: tensor maps of A, B and D; M, N, K; the
         scales of A and B with their extents; D, ldd, bias; the split-K workspace and arrival
-        counters."""
+        counters; for an e4m3 D, its scales (``scale_d``: read per tensor, written per 1 x 128,
+        element (m, nb) at m * sd_m + nb * sd_n) and ``amax``."""
         scale = "const float* __restrict__"
+        quant = (Param("scale_d", "float* __restrict__", "Q"), *ints("sd_m", "sd_n"),
+                 Param("amax", "unsigned int* __restrict__", "Q")) if self.out == "e4m3" else ()
         return (*tensor_maps("tmap_a", "tmap_b", "tmap_d"), *ints("m_arg", "n_arg", "k_arg"),
                 Param("scale_a", scale, "Q"), *ints("sa_m", "sa_k"),
                 Param("scale_b", scale, "Q"), *ints("sb_n", "sb_k"),
                 Param("D", "{ns}::out_t* __restrict__", "Q"), *ints("ldd"),
-                Param("bias", "const {ns}::out_t* __restrict__", "Q"),
+                Param("bias", "const {ns}::bias_t* __restrict__", "Q"),
                 Param("workspace", "float* __restrict__", "Q"),
-                Param("counters", "int* __restrict__", "Q"))
+                Param("counters", "int* __restrict__", "Q"), *quant)
 
     def template_constants(self) -> dict[str, int]:
         """Every compile-time constant the kernel declares: the env plus shared-memory offsets,
@@ -65,6 +70,7 @@ class Fp8Env:
                 "K_STEP_BYTES": WGMMA_K,
                 "EMPTY_ARRIVALS": self.consumers * self.cluster,
                 "FAST": int(self.promote == 0),
+                "OUT_GROUPS": self.bn // BLOCK if self.quant == "1x128" else 0,
                 "B_SCALE_SPLIT": int(self.scaling == "block" and BLOCK % self.bn != 0),
                 "C_CHUNKS": div(self.bn, self.c_chunk) if self.store == "tma" else 0,
                 "C_CHUNK_BYTES": self.consumer_rows * C_SWIZZLE, "C_SWIZZLE_ROW": C_SWIZZLE,
@@ -73,10 +79,12 @@ class Fp8Env:
                 "BAR_CONSUMER_BASE": 1}
 
     def ctypes(self) -> dict[str, str]:
-        """C++ types of A, B and D and the PTX types of the wgmma inputs."""
+        """C++ types of A, B, D and bias (bf16 for an e4m3 D) and the PTX types of the wgmma
+        inputs."""
+        out_t = CTYPES.get(self.out, "float")
         return {"a_t": CTYPES.get(self.dtype, "__nv_fp8_e4m3"),
                 "b_t": CTYPES.get(self.b_dtype, "__nv_fp8_e4m3"),
-                "out_t": CTYPES.get(self.out, "float"),
+                "out_t": out_t, "bias_t": CTYPES["bf16"] if self.out == "e4m3" else out_t,
                 "ptx_a": PTX_TYPES.get(self.dtype, "e4m3"),
                 "ptx_b": PTX_TYPES.get(self.b_dtype, "e4m3")}
 
@@ -121,7 +129,18 @@ class Fp8Env:
         return [(f"D[M,N] = act(sum_k (A[m,k] sa) (B[k,n] sb) + bias[n]): A {self.dtype} (M x K, "
                  f"row-major, lda), B {self.b_dtype} (K x N column-major, i.e. N rows of K, ldb),"),
                 f"fp32 accumulation, D {self.out} (row-major, ldd).",
-                f"Scaling {self.scaling}: {scaling}.", f"Accumulation {acc}."]
+                f"Scaling {self.scaling}: {scaling}.", f"Accumulation {acc}.", *self._quant_lines()]
+
+    def _quant_lines(self) -> list[str]:
+        """How an e4m3 D is quantized, for the header (nothing for other D dtypes)."""
+        if self.out != "e4m3":
+            return []
+        how = {"tensor": "q = v / scale_d[0] (the caller's per-tensor scale)",
+               "1x128": "per row and 128 columns, s = max(amax, FLT_MIN) / 448 of the group's "
+                        "values v, q = v / s, s stored at scale_d[m * sd_m + (n / 128) * sd_n]"
+               }.get(self.quant, self.quant)
+        return [f"D e4m3 (saturating to +-448, bias bf16): {how}; max |v| over D folded into "
+                f"amax (float bits, atomicMax)."]
 
     def launch_summary(self) -> str:
         cl = f", cluster = ({self.cluster}, 1, 1)" if self.cluster > 1 else ""

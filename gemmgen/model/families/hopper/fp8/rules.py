@@ -25,6 +25,10 @@ kernels), so 40 and not the 48 of the 16-bit wgmma family."""
 SCALINGS = ("tensor", "row", "block")
 """``scaling``: one scale per operand; per row of A and column of B; DeepSeek-V3 blockwise."""
 STORES = ("direct", "tma")
+QUANTS = ("none", "tensor", "1x128")
+"""``quant``, how an e4m3 D is scaled: not at all (a 16- or 32-bit D), by the given per-tensor
+scale, or by one scale per row and 128 columns computed from the tile (DeepSeek-V3's
+activations)."""
 PROMOTE_STEPS = (0, 128, 256, 512, 1024)
 """``promote``: K elements between FP32 promotions (0: the tensor core sums all of K)."""
 PACK_TILE = 64                     # the transposing pack kernel moves 64 x 64 byte tiles
@@ -57,6 +61,15 @@ FP8_RULES: tuple[Rule, ...] = HOPPER_RULES + (
     Rule("F23", "partials-per-block", one_of("PROMOTE", (0, BLOCK)),
          "two partial sets alternate single 128-element K blocks (promote 128)",
          when=equal("PARTIALS", 2)),
+    Rule("F27", "quant-for-fp8-out", one_of("QUANT", (1, 2)),
+         "an e4m3 D is quantized: per tensor (the given scale) or per 1 x 128 (scales from the "
+         "tile)", when=equal("OUT_FP8", 1)),
+    Rule("F28", "quant-only-fp8-out", equal("QUANT", 0),
+         "only an e4m3 D is quantized (quant none for bf16, fp16 and fp32)",
+         when=equal("OUT_FP8", 0)),
+    Rule("F29", "quant-1x128-tile", multiple_of("BN", BLOCK),
+         "1 x 128 output scales: each tile holds whole 128-column groups of its rows",
+         when=equal("QUANT", 2)),
     Rule("F26", "b-multicast-split", multiple_of("BN", (8, "CLUSTER_M")),
          "the CTAs of a cluster along M each load an equal share (whole 8-row swizzle atoms) of "
          "the B tile they multicast (A's share is whole: BM is a multiple of 64)",
