@@ -1,5 +1,5 @@
-"""The CUDA-graph timing the investigation scripts share (kernel time only; the suites time
-through ``gemmgen.tune.measure``)."""
+"""The timings the investigation scripts share: CUDA-graph (kernel time only) and eager (host
+included); the suites time through ``gemmgen.tune.measure``."""
 from __future__ import annotations
 
 import statistics
@@ -37,4 +37,26 @@ def graph_ms(launch, reps: int, replays: int, warmup: int = 2, stream=None) -> f
     del graph
     torch.cuda.synchronize()
     release_captures(torch.cuda.current_device(), stream.cuda_stream)
+    return statistics.median(times)
+
+
+def eager_ms(launch, reps: int, replays: int, warmup: int = 3) -> float:
+    """Milliseconds per launch, host included: ``launch(0)`` .. ``launch(reps - 1)`` back to
+    back on a side stream between CUDA events after ``warmup`` launches, ``replays`` times, the
+    median."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for i in range(warmup):
+            launch(i)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(replays):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record(stream)
+            for i in range(reps):
+                launch(i)
+            b.record(stream)
+            b.synchronize()
+            times.append(a.elapsed_time(b) / reps)
     return statistics.median(times)

@@ -12,7 +12,6 @@ writes $OUT/swiglu.json when $OUT is set. SWIGLU_DUAL_MIN_M=0 runs the dual GEMM
 (``gemmgen.torch.mlp.DUAL_MIN_M``; the file is then swiglu_dual_min_m_0.json)."""
 import json
 import os
-import statistics
 
 import torch
 
@@ -33,22 +32,7 @@ def timed(fn, sets, graph: bool) -> float:
     included), median of 10."""
     if graph:
         return graph_timing.graph_ms(lambda i: fn(i % sets), REPS, 10, warmup=3)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for i in range(3):
-            fn(i % sets)
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(10):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record(stream)
-            for i in range(REPS):
-                fn(i % sets)
-            b.record(stream)
-            b.synchronize()
-            times.append(a.elapsed_time(b) / REPS)
-    return statistics.median(times)
+    return graph_timing.eager_ms(lambda i: fn(i % sets), REPS, 10)
 
 
 def main():
