@@ -110,9 +110,22 @@ def test_decode_shapes_split_k_to_fill_the_sms():
     assert (ch.config.bm, ch.config.bn, ch.config.split_k) == (64, 128, 7)  # the measured best
     ch = choose_fp8(128, 7168, 16384, "block", False)
     assert (ch.config.bm, ch.config.bn, ch.config.split_k) == (128, 128, 2)
-    ch = choose_fp8(128, 7168, 16384, "row", True)
-    assert (ch.config.bm, ch.config.bn, ch.config.split_k, ch.config.promote) == (64, 256, 2, 0)
     assert split_for(200, 4096) == 1
+
+
+@pytest.mark.parametrize("m, n, k, want", [
+    (128, 7168, 16384, (64, 128, 1)),   # 112 tiles of 64 x 128 reach half the 132 SMs
+    (16, 7168, 16384, (64, 64, 1)),     # 56 of 64 x 128 do not; 112 of 64 x 64 do
+    (16, 2112, 7168, (64, 64, 2)),      # 33 tiles: split 2 reaches 66 units (28 blocks a slice)
+    (16, 1024, 4096, (64, 64, 1)),      # 16 tiles, but a split would keep < 24 K blocks a slice
+    (64, 1024, 16384, (64, 64, 4)),
+])
+def test_fast_decode_tiles_and_split(m, n, k, want):
+    for scaling in ("tensor", "row"):
+        cfg = choose_fp8(m, n, k, scaling, True, sms=132).config
+        assert (cfg.bm, cfg.bn, cfg.split_k, cfg.promote, cfg.consumers) == (*want, 0, 1)
+    cfg = choose_fp8(m, n, k, "tensor", True, sms=132, out="e4m3", quant="1x128").config
+    assert cfg.bn == 128 and not cfg.violations()   # 1 x 128 output scales: whole groups
 
 
 def test_large_shapes_take_the_ladder_presets():
