@@ -4,9 +4,9 @@ shapes, split-K and a bias: the dequantized output against float64 (no worse tha
 the exact product with gemmgen.torch.quantize_reference), the scales and amax against the
 exact product's, the output fed to the next blockwise GEMM, repeated calls, CUDA-graph capture
 and torch.compile. The outputs' memory is poisoned (NaN bytes) before each call."""
-import math
 
 import pytest
+from accuracy import rel_error
 
 from gemmgen.tune.fp8_verify import fp8_tolerance
 
@@ -60,13 +60,6 @@ def _poison(m, n):
     del junk
 
 
-def _rel(x, ref) -> float:
-    x = x.double()
-    if not bool(torch.isfinite(x).all()):
-        return math.inf
-    return float(torch.linalg.norm(x - ref) / torch.linalg.norm(ref))
-
-
 def _call(a, b, sa, sb, bias, block, scale, fast):
     import gemmgen.torch as gt
     _poison(a.shape[0], b.shape[1])
@@ -89,8 +82,8 @@ def test_1x128_output(hopper, m, n, k, scaling, fast, with_bias):
     assert s.shape == (m, nb) and s.stride() == (1, m) and amax.shape == (1,)
     # The dequantized output is as close to the exact product as quantizing that product is.
     rq, rs = gt.quantize_reference(ref.float(), (1, 128))
-    floor = _rel(gt.dequantize(rq, rs), ref)
-    got = _rel(gt.dequantize(q, s), ref)
+    floor = rel_error(gt.dequantize(rq, rs), ref)
+    got = rel_error(gt.dequantize(q, s), ref)
     assert got <= floor * 1.1 + fp8_tolerance(k, "fp32", fast), (got, floor)
     # Scales and amax are the exact product's, to the GEMM's error.
     assert torch.allclose(s.double(), rs.double(), rtol=0.05, atol=1e-30), (s - rs).abs().max()
@@ -111,8 +104,8 @@ def test_per_tensor_output(hopper, m, n, k, scaling, fast):
     assert s is scale and q.dtype == E4M3
     assert abs(float(amax) - top) <= 0.02 * top
     exact = (ref / float(scale)).clamp(-448, 448).float().to(E4M3).double() * float(scale)
-    floor = _rel(exact, ref)
-    got = _rel(q.double() * float(scale), ref)
+    floor = rel_error(exact, ref)
+    got = rel_error(q.double() * float(scale), ref)
     assert got <= floor * 1.1 + fp8_tolerance(k, "fp32", fast), (got, floor)
     # A scale too small saturates to +-448 (no inf, no NaN).
     small = torch.tensor(top / 448 / 8, device="cuda")
@@ -135,7 +128,7 @@ def test_feeds_the_next_blockwise_gemm_and_repeats(hopper):
     w2, sw2 = gt.quantize(torch.randn(512, 2112, device="cuda", generator=gen), (128, 128))
     y = gt.scaled_mm(q, w2.t(), s, sw2.t())
     ref = gt.dequantize(q, s).double() @ gt.dequantize(w2, sw2, (128, 128)).double().t()
-    assert _rel(y, ref) <= fp8_tolerance(2112, "bf16", False)
+    assert rel_error(y, ref) <= fp8_tolerance(2112, "bf16", False)
 
 
 def test_graph_capture_and_compile(hopper):

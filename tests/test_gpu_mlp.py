@@ -4,6 +4,7 @@ torch.compile(fullgraph=True), CUDA-graph capture, and a patched transformers Ll
 import math
 
 import pytest
+from accuracy import rel_error
 
 from gemmgen.tune.verify import tolerance
 
@@ -50,13 +51,6 @@ def _dual_ran() -> bool:
     return any(how == "dual" for _, how in tree_api._KERNELS.values())
 
 
-def _rel_err(out, ref) -> float:
-    out = out.double()
-    if not bool(torch.isfinite(out).all()):
-        return math.inf
-    return float(torch.linalg.norm(out - ref) / torch.linalg.norm(ref))
-
-
 def _tol(k: int, dtype) -> float:
     """tune.verify's bound for the two products plus tanh.approx's 2^-11 (relative) in SiLU."""
     return tolerance(k, NAMES[dtype], "fp32", NAMES[dtype]) + 2 * 2 ** -11
@@ -86,7 +80,7 @@ def test_swiglu_matches_float64(dtype, fused, shape):
     out = gt.swiglu(x, gate, up)
     want = reference(x.double(), gate.double(), up.double())
     assert out.shape == (*lead, n) and out.dtype == dtype and _dual_ran()
-    err, torch_err = _rel_err(out, want), _rel_err(reference(x, gate, up), want)
+    err, torch_err = rel_error(out, want), rel_error(reference(x, gate, up), want)
     assert err <= max(_tol(k, dtype), 2 * torch_err), (err, torch_err)
 
 
@@ -115,8 +109,8 @@ def test_launcher_keys_swiglu_by_where_up_lies_and_repeats_without_python():
             x = torch.randn(m, k, device="cuda").to(dtype)
             out = torch.ops.gemmgen.swiglu(x, gate, up)
             want = reference(x.double(), gate.double(), up.double())
-            err = _rel_err(out, want)
-            assert err <= max(_tol(k, dtype), 2 * _rel_err(reference(x, gate, up), want)), (
+            err = rel_error(out, want)
+            assert err <= max(_tol(k, dtype), 2 * rel_error(reference(x, gate, up), want)), (
                 name, err)
     held = torch.ops.gemmgen_launcher.recipes_held()
     assert held == 3, held  # fused and strided (stacked) share the distance, so one recipe
@@ -141,7 +135,7 @@ def test_swiglu_gradients_match_pytorch():
     x64, g64, u64 = (t.detach().double().requires_grad_() for t in (x, gate, up))
     want = torch.autograd.grad(reference(x64, g64, u64), (x64, g64, u64), dy.double())
     for name, a, b in zip(("dx", "dw_gate", "dw_up"), got, want):
-        assert _rel_err(a, b) <= 2e-2, (name, _rel_err(a, b))
+        assert rel_error(a, b) <= 2e-2, (name, rel_error(a, b))
 
 
 def test_swiglu_compiles_and_captures():
@@ -178,7 +172,7 @@ def test_patched_llama_mlp_matches_and_trains():
     summary = gt.patch(mlp)
     assert summary.swapped.get("") == "SwiGLU MLP", summary
     got = mlp(x)
-    assert _rel_err(got, want.double()) <= 2e-2
+    assert rel_error(got, want.double()) <= 2e-2
     got.float().square().mean().backward()
     assert all(p.grad is not None and bool(torch.isfinite(p.grad).all())
                for p in mlp.parameters())

@@ -1,9 +1,9 @@
 """On a GPU with PyTorch: the op gemmgen::gemm against a float64 reference for fp16/bf16/fp32 in
 every layout (transposed views), autograd against PyTorch's, torch.compile(fullgraph=True),
 CUDA-graph capture and replay, launches on a side stream, and the patched Linear/Conv1D."""
-import math
 
 import pytest
+from accuracy import rel_error
 
 from gemmgen.tune.verify import tolerance
 
@@ -48,13 +48,6 @@ def _poison(m, n, dtype):
     del x
 
 
-def _rel_err(out, ref) -> float:
-    out = out.double()
-    if not bool(torch.isfinite(out).all()):
-        return math.inf
-    return float(torch.linalg.norm(out - ref) / torch.linalg.norm(ref))
-
-
 def _ref(a, b, bias, epilogue):
     return gt.reference(a.double(), b.double(), None if bias is None else bias.double(), epilogue)
 
@@ -74,7 +67,7 @@ def test_op_matches_float64_in_every_layout(dtype, lay, shape):
     out = torch.ops.gemmgen.gemm(a, b)
     torch.cuda.synchronize()
     assert out.shape == (m, n) and out.dtype == dtype and out.stride() == (n, 1)
-    err = _rel_err(out, _ref(a, b, None, "none"))
+    err = rel_error(out, _ref(a, b, None, "none"))
     assert err <= _tol(dtype, k), (err, _tol(dtype, k))
 
 
@@ -86,7 +79,7 @@ def test_fused_epilogues(dtype, epilogue):
     bias = torch.randn(n, device="cuda").to(dtype) if epilogue.startswith("bias") else None
     _poison(m, n, dtype)
     out = torch.ops.gemmgen.gemm(a, b, bias, epilogue)
-    err = _rel_err(out, _ref(a, b, bias, epilogue))
+    err = rel_error(out, _ref(a, b, bias, epilogue))
     assert err <= _tol(dtype, k, epilogue), err
 
 
@@ -121,7 +114,7 @@ def test_gradients_match_pytorch(dtype, epilogue):
                                g.double())
     for name, x, y, kk in zip("a w bias".split(), got, want, (n, m, m)):
         assert x.dtype == dtype
-        err = _rel_err(x, y)
+        err = rel_error(x, y)
         assert err <= 4 * _tol(dtype, kk, epilogue), (name, err)
 
 
@@ -156,7 +149,7 @@ def test_cuda_graph_capture_and_replay():
         a.copy_(torch.randn_like(a))
         graph.replay()
         torch.cuda.synchronize()
-        err = _rel_err(static_out, _ref(a, w.t(), bias, "bias_gelu"))
+        err = rel_error(static_out, _ref(a, w.t(), bias, "bias_gelu"))
         assert err <= _tol(torch.half, 384, "bias_gelu"), err
 
 
@@ -174,7 +167,7 @@ def test_launches_on_the_current_side_stream():
         a.copy_(new_a)
         out = torch.ops.gemmgen.gemm(a, b)
     side.synchronize()
-    err = _rel_err(out, _ref(new_a, b, None, "none"))
+    err = rel_error(out, _ref(new_a, b, None, "none"))
     assert err <= _tol(torch.half, 512), err
 
 
@@ -189,7 +182,7 @@ def test_patched_mlp_matches_pytorch_in_autocast():
         got = model(x)
     assert summary.counts() == {"nn.Linear": 2}
     assert got.dtype == want.dtype == torch.bfloat16
-    err = _rel_err(got, want.double())
+    err = rel_error(got, want.double())
     assert err <= 2e-2, err
 
 
@@ -201,5 +194,5 @@ def test_patched_conv1d_matches():
     x = torch.randn(2, 64, 768, device="cuda", dtype=torch.half)
     want = layer(x)
     assert gt.patch(layer).counts() == {"Conv1D": 1}
-    err = _rel_err(layer(x), want.double())
+    err = rel_error(layer(x), want.double())
     assert err <= 1e-2, err

@@ -26,18 +26,11 @@ def graph_ms(launch, reps: int, replays: int, warmup: int = 2, stream=None) -> f
             for i in range(reps):
                 launch(i)
     torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / reps)
+    ms = _events_ms(graph.replay, reps, replays)
     del graph
     torch.cuda.synchronize()
     release_captures(torch.cuda.current_device(), stream.cuda_stream)
-    return statistics.median(times)
+    return ms
 
 
 def eager_ms(launch, reps: int, replays: int, warmup: int = 3) -> float:
@@ -50,13 +43,22 @@ def eager_ms(launch, reps: int, replays: int, warmup: int = 3) -> float:
         for i in range(warmup):
             launch(i)
         torch.cuda.synchronize()
-        times = []
-        for _ in range(replays):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record(stream)
+
+        def calls():
             for i in range(reps):
                 launch(i)
-            b.record(stream)
-            b.synchronize()
-            times.append(a.elapsed_time(b) / reps)
+        return _events_ms(calls, reps, replays, stream)
+
+
+def _events_ms(body, per: int, replays: int, stream=None) -> float:
+    """The median over ``replays`` runs of ``body()`` between two CUDA events on ``stream``
+    (the current one by default), in milliseconds divided by ``per``."""
+    times = []
+    for _ in range(replays):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(stream)
+        body()
+        b.record(stream)
+        b.synchronize()
+        times.append(a.elapsed_time(b) / per)
     return statistics.median(times)
