@@ -25,13 +25,13 @@ def test_an_e4m3_d_adds_its_scales_and_amax_to_the_kernel():
     base = FP8["fp8_block_prom2"]
     cfg = base.replace(out="e4m3", quant="1x128")
     names = [p.name for p in cfg.params()]
-    assert names[-4:] == ["scale_d", "sd_m", "sd_n", "amax"]
+    assert names[-6:] == ["scale_d", "sd_m", "sd_n", "amax", "amax_slots", "amax_count"]
     assert "scale_d" not in [p.name for p in base.params()]
     assert cfg.name.endswith("_oute4m3_q1x128") and cfg.out_bytes == 1
     assert cfg.template_constants()["OUT_GROUPS"] == cfg.bn // 128
     src = render(cfg)
     assert "using bias_t = __nv_bfloat16;" in src and "e4m3_pair" in src
-    assert "atomicMax(amax, bits)" in src and "scale_d[(size_t)row * sd_m" in src
+    assert "atomicMax(amax_slots + blockIdx.x, bits)" in src and "*amax = all" in src and "scale_d[(size_t)row * sd_m" in src
     assert "D e4m3 (saturating to +-448, bias bf16): per row and 128 columns" in src
     tensor = render(base.replace(out="e4m3", quant="tensor"))
     assert "qf_tensor = 1.f / __ldg(scale_d)" in tensor and "__shfl_xor_sync" not in tensor
@@ -74,6 +74,9 @@ def test_recipe_patches_the_scale_and_amax_operands(nvcc, monkeypatch):
     gemm, = recipe.launches
     kinds = {p.index: p.kind for p in gemm.patches}
     assert kinds[6] == PATCH_POINTER and kinds[7] == PATCH_POINTER
+    slots = {w.tag: w for w in recipe.workspaces}    # amax gathered per CTA, zero between calls
+    assert slots["amax slots"].nbytes == 4 * gemm.grid[0] and slots["amax slots"].zero
+    assert slots["amax counter"].nbytes == 4 and slots["amax counter"].zero
     names = [p.name for p in cfg.params()]
     at = kernel.launcher._offsets[names.index("sd_m")]
     assert struct.unpack_from("@ii", gemm.params, at) == (1, m)

@@ -114,6 +114,22 @@ def test_per_tensor_output(hopper, m, n, k, scaling, fast):
     assert bool(torch.isfinite(qf).all()) and float(qf.abs().max()) == 448.0
 
 
+def test_amax_is_each_calls_own(hopper):
+    """amax is written whole by each call: after a call on large values, a call on small ones
+    reports its own max (the kernel's per-CTA slots and counter are back at zero), on every
+    path (per tensor and 1 x 128, split-K, a grid of one wave or more)."""
+    import gemmgen.torch as gt
+    for m, n, k, block in ((64, 2112, 7168, (1, 128)), (512, 768, 512, None),
+                           (4096, 4096, 512, (1, 128))):
+        a, b, sa, sb, ref = _data(m, n, k, "tensor", seed=m)
+        scale = torch.tensor(float(ref.abs().max()) / 448, device="cuda") if block is None else None
+        for factor in (64.0, 1.0, 1.0 / 64):
+            _, _, amax = gt.scaled_mm_quantized(a, b, sa * factor, sb, block=block, scale=scale,
+                                                use_fast_accum=True)
+            top = float(ref.abs().max()) * factor
+            assert abs(float(amax) - top) <= 0.02 * top, (m, n, k, factor, float(amax), top)
+
+
 def test_feeds_the_next_blockwise_gemm_and_repeats(hopper):
     """(q, scales) are the next scaled_mm's blockwise a and scale_a; repeated calls (split-K
     counters back at zero) give the same bytes."""

@@ -536,7 +536,7 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
 // gemmgen::scaled_mm_quantized(a, b, scale_a, scale_b, bias, scale, block, use_fast_accum):
 // scaled_mm with an e4m3 output quantized in the epilogue, returning (q, scales, amax).
 // Operands 0 a, 1 b, 2 q, 3 bias, 4 scale_a, 5 scale_b, 6 the scale read (block "tensor") or
-// the scales written (block "1x128": M x ceil(N/128), M-major), 7 amax (zeroed here).
+// the scales written (block "1x128": M x ceil(N/128), M-major), 7 amax (written by the kernel).
 using Quantized = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 Quantized scaled_mm_quantized_cuda(const at::Tensor& a, const at::Tensor& b,
                                    const at::Tensor& scale_a, const at::Tensor& scale_b,
@@ -557,7 +557,7 @@ Quantized scaled_mm_quantized_cuda(const at::Tensor& a, const at::Tensor& b,
     TORCH_CHECK_VALUE(per_tensor || !scale.has_value(), "scale is for block='tensor'; with 1 x "
                       "128 blocks the kernel computes the scales");
     at::Tensor scales = per_tensor ? at::empty({0}, f32) : at::empty({(n + 127) / 128, m}, f32).t();
-    at::Tensor amax = at::empty({1}, f32).zero_();
+    at::Tensor amax = at::empty({1}, f32);  // the kernel writes it whole
     const at::Tensor scale_d = per_tensor ? scale.value_or(at::Tensor()) : scales;
     std::optional<at::Tensor> bias_arg, scale_arg;
     if (bias.defined()) bias_arg = bias;
@@ -573,7 +573,10 @@ Quantized scaled_mm_quantized_cuda(const at::Tensor& a, const at::Tensor& b,
         return plan.call(a, b, scale_a, scale_b, bias_arg, block, use_fast_accum, q, scale_arg,
                          amax);
     });
-    if (launched) return {q, scales, amax};
+    if (launched) {
+        if (q.numel() == 0) amax.zero_();  // no launch: the max over nothing
+        return {q, scales, amax};
+    }
     static auto reference = c10::Dispatcher::singleton()
         .findSchemaOrThrow("gemmgen::_scaled_mm_quantized_reference", "")
         .typed<Quantized(const at::Tensor&, const at::Tensor&, const at::Tensor&,

@@ -147,7 +147,8 @@ def _kernel_plan(a, b, scale_a, scale_b, bias, group, use_fast_accum, out, scale
 
 
 def _outputs(a: Tensor, b: Tensor, group: str) -> tuple[Tensor, Tensor, Tensor]:
-    """q, the scales (M-major for 1 x 128, empty per tensor) and a zeroed amax."""
+    """q, the scales (M-major for 1 x 128, empty per tensor) and amax (zero: the kernel
+    overwrites it; an empty output keeps the max over nothing)."""
     m, n = a.shape[0], b.shape[1]
     rows, cols = _scales_shape(m, n)
     scales = (torch.empty((cols, rows), dtype=torch.float32, device=a.device).t()

@@ -74,13 +74,17 @@ class Fp8Launch(HopperLaunch):
             cnt = workspace(work, "split-K counters", c_bytes, zero=True)
             path.append(f"split-K {cfg.split_k}")
         ta, tb, td = self._maps(args, a, b)
+        grid = self.grid(args, driver.device_attribute(dev, "sms"))
         sa, sb, sd = args.scale_a, args.scale_b, args.scale_d
-        quant = (sd.ptr, sd.s0, sd.s1, args.amax) if cfg.out == "e4m3" else ()
+        quant = ()
+        if cfg.out == "e4m3":  # amax gathered in a slot per CTA and a counter (zero between calls)
+            quant = (sd.ptr, sd.s0, sd.s1, args.amax,
+                     workspace(work, "amax slots", grid[0] * 4, zero=True),
+                     workspace(work, "amax counter", 4, zero=True))
         params, patches = pack(self._packer.struct, self._offsets, (
             ta, tb, td, m, n, k, sa.ptr, sa.s0, sa.s1, sb.ptr, sb.s0, sb.s1, args.c, args.ldc,
             args.bias, ws, cnt, *quant))
-        gemm = Launch(self.function(dev), self.grid(args, driver.device_attribute(dev, "sms")),
-                      (cfg.threads, 1, 1), params, patches)
+        gemm = Launch(self.function(dev), grid, (cfg.threads, 1, 1), params, patches)
         return Recipe(dev, before + ([gemm] if m and n else []), " + ".join(path), tuple(work))
 
     def _maps(self, args: KernelArgs, a: tuple, b: tuple) -> tuple:

@@ -29,7 +29,8 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
       tensor); "1x128": per row and 128 columns, s = max(amax, FLT_MIN) / 448 of the group's
       finished values, q = v / s, s written to scale_d[m * sd_m + (n / 128) * sd_n]
       (DeepSeek-V3's activation scales, the layout ``scaled_mm``'s blockwise scale_a reads).
-      Both fold max |v| over D into ``amax`` (float bits, atomicMax; zeroed by the caller).
+      Both write max |v| over D to ``amax`` (float bits), gathered in a workspace the kernel
+      leaves zeroed: the caller zeroes nothing.
     - ``scaling``: "tensor" (one fp32 scale per operand), "row" (per row of A, per column of
       B; a stride of 0 broadcasts one), "block" (DeepSeek-V3: one per 1 x 128 of A, one per
       128 x 128 of B). Scales multiply (dequantize): D = sum_k (A sa)(B sb).

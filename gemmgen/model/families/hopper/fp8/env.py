@@ -41,10 +41,13 @@ class Fp8Env:
         """The GEMM kernel's parameters, in order: tensor maps of A, B and D; M, N, K; the
         scales of A and B with their extents; D, ldd, bias; the split-K workspace and arrival
         counters; for an e4m3 D, its scales (``scale_d``: read per tensor, written per 1 x 128,
-        element (m, nb) at m * sd_m + nb * sd_n) and ``amax``."""
+        element (m, nb) at m * sd_m + nb * sd_n), ``amax`` (written, as float bits) and the
+        workspace it is gathered in (one slot per CTA and a counter, zero between launches)."""
         scale = "const float* __restrict__"
         quant = (Param("scale_d", "float* __restrict__", "Q"), *ints("sd_m", "sd_n"),
-                 Param("amax", "unsigned int* __restrict__", "Q")) if self.out == "e4m3" else ()
+                 Param("amax", "unsigned int* __restrict__", "Q"),
+                 Param("amax_slots", "unsigned int* __restrict__", "Q"),
+                 Param("amax_count", "int* __restrict__", "Q")) if self.out == "e4m3" else ()
         return (*tensor_maps("tmap_a", "tmap_b", "tmap_d"), *ints("m_arg", "n_arg", "k_arg"),
                 Param("scale_a", scale, "Q"), *ints("sa_m", "sa_k"),
                 Param("scale_b", scale, "Q"), *ints("sb_n", "sb_k"),
@@ -140,7 +143,7 @@ class Fp8Env:
                         "values v, q = v / s, s stored at scale_d[m * sd_m + (n / 128) * sd_n]"
                }.get(self.quant, self.quant)
         return [f"D e4m3 (saturating to +-448, bias bf16): {how}; max |v| over D folded into "
-                f"amax (float bits, atomicMax)."]
+                f"amax (float bits; the last warp of the grid writes it)."]
 
     def launch_summary(self) -> str:
         cl = f", cluster = ({self.cluster}, 1, 1)" if self.cluster > 1 else ""
