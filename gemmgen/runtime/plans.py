@@ -130,30 +130,26 @@ class Plan:
             out = self.new_out()
         if self.swap:           # a transpose keeps the address
             a, b = b, a
-        if self.cupy:
-            _sync_cupy_producers(a, b, out, extra, scale_a, scale_b)
-        ops = (a, b, out, extra, scale_a, scale_b, *quant)
-        ptrs = tuple(read(x) for read, x in zip(self.readers, ops))
-        with driver.on_device(self.recipe.device):
-            self.recipe.run(ptrs, driver.stream_handle(stream))
-        self.kernel.last_path = self.recipe.path
+        self._launch((a, b, out, extra, scale_a, scale_b, *quant), stream)
         return out if given is not None or not self.swap else transposed(out)
 
     def run_tree(self, a, b, out=None, bias=None, tree=None, *, stream=None):
         """Launch a plan of ``plan_gemm`` with ``tree``: A, B, C (None: a new one), bias and the tree's
         operands (``tree``: name -> array, as ``gemm``'s keywords) on ``stream``; returns C."""
-        given = out
         if out is None:
             out = self.new_out()
         tree = tree or {}
-        ops = (a, b, out, bias, *(tree.get(name) for name in EXTRA))
+        self._launch((a, b, out, bias, *(tree.get(name) for name in EXTRA)), stream)
+        return out
+
+    def _launch(self, ops: tuple, stream) -> None:
+        """The recipe's launches on ``ops`` (its operands in order) on ``stream``."""
         if self.cupy:
             _sync_cupy_producers(*ops)
         ptrs = tuple(read(x) for read, x in zip(self.readers, ops))
         with driver.on_device(self.recipe.device):
             self.recipe.run(ptrs, driver.stream_handle(stream))
         self.kernel.last_path = self.recipe.path
-        return out if given is None else given
 
 
 def plan_of(kernel, recipe: Recipe, operands: tuple, new_out=None, choice=None,

@@ -203,6 +203,16 @@ def _scale_shape(group: str, rows: int, cols: int) -> tuple:
     return {"1x128": (rows, kb), "128x128": (rb, kb), "row": (rows, 1), "tensor": ()}[group]
 
 
+def new_scales(group: str, rows: int, cols: int, device) -> Tensor:
+    """An uninitialized float32 scale tensor of a rows x cols matrix quantized by ``group``,
+    in the layout ``quantize`` returns: 1 x 128 (rows, ceil(cols/128)) M-major (strides (1,
+    rows)), the others row-major."""
+    shape = _scale_shape(group, rows, cols)
+    if group == "1x128":
+        return torch.empty(shape[::-1], dtype=torch.float32, device=device).t()
+    return torch.empty(shape, dtype=torch.float32, device=device)
+
+
 def quantize(x: Tensor, block=(1, 128), dtype: torch.dtype = torch.float8_e4m3fn,
              floor: float | None = None) -> tuple[Tensor, Tensor]:
     """(q, scale): ``x`` (rows x cols, float32, float16 or bfloat16) quantized to ``dtype``
@@ -225,9 +235,7 @@ def quantize(x: Tensor, block=(1, 128), dtype: torch.dtype = torch.float8_e4m3fn
     x = x if x.stride(1) == 1 else x.contiguous()
     rows, cols = x.shape
     q = torch.empty((rows, cols), dtype=dtype, device=x.device)
-    shape = _scale_shape(group, rows, cols)
-    scale = (torch.empty(shape[::-1], dtype=torch.float32, device=x.device).t()
-             if group == "1x128" else torch.empty(shape, dtype=torch.float32, device=x.device))
+    scale = new_scales(group, rows, cols, x.device)
     amax = torch.zeros(rows if group == "row" else 1, dtype=torch.float32, device=x.device)
     ss = scale.stride() if scale.dim() == 2 else (0, 0)
     dev = x.device.index or 0

@@ -30,8 +30,6 @@ Errors: ``OperandError`` naming the argument.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
@@ -41,7 +39,8 @@ from ..runtime.operands.scales import check_fp8
 from ..runtime.plans import plan_scaled
 from ..runtime.hopper import FP8_ORDER
 from . import launcher
-from .fp8 import _fast, check_scaled, kernel_takes, quantize_reference, scaled_mm_reference
+from .fp8 import (_fast, check_scaled, kernel_takes, new_scales, quantize_reference,
+                  scaled_mm_reference)
 from .ops import _LIB, _REFERENCE, LAUNCHER, _warn_once
 
 BLOCKS = {"1x128": "1x128", (1, 128): "1x128", "tensor": "tensor", None: "tensor"}
@@ -73,10 +72,6 @@ def check_quantized(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
         raise OperandError("scale is for block='tensor'; with 1 x 128 blocks the kernel "
                            "computes the scales")
     return group
-
-
-def _scales_shape(m: int, n: int) -> tuple[int, int]:
-    return m, math.ceil(n / 128)
 
 
 def scaled_mm_quantized_reference(a, b, scale_a, scale_b, bias=None, scale=None,
@@ -111,13 +106,7 @@ def _reference(a, b, scale_a, scale_b, bias=None, scale=None, block="1x128",
 
 @torch.library.register_fake("gemmgen::scaled_mm_quantized")
 def _fake(a, b, scale_a, scale_b, bias=None, scale=None, block="1x128", use_fast_accum=False):
-    group = check_quantized(a, b, scale_a, scale_b, bias, scale, block)
-    m, n = a.shape[0], b.shape[1]
-    q = a.new_empty((m, n), dtype=torch.float8_e4m3fn)
-    rows, cols = _scales_shape(m, n)
-    scales = (a.new_empty((cols, rows), dtype=torch.float32).t() if group == "1x128"
-              else a.new_empty(0, dtype=torch.float32))
-    return q, scales, a.new_empty(1, dtype=torch.float32)
+    return _outputs(a, b, check_quantized(a, b, scale_a, scale_b, bias, scale, block))
 
 
 @torch.library.impl(_LIB, "_scaled_mm_quantized_plan", "CUDA")
@@ -150,9 +139,8 @@ def _outputs(a: Tensor, b: Tensor, group: str) -> tuple[Tensor, Tensor, Tensor]:
     """q, the scales (M-major for 1 x 128, empty per tensor) and amax (zero: the kernel
     overwrites it; an empty output keeps the max over nothing)."""
     m, n = a.shape[0], b.shape[1]
-    rows, cols = _scales_shape(m, n)
-    scales = (torch.empty((cols, rows), dtype=torch.float32, device=a.device).t()
-              if group == "1x128" else torch.empty(0, dtype=torch.float32, device=a.device))
+    scales = (new_scales(group, m, n, a.device) if group == "1x128"
+              else torch.empty(0, dtype=torch.float32, device=a.device))
     return (torch.empty((m, n), dtype=torch.float8_e4m3fn, device=a.device), scales,
             torch.zeros(1, dtype=torch.float32, device=a.device))
 
