@@ -114,6 +114,7 @@ namespace gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st7_cl1x1_g8_r40x232_dir
 [[maybe_unused]] constexpr int SW_ELEMS = 128;
 [[maybe_unused]] constexpr int ROW_MAJOR_TMA_STORE = 0;
 [[maybe_unused]] constexpr int C_BOX_ROWS = 64;
+[[maybe_unused]] constexpr int OVERLAP = 0;
 [[maybe_unused]] constexpr int LAYOUT_A_COL = 0;
 [[maybe_unused]] constexpr int LAYOUT_B_COL = 1;
 [[maybe_unused]] constexpr int LAYOUT_C_COL = 0;
@@ -194,6 +195,7 @@ static_assert(!(PARTIALS == 2) || (PROMOTE == 0 || PROMOTE == 128), "F23 partial
 static_assert(!(OUT_FP8 == 1) || (QUANT == 1 || QUANT == 2), "F27 quant-for-fp8-out: QUANT in {1, 2} when OUT_FP8 == 1");
 static_assert(!(OUT_FP8 == 0) || (QUANT == 0), "F28 quant-only-fp8-out: QUANT == 0 when OUT_FP8 == 0");
 static_assert(!(QUANT == 2) || ((BN) % (128) == 0), "F29 quant-1x128-tile: BN % 128 == 0 when QUANT == 2");
+static_assert(!(OVERLAP == 1) || (PARTIALS == 2), "F30 overlap-needs-partials: PARTIALS == 2 when OVERLAP == 1");
 static_assert(!(CLUSTER_M >= 2) || ((8*CLUSTER_M) == 0 || (BN) % (8*CLUSTER_M) == 0), "F26 b-multicast-split: BN % (8*CLUSTER_M) == 0 when CLUSTER_M >= 2");
 
 

@@ -220,6 +220,7 @@ FP8_BREAKERS = {
     "partials-range": ("fp8_block", {"partials": 3, "bn": 64}),
     "partials-need-promotion": ("fp8_tensor_fast", {"partials": 2}),
     "partials-per-block": ("fp8_tensor_promoted", {"promote": 256}),
+    "overlap-needs-partials": ("fp8_block", {"overlap": True}),
     "split-k-range": ("fp8_block", {"split_k": 17}),
     "cluster-size": ("fp8_block", {"cluster_m": 2, "cluster_n": 2}),
     "b-multicast-split": ("fp8_block", {"bn": 120, "cluster_m": 2}),

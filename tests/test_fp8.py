@@ -68,6 +68,7 @@ def test_prototype_figures():
     (dict(stages=9), "H09"),
     (dict(promote=100), "F17"),
     (dict(bn=120, cluster_m=2), "F26"),
+    (dict(partials=1, overlap=True), "F30"),
     (dict(store="tma", bn=96, stages=4), "H31"),
 ])
 def test_each_rule_names_itself(change, rule):
@@ -134,11 +135,18 @@ def test_large_shapes_take_the_ladder_presets():
     assert row == FP8["fp8_tensor_cluster"].replace(scaling="row")
     # blockwise: the ladder's preset with its D through a TMA store (6 stages beside the
     # staging tile); with a bias epilogue, as the preset stores it (straight from registers)
+    # blockwise: the overlapped ladder preset; with a bias epilogue stored as the plain
+    # preset stores it (straight from registers)
     block = FP8["fp8_block_prom2"]
-    assert choose_fp8(4096, 7168, 16384, "block", False).config == block.replace(store="tma",
-                                                                                 stages=6)
+    assert choose_fp8(4096, 7168, 16384, "block", False).config == FP8["fp8_block_overlap"]
     biased = choose_fp8(4096, 7168, 16384, "block", False, epilogue="bias").config
-    assert biased == block.replace(epilogue="bias")
+    assert biased == block.replace(epilogue="bias", overlap=True)
+    # decode too (one consumer: nothing to stagger); promoted per tensor and row keep the
+    # plain loop
+    decode = choose_fp8(64, 2112, 7168, "block", False).config
+    assert decode.overlap and not decode.stagger and decode.split_k > 1
+    assert FP8["fp8_block_overlap"].stagger
+    assert not choose_fp8(4096, 4096, 4096, "tensor", False).config.overlap
     promoted = choose_fp8(4096, 4096, 4096, "row", False).config
     assert promoted.promote == 128 and promoted.scaling == "row" and promoted.bn == 128
     with pytest.raises(ValueError, match="block scaling needs promoted"):
@@ -246,7 +254,13 @@ def _variants() -> list:
             # e4m3 D: 1 x 128 scales staged for the TMA store; per tensor, split-K, bias
             base.replace(out="e4m3", quant="1x128", store="tma", stages=6),
             FP8["fp8_tensor_fast"].replace(out="e4m3", quant="tensor", split_k=2,
-                                           epilogue="bias")]
+                                           epilogue="bias"),
+            # overlapped: split-K with a 2-CTA cluster; an e4m3 D with 1 x 128 scales and a
+            # bias; one consumer (nothing to stagger)
+            FP8["fp8_block_overlap"].replace(cluster_m=2, split_k=3),
+            FP8["fp8_block_overlap"].replace(out="e4m3", quant="1x128", epilogue="bias",
+                                             stages=5),
+            FP8["fp8_block_decode"].replace(overlap=True)]
 
 
 @pytest.fixture(scope="module")

@@ -61,6 +61,26 @@ def test_preset_on_odd_shapes(kernels, name):
     assert paths[(128, 256, 512)].startswith("fp8"), paths
 
 
+# Overlapped kernels whose CTAs take several units (the deferred epilogue runs between them):
+# 17 x 17 tiles for 132 SMs, with split-K more; K tails of 4 and 8 blocks (whole windows).
+OVERLAP_CASES = CASES + ((2049, 2117, 1000), (2100, 2090, 390))
+OVERLAP_VARIANTS = {
+    "split_k_cluster": dict(split_k=3, cluster_m=2),
+    "direct_fp32": dict(store="direct", out="fp32", stages=7),
+    "tensor_promoted": dict(scaling="tensor"),
+    "row_promoted": dict(scaling="row"),
+    "one_consumer": dict(bm=64, consumers=1, regs_consumer=240, stages=8, split_k=2),
+}
+
+
+@pytest.mark.parametrize("variant", OVERLAP_VARIANTS)
+def test_overlapped_variants_on_odd_shapes(hopper, variant):
+    from gemmgen.runtime.build import build
+    cfg = PRESETS["fp8_block_overlap"].config.replace(**OVERLAP_VARIANTS[variant])
+    results = sweep_fp8(variant, build(cfg), OVERLAP_CASES, seed=2)
+    assert all(r.passed for r in results), [r for r in results if not r.passed]
+
+
 # ---- PyTorch tensors through gemmgen.gemm and gemmgen.torch.scaled_mm ----------------------
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 OUT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

@@ -53,6 +53,11 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
     - ``split_k``: slices of K. Each slice writes its fp32 partial tile to a workspace; the
       last slice to arrive (per-tile counters) adds them in slice order (deterministic) and
       stores D: no second kernel.
+    - ``overlap``: (two partial sets) each unit's epilogue is deferred until the next unit's
+      first wgmmas are on the tensor cores, a window of four K blocks' scales loads a window
+      ahead, and two consumers run a K block apart, so that one's drain and epilogue fall
+      under the other's wgmmas: the grouped kernel's FP8 main loop (DeepGEMM's sm90 FP8
+      kernels overlap promotion and epilogue with the other math warpgroup's wgmmas so).
     - ``layout``: "rcr" only (K-major A and B, row-major D); ``epilogue``: as the other
       families (bias per column, in D's dtype); ``m, n, k``: shape specialization.
 
@@ -78,6 +83,7 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
     regs_consumer: int = 232
     store: str = "direct"
     split_k: int = 1
+    overlap: bool = False
     layout: str = "rcr"
     epilogue: str = "none"
     m: int | None = None
@@ -91,12 +97,13 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
     acc = "fp32"
     min_blocks = 1
     field_types: ClassVar[dict] = {"dtype": str, "b_dtype": str, "out": str, "quant": str,
-                   "scaling": str, "store": str,
+                   "scaling": str, "store": str, "overlap": bool,
                    "layout": str, "epilogue": str}
     choices: ClassVar[dict] = {"dtype": FP8_DTYPES, "b_dtype": FP8_DTYPES, "out": ("bf16", "fp16", "fp32", "e4m3"),
                "quant": QUANTS,
                "scaling": SCALINGS, "store": STORES, "layout": LAYOUTS, "epilogue": EPILOGUES}
     optional = frozenset({"m", "n", "k"})
+    quiet: ClassVar[dict[str, object]] = {"overlap": False}
     fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype", "b_dtype", "out",
                        "quant", "scaling", "promote")
     search_domain: ClassVar[dict] = {
@@ -104,6 +111,7 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
         "stages": (3, 4, 5, 6, 7, 8, 9), "cluster_m": (1, 2), "cluster_n": (1, 2),
         "partials": (1, 2), "group": (1, 8, 16), "regs_producer": (24, 40),
         "regs_consumer": (232, 240), "store": STORES, "split_k": (1, 2, 4, 7, 8),
+        "overlap": (False, True),
     }
 
     # ---- identity -------------------------------------------------------------------------
@@ -130,7 +138,8 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
                 f"_cl{self.cluster_m}x{self.cluster_n}_g{self.group}"
                 f"_r{self.regs_producer}x{self.regs_consumer}_{self.store}_out{self.out}"
                 f"{'' if self.quant == 'none' else '_q' + self.quant}"
-                f"{f'_sk{self.split_k}' if self.split_k > 1 else ''}{self.feature_suffix()}")
+                f"{f'_sk{self.split_k}' if self.split_k > 1 else ''}"
+                f"{'_ov' if self.overlap else ''}{self.feature_suffix()}")
 
     def feature_suffix(self) -> str:
         """ConfigBase's suffix without the layout, which is always rcr here."""
@@ -150,7 +159,14 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
                 f"{'' if self.quant == 'none' else f' ({self.quant} scaled)'}"
                 f"  {self.scaling} scaling  {self.accumulation}  {self.consumers} consumer WG"
                 f"  stages {self.stages}  cluster {self.cluster_m}x{self.cluster_n}  "
-                f"store {self.store}{f'  split-K {self.split_k}' if self.split_k > 1 else ''}")
+                f"store {self.store}{f'  split-K {self.split_k}' if self.split_k > 1 else ''}"
+                f"{'  overlap' if self.overlap else ''}")
+
+    @property
+    def stagger(self) -> bool:
+        """Two consumers of an overlapped kernel run a K block apart (the grouped family's
+        property of the same name, which the shared main loop reads)."""
+        return self.overlap and self.consumers == 2
 
     # ---- derived figures ------------------------------------------------------------------
     @property

@@ -34,6 +34,7 @@ class Fp8Env:
             # byte per element, a producer warpgroup with setmaxnreg, K-major B, row-major C
             "M_SPLIT": self.consumers, "PRODUCER": 1, "B_MN_MAJOR": 0, "SW_ELEMS": SWIZZLE,
             "ROW_MAJOR_TMA_STORE": int(self.store == "tma"), "C_BOX_ROWS": self.consumer_rows,
+            "OVERLAP": int(self.overlap),
             **self.feature_env(),
         }
 
@@ -79,7 +80,8 @@ class Fp8Env:
                 "C_CHUNK_BYTES": self.consumer_rows * C_SWIZZLE, "C_SWIZZLE_ROW": C_SWIZZLE,
                 "C_CONSUMER_BYTES": self.consumer_rows * self.bn * self.out_bytes,
                 "PACK_TILE": PACK_TILE, "PACK_THREADS": PACK_THREADS,
-                "BAR_CONSUMER_BASE": 1}
+                "BAR_CONSUMER_BASE": 1,
+                **({"BAR_STAGGER": 1 + self.consumers} if self.stagger else {})}
 
     def ctypes(self) -> dict[str, str]:
         """C++ types of A, B, D and bias (bf16 for an e4m3 D) and the PTX types of the wgmma
@@ -128,7 +130,11 @@ class Fp8Env:
                f"promoted: every {self.promote} K elements the tensor core's partial sums are "
                f"added to fp32 registers" + (", the block scales applied there"
                                              if self.scaling == "block" else "")
-               + (f"; {self.partials} partial sets" if self.partials > 1 else ""))
+               + (f"; {self.partials} partial sets" if self.partials > 1 else "")
+               + ("; each unit's epilogue deferred under the next unit's first wgmmas, scales "
+                  "loaded a window of 4 K blocks ahead" + (", the two consumers a K block apart"
+                                                          if self.stagger else "")
+                  if self.overlap else ""))
         return [(f"D[M,N] = act(sum_k (A[m,k] sa) (B[k,n] sb) + bias[n]): A {self.dtype} (M x K, "
                  f"row-major, lda), B {self.b_dtype} (K x N column-major, i.e. N rows of K, ldb),"),
                 f"fp32 accumulation, D {self.out} (row-major, ldd).",

@@ -70,6 +70,10 @@ FP8_RULES: tuple[Rule, ...] = HOPPER_RULES + (
     Rule("F29", "quant-1x128-tile", multiple_of("BN", BLOCK),
          "1 x 128 output scales: each tile holds whole 128-column groups of its rows",
          when=equal("QUANT", 2)),
+    Rule("F30", "overlap-needs-partials", equal("PARTIALS", 2),
+         "an overlapped kernel defers each unit's epilogue under the next unit's first wgmmas, "
+         "which two partial sets leave the registers for (F holds the finished unit meanwhile)",
+         when=equal("OVERLAP", 1)),
     Rule("F26", "b-multicast-split", multiple_of("BN", (8, "CLUSTER_M")),
          "the CTAs of a cluster along M each load an equal share (whole 8-row swizzle atoms) of "
          "the B tile they multicast (A's share is whole: BM is a multiple of 64)",
