@@ -2,18 +2,21 @@
 under the next unit's first wgmmas, scales loaded a window of four K blocks ahead, two
 consumers a K block apart: the grouped kernel's FP8 main loop), beside torch._scaled_mm, on
 DeepSeek-V3's blockwise shapes ("seen": where the grouped kernel run as one group was first
-seen ahead of the dense one) and on the fp8 suite's promoted rows with M > 64 ("held_out":
+seen ahead of the dense one; "bar": the ten shapes DeepGEMM tabulates, M = 64 to 4096, of
+which "seen" are six) and on the fp8 suite's promoted rows with M > 64 ("held_out":
 blockwise, per-tensor and row-wise; the decode kernels below M = 65 have one consumer and are
 timed apart, "decode"). choose_fp8's pick is "plain" and the same config with overlap is
 "overlap". 2 rounds, the kernels' order reversed in the second; gemmgen.tune.suite_fp8.measure
 (graph-captured, kernel only, every output checked against float64). Usage on the GPU
 machine, from the repository root:
-    PYTHONPATH=$PWD python3 benchmarks/investigations/fp8_overlap.py
-$OUT/fp8_overlap.json when $OUT is set.
+    PYTHONPATH=$PWD python3 benchmarks/investigations/fp8_overlap.py [PART ...]
+(PART: seen, bar, held_out, decode; default seen held_out decode); $OUT/fp8_overlap.json when
+$OUT is set.
 """
 import json
 import math
 import os
+import sys
 
 from gemmgen.compile.cache import compile_many
 from gemmgen.heuristics.fp8 import choose_fp8
@@ -32,6 +35,12 @@ suite = [c for c in expand(load("fp8")) if c.accum == "promoted" and not c.prese
          and c.n >= 16 and (c.m, c.n, c.k) not in {(s.m, s.n, s.k) for s in seen}]
 held = [c for c in suite if c.m > 64]
 decode = [c for c in suite if c.m <= 64][:6]
+bar = [Case("e4m3", m, n, k, "rcr", scaling="block", accum="promoted") for m, n, k in
+       [(64, 2112, 7168), (128, 7168, 16384), (128, 4096, 7168), (64, 24576, 1536),
+        (4096, 7168, 16384), (4096, 2112, 7168), (4096, 24576, 1536), (4096, 32768, 512),
+        (4096, 7168, 2048), (2048, 4096, 4096)]]
+PARTS = {"seen": seen, "bar": bar, "held_out": held, "decode": decode}
+chosen = sys.argv[1:] or ["seen", "held_out", "decode"]
 env = RunEnv(info=device_info(), budget_s=0.25)
 
 
@@ -45,10 +54,10 @@ def geomean(xs):
     return round(math.exp(sum(map(math.log, xs)) / len(xs)), 3) if xs else None
 
 
-compile_many([v for c in seen + held + decode for v in cfgs(c).values()], device_arch())
+compile_many([v for p in chosen for c in PARTS[p] for v in cfgs(c).values()], device_arch())
 rows = []
 for rnd in range(2):
-    for part, cases in (("seen", seen), ("held_out", held), ("decode", decode)):
+    for part, cases in ((p, PARTS[p]) for p in chosen):
         for c in cases:
             r = {"part": part, "round": rnd, "case": c.label}
             order = ("plain", "overlap") if rnd == 0 else ("overlap", "plain")
@@ -69,7 +78,7 @@ for rnd in range(2):
             print(json.dumps(r), flush=True)
             rows.append(r)
 summary = {}
-for part in ("seen", "held_out", "decode"):
+for part in chosen:
     for scaling in ("block", "tensor", "row"):
         rs = [r for r in rows if r["part"] == part and f" {scaling} " in r["case"] and r.get("torch")]
         if not rs:
