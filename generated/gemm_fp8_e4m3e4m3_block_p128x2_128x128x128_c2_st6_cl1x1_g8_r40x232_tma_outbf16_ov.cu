@@ -538,6 +538,9 @@ gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st6_cl1x1_g8_r40x232_tma_outbf16_o
         };
         Unit done;             // the finished unit whose sums F holds, its epilogue pending
         bool pending = false;
+        // The two consumers run a K block apart: consumer 1 starts its first tile once consumer 0
+        // has promoted its first block (stagger()), so that each one's drain at the end of a
+        // window, and its epilogue, fall while the other's wgmmas keep the tensor cores busy.
         bool staggered = false;
         auto stagger = [&]() {
             if (!staggered) {

@@ -10,11 +10,18 @@ Each is graph-timed (20 calls per graph, median of 10 replays; kernel only) on t
 operands, the weights rotating over sets past twice the L2; every output is checked against
 torch._scaled_mm's (relative Frobenius error <= 2e-2; a NaN fails).
 
+With the argument `block`: blockwise scales (1 x 128 activations, 128 x 128 weights, quantized
+by gemmgen.torch.quantize), promoted accumulation with two partial sets and the overlapped main
+loop, BN in {64, 128} (a promoted 256-column tile does not fit the registers), against
+torch._scaled_mm's blockwise call on the same tensors.
+
 Usage on the GPU machine, from the repository root:
-    PYTHONPATH=$PWD python3 benchmarks/investigations/fp8_decode_sweep.py
-writes $OUT/fp8_decode_sweep_<GPU>.json when $OUT is set."""
+    PYTHONPATH=$PWD python3 benchmarks/investigations/fp8_decode_sweep.py [block]
+writes $OUT/fp8_decode_sweep_<GPU>.json (fp8_decode_sweep_block_<GPU>.json) when $OUT is set;
+SWEEP_SETS=train (or test) runs one of the two sets."""
 import json
 import os
+import sys
 
 import torch
 
@@ -38,17 +45,21 @@ MS = (16, 64, 128)
 TILES = ((64, 1), (128, 2))
 BNS = (64, 128, 256)
 SPLITS = (1, 2, 4, 8)
+BLOCK = sys.argv[1:] == ["block"]
+SCALING = "block" if BLOCK else "tensor"
+A_BLOCK, W_BLOCK = ((1, 128), (128, 128)) if BLOCK else (None, None)
 
 
 def candidates(base):
-    """The grid's valid configs (per-tensor, fast, direct stores), by (bm, bn, split)."""
+    """The grid's valid configs (per-tensor and fast, or blockwise and overlapped; direct
+    stores), by (bm, bn, split)."""
     out = {}
     for bm, cons in TILES:
-        for bn in BNS:
+        for bn in (b for b in BNS if not (BLOCK and b > 128)):
             for split in SPLITS:
                 cfg = base.replace(check=False, bm=bm, consumers=cons, bn=bn, split_k=split,
                                    regs_consumer=240 if cons == 1 else 232, store="direct",
-                                   cluster_m=1, cluster_n=1)
+                                   cluster_m=1, cluster_n=1, overlap=BLOCK)
                 for stages in range(9, 1, -1):
                     c = cfg.replace(check=False, stages=stages)
                     if not c.violations():
@@ -61,27 +72,32 @@ def main():
     name = torch.cuda.get_device_name()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     sms = sm_count()
-    base = choose_fp8(4096, 4096, 4096, "tensor", True).config
+    base = choose_fp8(4096, 4096, 4096, SCALING, not BLOCK).config
     grid = candidates(base)
     kernels = dict(zip(grid, build_many(list(grid.values()))))
     rows = []
+    sets_run = os.environ.get("SWEEP_SETS", "train,test").split(",")  # e.g. one set per GPU
     for split_name, models in (("train", TRAIN), ("test", TEST)):
+        if split_name not in sets_run:
+            continue
         for model, layers in models.items():
             for n, k in layers:
                 sets = max(2, -(-2 * l2 // (n * k)))
-                ws = [gt.quantize(torch.randn(n, k, device="cuda") * k ** -0.5, None)
+                ws = [gt.quantize(torch.randn(n, k, device="cuda") * k ** -0.5, W_BLOCK)
                       for _ in range(sets)]
+                ws = [(q, sw.t() if BLOCK else sw) for q, sw in ws]   # blockwise: (K/128, N/128)
                 for m in MS:
-                    a, sa = gt.quantize(torch.randn(m, k, device="cuda"), None)
+                    a, sa = gt.quantize(torch.randn(m, k, device="cuda"), A_BLOCK)
                     want = torch._scaled_mm(a, ws[0][0].t(), sa, ws[0][1],
-                                            out_dtype=torch.bfloat16, use_fast_accum=True)
+                                            out_dtype=torch.bfloat16, use_fast_accum=not BLOCK)
                     row = {"set": split_name, "model": model, "M": m, "N": n, "K": k,
-                           "chosen": choose_fp8(m, n, k, "tensor", True, sms=sms).config.name}
+                           "chosen": choose_fp8(m, n, k, SCALING, not BLOCK, sms=sms).config.name}
                     row["torch_ms"] = graph_timing.graph_ms(lambda i: torch._scaled_mm(
                         a, ws[i % sets][0].t(), sa, ws[i % sets][1], out_dtype=torch.bfloat16,
-                        use_fast_accum=True), 20, 10)
+                        use_fast_accum=not BLOCK), 20, 10)
                     row["chosen_ms"] = graph_timing.graph_ms(lambda i: gt.scaled_mm(
-                        a, ws[i % sets][0].t(), sa, ws[i % sets][1], use_fast_accum=True), 20, 10)
+                        a, ws[i % sets][0].t(), sa, ws[i % sets][1], use_fast_accum=not BLOCK),
+                        20, 10)
                     times = {}
                     for key, kern in kernels.items():
                         if isinstance(kern, Exception):
@@ -111,9 +127,11 @@ def main():
                     rows.append(row)
     out = os.environ.get("OUT")
     if out:
-        with open(os.path.join(out, f"fp8_decode_sweep_{name.replace(' ', '_')}.json"), "w") as f:
-            json.dump({"gpu": name, "torch": torch.__version__, "sms": sms, "rows": rows}, f,
-                      indent=1)
+        tag = "block_" if BLOCK else ""
+        with open(os.path.join(out, f"fp8_decode_sweep_{tag}{name.replace(' ', '_')}.json"),
+                  "w") as f:
+            json.dump({"gpu": name, "torch": torch.__version__, "sms": sms, "scaling": SCALING,
+                       "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
