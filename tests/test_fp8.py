@@ -106,11 +106,24 @@ def test_search_space_is_valid_and_respects_the_scaling():
 
 
 # ---- heuristics and cost model ------------------------------------------------------------
+@pytest.mark.parametrize("m, n, k, want", [
+    (64, 2112, 7168, (64, 64, 4)),      # the grid's best on the H100 and the H200 (9.5-10.9 us)
+    (128, 7168, 16384, (64, 128, 1)),   # 112 tiles of 64 x 128 in one wave
+    (16, 7168, 16384, (64, 128, 2)),    # 56 tiles: two slices of 64 K blocks
+    (128, 14336, 4096, (128, 128, 1)),  # 112 tiles of 128 rows against 224 of 64
+    (16, 1024, 4096, (64, 64, 4)),      # 16 tiles: four slices of 8 K blocks (no more)
+])
+def test_block_decode_tiles_and_split(m, n, k, want):
+    cfg = choose_fp8(m, n, k, "block", False, sms=132).config
+    assert (cfg.bm, cfg.bn, cfg.split_k) == want and cfg.overlap
+    assert cfg.consumers == cfg.bm // 64 and not cfg.violations()
+    q = choose_fp8(m, n, k, "block", False, sms=132, out="e4m3", quant="1x128").config
+    assert q.bn == 128 and not q.violations()   # 1 x 128 output scales: whole groups
+
+
 def test_decode_shapes_split_k_to_fill_the_sms():
-    ch = choose_fp8(64, 2112, 7168, "block", False)
-    assert (ch.config.bm, ch.config.bn, ch.config.split_k) == (64, 128, 7)  # the measured best
-    ch = choose_fp8(128, 7168, 16384, "block", False)
-    assert (ch.config.bm, ch.config.bn, ch.config.split_k) == (128, 128, 2)
+    ch = choose_fp8(64, 2112, 7168, "tensor", False)   # promoted per tensor: the older rule
+    assert (ch.config.bm, ch.config.bn, ch.config.split_k) == (64, 128, 7)
     assert split_for(200, 4096) == 1
 
 
@@ -159,7 +172,7 @@ def test_cost_model_and_explain():
     dec = cost.fp8_estimate(64, 2112, 7168, "block", {"A": (64, 7168)}, split=7, fast=False)
     assert dec.path == "repack" and "pack A" in dec.terms and dec.terms["gemm"] > 3.5e-6
     text = explain_fp8(64, 2112, 7168, "block", False, b_k_major=False)
-    assert "split 7 ways" in text and "B not K-major" in text and "predicted: repack" in text
+    assert "split 4 ways" in text and "B not K-major" in text and "predicted: repack" in text
 
 
 # ---- scales and API errors ---------------------------------------------------------------
@@ -351,7 +364,7 @@ def test_cli_emit_and_explain_take_the_fp8_dtypes(tmp_path):
     res = run(main, ["emit", "--family", "fp8", "--scaling", "block", "--promote", "0"])
     assert res.exit_code == 2 and "F18 fast-needs-tensor-or-row" in res.output
     res = run(main, ["explain", "64", "2112", "7168", "--dtype", "e4m3", "--scaling", "block"])
-    assert res.exit_code == 0 and "split 7 ways" in res.output, res.output
+    assert res.exit_code == 0 and "split 4 ways" in res.output, res.output
     res = run(main, ["explain", "64", "64", "64", "--dtype", "e4m3", "--scaling", "block",
                      "--fast-accum"])
     assert res.exit_code == 2 and "block scaling needs promoted" in res.output

@@ -18,21 +18,17 @@ torch._scaled_mm's blockwise call on the same tensors.
 Usage on the GPU machine, from the repository root:
     PYTHONPATH=$PWD python3 benchmarks/investigations/fp8_decode_sweep.py [block]
 writes $OUT/fp8_decode_sweep_<GPU>.json (fp8_decode_sweep_block_<GPU>.json) when $OUT is set;
-SWEEP_SETS=train (or test) runs one of the two sets."""
+SWEEP_SETS=train (or test) runs one of the two sets. Without a GPU,
+    PYTHONPATH=$PWD python3 benchmarks/investigations/fp8_decode_sweep.py summarize FILE ...
+scores this checkout's choose_fp8 on each file's timings: per set, the geomean and lowest of
+torch._scaled_mm's time over the time of the candidate the rule picks, beside the choice the
+run made ("chosen") and the grid's best."""
 import json
+import math
 import os
 import sys
 
-import torch
-
-import gemmgen.torch as gt
 from gemmgen.heuristics.fp8 import choose_fp8
-from gemmgen.runtime.build import build_many
-from gemmgen.runtime.operands.scales import check_fp8
-from gemmgen.runtime.plans import plan_scaled
-from gemmgen.runtime.device import sm_count
-
-import graph_timing  # beside this script (its folder is sys.path[0] when it runs)
 
 TRAIN = {"llama3_8b": [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336)],
          "mistral_7b_mlp": [(28672, 4096)],
@@ -45,7 +41,7 @@ MS = (16, 64, 128)
 TILES = ((64, 1), (128, 2))
 BNS = (64, 128, 256)
 SPLITS = (1, 2, 4, 8)
-BLOCK = sys.argv[1:] == ["block"]
+BLOCK = "block" in sys.argv[1:2]
 SCALING = "block" if BLOCK else "tensor"
 A_BLOCK, W_BLOCK = ((1, 128), (128, 128)) if BLOCK else (None, None)
 
@@ -68,7 +64,39 @@ def candidates(base):
     return out
 
 
+def summarize(paths):
+    """Each file's rule score per set (see the module docstring), printed as JSON."""
+    def gm(xs):
+        return round(math.exp(sum(map(math.log, xs)) / len(xs)), 3)
+    out = {}
+    for path in paths:
+        d = json.load(open(path))
+        block = d.get("scaling") == "block"
+        for part in ("train", "test"):
+            rows = [r for r in d["rows"] if r["set"] == part]
+            rule = []
+            for r in rows:
+                cfg = choose_fp8(r["M"], r["N"], r["K"], d.get("scaling", "tensor"), not block,
+                                 sms=d["sms"]).config
+                rule.append(r["torch_ms"] / r["candidates_ms"][f"{cfg.bm}x{cfg.bn}x{cfg.split_k}"])
+            out[f"{d['gpu']} {part}"] = {
+                "rows": len(rows), "rule": gm(rule), "rule_min": round(min(rule), 3),
+                "chosen": gm([r["torch_ms"] / r["chosen_ms"] for r in rows]),
+                "best": gm([r["torch_ms"] / r["best_ms"] for r in rows])}
+    print(json.dumps(out, indent=1))
+    return out
+
+
 def main():
+    import torch
+
+    import gemmgen.torch as gt
+    from gemmgen.runtime.build import build_many
+    from gemmgen.runtime.operands.scales import check_fp8
+    from gemmgen.runtime.plans import plan_scaled
+    from gemmgen.runtime.device import sm_count
+
+    import graph_timing  # beside this script (its folder is sys.path[0] when it runs)
     name = torch.cuda.get_device_name()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     sms = sm_count()
@@ -135,4 +163,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["summarize"]:
+        summarize(sys.argv[2:])
+    else:
+        main()
