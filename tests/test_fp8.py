@@ -273,7 +273,8 @@ def _variants() -> list:
             FP8["fp8_block_overlap"].replace(cluster_m=2, split_k=3),
             FP8["fp8_block_overlap"].replace(out="e4m3", quant="1x128", epilogue="bias",
                                              stages=5),
-            FP8["fp8_block_decode"].replace(overlap=True)]
+            FP8["fp8_block_decode"].replace(overlap=True),
+            FP8["fp8_block_decode"].replace(overlap=True, bn=64, split_k=4)]
 
 
 @pytest.fixture(scope="module")
