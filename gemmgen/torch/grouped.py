@@ -27,7 +27,7 @@ from torch import Tensor
 from ..runtime.grouped import grouped_gemm, plan_grouped
 from ..runtime.operands import OperandError
 from . import launcher
-from .ops import _LIB, _REFERENCE, LAUNCHER, _warn_once
+from .ops import _LIB, _REFERENCE, LAUNCHER, _warn_once, autocast
 
 GROUPED_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -199,9 +199,7 @@ def grouped_mm(a: Tensor, b: Tensor, offs: Tensor | None = None, out_dtype=None,
             raise OperandError("scale_a and scale_b go together: A's 1 x 128 block scales and "
                                "B's 128 x 128 ones")
         return torch.ops.gemmgen.scaled_grouped_mm(a, b, scale_a, scale_b, offs, out_dtype)
-    if torch.is_autocast_enabled(a.device.type):
-        dt = torch.get_autocast_dtype(a.device.type)
-        a, b = a.to(dt), b.to(dt)
+    a, b = autocast(a.device.type, a, b)
     return torch.ops.gemmgen.grouped_mm(a, b, offs, out_dtype)
 
 

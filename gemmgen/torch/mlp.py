@@ -36,7 +36,7 @@ from torch import Tensor
 
 from ..runtime.operands import OperandError
 from . import launcher
-from .ops import _LIB, _REFERENCE, LAUNCHER, call, row_or_col
+from .ops import _LIB, _REFERENCE, LAUNCHER, autocast, call, row_or_col
 DUAL_DTYPES = (torch.float16, torch.bfloat16)
 """The dtypes the dual GEMM takes; others go to PyTorch."""
 TREE = "silu(gate)*up"
@@ -188,10 +188,7 @@ def swiglu(x: Tensor, w_gate: Tensor, w_up: Tensor) -> Tensor:
     (..., K), w_gate and w_up nn.Linear weights (N x K); returns (..., N). With fewer rows than
     the dual GEMM takes (``few_rows``) PyTorch's formula runs here, without the op's host
     time. Raises ``OperandError`` naming the argument."""
-    device = x.device.type
-    if device in ("cuda", "cpu") and torch.is_autocast_enabled(device):
-        dt = torch.get_autocast_dtype(device)
-        x, w_gate, w_up = x.to(dt), w_gate.to(dt), w_up.to(dt)
+    x, w_gate, w_up = autocast(x.device.type, x, w_gate, w_up)
     if few_rows(x):  # the argument checks only where PyTorch's own would not name it
         if w_gate.dim() != 2 or w_gate.shape != w_up.shape:
             check_args(x, w_gate, w_up)

@@ -175,6 +175,16 @@ def call(op, *args):
         return op(*args)
 
 
+def autocast(device: str, *tensors: Optional[Tensor]) -> tuple:
+    """``tensors`` cast to the autocast dtype where ``torch.autocast`` is on for ``device``
+    ("cuda" or "cpu"), as PyTorch's own matmul casts its operands (None stays None); else as
+    given. The entry of every gemmgen op with autocast (gemm, linear, swiglu, grouped_mm)."""
+    if device not in ("cuda", "cpu") or not torch.is_autocast_enabled(device):
+        return tensors
+    dt = torch.get_autocast_dtype(device)
+    return tuple(None if t is None else t.to(dt) for t in tensors)
+
+
 def gemm(a: Tensor, b: Tensor, bias: Optional[Tensor] = None,
          epilogue: Optional[str] = None) -> Tensor:
     """``torch.ops.gemmgen.gemm`` with autocast: under ``torch.autocast`` for a's device type the
@@ -182,11 +192,7 @@ def gemm(a: Tensor, b: Tensor, bias: Optional[Tensor] = None,
     "bias" when ``bias`` is given, else "none". Shapes, dtypes and errors: see ``gemmgen.torch.ops``."""
     if epilogue is None:
         epilogue = "bias" if bias is not None else "none"
-    device = a.device.type
-    if torch.is_autocast_enabled(device):
-        dt = torch.get_autocast_dtype(device)
-        a, b = a.to(dt), b.to(dt)
-        bias = None if bias is None else bias.to(dt)
+    a, b, bias = autocast(a.device.type, a, b, bias)
     return call(_GEMM, a, b, bias, epilogue)
 
 
@@ -200,11 +206,7 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
     weight (N, K), bias N values), with ``activation`` ("relu", "gelu" or None) fused, through
     ``torch.ops.gemmgen.linear`` (one C++ call where the launcher is loaded); autocast as
     ``gemm``. Raises ``OperandError`` naming the argument."""
-    device = x.device.type
-    if torch.is_autocast_enabled(device):
-        dt = torch.get_autocast_dtype(device)
-        x, weight = x.to(dt), weight.to(dt)
-        bias = None if bias is None else bias.to(dt)
+    x, weight, bias = autocast(x.device.type, x, weight, bias)
     return call(_LINEAR, x, weight, bias, activation or "none")
 
 
