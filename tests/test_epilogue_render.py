@@ -7,7 +7,7 @@ import re
 import pytest
 
 from gemmgen import PRESETS, BuildError, render
-from gemmgen.compile.nvcc import compile_source, sass, tool_path
+from gemmgen.compile.nvcc import compile_source, tool_path
 from gemmgen.model.config import LAYOUTS
 from gemmgen.model.epilogue import Epilogue
 from gemmgen.model.epilogue_rules import EPILOGUE_ARGS, EPILOGUE_ARGS_BYTES
@@ -106,10 +106,10 @@ def _variants() -> list:
 
 @pytest.fixture(scope="module")
 def compiled(nvcc):
-    from gemmgen.compile.cache import compile_many
+    from batched import compile_batched
     configs = _variants()
     out = {}
-    for cfg, done in zip(configs, compile_many(configs, arch=ARCH)):
+    for cfg, done in zip(configs, compile_batched(configs, arch=ARCH)):
         if isinstance(done, BuildError):
             pytest.fail(f"{cfg.name}: {done}")
         out[cfg.name] = (cfg, done[0], done[1])
@@ -133,8 +133,9 @@ def test_no_spills_and_the_epilogue_args_sit_last_in_the_parameter_block(compile
 def test_sass_has_no_local_memory_and_the_dual_gemm_two_accumulator_sets(compiled):
     if tool_path("cuobjdump") is None:
         pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+    from batched import sass_of
     for name, (cfg, cubin, _) in compiled.items():
-        text = sass(cubin)
+        text = sass_of(cubin, name)
         assert not re.search(r"\b(LDL|STL)\b", text), f"{name} uses local memory"
         main = text.split(f"Function : {name}\n")[1].split("Function :")[0]
         sets = set(re.findall(r"HGMMA\.\S+ (R\d+),", main))

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 import gemmgen
 from gemmgen import FAMILIES, PRESETS, BuildError, ConfigError, render
-from gemmgen.compile.nvcc import compile_source, sass, tool_path
+from gemmgen.compile.nvcc import compile_source, tool_path
 from gemmgen.heuristics import cost
 from gemmgen.heuristics.fp8 import choose_fp8, explain_fp8, split_for
 from gemmgen.runtime.arrays import dtype_name_of, numpy_dtype
@@ -279,10 +279,10 @@ def _variants() -> list:
 
 @pytest.fixture(scope="module")
 def compiled(nvcc):
-    from gemmgen.compile.cache import compile_many
+    from batched import compile_batched
     configs = list(FP8.values()) + _variants()
     out = {}
-    for cfg, done in zip(configs, compile_many(configs, arch=ARCH)):
+    for cfg, done in zip(configs, compile_batched(configs, arch=ARCH)):
         if isinstance(done, BuildError):
             pytest.fail(f"{cfg.name}: {done}")
         out[cfg.name] = (cfg, done[0], done[1])
@@ -301,8 +301,9 @@ def test_no_spills_no_stack_and_the_parameter_table(compiled):
 def test_sass_has_qgmma_of_the_dtypes_and_no_local_memory(compiled):
     if tool_path("cuobjdump") is None:
         pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+    from batched import sass_of
     for name, (cfg, cubin, _) in compiled.items():
-        text = sass(cubin)
+        text = sass_of(cubin, name)
         kinds = f"{cfg.dtype.upper()}.{cfg.b_dtype.upper()}"
         assert re.search(rf"QGMMA\.64x{cfg.bn}x32\.F32\.{kinds}", text), name
         assert "HGMMA" not in text and "UTMALDG" in text and "USETMAXREG" in text, name

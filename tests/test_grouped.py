@@ -12,7 +12,7 @@ import pytest
 
 from gemmgen import PRESETS, BuildError, grouped_gemm, render
 from gemmgen.codegen.render import _env
-from gemmgen.compile.nvcc import sass, tool_path
+from gemmgen.compile.nvcc import tool_path
 from gemmgen.heuristics import grouped as hg
 from gemmgen.model.config import ConfigError
 from gemmgen.model.families import config_from_dict, families_for
@@ -280,10 +280,10 @@ def _variants() -> list:
 
 @pytest.fixture(scope="module")
 def compiled(nvcc):
-    from gemmgen.compile.cache import compile_many
+    from batched import compile_batched
     configs = list(GROUPED.values()) + _variants()
     out = {}
-    for cfg, done in zip(configs, compile_many(configs, arch=ARCH)):
+    for cfg, done in zip(configs, compile_batched(configs, arch=ARCH)):
         if isinstance(done, BuildError):
             pytest.fail(f"{cfg.name}: {done}")
         out[cfg.name] = (cfg, done[0], done[1])
@@ -305,8 +305,9 @@ def test_no_spills_no_stack_and_the_parameter_table(compiled):
 def test_sass_has_hgmma_tma_and_no_local_memory(compiled):
     if tool_path("cuobjdump") is None:
         pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+    from batched import sass_of
     for name, (cfg, cubin, _) in compiled.items():
-        text = sass(cubin)
+        text = sass_of(cubin, name)
         mma = "QGMMA.64x128x32.F32.E4M3.E4M3" if cfg.fp8 else "HGMMA"  # FP8 wgmma is QGMMA
         assert mma in text and "UTMALDG" in text and "UTMASTG" in text, name
         assert not re.search(r"\b(LDL|STL)\b", text), f"{name} uses local memory"

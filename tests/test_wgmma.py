@@ -8,7 +8,7 @@ from breakers import pairwise_variants
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from gemmgen import FAMILIES, PRESETS, BuildError, ConfigError, build, render
-from gemmgen.compile.nvcc import compile_source, sass, tool_path
+from gemmgen.compile.nvcc import compile_source, tool_path
 from gemmgen.heuristics.select import choose
 from gemmgen.model.config import LAYOUTS
 from gemmgen.model.families import fallback_config
@@ -132,11 +132,12 @@ def _variants() -> list:
 @pytest.fixture(scope="module")
 def compiled(nvcc):
     """name -> (cubin, ptxas resources) for the presets and the variants, compiled in parallel
-    nvcc processes (BuildError, and so a failed test, for any ptxas slow-path warning)."""
-    from gemmgen.compile.cache import compile_many
+    nvcc processes (BuildError, and so a failed test, for any ptxas slow-path warning), one
+    translation unit per core (tests/batched.py)."""
+    from batched import compile_batched
     configs = list(WGMMA.values()) + _variants()
     out = {}
-    for cfg, done in zip(configs, compile_many(configs, arch=ARCH)):
+    for cfg, done in zip(configs, compile_batched(configs, arch=ARCH)):
         if isinstance(done, BuildError):
             pytest.fail(f"{cfg.name}: {done}")
         out[cfg.name] = (cfg, done[0], done[1])
@@ -161,6 +162,7 @@ def test_parameter_table_agrees_with_cuobjdump(compiled, tmp_path):
     path = tmp_path / "k.cubin"
     path.write_bytes(cubin)
     text = subprocess.run([tool, "-elf", str(path)], capture_output=True, text=True).stdout
+    text = re.split(r"\n\.", text.split(f"\n.nv.info.{cfg.name}\n")[1])[0]  # its own section
     found = {int(o, 16): (int(f, 16), int(s, 16)) for o, f, s in re.findall(
         r"Ordinal\s*:\s*(0x[0-9a-f]+)\s+Offset\s*:\s*(0x[0-9a-f]+)\s+Size\s*:\s*(0x[0-9a-f]+)",
         text)}
@@ -171,8 +173,9 @@ def test_parameter_table_agrees_with_cuobjdump(compiled, tmp_path):
 def test_sass_has_wgmma_and_tma_and_no_local_memory(compiled):
     if tool_path("cuobjdump") is None:
         pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+    from batched import sass_of
     for name, (cfg, cubin, _) in compiled.items():
-        text = sass(cubin)
+        text = sass_of(cubin, name)
         assert "HGMMA" in text and "UTMALDG" in text, name
         assert not re.search(r"\b(LDL|STL)\b", text), f"{name} uses local memory"
         if cfg.store == "tma":
@@ -242,10 +245,10 @@ def _compiled_sass(configs, main_only=True):
     a build error."""
     if tool_path("cuobjdump") is None:
         pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
-    from gemmgen.compile.cache import compile_many
-    for cfg, done in zip(configs, compile_many(configs, arch=ARCH)):
+    from batched import compile_batched, sass_of
+    for cfg, done in zip(configs, compile_batched(configs, arch=ARCH)):
         assert not isinstance(done, BuildError), (cfg.name, done)
-        text = sass(done[0])
+        text = sass_of(done[0], cfg.name)
         if main_only:
             text = text.split(f"Function : {cfg.name}\n")[1].split("Function :")[0]
         yield cfg, done[1], text
