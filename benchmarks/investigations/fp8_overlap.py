@@ -77,19 +77,25 @@ for rnd in range(2):
             r["config"] = cfgs(c)["overlap"].name
             print(json.dumps(r), flush=True)
             rows.append(r)
+def ratios(rs, num, den):
+    return [r[num] / r[den] for r in rs if r.get(num) and r.get(den)]
+
+
 summary = {}
 for part in chosen:
     for scaling in ("block", "tensor", "row"):
-        rs = [r for r in rows if r["part"] == part and f" {scaling} " in r["case"] and r.get("torch")]
+        rs = [r for r in rows if r["part"] == part and f" {scaling} " in r["case"]
+              and r.get("torch")]
         if not rs:
             continue
+        over_plain, over_torch = ratios(rs, "overlap", "plain"), ratios(rs, "overlap", "torch")
         summary[f"{part}.{scaling}"] = {
             "rows_x_rounds": len(rs),
-            "overlap_vs_plain": geomean([r["overlap"] / r["plain"] for r in rs if r["overlap"] and r["plain"]]),
-            "overlap_vs_plain_min": min((round(r["overlap"] / r["plain"], 3) for r in rs if r["overlap"] and r["plain"]), default=None),
-            "plain_vs_torch": geomean([r["plain"] / r["torch"] for r in rs if r["plain"]]),
-            "overlap_vs_torch": geomean([r["overlap"] / r["torch"] for r in rs if r["overlap"]]),
-            "overlap_vs_torch_min": min((round(r["overlap"] / r["torch"], 3) for r in rs if r["overlap"]), default=None),
+            "overlap_vs_plain": geomean(over_plain),
+            "overlap_vs_plain_min": round(min(over_plain), 3) if over_plain else None,
+            "plain_vs_torch": geomean(ratios(rs, "plain", "torch")),
+            "overlap_vs_torch": geomean(over_torch),
+            "overlap_vs_torch_min": round(min(over_torch), 3) if over_torch else None,
             "all_ok": all(r.get("plain_ok") and r.get("overlap_ok") for r in rs)}
 print(json.dumps(summary, indent=1))
 if os.environ.get("OUT"):
