@@ -656,7 +656,9 @@ gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st6_cl1x1_g8_r40x232_tma_outbf16_o
                 issue(P0, s, 0);
                 wgmma_commit();
                 advance();
-                if (pending) finish(done);  // the previous unit's epilogue, under this one's first wgmmas
+                // The previous tile's pending epilogue (with two partial sets, under this tile's
+                // first wgmmas); the main loop then starts F anew.
+                if (pending) finish(done);
                 const int w1 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P1);
@@ -707,7 +709,9 @@ gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st6_cl1x1_g8_r40x232_tma_outbf16_o
                 issue(P0, s, 0);
                 wgmma_commit();
                 advance();
-                if (pending) finish(done);  // the previous unit's epilogue, under this one's first wgmmas
+                // The previous tile's pending epilogue (with two partial sets, under this tile's
+                // first wgmmas); the main loop then starts F anew.
+                if (pending) finish(done);
                 const int w1 = s;
                 mbar_wait(full_bar + 8 * s, phase);
                 fence_all(P1);
@@ -734,7 +738,9 @@ gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st6_cl1x1_g8_r40x232_tma_outbf16_o
                 issue(P0, s, 0);
                 wgmma_commit();
                 advance();
-                if (pending) finish(done);  // the previous unit's epilogue, under this one's first wgmmas
+                // The previous tile's pending epilogue (with two partial sets, under this tile's
+                // first wgmmas); the main loop then starts F anew.
+                if (pending) finish(done);
                 stagger();
                 wgmma_wait<0>();
                 fence_all(P0);
@@ -742,7 +748,9 @@ gemm_fp8_e4m3e4m3_block_p128x2_128x128x128_c2_st6_cl1x1_g8_r40x232_tma_outbf16_o
                 promote(P0, S0, true);
                 kb = 1;
             } else {                              // no K blocks: nothing to overlap with
-                if (pending) finish(done);  // the previous unit's epilogue, under this one's first wgmmas
+                // The previous tile's pending epilogue (with two partial sets, under this tile's
+                // first wgmmas); the main loop then starts F anew.
+                if (pending) finish(done);
                 zero(F);
                 stagger();
             }
