@@ -184,9 +184,7 @@ def _overlap(cfg, reasons: list) -> dict:
     ov = cfg.replace(check=False, overlap=True)
     if cfg.scaling != "block" or ov.violations():
         return {}
-    reasons.append("blockwise: overlapped main loop (epilogue under the next unit's first "
-                   "wgmmas, scales a window ahead" + (", consumers a K block apart"
-                                                      if ov.stagger else "") + ")")
+    reasons.append(f"blockwise: overlapped main loop ({ov.overlap_summary})")
     return {"overlap": True}
 
 

@@ -163,6 +163,13 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
                 f"{'  overlap' if self.overlap else ''}")
 
     @property
+    def overlap_summary(self) -> str:
+        """What ``overlap`` does in this kernel, in words (its header and ``explain``)."""
+        return ("each unit's epilogue deferred under the next unit's first wgmmas, scales "
+                "loaded a window of 4 K blocks ahead"
+                + (", the two consumers a K block apart" if self.stagger else ""))
+
+    @property
     def stagger(self) -> bool:
         """Two consumers of an overlapped kernel run a K block apart (the grouped family's
         property of the same name, which the shared main loop reads)."""

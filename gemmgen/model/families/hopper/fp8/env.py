@@ -131,10 +131,7 @@ class Fp8Env:
                f"added to fp32 registers" + (", the block scales applied there"
                                              if self.scaling == "block" else "")
                + (f"; {self.partials} partial sets" if self.partials > 1 else "")
-               + ("; each unit's epilogue deferred under the next unit's first wgmmas, scales "
-                  "loaded a window of 4 K blocks ahead" + (", the two consumers a K block apart"
-                                                          if self.stagger else "")
-                  if self.overlap else ""))
+               + (f"; {self.overlap_summary}" if self.overlap else ""))
         return [(f"D[M,N] = act(sum_k (A[m,k] sa) (B[k,n] sb) + bias[n]): A {self.dtype} (M x K, "
                  f"row-major, lda), B {self.b_dtype} (K x N column-major, i.e. N rows of K, ldb),"),
                 f"fp32 accumulation, D {self.out} (row-major, ldd).",
