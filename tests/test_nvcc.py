@@ -9,7 +9,7 @@ import pytest
 from breakers import ALL_RULES, breaker
 
 from gemmgen import FAMILIES, PRESETS, SimtConfig, render
-from gemmgen.compile.nvcc import (BuildError, _run_nvcc, compile_many, compile_source,
+from gemmgen.compile.nvcc import (BuildError, _run_nvcc, compile_source,
                                   parse_ptxas)
 
 ARCHS = ("sm_80", "sm_90")
@@ -42,26 +42,17 @@ def preset_archs(name: str) -> tuple[str, ...]:
 @pytest.fixture(scope="module")
 def preset_reports(nvcc):
     """{preset: {arch: ptxas report}}: per arch, the presets as one translation unit per core
-    (``compile_many``), so nvcc's start-up (about 0.7 s a process) is paid per unit and not
+    (``tests/batched.py``), so nvcc's start-up (about 0.7 s a process) is paid per unit and not
     per preset; a unit that fails is compiled preset by preset, so each names its own error."""
-    cores = os.cpu_count() or 2
-    jobs = [(arch, tuple(names[i::cores])) for arch in ARCHS
-            for names in [[n for n in NON_TMA_PRESETS if arch in preset_archs(n)]]
-            for i in range(min(cores, len(names)))]
-    units = _parallel(lambda job: compile_many([render(PRESETS[n].config) for n in job[1]],
-                                               job[0]), jobs)
+    from batched import compile_batched
     out: dict = {}
-    for (arch, names), found in units.items():
-        for n in names:
-            name = PRESETS[n].config.name
-            if isinstance(found, BuildError):
-                try:
-                    found_one = compile_source(render(PRESETS[n].config), (arch,), name=name)
-                    out.setdefault(n, {})[arch] = found_one[arch]
-                except BuildError as exc:
-                    out[n] = exc
+    for arch in ARCHS:
+        names = [n for n in NON_TMA_PRESETS if arch in preset_archs(n)]
+        for n, done in zip(names, compile_batched([PRESETS[n].config for n in names], arch)):
+            if isinstance(done, BuildError):
+                out[n] = done
             elif not isinstance(out.get(n), BuildError):
-                out.setdefault(n, {})[arch] = found[(name, arch)]
+                out.setdefault(n, {})[arch] = done[1]
     return out
 
 
