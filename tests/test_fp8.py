@@ -109,7 +109,8 @@ def test_search_space_is_valid_and_respects_the_scaling():
 @pytest.mark.parametrize("m, n, k, want", [
     (64, 2112, 7168, (64, 64, 4)),      # the grid's best on the H100 and the H200 (9.5-10.9 us)
     (128, 7168, 16384, (64, 128, 1)),   # 112 tiles of 64 x 128 in one wave
-    (16, 7168, 16384, (64, 128, 2)),    # 56 tiles: two slices of 64 K blocks
+    (16, 7168, 16384, (64, 64, 1)),     # 112 tiles of 64 columns, unsplit
+    (64, 24576, 1536, (64, 64, 1)),     # 384 tiles: three waves of 12 K blocks
     (128, 14336, 4096, (128, 128, 1)),  # 112 tiles of 128 rows against 224 of 64
     (16, 1024, 4096, (64, 64, 4)),      # 16 tiles: four slices of 8 K blocks (no more)
 ])

@@ -89,27 +89,23 @@ def _fast_decode(cfg, m: int, n: int, k: int, sms: int) -> tuple[int, int, int]:
     return bn, split, tiles
 
 
-BLOCK_DECODE = {"slice_blocks": 8, "unit": 512, "split": 16 * 128, "bn64": 1.5, "bm128": 2.0}
+BLOCK_DECODE = {"slice_blocks": 8, "unit": 512, "split": 8 * 128, "bm128": 2.0}
 """Blockwise decode's cost model (``_block_decode``): K blocks a split-K slice keeps at least;
 a work unit's fixed cost (fill, drain, epilogue) and a split's (its reduction), in the units of
-BN x K blocks; the cost per column of 64-column tiles and per row pair of 128-row tiles
-against 64 x 128 ones."""
+BN x K blocks; the cost of a 128-row tile against a 64-row one."""
 
 
 def _block_decode(cfg, m: int, n: int, k: int, sms: int) -> tuple[int, int, int, int]:
     """(BM, BN, split, tiles) of blockwise decode: of 64- or (M > 64) 128-row tiles, BN 64 or
     128 and split 1, 2, 4 or 8 (slices of at least 8 K blocks), the one whose waves of work
-    units cost least, a unit costing BN x its K blocks (x 1.5 for 64 columns, x 2 for 128
-    rows) plus 512, and a split 16 x 128 more; ties to fewer slices, then wider tiles. The
-    constants come from a grid of them scored on a grid of those tiles timed on Llama-3-8B,
+    units cost least, a unit costing BN x its K blocks (x 2 for 128 rows) plus 512, and a
+    split 8 x 128 more; ties to fewer slices, then wider tiles. The constants are the grid
+    point with the best training geomean over a grid of those tiles timed on Llama-3-8B,
     Mistral-7B's MLP and DeepSeek-V3's decode layers (M 16, 64, 128) on an H100 and an H200,
-    overlapped, beside torch._scaled_mm: of the points within 1% of the best training geomean,
-    the one with the best lowest rows, held-out rows included (so the held-out score is not
-    blind). 1.263x and 1.347x on that training set, 1.274x and 1.344x on held-out Qwen2.5-7B,
-    Gemma-2-9B, Phi-3-mini and Llama-3.1-70B layers, where the rule it replaces (128-row tiles
-    above M = 64, split to fill the SMs) ran 1.097x, 1.17x, 1.099x and 1.183x. The best
-    training point alone (no 64-column factor, a split 8 x 128) scores 1.293x, 1.34x, 1.302x
-    and 1.345x: benchmarks/results/fp8_decode_sweep_block_rule.json."""
+    overlapped, beside torch._scaled_mm: 1.293x and 1.34x there, 1.302x and 1.345x on held-out
+    Qwen2.5-7B, Gemma-2-9B, Phi-3-mini and Llama-3.1-70B layers, where the rule it replaces
+    (128-row tiles above M = 64, split to fill the SMs) ran 1.097x, 1.17x, 1.099x and 1.183x:
+    benchmarks/results/fp8_decode_sweep_block_*.json."""
     c = BLOCK_DECODE
     kb = math.ceil(k / 128)
     best = None
@@ -119,8 +115,7 @@ def _block_decode(cfg, m: int, n: int, k: int, sms: int) -> tuple[int, int, int,
                 if split > 1 and kb / split < c["slice_blocks"]:
                     continue
                 tiles = math.ceil(m / bm) * math.ceil(n / bn)
-                unit = (bn * math.ceil(kb / split) * (c["bn64"] if bn == 64 else 1)
-                        * (c["bm128"] if bm == 128 else 1) + c["unit"])
+                unit = bn * math.ceil(kb / split) * (c["bm128"] if bm == 128 else 1) + c["unit"]
                 cost_ = math.ceil(tiles * split / sms) * unit + (c["split"] if split > 1 else 0)
                 key = (cost_, split, -bn, bm)
                 if best is None or key < best[0]:
@@ -184,7 +179,9 @@ def _overlap(cfg, reasons: list) -> dict:
     ov = cfg.replace(check=False, overlap=True)
     if cfg.scaling != "block" or ov.violations():
         return {}
-    reasons.append(f"blockwise: overlapped main loop ({ov.overlap_summary})")
+    reasons.append("blockwise: overlapped main loop (epilogue under the next unit's first "
+                   "wgmmas, scales a window ahead" + (", consumers a K block apart"
+                                                      if ov.stagger else "") + ")")
     return {"overlap": True}
 
 
