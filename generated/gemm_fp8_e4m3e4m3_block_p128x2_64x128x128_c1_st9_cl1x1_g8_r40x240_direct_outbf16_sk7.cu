@@ -46,7 +46,7 @@
 //   flops_per_byte.global      = 1.0
 //   flops_per_byte.shared      = 85.333
 //   blocks_per_sm_sm_90        = 1
-// launch: grid = (min(units, SMs / 1 * 1), 1, 1) over units = ceil(M/64) * ceil(N/128) * 7 * 1, block = (256, 1, 1); tensor maps of A, B and D are the first three parameters, dynamic shared memory 222368 bytes (passed at launch)
+// launch: grid = (min(units, SMs / 1 * 1), 1, 1) over units = ceil(M/64) * ceil(N/128) * 7 * 1, block = (256, 1, 1); tensor maps of A, B and D are the first three parameters; programmatic dependent launch (the set-up overlaps the previous kernel, griddepcontrol.wait before any global memory access), dynamic shared memory 222368 bytes (passed at launch)
 //
 // gemmgen-config: {"family": "fp8", "bm": 64, "bn": 128, "bk": 128, "dtype": "e4m3", "b_dtype": "e4m3", "out": "bf16", "quant": "none", "scaling": "block", "promote": 128, "partials": 2, "consumers": 1, "stages": 9, "cluster_m": 1, "cluster_n": 1, "group": 8, "regs_producer": 40, "regs_consumer": 240, "store": "direct", "split_k": 7, "layout": "rcr", "epilogue": "none", "m": null, "n": null, "k": null}
 //
@@ -421,6 +421,10 @@ gemm_fp8_e4m3e4m3_block_p128x2_64x128x128_c1_st9_cl1x1_g8_r40x240_direct_outbf16
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
+    // Programmatic dependent launch: the set-up above ran while the previous kernel of the
+    // stream was finishing; no global memory is touched before that kernel has completed and
+    // its writes are visible (a no-op when launched without the attribute).
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
 
     if (wg == 0) {
         // The TMA loads of K block k0 of the tile at (m0, n0) into stage s (whole boxes count

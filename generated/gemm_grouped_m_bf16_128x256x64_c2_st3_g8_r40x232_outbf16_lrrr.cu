@@ -31,7 +31,7 @@
 //   flops_per_byte.global      = 85.333
 //   flops_per_byte.shared      = 51.2
 //   blocks_per_sm_sm_90        = 1
-// launch: grid = (min(SMs, an upper bound of the tiles), 1, 1) over the tiles of every group (128x256 each), block = (384, 1, 1); tensor maps of A, B and C are the first three parameters, the group offsets the fourth, dynamic shared memory 214064 bytes (passed at launch)
+// launch: grid = (min(SMs, an upper bound of the tiles), 1, 1) over the tiles of every group (128x256 each), block = (384, 1, 1); tensor maps of A, B and C are the first three parameters, the group offsets the fourth; programmatic dependent launch (the set-up overlaps the previous kernel, griddepcontrol.wait before any global memory access), dynamic shared memory 214064 bytes (passed at launch)
 //
 // gemmgen-config: {"family": "grouped", "bm": 128, "bn": 256, "bk": 64, "dtype": "bf16", "out": "bf16", "consumers": 2, "stages": 3, "group": 8, "regs_producer": 40, "regs_consumer": 232, "grouping": "m", "layout": "rrr"}
 //
@@ -404,6 +404,10 @@ gemm_grouped_m_bf16_128x256x64_c2_st3_g8_r40x232_outbf16_lrrr(
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
+    // Programmatic dependent launch: the set-up above ran while the previous kernel of the
+    // stream was finishing; no global memory is touched before that kernel has completed and
+    // its writes are visible (a no-op when launched without the attribute).
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
 
     // Issue the TMA loads of K tile `kt` of `tile` into stage `s` (one thread). Boxes past a
     // tensor's end are zero-filled by TMA and still count towards the stage's bytes.

@@ -32,7 +32,7 @@
 //   flops_per_byte.global      = 128.0
 //   flops_per_byte.shared      = 85.333
 //   blocks_per_sm_sm_90        = 1
-// launch: grid = (min(SMs, an upper bound of the tiles), 1, 1) over the tiles of every group (128x128 each), block = (384, 1, 1); tensor maps of A, B and C are the first three parameters, the group offsets the fourth, dynamic shared memory 230496 bytes (passed at launch)
+// launch: grid = (min(SMs, an upper bound of the tiles), 1, 1) over the tiles of every group (128x128 each), block = (384, 1, 1); tensor maps of A, B and C are the first three parameters, the group offsets the fourth; programmatic dependent launch (the set-up overlaps the previous kernel, griddepcontrol.wait before any global memory access), dynamic shared memory 230496 bytes (passed at launch)
 //
 // gemmgen-config: {"family": "grouped", "bm": 128, "bn": 128, "bk": 128, "dtype": "e4m3", "out": "bf16", "consumers": 2, "stages": 6, "group": 8, "regs_producer": 40, "regs_consumer": 232, "grouping": "m", "layout": "rcr", "scaling": "block"}
 //
@@ -414,6 +414,10 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
+    // Programmatic dependent launch: the set-up above ran while the previous kernel of the
+    // stream was finishing; no global memory is touched before that kernel has completed and
+    // its writes are visible (a no-op when launched without the attribute).
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
 
     // Issue the TMA loads of K tile `kt` of `tile` into stage `s` (one thread). Boxes past a
     // tensor's end are zero-filled by TMA and still count towards the stage's bytes.

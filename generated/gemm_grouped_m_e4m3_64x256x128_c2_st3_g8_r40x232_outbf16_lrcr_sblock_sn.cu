@@ -33,7 +33,7 @@
 //   flops_per_byte.global      = 102.4
 //   flops_per_byte.shared      = 85.333
 //   blocks_per_sm_sm_90        = 1
-// launch: grid = (min(SMs, an upper bound of the tiles), 1, 1) over the tiles of every group (64x256 each), block = (384, 1, 1); tensor maps of A, B and C are the first three parameters, the group offsets the fourth, dynamic shared memory 156720 bytes (passed at launch)
+// launch: grid = (min(SMs, an upper bound of the tiles), 1, 1) over the tiles of every group (64x256 each), block = (384, 1, 1); tensor maps of A, B and C are the first three parameters, the group offsets the fourth; programmatic dependent launch (the set-up overlaps the previous kernel, griddepcontrol.wait before any global memory access), dynamic shared memory 156720 bytes (passed at launch)
 //
 // gemmgen-config: {"family": "grouped", "bm": 64, "bn": 256, "bk": 128, "dtype": "e4m3", "out": "bf16", "consumers": 2, "stages": 3, "group": 8, "regs_producer": 40, "regs_consumer": 232, "grouping": "m", "layout": "rcr", "scaling": "block", "split": "n"}
 //
@@ -420,6 +420,10 @@ gemm_grouped_m_e4m3_64x256x128_c2_st3_g8_r40x232_outbf16_lrcr_sblock_sn(
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
+    // Programmatic dependent launch: the set-up above ran while the previous kernel of the
+    // stream was finishing; no global memory is touched before that kernel has completed and
+    // its writes are visible (a no-op when launched without the attribute).
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
 
     // Issue the TMA loads of K tile `kt` of `tile` into stage `s` (one thread). Boxes past a
     // tensor's end are zero-filled by TMA and still count towards the stage's bytes.

@@ -46,7 +46,7 @@
 //   flops_per_byte.global      = 85.333
 //   flops_per_byte.shared      = 51.2
 //   blocks_per_sm_sm_90        = 1
-// launch: grid = (min(tiles, SMs / 1 * 1), 1, 1) over tiles = ceil(M/128) * ceil(N/256) * 1 * batch, block = (384, 1, 1); tensor maps of A, B and C are the first three parameters, dynamic shared memory 214064 bytes (passed at launch)
+// launch: grid = (min(tiles, SMs / 1 * 1), 1, 1) over tiles = ceil(M/128) * ceil(N/256) * 1 * batch, block = (384, 1, 1); tensor maps of A, B and C are the first three parameters; programmatic dependent launch (the set-up overlaps the previous kernel, griddepcontrol.wait before any global memory access), dynamic shared memory 214064 bytes (passed at launch)
 //
 // gemmgen-config: {"family": "wgmma", "bm": 128, "bn": 256, "bk": 64, "dtype": "bf16", "out": "bf16", "consumers": 2, "pingpong": false, "producer": true, "stages": 3, "swizzle": 128, "cluster_m": 1, "cluster_n": 1, "persistent": true, "raster": "grouped", "group": 8, "regs_producer": 40, "regs_consumer": 232, "store": "tma", "split_k": 1, "split_inline": false, "math": "native", "flush": 1, "layout": "rrr", "epilogue": "none", "m": null, "n": null, "k": null}
 //
@@ -449,6 +449,10 @@ gemm_wgmma_bf16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_outbf16(
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
+    // Programmatic dependent launch: the set-up above ran while the previous kernel of the
+    // stream was finishing; no global memory is touched before that kernel has completed and
+    // its writes are visible (a no-op when launched without the attribute).
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
 
     // Issue the TMA loads of K tile k0 of `tile` into stage `s` (one thread).
     auto load_stage = [&](int s, const Tile& tile, int k0) {

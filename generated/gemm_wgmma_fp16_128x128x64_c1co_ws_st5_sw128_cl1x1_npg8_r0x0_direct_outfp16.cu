@@ -46,7 +46,7 @@
 //   flops_per_byte.global      = 64.0
 //   flops_per_byte.shared      = 64.0
 //   blocks_per_sm_sm_90        = 1
-// launch: grid = (ceil(M/128) * ceil(N/128), 1, batch), block = (256, 1, 1); tensor maps of A, B and C are the first three parameters, dynamic shared memory 164944 bytes (passed at launch)
+// launch: grid = (ceil(M/128) * ceil(N/128), 1, batch), block = (256, 1, 1); tensor maps of A, B and C are the first three parameters; programmatic dependent launch (the set-up overlaps the previous kernel, griddepcontrol.wait before any global memory access), dynamic shared memory 164944 bytes (passed at launch)
 //
 // gemmgen-config: {"family": "wgmma", "bm": 128, "bn": 128, "bk": 64, "dtype": "fp16", "out": "fp16", "consumers": 1, "pingpong": false, "producer": true, "stages": 5, "swizzle": 128, "cluster_m": 1, "cluster_n": 1, "persistent": false, "raster": "grouped", "group": 8, "regs_producer": 0, "regs_consumer": 0, "store": "direct", "split_k": 1, "split_inline": false, "math": "native", "flush": 1, "layout": "rrr", "epilogue": "none", "m": null, "n": null, "k": null}
 //
@@ -436,6 +436,10 @@ gemm_wgmma_fp16_128x128x64_c1co_ws_st5_sw128_cl1x1_npg8_r0x0_direct_outfp16(
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
+    // Programmatic dependent launch: the set-up above ran while the previous kernel of the
+    // stream was finishing; no global memory is touched before that kernel has completed and
+    // its writes are visible (a no-op when launched without the attribute).
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
 
     // Issue the TMA loads of K tile k0 of `tile` into stage `s` (one thread).
     auto load_stage = [&](int s, const Tile& tile, int k0) {

@@ -46,7 +46,7 @@
 //   flops_per_byte.global      = 42.667
 //   flops_per_byte.shared      = 25.6
 //   blocks_per_sm_sm_90        = 1
-// launch: grid = (min(tiles, SMs / 1 * 1), 1, 1) over tiles = ceil(M/128) * ceil(N/256) * 1 * batch, block = (384, 1, 1); tensor maps of A, B and C are the first three parameters, dynamic shared memory 197696 bytes (passed at launch)
+// launch: grid = (min(tiles, SMs / 1 * 1), 1, 1) over tiles = ceil(M/128) * ceil(N/256) * 1 * batch, block = (384, 1, 1); tensor maps of A, B and C are the first three parameters; programmatic dependent launch (the set-up overlaps the previous kernel, griddepcontrol.wait before any global memory access), dynamic shared memory 197696 bytes (passed at launch)
 //
 // gemmgen-config: {"family": "wgmma", "bm": 128, "bn": 256, "bk": 32, "dtype": "tf32", "out": "fp32", "consumers": 2, "pingpong": false, "producer": true, "stages": 4, "swizzle": 128, "cluster_m": 1, "cluster_n": 1, "persistent": true, "raster": "grouped", "group": 8, "regs_producer": 40, "regs_consumer": 232, "store": "direct", "split_k": 1, "split_inline": false, "math": "native", "flush": 1, "layout": "rcr", "epilogue": "none", "m": null, "n": null, "k": null}
 //
@@ -448,6 +448,10 @@ gemm_wgmma_tf32_128x256x32_c2co_ws_st4_sw128_cl1x1_pg8_r40x232_direct_outfp32_lr
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
+    // Programmatic dependent launch: the set-up above ran while the previous kernel of the
+    // stream was finishing; no global memory is touched before that kernel has completed and
+    // its writes are visible (a no-op when launched without the attribute).
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
 
     // Issue the TMA loads of K tile k0 of `tile` into stage `s` (one thread).
     auto load_stage = [&](int s, const Tile& tile, int k0) {

@@ -75,3 +75,19 @@ def sass_of(cubin: bytes, name: str) -> str:
     source = _SOURCES.get(name, "")
     return "".join(text for fn, text in found.items()
                    if fn == name or (fn.startswith(name + "_") and fn in source))
+
+
+GLOBAL_ACCESS = re.compile(r"\b(LDG|STG|ATOMG|ATOM|RED|LD\.E|ST\.E|UTMALDG|UTMASTG|UBLKCP|"
+                           r"UTMAREDG)\b")
+"""SASS opcodes that read or write global memory (loads, stores, atomics, TMA, bulk copies)."""
+
+
+def waits_before_global_access(cubin: bytes, name: str) -> bool:
+    """Whether kernel ``name``'s first ``griddepcontrol.wait`` (SASS ``ACQBULK``) comes, in
+    address order, before its first global memory access: the condition for launching it with
+    programmatic dependent launch (the set-up before the wait is straight-line code, so
+    address order is execution order there)."""
+    text = _functions(cubin)[name]
+    wait = text.find("ACQBULK")
+    first = GLOBAL_ACCESS.search(text)
+    return wait >= 0 and (first is None or wait < first.start())

@@ -43,3 +43,34 @@ def test_stream_handles():
         stream_handle("default")
     with pytest.raises(TypeError, match="stream: expected"):
         stream_handle(True)
+
+
+def test_pdl_launch_passes_programmatic_stream_serialization(monkeypatch):
+    """A launch with ``pdl`` goes through cuLaunchKernelEx with one attribute,
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 1, and the grid, block, shared
+    memory and stream of the call, laid out as cuda.h's CUlaunchConfig (56 bytes, the
+    attribute 72); a launch without it stays a plain cuLaunchKernel."""
+    import ctypes
+
+    from gemmgen.runtime import driver
+    assert ctypes.sizeof(driver._LaunchAttribute) == 72
+    assert ctypes.sizeof(driver._LaunchConfig) == 56
+    assert driver._LaunchConfig.stream.offset == 32 and driver._LaunchConfig.attrs.offset == 40
+    seen = []
+
+    class Lib:
+        def cuLaunchKernelEx(self, cfg, function, params, extra):
+            c = cfg._obj
+            attr = c.attrs[0]
+            seen.append(("ex", function, tuple(c.grid), tuple(c.block), c.smem, c.stream,
+                         c.num_attrs, attr.id, attr.value))
+            return 0
+
+        def cuLaunchKernel(self, function, *rest):
+            seen.append(("plain", function))
+            return 0
+    monkeypatch.setattr(driver, "_lib", lambda: Lib())
+    driver.launch(0xF00, (3, 2, 1), (384, 1, 1), 4096, b"\0" * 8, 0x5000, pdl=True)
+    driver.launch(0xF00, (3, 2, 1), (384, 1, 1), 4096, b"\0" * 8, 0x5000)
+    assert seen == [("ex", 0xF00, (3, 2, 1), (384, 1, 1), 4096, 0x5000, 1, 6, 1),
+                    ("plain", 0xF00)]

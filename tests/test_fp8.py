@@ -302,7 +302,7 @@ def test_no_spills_no_stack_and_the_parameter_table(compiled):
 def test_sass_has_qgmma_of_the_dtypes_and_no_local_memory(compiled):
     if tool_path("cuobjdump") is None:
         pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
-    from batched import sass_of
+    from batched import sass_of, waits_before_global_access
     for name, (cfg, cubin, _) in compiled.items():
         text = sass_of(cubin, name)
         kinds = f"{cfg.dtype.upper()}.{cfg.b_dtype.upper()}"
@@ -313,6 +313,7 @@ def test_sass_has_qgmma_of_the_dtypes_and_no_local_memory(compiled):
         if cfg.cluster > 1:
             assert "MULTICAST" in text, name
         assert f"Function : {name}_pack" in text, name
+        assert waits_before_global_access(cubin, name), f"{name}: global access before the PDL wait"
 
 
 def test_quantization_kernels_compile_cleanly(nvcc):

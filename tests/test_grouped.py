@@ -305,7 +305,7 @@ def test_no_spills_no_stack_and_the_parameter_table(compiled):
 def test_sass_has_hgmma_tma_and_no_local_memory(compiled):
     if tool_path("cuobjdump") is None:
         pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
-    from batched import sass_of
+    from batched import sass_of, waits_before_global_access
     for name, (cfg, cubin, _) in compiled.items():
         text = sass_of(cubin, name)
         mma = "QGMMA.64x128x32.F32.E4M3.E4M3" if cfg.fp8 else "HGMMA"  # FP8 wgmma is QGMMA
@@ -316,6 +316,7 @@ def test_sass_has_hgmma_tma_and_no_local_memory(compiled):
         # FP8: a window's block scales of a row in one 16-byte load (where they are
         # contiguous in K), beside the one-block loads of the fallback.
         assert ("LDG.E.128" in text) == cfg.fp8, name
+        assert waits_before_global_access(cubin, name), f"{name}: global access before the PDL wait"
 
 
 def test_a_broken_rule_is_the_static_assert_that_fires(nvcc):

@@ -149,9 +149,10 @@ def test_serialized_recipe_matches_the_launchers_format(nvcc, monkeypatch):
     assert (version, count) == (rc.FORMAT_VERSION, 2)
     at = 8
     for ln in r.launches:
-        handle, *dims, smem, n = struct.unpack_from("<Q6IIi", data, at)
-        at += struct.calcsize("<Q6IIi")
+        handle, *dims, smem, flags, n = struct.unpack_from("<Q6IIIi", data, at)
+        at += struct.calcsize("<Q6IIIi")
         assert (handle, tuple(dims), smem) == (ln.function.handle, ln.grid + ln.block, ln.smem)
+        assert flags == int(ln.pdl)
         assert data[at:at + n] == ln.params
         at += n
         (npatch,) = struct.unpack_from("<I", data, at)
@@ -161,6 +162,8 @@ def test_serialized_recipe_matches_the_launchers_format(nvcc, monkeypatch):
         assert got == [(p.offset, p.kind, (1, 0, 2, 3)[p.index] if p.index < WORK_BASE
                         else p.index, p.delta) for p in ln.patches]
     assert WORK_BASE in {p.index for ln in r.launches for p in ln.patches}, "not mapped"
+    # the GEMM waits for its predecessor itself (PDL); the split-K reduction launches plainly
+    assert [ln.pdl for ln in r.launches] == [True, False]
     (nslots,) = struct.unpack_from("<I", data, at)
     at += 4
     slots = [struct.unpack_from("<QI", data, at + 12 * i) for i in range(nslots)]
@@ -280,7 +283,7 @@ def test_serialized_recipe_keeps_every_operand_index_by_default():
     patches = tuple(rc.Patch(8 * i, PATCH_POINTER, i, 0) for i in range(6))
     r = rc.Recipe(0, [rc.Launch(fn, (1, 1, 1), (128, 1, 1), bytes(48), patches)], "fp8")
     data = r.to_bytes()
-    at = 8 + struct.calcsize("<Q6IIi") + 48 + 4
+    at = 8 + struct.calcsize("<Q6IIIi") + 48 + 4
     got = [struct.unpack_from("<IIIq", data, at + 20 * i)[2] for i in range(6)]
     assert got == list(range(6))
 
@@ -336,8 +339,8 @@ def test_a_launch_without_patches_hands_the_driver_one_prepared_block(monkeypatc
     plain = rc.Launch(fn, (1, 1, 1), (128, 1, 1), b"\x01" * 16)
     patched = rc.Launch(fn, (2, 1, 1), (128, 1, 1), bytes(16), (rc.Patch(8, PATCH_POINTER, 0, 4),))
     seen = []
-    monkeypatch.setattr(driver_mod, "launch", lambda f, grid, block, smem, params, stream:
-                        seen.append(params))
+    monkeypatch.setattr(driver_mod, "launch", lambda f, grid, block, smem, params, stream,
+                        pdl=False: seen.append(params))
     recipe = rc.Recipe(0, [plain, patched], "test")
     recipe.run((0x1000,), None)
     recipe.run((0x2000,), None)
@@ -386,7 +389,7 @@ def test_dual_plan_reads_a_following_up_in_place_and_patches_any_other(nvcc, mon
     data = packed.recipe.to_bytes(tuple(range(UP_INDEX)) + (3,))
     at, seen = 8, set()
     for ln in packed.recipe.launches:
-        at += struct.calcsize("<Q6IIi") + len(ln.params)
+        at += struct.calcsize("<Q6IIIi") + len(ln.params)
         (count,) = struct.unpack_from("<I", data, at)
         seen |= {struct.unpack_from("<IIIq", data, at + 4 + 20 * i)[2] for i in range(count)}
         at += 4 + 20 * count

@@ -173,7 +173,7 @@ def test_parameter_table_agrees_with_cuobjdump(compiled, tmp_path):
 def test_sass_has_wgmma_and_tma_and_no_local_memory(compiled):
     if tool_path("cuobjdump") is None:
         pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
-    from batched import sass_of
+    from batched import sass_of, waits_before_global_access
     for name, (cfg, cubin, _) in compiled.items():
         text = sass_of(cubin, name)
         assert "HGMMA" in text and "UTMALDG" in text, name
@@ -188,6 +188,7 @@ def test_sass_has_wgmma_and_tma_and_no_local_memory(compiled):
             assert "USETMAXREG" in text, name
         # the module's helper kernels: the repack always, the split and the reduction when used
         assert f"Function : {name}_pack" in text, name
+        assert waits_before_global_access(cubin, name), f"{name}: global access before the PDL wait"
         assert (f"Function : {name}_split3" in text) == (cfg.math == "3xtf32"), name
         assert (f"Function : {name}_reduce" in text) == (cfg.split_k > 1), name
 

@@ -35,8 +35,8 @@ class FakeDriver:
         monkeypatch.setattr(driver, "capture_id", lambda s: self.capturing.get(s))
         monkeypatch.setattr(driver, "on_device", lambda dev: contextlib.nullcontext())
         monkeypatch.setattr(driver, "relaxed_capture", contextlib.nullcontext)
-        monkeypatch.setattr(driver, "launch", lambda fn, grid, block, smem, params, stream:
-                            self.launched.append((stream, params)))
+        monkeypatch.setattr(driver, "launch", lambda fn, grid, block, smem, params, stream,
+                            pdl=False: self.launched.append((stream, params)))
 
 
 @pytest.fixture

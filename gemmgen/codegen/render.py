@@ -62,9 +62,13 @@ def _header(cfg: ConfigBase, arch: str) -> dict:
         smem = f"dynamic shared memory {cfg.dynamic_smem_bytes} bytes (passed at launch)"
     else:
         smem = f"static shared memory {cfg.static_smem_bytes} bytes"
+    launch = cfg.launch_summary()
+    if getattr(cfg, "pdl", False):
+        launch += ("; programmatic dependent launch (the set-up overlaps the previous kernel, "
+                   "griddepcontrol.wait before any global memory access)")
     return {"version": __version__, "template": cfg.template,
             "dtype": f"A and B {cfg.dtype}, {cfg.acc} accumulation, C {cfg.out}",
-            "fields": fields, "figures": figures, "arch": arch, "launch": cfg.launch_summary(),
+            "fields": fields, "figures": figures, "arch": arch, "launch": launch,
             "smem": smem, "json": cfg.to_json()}
 
 

@@ -1,7 +1,8 @@
 """The CUDA driver API through ctypes: contexts per device, modules, launches, memory.
 
 Every launch of gemmgen goes through here (``cuLaunchKernel`` with a packed parameter block,
-``CU_LAUNCH_PARAM_BUFFER_POINTER``), on a raw ``CUstream`` handle: PyTorch's and CuPy's streams
+``CU_LAUNCH_PARAM_BUFFER_POINTER``; ``cuLaunchKernelEx`` for a kernel launched with
+programmatic dependent launch), on a raw ``CUstream`` handle: PyTorch's and CuPy's streams
 are such handles, and a PyCUDA ``Stream`` has one. A module is loaded once per device, into
 that device's primary context (the one PyTorch, CuPy and PyCUDA's ``autoprimaryctx`` use), and
 a call from any thread makes the operands' device's primary context current first (a thread
@@ -25,6 +26,23 @@ CU_DEVICE_ATTRIBUTE = {"sms": 16, "max_smem_optin": 97, "cc_major": 75, "cc_mino
                        "smem_per_sm": 81, "regs_per_sm": 82, "threads_per_sm": 39,
                        "blocks_per_sm": 106, "l2_bytes": 38}
 _LAUNCH_PARAM_END, _LAUNCH_PARAM_BUFFER_POINTER, _LAUNCH_PARAM_BUFFER_SIZE = 0, 1, 2
+CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
+
+class _LaunchAttribute(ctypes.Structure):
+    """``CUlaunchAttribute``: an id, padding to 8 bytes, a 64-byte value union (its first int)."""
+    _fields_ = [("id", ctypes.c_int), ("_pad", ctypes.c_char * 4), ("value", ctypes.c_int),
+                ("_rest", ctypes.c_char * 60)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    """``CUlaunchConfig``: grid, block, dynamic shared memory, stream, attributes."""
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("smem", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)),
+                ("num_attrs", ctypes.c_uint)]
+
+
+_PDL = _LaunchAttribute(id=CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
 _LIB: list = []
 _LOCK = threading.Lock()
 
@@ -58,6 +76,7 @@ def _load():
         "cuModuleGetFunction": [pvp, vp, ctypes.c_char_p],
         "cuFuncSetAttribute": [vp, i, i], "cuFuncGetAttribute": [pi, i, vp],
         "cuLaunchKernel": [vp, u, u, u, u, u, u, u, vp, vp, vp],
+        "cuLaunchKernelEx": [ctypes.POINTER(_LaunchConfig), vp, vp, vp],
         "cuMemAlloc_v2": [ctypes.POINTER(ctypes.c_uint64), sz], "cuMemFree_v2": [ctypes.c_uint64],
         "cuMemsetD8_v2": [ctypes.c_uint64, ctypes.c_ubyte, sz],
         "cuMemsetD8Async": [ctypes.c_uint64, ctypes.c_ubyte, sz, vp],
@@ -249,13 +268,22 @@ class Params:
 
 
 def launch(function: int, grid: tuple, block: tuple, smem: int, params: bytes | Params,
-           stream: int | None = None) -> None:
+           stream: int | None = None, pdl: bool = False) -> None:
     """One ``cuLaunchKernel`` of the CUfunction ``function`` with the parameter block
     ``params`` (the kernel's parameters at their offsets, as bytes or a ``Params`` made
     once) on the raw stream handle ``stream`` (None or 0: the legacy default stream).
+    ``pdl``: ``cuLaunchKernelEx`` with programmatic stream serialization, for a kernel that
+    waits for its predecessor itself (``griddepcontrol.wait`` before any global access: the
+    Hopper configs' ``pdl``), so that its launch and set-up overlap the previous kernel's end.
     The current context must be the function's device's. No allocation, no synchronization."""
     if not isinstance(params, Params):
         params = Params(params)
+    if pdl:
+        cfg = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), smem,
+                            stream or None, ctypes.pointer(_PDL), 1)
+        check(_lib().cuLaunchKernelEx(ctypes.byref(cfg), function, None, params.extra),
+              "cuLaunchKernelEx")
+        return
     check(_lib().cuLaunchKernel(function, grid[0], grid[1], grid[2], block[0], block[1],
                                 block[2], smem, stream or None, None, params.extra),
           "cuLaunchKernel")

@@ -27,7 +27,7 @@ from .operands import OperandError
 from .workspaces import Workspace
 
 PATCH_POINTER, PATCH_MAP = 0, 1
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """``to_bytes`` layout version, checked by the C++ launcher."""
 WORK_BASE = 16
 """Patch index of workspace slot 0 (above every operand index)."""
@@ -221,13 +221,15 @@ class Patch:
 @dataclass
 class Launch:
     """One kernel launch: ``function`` (a ``driver.Function`` on the recipe's device), grid,
-    block, dynamic shared memory (bytes), the parameter block and its patches."""
+    block, dynamic shared memory (bytes), the parameter block and its patches; ``pdl``: launched
+    with programmatic dependent launch (the kernel waits for its predecessor itself)."""
 
     function: driver.Function
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     params: bytes
     patches: tuple[Patch, ...] = ()
+    pdl: bool = False
 
     @property
     def smem(self) -> int:
@@ -279,20 +281,20 @@ class Recipe:
     def _launch(self, ptrs: tuple[int, ...], work: tuple[int, ...], stream) -> None:
         for ln in self.launches:
             params = _patched(ln, ptrs, work) if ln.patches else ln.ready
-            driver.launch(ln.function.handle, ln.grid, ln.block, ln.smem, params, stream)
+            driver.launch(ln.function.handle, ln.grid, ln.block, ln.smem, params, stream, ln.pdl)
 
     def to_bytes(self, order: tuple[int, ...] | None = None) -> bytes:
         """The recipe for the C++ launcher (little-endian): a header (version, launch count),
         then per launch: CUfunction handle (u64), grid and block (6 x u32), shared memory
-        (u32), parameter bytes (u32 length + bytes), patches (u32 count + count x (offset u32,
+        (u32), flags (u32: 1 = programmatic dependent launch), parameter bytes (u32 length + bytes), patches (u32 count + count x (offset u32,
         kind u32, index u32, delta i64)); then the workspace slots (u32 count + count x
         (nbytes u64, zero u32)). Operand ``i`` of the recipe is the launcher's operand
         ``order[i]`` (default: operand ``i``, for every operand the recipe patches); a patch
         index ``WORK_BASE + s`` names slot ``s`` (not mapped)."""
         out = bytearray(struct.pack("<II", FORMAT_VERSION, len(self.launches)))
         for ln in self.launches:
-            out += struct.pack("<Q6IIi", ln.function.handle, *ln.grid, *ln.block, ln.smem,
-                               len(ln.params))
+            out += struct.pack("<Q6IIIi", ln.function.handle, *ln.grid, *ln.block, ln.smem,
+                               int(ln.pdl), len(ln.params))
             out += ln.params
             out += struct.pack("<I", len(ln.patches))
             for p in ln.patches:

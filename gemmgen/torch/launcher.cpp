@@ -7,9 +7,10 @@
 // A call looks its operand signature up (op, device, dtypes, sizes, strides, 16-byte alignment,
 // attributes) in a table of recipes; a hit allocates the output, patches the operands' addresses
 // into the recipe's parameter blocks (raw pointers, and tensor maps through
-// cuTensorMapReplaceAddress) and launches with cuLaunchKernel on PyTorch's current stream: no
-// Python runs. A miss calls the op's Python planner, e.g. gemmgen::_plan (through the
-// dispatcher), which checks the operands, chooses and builds the kernel and returns the recipe
+// cuTensorMapReplaceAddress) and launches with cuLaunchKernel (cuLaunchKernelEx where the
+// recipe asks for programmatic dependent launch) on PyTorch's current stream: no Python runs.
+// A miss calls the op's Python planner, e.g. gemmgen::_plan (through the dispatcher), which
+// checks the operands, chooses and builds the kernel and returns the recipe
 // as bytes (gemmgen/runtime/recipe.py, Recipe.to_bytes). Operands the kernels do not take go
 // to the op's Python reference, e.g. gemmgen::_reference, on every call.
 //
@@ -56,7 +57,7 @@
 
 namespace gemmgen_launcher {
 
-constexpr uint32_t kFormatVersion = 2;     // Recipe.to_bytes
+constexpr uint32_t kFormatVersion = 3;     // Recipe.to_bytes
 constexpr uint32_t kReference = 0xFFFFFFFFu;  // "launch count" of a recipe that calls _reference
 constexpr uint32_t kPatchPointer = 0, kPatchMap = 1;
 constexpr size_t kMapBytes = 128;
@@ -69,6 +70,21 @@ constexpr size_t kPoolLimit = 64;     // workspace pools (streams) kept per devi
 using CUresult = int;
 using LaunchFn = CUresult (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                               unsigned, void*, void**, void**);
+// cuLaunchKernelEx: a CUlaunchConfig (below), the function, kernel params, extra.
+struct LaunchAttribute {  // CUlaunchAttribute: id, padding to 8 bytes, a 64-byte value union
+    int id;
+    char pad[4];
+    int value;
+    char rest[60];
+};
+struct LaunchConfig {  // CUlaunchConfig
+    unsigned grid[3], block[3], smem;
+    void* stream;
+    LaunchAttribute* attrs;
+    unsigned num_attrs;
+};
+using LaunchExFn = CUresult (*)(const LaunchConfig*, void*, void**, void**);
+constexpr int kProgrammaticStreamSerialization = 6;  // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_...
 using ReplaceFn = CUresult (*)(void*, void*);
 using ErrorNameFn = CUresult (*)(CUresult, const char**);
 // cuStreamGetCaptureInfo (any version): stream, status, id, then optional outputs (NULL).
@@ -76,6 +92,7 @@ using CaptureInfoFn = CUresult (*)(void*, int*, uint64_t*, void*, void*, void*, 
 
 struct Driver {
     LaunchFn launch = nullptr;
+    LaunchExFn launch_ex = nullptr;
     ReplaceFn replace_address = nullptr;
     ErrorNameFn error_name = nullptr;
     CaptureInfoFn capture_info = nullptr;
@@ -87,13 +104,15 @@ const Driver& driver() {
         void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
         TORCH_CHECK(lib != nullptr, "gemmgen launcher: cannot open libcuda.so.1: ", dlerror());
         out.launch = reinterpret_cast<LaunchFn>(dlsym(lib, "cuLaunchKernel"));
+        out.launch_ex = reinterpret_cast<LaunchExFn>(dlsym(lib, "cuLaunchKernelEx"));
         out.replace_address = reinterpret_cast<ReplaceFn>(dlsym(lib, "cuTensorMapReplaceAddress"));
         out.error_name = reinterpret_cast<ErrorNameFn>(dlsym(lib, "cuGetErrorName"));
         void* info = dlsym(lib, "cuStreamGetCaptureInfo_v2");
         out.capture_info = reinterpret_cast<CaptureInfoFn>(
             info ? info : dlsym(lib, "cuStreamGetCaptureInfo"));
-        TORCH_CHECK(out.launch && out.replace_address && out.error_name && out.capture_info,
-                    "gemmgen launcher: libcuda.so.1 lacks cuLaunchKernel or "
+        TORCH_CHECK(out.launch && out.launch_ex && out.replace_address && out.error_name &&
+                    out.capture_info,
+                    "gemmgen launcher: libcuda.so.1 lacks cuLaunchKernel(Ex) or "
                     "cuTensorMapReplaceAddress (CUDA 12 or newer is needed)");
         return out;
     }();
@@ -116,6 +135,7 @@ struct Patch {
 struct Launch {
     void* function = nullptr;
     uint32_t grid[3] = {1, 1, 1}, block[3] = {1, 1, 1}, smem = 0;
+    bool pdl = false;  // programmatic dependent launch (the kernel waits for its predecessor)
     std::vector<uint8_t> params;
     std::vector<Patch> patches;
 };
@@ -159,6 +179,7 @@ std::shared_ptr<const Recipe> parse(const at::Tensor& bytes) {
         for (auto& g : ln.grid) g = take<uint32_t>(p, end);
         for (auto& b : ln.block) b = take<uint32_t>(p, end);
         ln.smem = take<uint32_t>(p, end);
+        ln.pdl = (take<uint32_t>(p, end) & 1u) != 0;
         const uint32_t n = take<uint32_t>(p, end);
         TORCH_CHECK(p + n <= end, "gemmgen launcher: truncated recipe");
         ln.params.assign(p, p + n);
@@ -386,9 +407,19 @@ void run(const Recipe& recipe, const uint64_t* ptrs, const c10::Device& device, 
         size_t size = ln.params.size();
         void* extra[] = {reinterpret_cast<void*>(1), block, reinterpret_cast<void*>(2), &size,
                          reinterpret_cast<void*>(0)};  // BUFFER_POINTER, BUFFER_SIZE, END
-        check(driver().launch(ln.function, ln.grid[0], ln.grid[1], ln.grid[2], ln.block[0],
-                              ln.block[1], ln.block[2], ln.smem, stream, nullptr, extra),
-              "cuLaunchKernel");
+        if (ln.pdl) {
+            LaunchAttribute attr{};
+            attr.id = kProgrammaticStreamSerialization;
+            attr.value = 1;
+            const LaunchConfig cfg{{ln.grid[0], ln.grid[1], ln.grid[2]},
+                                   {ln.block[0], ln.block[1], ln.block[2]}, ln.smem, stream,
+                                   &attr, 1};
+            check(driver().launch_ex(&cfg, ln.function, nullptr, extra), "cuLaunchKernelEx");
+        } else {
+            check(driver().launch(ln.function, ln.grid[0], ln.grid[1], ln.grid[2], ln.block[0],
+                                  ln.block[1], ln.block[2], ln.smem, stream, nullptr, extra),
+                  "cuLaunchKernel");
+        }
     }
 }
 

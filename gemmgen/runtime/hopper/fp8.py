@@ -84,7 +84,7 @@ class Fp8Launch(HopperLaunch):
         params, patches = pack(self._packer.struct, self._offsets, (
             ta, tb, td, m, n, k, sa.ptr, sa.s0, sa.s1, sb.ptr, sb.s0, sb.s1, args.c, args.ldc,
             args.bias, ws, cnt, *quant))
-        gemm = Launch(self.function(dev), grid, (cfg.threads, 1, 1), params, patches)
+        gemm = Launch(self.function(dev), grid, (cfg.threads, 1, 1), params, patches, pdl=cfg.pdl)
         return Recipe(dev, before + ([gemm] if m and n else []), " + ".join(path), tuple(work))
 
     def _maps(self, args: KernelArgs, a: tuple, b: tuple) -> tuple:

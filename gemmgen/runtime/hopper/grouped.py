@@ -105,7 +105,7 @@ class GroupedLaunch(HopperLaunch):
             *maps, args.offs, args.groups, args.m, args.n, args.k, GROUPED_MODES[args.mode], args.c,
             args.ldc, args.stride_c, *scales))
         run = Launch(self.function(dev), self.grid(args, driver.device_attribute(dev, "sms")),
-                     (self.config.threads, 1, 1), params, patches)
+                     (self.config.threads, 1, 1), params, patches, pdl=self.config.pdl)
         return Recipe(dev, [*before, run], path, tuple(work))
 
     def transposes_scales(self, args: KernelArgs) -> bool:

@@ -138,7 +138,7 @@ class WgmmaLaunch(HopperLaunch):
                                (*maps, m, n, k_run, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr,
                                 ldc, stride_a, stride_b, stride_c, bias_ptr, batch, *extra))
         gemm = Launch(self.function(dev), self.grid(args, driver.device_attribute(
-            dev, "sms")), self._block, params, patches)
+            dev, "sms")), self._block, params, patches, pdl=cfg.pdl)
         launches = before + ([gemm] if m and n else []) + after
         return Recipe(dev, launches, " + ".join(path), tuple(work))
 

@@ -198,6 +198,13 @@ class HopperTile:
     dual = False
     """The dual GEMM (gate and up sharing A) is an axis of the wgmma family; the other Hopper
     kernels compute one product (their shared templates read ``dual``)."""
+    pdl = True
+    """Programmatic dependent launch: the kernel waits for the stream's previous kernel
+    (``griddepcontrol.wait``) only after its set-up (barrier init, tensor-map prefetch) and
+    before its first global memory access, so it is launched with
+    ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`` and that set-up, and the launch
+    itself, overlap the previous kernel's last wave (CUDA programming guide, "Programmatic
+    Dependent Launch and Synchronization"; cuBLASLt's sm90 kernels launch so)."""
     split_n = False
     """Whether the consumers split a tile's columns (the grouped family's ``split`` "n"); the
     other Hopper kernels' consumers split its rows (the shared templates read ``split_n``)."""

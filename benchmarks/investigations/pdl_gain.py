@@ -1,0 +1,136 @@
+"""What programmatic dependent launch buys: the shape rules' kernel for each forward layer of
+the llm suite's models (training set) and of small_m.py's seven other families (held out), at
+M = 1, 16, 64, 256, 1024 and 4096 (bf16, rcr), launched with PDL (as gemmgen launches it) and
+without (the same cubin; its griddepcontrol.wait is then a no-op), beside F.linear on the same
+data. Graph-captured back to back (kernel only), REPS launches per graph cycling over input
+sets that together exceed twice the L2, median of 9 replays, both variants timed in two rounds
+in alternating order (the faster of each kept). Every output is poisoned (NaN) first and checked
+against float64.
+
+    python3 benchmarks/investigations/pdl_gain.py compile DIR   # CPU: the cubins, into DIR
+    python3 benchmarks/investigations/pdl_gain.py run DIR       # GPU: $OUT/pdl_gain_<GPU>.json
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import small_m  # beside this script
+
+MS = (1, 16, 64, 256, 1024, 4096)
+
+
+def problems():
+    """[(set, N, K, M, config, swap)] over both sets' layers and MS."""
+    out = []
+    for which, layers in small_m.layers().items():
+        for (n, k) in layers:
+            for m in MS:
+                cfg, swap = small_m.candidates(m, n, k)["rules"]
+                out.append((which, n, k, m, cfg, swap))
+    return out
+
+
+def main_run(folder: str) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    import graph_timing
+    from gemmgen.runtime import driver
+    from gemmgen.runtime.build import adopt_pycuda, from_cubin
+    from gemmgen.runtime.device import device_identity
+    plain = driver.launch
+    use_pdl = [True]
+
+    def launch(function, grid, block, smem, params, stream=None, pdl=False):
+        plain(function, grid, block, smem, params, stream, pdl and use_pdl[0])
+    driver.launch = launch
+    adopt_pycuda()
+    gpu, _ = device_identity(0)
+    side = torch.cuda.Stream()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    dt, rows, kernels = torch.bfloat16, [], {}
+    for which, n, k, m, cfg, swap in problems():
+        if cfg.name not in kernels:
+            kernels[cfg.name] = from_cubin(cfg, "sm_90a",
+                                           Path(folder, cfg.name + ".cubin").read_bytes())
+        kern = kernels[cfg.name]
+        sets = min(64, max(2, -(-2 * l2 // ((m * k + n * k + m * n) * 2))))
+        reps = min(64, max(20, sets))
+        xs = [torch.randn(m, k, device="cuda", dtype=dt, generator=gen) for _ in range(sets)]
+        ws = [torch.randn(n, k, device="cuda", dtype=dt, generator=gen) * k ** -0.5
+              for _ in range(sets)]
+        ys = [torch.empty(m, n, device="cuda", dtype=dt) for _ in range(sets)]
+        ref = xs[0].double() @ ws[0].double().t()
+
+        def ours(i):
+            x, w, y = xs[i % sets], ws[i % sets], ys[i % sets]
+            s = torch.cuda.current_stream().cuda_stream
+            kern(w, x.t(), y.t(), stream=s) if swap else kern(x, w.t(), y, stream=s)
+        row = {"set": which, "M": m, "N": n, "K": k, "config": cfg.name, "swap": swap,
+               "torch_us": [], "pdl_us": [], "plain_us": []}
+        for rnd in range(2):
+            order = ("pdl", "plain") if rnd == 0 else ("plain", "pdl")
+            row["torch_us"].append(1e3 * graph_timing.graph_ms(
+                lambda i: F.linear(xs[i % sets], ws[i % sets]), reps, 9, stream=side))
+            for v in order:
+                use_pdl[0] = v == "pdl"
+                if rnd == 0:
+                    ys[0].fill_(float("nan"))
+                    ours(0)
+                    torch.cuda.synchronize()
+                    row[f"{v}_error"] = ((ys[0].double() - ref).norm() / ref.norm()).item()
+                row[f"{v}_us"].append(1e3 * graph_timing.graph_ms(ours, reps, 9, stream=side))
+        use_pdl[0] = True
+        t = min(row["torch_us"])
+        row["x_torch_pdl"] = round(t / min(row["pdl_us"]), 4)
+        row["x_torch_plain"] = round(t / min(row["plain_us"]), 4)
+        print(json.dumps({k_: row[k_] for k_ in ("set", "M", "N", "K", "x_torch_pdl",
+                                                 "x_torch_plain")}), flush=True)
+        rows.append(row)
+        del xs, ws, ys
+    save(gpu, rows)
+
+
+def summary(rows) -> dict:
+    def gm(xs):
+        return round(math.exp(sum(map(math.log, xs)) / len(xs)), 3)
+    out = {}
+    for which in ("train", "test"):
+        for m in list(MS) + ["all"]:
+            sel = [r for r in rows if r["set"] == which and m in ("all", r["M"])]
+            if sel:
+                out[f"{which} M={m}"] = {
+                    "rows": len(sel),
+                    "pdl_x_torch": gm([r["x_torch_pdl"] for r in sel]),
+                    "plain_x_torch": gm([r["x_torch_plain"] for r in sel]),
+                    "pdl_over_plain": gm([min(r["plain_us"]) / min(r["pdl_us"]) for r in sel]),
+                    "worst_pdl_over_plain": round(min(min(r["plain_us"]) / min(r["pdl_us"])
+                                                      for r in sel), 3)}
+    return out
+
+
+def save(gpu, rows) -> None:
+    out = {"investigation": "pdl_gain", "gpu": gpu, "git_commit": os.environ.get("GEMMGEN_COMMIT"),
+           "timing": "graph-captured, kernel only", "dtype": "bf16", "layout": "rcr",
+           "method": __doc__, "summary": summary(rows), "rows": rows}
+    name = "pdl_gain_" + gpu.replace(" ", "_") + ".json"
+    Path(os.environ.get("OUT", "."), name).write_text(json.dumps(out, indent=1))
+    print(json.dumps(out["summary"], indent=1))
+
+
+def compile_to(folder: str) -> None:
+    from gemmgen.compile.cache import compile_many
+    os.makedirs(folder, exist_ok=True)
+    configs = list({cfg.name: cfg for *_, cfg, _ in problems()}.values())
+    for cfg, done in zip(configs, compile_many(configs, arch="sm_90a")):
+        Path(folder, cfg.name + ".cubin").write_bytes(done[0])
+    print(len(configs), "kernels")
+
+
+if __name__ == "__main__":
+    compile_to(sys.argv[2]) if sys.argv[1] == "compile" else main_run(sys.argv[2])
