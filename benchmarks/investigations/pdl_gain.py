@@ -93,6 +93,7 @@ def main_run(folder: str) -> None:
                                                  "x_torch_plain")}), flush=True)
         rows.append(row)
         del xs, ws, ys
+        save(gpu, rows, quiet=True)  # what is done so far survives a time limit
     save(gpu, rows)
 
 
@@ -114,13 +115,14 @@ def summary(rows) -> dict:
     return out
 
 
-def save(gpu, rows) -> None:
+def save(gpu, rows, quiet=False) -> None:
     out = {"investigation": "pdl_gain", "gpu": gpu, "git_commit": os.environ.get("GEMMGEN_COMMIT"),
            "timing": "graph-captured, kernel only", "dtype": "bf16", "layout": "rcr",
            "method": __doc__, "summary": summary(rows), "rows": rows}
     name = "pdl_gain_" + gpu.replace(" ", "_") + ".json"
     Path(os.environ.get("OUT", "."), name).write_text(json.dumps(out, indent=1))
-    print(json.dumps(out["summary"], indent=1))
+    if not quiet:
+        print(json.dumps(out["summary"], indent=1))
 
 
 def compile_to(folder: str) -> None:
