@@ -71,7 +71,7 @@ def test_small_m_rules_split_long_k_and_say_where_the_slices_are_summed():
     """Decode tiles split K into slices of at least 12 K tiles within one wave; an M of 128
     over a K at least twice N is swapped too, its wide column-major C summed by a second
     kernel (an inline sum would spill); above 256 rows the old split rule stands."""
-    decode = decide(None, H, "bf16", 64, 576, 7168, cc=90, layout="rcr")
+    decode = decide(None, H, "bf16", 1, 576, 7168, cc=90, layout="rcr")
     assert decode.swap and decode.config.split_k == 8 and decode.config.split_inline
     assert any("in the same launch" in r for r in decode.reasons)
     long_k = decide(None, H, "bf16", 128, 576, 7168, cc=90, layout="rcr")
@@ -83,6 +83,24 @@ def test_small_m_rules_split_long_k_and_say_where_the_slices_are_summed():
     assert (small.bm, small.bn, small.split_k) == (64, 64, 3)
     big = decide(None, H, "bf16", 512, 576, 7168, cc=90, layout="rcr").config
     assert big.split_k == 1 and (big.bm, big.bn) != (64, 64)
+
+
+def test_m_of_33_to_64_rows_takes_narrow_n_tiles_in_one_wave():
+    """One 64-row tile over M, the narrow N tiles and K split of least estimated time among
+    those that run in one wave (132 SMs), with a K-major B; not at M = 32, not where even
+    64-column tiles overflow the wave, not with a row-major B."""
+    ch = decide(None, H, "bf16", 64, 3072, 768, cc=90, layout="rcr")
+    c = ch.config
+    assert not ch.swap and (c.bm, c.bn, c.split_k, c.consumers) == (64, 24, 1, 1)
+    assert c.store == "direct" and c.layout == "rcr"
+    assert any("share the stream of B" in r for r in ch.reasons)
+    long_k = decide(None, H, "bf16", 48, 576, 7168, cc=90, layout="rcr").config
+    assert (long_k.bn, long_k.split_k, long_k.split_inline) == (32, 6, True)  # 18 x 6 units
+    biased = decide(None, H, "bf16", 64, 3072, 768, cc=90, layout="rcr", epilogue="bias")
+    assert not biased.swap and biased.config.bn == 24
+    assert decide(None, H, "bf16", 64, 14336, 4096, cc=90, layout="rcr").swap  # 224 tiles
+    assert decide(None, H, "bf16", 32, 3072, 768, cc=90, layout="rcr").swap
+    assert decide(None, H, "bf16", 64, 3072, 768, cc=90, layout="rrr").config.bn >= 64
 
 
 def test_a_bias_keeps_the_operands_and_splits_k_instead():

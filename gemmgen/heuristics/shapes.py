@@ -1,7 +1,9 @@
 """Shape rules: the wgmma family's default preset fitted to an M x N x K problem.
 
-In order: a small M (and no bias, which runs along N) is moved to wgmma's narrow N by computing
-C^T = B^T A^T (swapped operands), and so is an M of up to SWAP_LONG_K_M rows whose tiles leave
+In order: an M of more than NARROW_M and at most SWAP_M rows with a K-major B (``nn.Linear``'s
+weight) takes one 64-row tile over M and narrow tiles over N (NARROW_BNS) with the K split of
+least estimated time, where such tiles run in one wave; a small M (and no bias, which runs along N) is moved to wgmma's narrow N by
+computing C^T = B^T A^T (swapped operands), and so is an M of up to SWAP_LONG_K_M rows whose tiles leave
 the SMs idle over a K at least twice N; a narrow N takes the smallest tile of 64, 128 or 256
 rows that runs in one wave, and K is split into as many slices as keep one wave and
 DECODE_SLICE_TILES K tiles per slice; a problem of more than SWAP_M rows takes the block tile
@@ -56,6 +58,20 @@ SMALL_M = 256
 """The most rows the small-M sweep measured: the 64 x 64 tile and BIG_SPLIT_TILES apply up to
 here; above, the tile table without 64 x 64 and splits of 2 or 4 only where the tiles leave
 half or three quarters of the SMs idle over a K of at least 8192 or 16384."""
+NARROW_M = 32
+"""Above this many rows (and up to SWAP_M), the narrow-N rule (``_narrow``) applies: the
+weights' stream is shared by as many CTAs as one wave holds, each reading a narrow slice of N
+and the whole (64-row) A tile, where the swapped kernel's 64-row tiles over N leave most SMs
+idle. At M = 32 it did not gain on the training layers (benchmarks/results/narrow_m_*.json)."""
+NARROW_BNS = (16, 24, 32, 48, 64)
+"""The tile widths (N) the narrow-N rule chooses from."""
+NARROW_COST = {"a_rows": 32, "split": 1024, "per_slice": 128, "min_slice_tiles": 8}
+"""The narrow-N rule's cost of a (BN, split) choice that runs in one wave: K tiles per slice x
+(a_rows + BN), plus split + per_slice x slices when K is split (the inline reduction), slices
+of at least min_slice_tiles K tiles. The constants are the point of a grid (a_rows 32-256,
+split 0-2048, per_slice 0-256) with the best geomean x F.linear over both GPUs' training rows
+(the llm suite's layers at M = 64, H100 and H200), ties to the earliest grid point; held-out
+layers of seven other families were scored after: benchmarks/investigations/narrow_m.py."""
 SWAP_LONG_K_M = 128
 """Up to this many rows, a problem whose 64 x 64 tiles number fewer than the SMs and whose K
 is at least twice N is swapped too: its K splits over the swapped tiles' rows. At 128 x 576 x
@@ -67,12 +83,20 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
     """(config, how, swap, reasons): the wgmma default preset ``cfg`` fitted to an M x N x K
     problem by the rules of the module docstring; ``reasons`` (a list) gets one line per rule
     that fired."""
-    swap, m, n, layout = _swap(m, n, k, layout, epilogue, reasons)
-    changes: dict = {"layout": layout} if swap else {}
-    best = _tile(cfg, m, n, k, batch, changes, reasons, swap)
-    tiles = cost.tiles_of(m, n, *best, batch)
-    split = _split(cfg, m, n, k, batch, best, tiles, changes, reasons)
-    if cfg.store == "tma" and (swap or split > 1 or not c_aligned or best[1] < 64):
+    narrow = (_narrow(cfg, m, n, k, batch, reasons)
+              if NARROW_M < m <= SWAP_M and layout[1] == "c" else None)
+    if narrow:
+        swap, best, split = False, (64, narrow[0]), narrow[1]
+        changes: dict = {"bm": 64, "bn": narrow[0], "consumers": 1, "regs_producer": 0,
+                         "regs_consumer": 0, "cluster_m": 1, "cluster_n": 1}
+        _record_split(cfg, split, cost.tiles_of(m, n, *best, batch), best, changes, reasons)
+    else:
+        swap, m, n, layout = _swap(m, n, k, layout, epilogue, reasons)
+        changes = {"layout": layout} if swap else {}
+        best = _tile(cfg, m, n, k, batch, changes, reasons, swap)
+        tiles = cost.tiles_of(m, n, *best, batch)
+        split = _split(cfg, m, n, k, batch, best, tiles, changes, reasons)
+    if cfg.store == "tma" and (swap or narrow or split > 1 or not c_aligned or best[1] < 64):
         changes["store"] = "direct"
         why = ("split-K stores partial sums" if split > 1 else
                "C is not 16-byte aligned" if not c_aligned else "a narrow or transposed C tile")
@@ -107,6 +131,37 @@ def _swap(m, n, k, layout, epilogue, reasons) -> tuple:
         reasons.append(f"M = {m} is small, but the bias runs along N (an epilogue tree's "
                        f"operands keep their sides too): operands not swapped")
     return False, m, n, layout
+
+
+def _narrow(cfg, m, n, k, batch, reasons) -> tuple[int, int] | None:
+    """(BN, split) of the narrow-N rule: of the NARROW_BNS widths and SPLITS (slices of at
+    least NARROW_COST's min_slice_tiles K tiles) whose 64 x BN tiles run in one wave and break
+    no rule, the one of least NARROW_COST; ties to fewer slices, then wider tiles. None when
+    no choice runs in one wave."""
+    c, k_tiles = NARROW_COST, math.ceil(k / cfg.bk)
+    best = None
+    for bn in NARROW_BNS:
+        tiles = cost.tiles_of(m, n, 64, bn, batch)
+        trial = cfg.replace(check=False, bm=64, bn=bn, consumers=1, regs_producer=0,
+                            regs_consumer=0, store="direct", cluster_m=1, cluster_n=1)
+        if trial.violations():  # e.g. a row-major B is read in whole 64-column blocks
+            continue
+        for split in SPLITS:
+            if tiles * split > cost.SMS or (split > 1 and k_tiles / split < c["min_slice_tiles"]):
+                continue
+            time = math.ceil(k_tiles / split) * (c["a_rows"] + bn) + (
+                c["split"] + c["per_slice"] * split if split > 1 else 0)
+            key = (time, split, -bn)
+            if best is None or key < best[0]:
+                best = (key, bn, split, tiles)
+    if best is None:
+        return None
+    _, bn, split, tiles = best
+    units = f"{tiles} tiles x {split} K slices" if split > 1 else f"{tiles} tiles"
+    reasons.append(f"M = {m}: one 64-row tile over M and {bn}-column tiles over N, {units} in "
+                   f"one wave on {cost.SMS} SMs, so that many SMs share the stream of B (the "
+                   f"least estimated time of the widths {NARROW_BNS} and K splits)")
+    return bn, split
 
 
 def _tile(cfg, m, n, k, batch, changes, reasons, swap=False) -> tuple[int, int]:
@@ -173,6 +228,12 @@ def _split(cfg, m, n, k, batch, best, tiles, changes, reasons) -> int:
     else:
         split = 4 if tiles * 4 <= cost.SMS and k >= 16384 else \
             2 if tiles * 2 <= cost.SMS and k >= 8192 else 1
+    _record_split(cfg, split, tiles, best, changes, reasons)
+    return split
+
+
+def _record_split(cfg, split, tiles, best, changes, reasons) -> None:
+    """Record ``split`` slices in ``changes`` (inline where it compiles clean) and say why."""
     if split > 1:  # inline where it compiles clean: not ping-pong, not a wide column-major C
         wide_col = changes.get("layout", cfg.layout)[2] == "c" and best[1] >= 128
         apart = ("an epilogue tree" if getattr(cfg, "extended", False) else  # H51
@@ -188,7 +249,6 @@ def _split(cfg, m, n, k, batch, best, tiles, changes, reasons) -> int:
     else:
         reasons.append(f"{tiles} tiles: {tiles / cost.SMS:.2f} waves on {cost.SMS} SMs, "
                        f"K not split")
-    return split
 
 
 def _deepen(cfg, changes, reasons) -> None:

@@ -1,0 +1,139 @@
+"""Unswapped narrow tiles for 16 < M <= 64 (bf16 rcr forward layers): the tokens take one
+64-row wgmma tile, the weights narrow N tiles (BN 16, 24, 32, 48 or 64), so that more CTAs
+share the weight stream than the swapped kernel's 64-row weight tiles give; each with K unsplit
+or split into 2, 3, 4, 6 or 8 slices (inline reduction, slices of at least 8 K tiles), beside
+the shape rules' choice and F.linear, on the layers of the llm suite's models (training) and of
+small_m.py's seven other families (held out). Graph-captured (kernel only) as small_m.py times
+(input sets past twice the L2, median of 9 replays); every output poisoned first and checked
+against float64.
+
+    python3 benchmarks/investigations/narrow_m.py compile DIR     # CPU: the cubins
+    python3 benchmarks/investigations/narrow_m.py run DIR         # GPU: $OUT/narrow_m_<GPU>.json
+    python3 benchmarks/investigations/narrow_m.py summarize FILE  # CPU: this checkout's rules
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import small_m  # beside this script
+
+MS = (32, 64)
+BNS = (16, 24, 32, 48, 64)
+SPLITS = (1, 2, 3, 4, 6, 8)
+
+
+def candidates(m: int, n: int, k: int) -> dict:
+    """{label: (config, swap)}: "rules" (this checkout's ``decide``) and the narrow tiles."""
+    rules, swap = small_m.candidates(m, n, k)["rules"]
+    out = {"rules": (rules, swap)}
+    k_tiles = math.ceil(k / 64)
+    for bn in BNS:
+        for split in SPLITS:
+            if split > 1 and k_tiles / split < small_m.MIN_SLICE:
+                continue
+            cfg = small_m._deepest(rules.replace(
+                check=False, layout="rcr", bm=64, bn=bn, consumers=1, regs_producer=0,
+                regs_consumer=0, store="direct", cluster_m=1, cluster_n=1, split_k=split,
+                split_inline=split > 1, persistent=True, stages=3))
+            if cfg is not None:
+                out[f"64x{bn} sk{split}"] = (cfg, False)
+    return out
+
+
+def problems(sets=("train", "test")):
+    return [(which, n, k, m) for which in sets for (n, k) in small_m.layers()[which]
+            for m in MS]
+
+
+def compile_to(folder: str) -> None:
+    from gemmgen.compile.cache import compile_many
+    os.makedirs(folder, exist_ok=True)
+    configs = {c.name: c for _, n, k, m in problems() for c, _ in candidates(m, n, k).values()}
+    todo = [c for c in configs.values() if not Path(folder, c.name + ".cubin").exists()]
+    for cfg, done in zip(todo, compile_many(todo, arch="sm_90a")):
+        Path(folder, cfg.name + ".cubin").write_bytes(done[0])
+    print(len(configs), "kernels")
+
+
+def main_run(folder: str) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    import graph_timing
+    from gemmgen.runtime.build import adopt_pycuda, from_cubin
+    from gemmgen.runtime.device import device_identity
+    adopt_pycuda()
+    gpu, _ = device_identity(0)
+    side = torch.cuda.Stream()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    dt, rows, kernels = torch.bfloat16, [], {}
+    for which, n, k, m in problems():
+        sets = min(64, max(2, -(-2 * l2 // ((m * k + n * k + m * n) * 2))))
+        reps = min(64, max(20, sets))
+        xs = [torch.randn(m, k, device="cuda", dtype=dt, generator=gen) for _ in range(sets)]
+        ws = [torch.randn(n, k, device="cuda", dtype=dt, generator=gen) * k ** -0.5
+              for _ in range(sets)]
+        ys = [torch.empty(m, n, device="cuda", dtype=dt) for _ in range(sets)]
+        ref = xs[0].double() @ ws[0].double().t()
+        row = {"set": which, "layers": small_m.layers()[which][(n, k)], "M": m, "N": n, "K": k,
+               "torch_ms": 1e-3 * 0, "candidates": {}}
+        row["torch_ms"] = graph_timing.graph_ms(
+            lambda i: F.linear(xs[i % sets], ws[i % sets]), reps, 9, stream=side)
+        for label, (cfg, swap) in candidates(m, n, k).items():
+            if cfg.name not in kernels:
+                kernels[cfg.name] = from_cubin(cfg, "sm_90a",
+                                               Path(folder, cfg.name + ".cubin").read_bytes())
+            kern = kernels[cfg.name]
+
+            def launch(i, kern=kern, swap=swap):
+                x, w, y = xs[i % sets], ws[i % sets], ys[i % sets]
+                s = torch.cuda.current_stream().cuda_stream
+                kern(w, x.t(), y.t(), stream=s) if swap else kern(x, w.t(), y, stream=s)
+            ys[0].fill_(float("nan"))
+            launch(0)
+            torch.cuda.synchronize()
+            err = ((ys[0].double() - ref).norm() / ref.norm()).item()
+            row["candidates"][label] = {"config": cfg.name, "error": err,
+                                        "ms": graph_timing.graph_ms(launch, reps, 9, stream=side)}
+        c = row["candidates"]
+        best = min(c, key=lambda x: c[x]["ms"])
+        print(json.dumps({"set": which, "M": m, "N": n, "K": k,
+                          "rules_x": round(row["torch_ms"] / c["rules"]["ms"], 3), "best": best,
+                          "best_x": round(row["torch_ms"] / c[best]["ms"], 3)}), flush=True)
+        rows.append(row)
+        del xs, ws, ys
+        save(gpu, rows)
+
+
+def save(gpu, rows) -> None:
+    out = {"investigation": "narrow_m", "gpu": gpu, "git_commit": os.environ.get("GEMMGEN_COMMIT"),
+           "timing": "graph-captured, kernel only", "dtype": "bf16", "layout": "rcr",
+           "method": __doc__, "summary": small_m.summary(rows), "rows": rows}
+    Path(os.environ.get("OUT", "."), "narrow_m_" + gpu.replace(" ", "_") + ".json").write_text(
+        json.dumps(out, indent=1))
+
+
+def summarize(path: str) -> None:
+    """This checkout's rules scored on a run's timings (a choice not timed there is named)."""
+    doc = json.loads(Path(path).read_text())
+    missing = []
+
+    def pick(r):
+        cfg = small_m.candidates(r["M"], r["N"], r["K"])["rules"][0]
+        found = [c for c, v in r["candidates"].items() if v["config"] == cfg.name]
+        if not found:
+            missing.append([r["M"], r["N"], r["K"], cfg.name])
+        return found[0] if found else "rules"
+    doc["summary_this_checkout"] = small_m.summary(doc["rows"], pick)
+    doc["summary_this_checkout_unmeasured"] = missing
+    Path(path).write_text(json.dumps(doc, indent=1))
+    print(json.dumps(doc["summary_this_checkout"], indent=1), missing[:5])
+
+
+if __name__ == "__main__":
+    {"compile": compile_to, "run": main_run, "summarize": summarize}[sys.argv[1]](sys.argv[2])
