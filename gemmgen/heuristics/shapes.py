@@ -2,9 +2,9 @@
 
 In order: an M of more than NARROW_M and at most SWAP_M rows with a K-major B (``nn.Linear``'s
 weight) takes one 64-row tile over M and narrow tiles over N (NARROW_BNS) with the K split of
-least estimated time, where such tiles run in one wave; a small M (and no bias, which runs along N) is moved to wgmma's narrow N by
-computing C^T = B^T A^T (swapped operands), and so is an M of up to SWAP_LONG_K_M rows whose tiles leave
-the SMs idle over a K at least twice N; a narrow N takes the smallest tile of 64, 128 or 256
+least estimated time, where such tiles run in one wave; a small M (and no bias, which runs
+along N) is moved to wgmma's narrow N by computing C^T = B^T A^T (swapped operands), and so is
+an M of up to SWAP_LONG_K_M rows whose tiles leave the SMs idle over a K at least twice N; a narrow N takes the smallest tile of 64, 128 or 256
 rows that runs in one wave, and K is split into as many slices as keep one wave and
 DECODE_SLICE_TILES K tiles per slice; a problem of more than SWAP_M rows takes the block tile
 of least estimated time (whole waves x the tile's work / the tile's measured efficiency), and
