@@ -71,17 +71,11 @@ def main_run(folder: str) -> None:
     side = torch.cuda.Stream()
     gen = torch.Generator(device="cuda").manual_seed(0)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    dt, rows, kernels = torch.bfloat16, [], {}
+    rows, kernels = [], {}
     for which, n, k, m in problems():
-        sets = min(64, max(2, -(-2 * l2 // ((m * k + n * k + m * n) * 2))))
-        reps = min(64, max(20, sets))
-        xs = [torch.randn(m, k, device="cuda", dtype=dt, generator=gen) for _ in range(sets)]
-        ws = [torch.randn(n, k, device="cuda", dtype=dt, generator=gen) * k ** -0.5
-              for _ in range(sets)]
-        ys = [torch.empty(m, n, device="cuda", dtype=dt) for _ in range(sets)]
-        ref = xs[0].double() @ ws[0].double().t()
+        sets, reps, xs, ws, ys, ref = small_m.layer_inputs(m, n, k, gen, l2)
         row = {"set": which, "layers": small_m.layers()[which][(n, k)], "M": m, "N": n, "K": k,
-               "torch_ms": 1e-3 * 0, "candidates": {}}
+               "candidates": {}}
         row["torch_ms"] = graph_timing.graph_ms(
             lambda i: F.linear(xs[i % sets], ws[i % sets]), reps, 9, stream=side)
         for label, (cfg, swap) in candidates(m, n, k).items():
@@ -106,7 +100,6 @@ def main_run(folder: str) -> None:
                           "rules_x": round(row["torch_ms"] / c["rules"]["ms"], 3), "best": best,
                           "best_x": round(row["torch_ms"] / c[best]["ms"], 3)}), flush=True)
         rows.append(row)
-        del xs, ws, ys
         save(gpu, rows)
 
 

@@ -53,19 +53,13 @@ def main_run(folder: str) -> None:
     side = torch.cuda.Stream()
     gen = torch.Generator(device="cuda").manual_seed(0)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    dt, rows, kernels = torch.bfloat16, [], {}
+    rows, kernels = [], {}
     for which, n, k, m, cfg, swap in problems():
         if cfg.name not in kernels:
             kernels[cfg.name] = from_cubin(cfg, "sm_90a",
                                            Path(folder, cfg.name + ".cubin").read_bytes())
         kern = kernels[cfg.name]
-        sets = min(64, max(2, -(-2 * l2 // ((m * k + n * k + m * n) * 2))))
-        reps = min(64, max(20, sets))
-        xs = [torch.randn(m, k, device="cuda", dtype=dt, generator=gen) for _ in range(sets)]
-        ws = [torch.randn(n, k, device="cuda", dtype=dt, generator=gen) * k ** -0.5
-              for _ in range(sets)]
-        ys = [torch.empty(m, n, device="cuda", dtype=dt) for _ in range(sets)]
-        ref = xs[0].double() @ ws[0].double().t()
+        sets, reps, xs, ws, ys, ref = small_m.layer_inputs(m, n, k, gen, l2)
 
         def ours(i):
             x, w, y = xs[i % sets], ws[i % sets], ys[i % sets]
@@ -92,7 +86,6 @@ def main_run(folder: str) -> None:
         print(json.dumps({k_: row[k_] for k_ in ("set", "M", "N", "K", "x_torch_pdl",
                                                  "x_torch_plain")}), flush=True)
         rows.append(row)
-        del xs, ws, ys
         save(gpu, rows, quiet=True)  # what is done so far survives a time limit
     save(gpu, rows)
 

@@ -157,6 +157,20 @@ def compile_to(folder: str) -> None:
         Path(folder, cfg.name + ".cubin").write_bytes(done[0])
 
 
+def layer_inputs(m: int, n: int, k: int, gen, l2: int) -> tuple:
+    """(sets, reps, xs, ws, ys, ref): input sets of an M x N x K bf16 linear layer (x M x K, w
+    N x K scaled by K^-1/2, y M x N) that together exceed twice the L2 (2 to 64 sets), the
+    launches per graph (20 to 64) and the float64 reference of set 0."""
+    import torch
+    dt = torch.bfloat16
+    sets = min(64, max(2, -(-2 * l2 // ((m * k + n * k + m * n) * 2))))
+    xs = [torch.randn(m, k, device="cuda", dtype=dt, generator=gen) for _ in range(sets)]
+    ws = [torch.randn(n, k, device="cuda", dtype=dt, generator=gen) * k ** -0.5
+          for _ in range(sets)]
+    ys = [torch.empty(m, n, device="cuda", dtype=dt) for _ in range(sets)]
+    return sets, min(64, max(20, sets)), xs, ws, ys, xs[0].double() @ ws[0].double().t()
+
+
 def main_run(folder: str, tag: str) -> None:
     import torch
     import torch.nn.functional as F
