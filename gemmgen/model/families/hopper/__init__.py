@@ -204,7 +204,7 @@ class HopperTile:
     before its first global memory access, so it is launched with
     ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`` and that set-up, and the launch
     itself, overlap the previous kernel's last wave (CUDA programming guide, "Programmatic
-    Dependent Launch and Synchronization"; cuBLASLt's sm90 kernels launch so)."""
+    Dependent Launch and Synchronization")."""
     split_n = False
     """Whether the consumers split a tile's columns (the grouped family's ``split`` "n"); the
     other Hopper kernels' consumers split its rows (the shared templates read ``split_n``)."""
