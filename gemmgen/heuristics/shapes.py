@@ -2,19 +2,19 @@
 
 In order: an M of more than NARROW_M and at most SWAP_M rows with a K-major B (``nn.Linear``'s
 weight) takes one 64-row tile over M and narrow tiles over N (NARROW_BNS) with the K split of
-least estimated time, where such tiles run in one wave; a small M (and no bias, which runs
-along N) is moved to wgmma's narrow N by computing C^T = B^T A^T (swapped operands), and so is
-an M of up to SWAP_LONG_K_M rows whose tiles leave the SMs idle over a K at least twice N; a narrow N takes the smallest tile of 64, 128 or 256
-rows that runs in one wave, and K is split into as many slices as keep one wave and
-DECODE_SLICE_TILES K tiles per slice; a problem of more than SWAP_M rows takes the block tile
-of least estimated time (whole waves x the tile's work / the tile's measured efficiency), and
-splits K only when its tiles leave half the SMs idle; the ring is as deep as shared memory
-allows; a C that TMA cannot store to gets direct stores. Each rule states its reason, which
-``explain`` prints. The tile constants come from the table builder's measurements
-(``gemmgen.tune.table`` over the LLM-layer suite, H200); the split and swap constants and the
-64 x 64 tile's efficiency were fitted on the small-M sweep of the LLM suite's layers (M = 1 to
-256, H200 and H100: ``benchmarks/results/small_m_*.json``, which also reports them on the
-layers of seven other model families).
+least estimated time, where such tiles run in one wave; a small M (and no bias, which runs along
+N) is moved to wgmma's narrow N by computing C^T = B^T A^T (swapped operands), and so is an M of
+up to SWAP_LONG_K_M rows whose tiles leave the SMs idle over a K at least twice N; a narrow N
+takes the smallest tile of 64, 128 or 256 rows that runs in one wave, and K is split into as
+many slices as keep one wave and DECODE_SLICE_TILES K tiles per slice; a problem of more than
+SWAP_M rows takes the block tile of least estimated time (whole waves x the tile's work / the
+tile's measured efficiency), and splits K only when its tiles leave half the SMs idle; the ring
+is as deep as shared memory allows; a C that TMA cannot store to gets direct stores. Each rule
+states its reason, which ``explain`` prints. The tile constants come from the table builder's
+measurements (``gemmgen.tune.table`` over the LLM-layer suite, H200); the split and swap
+constants and the 64 x 64 tile's efficiency were fitted on the small-M sweep of the LLM suite's
+layers (M = 1 to 256, H200 and H100: ``benchmarks/results/small_m_*.json``, which also reports
+them on the layers of seven other model families).
 """
 from __future__ import annotations
 

@@ -287,10 +287,11 @@ class Recipe:
         """The recipe for the C++ launcher (little-endian): a header (version, launch count),
         then per launch: CUfunction handle (u64), grid and block (6 x u32), shared memory
         (u32), flags (u32: 1 = programmatic dependent launch), parameter bytes (u32 length +
-        bytes), patches (u32 count + count x (offset u32, kind u32, index u32, delta i64)); then the workspace slots (u32 count + count x
-        (nbytes u64, zero u32)). Operand ``i`` of the recipe is the launcher's operand
-        ``order[i]`` (default: operand ``i``, for every operand the recipe patches); a patch
-        index ``WORK_BASE + s`` names slot ``s`` (not mapped)."""
+        bytes), patches (u32 count + count x (offset u32, kind u32, index u32, delta i64));
+        then the workspace slots (u32 count + count x (nbytes u64, zero u32)). Operand ``i``
+        of the recipe is the launcher's operand ``order[i]`` (default: operand ``i``, for
+        every operand the recipe patches); a patch index ``WORK_BASE + s`` names slot ``s``
+        (not mapped)."""
         out = bytearray(struct.pack("<II", FORMAT_VERSION, len(self.launches)))
         for ln in self.launches:
             out += struct.pack("<Q6IIIi", ln.function.handle, *ln.grid, *ln.block, ln.smem,
