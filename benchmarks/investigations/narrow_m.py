@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import small_m  # beside this script
+from gemmgen.heuristics.shapes import narrow_tile
 
 MS = (32, 64)
 BNS = (16, 24, 32, 48, 64)
@@ -36,8 +37,7 @@ def candidates(m: int, n: int, k: int) -> dict:
             if split > 1 and k_tiles / split < small_m.MIN_SLICE:
                 continue
             cfg = small_m._deepest(rules.replace(
-                check=False, layout="rcr", bm=64, bn=bn, consumers=1, regs_producer=0,
-                regs_consumer=0, store="direct", cluster_m=1, cluster_n=1, split_k=split,
+                check=False, layout="rcr", store="direct", split_k=split, **narrow_tile(bn),
                 split_inline=split > 1, persistent=True, stages=3))
             if cfg is not None:
                 out[f"64x{bn} sk{split}"] = (cfg, False)

@@ -72,6 +72,15 @@ of at least min_slice_tiles K tiles. The constants are the point of a grid (a_ro
 split 0-2048, per_slice 0-256) with the best geomean x F.linear over both GPUs' training rows
 (the llm suite's layers at M = 64, H100 and H200), ties to the earliest grid point; held-out
 layers of seven other families were scored after: benchmarks/investigations/narrow_m.py."""
+ONE_CONSUMER = {"consumers": 1, "regs_producer": 0, "regs_consumer": 0}
+"""A 64-row tile's warpgroups: one consumer, no setmaxnreg split."""
+
+
+def narrow_tile(bn: int) -> dict:
+    """The config changes of the narrow-N rule's 64 x ``bn`` tile: one consumer, no cluster."""
+    return {"bm": 64, "bn": bn, **ONE_CONSUMER, "cluster_m": 1, "cluster_n": 1}
+
+
 SWAP_LONG_K_M = 128
 """Up to this many rows, a problem whose 64 x 64 tiles number fewer than the SMs and whose K
 is at least twice N is swapped too: its K splits over the swapped tiles' rows. At 128 x 576 x
@@ -87,8 +96,7 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
               if NARROW_M < m <= SWAP_M and layout[1] == "c" else None)
     if narrow:
         swap, best, split = False, (64, narrow[0]), narrow[1]
-        changes: dict = {"bm": 64, "bn": narrow[0], "consumers": 1, "regs_producer": 0,
-                         "regs_consumer": 0, "cluster_m": 1, "cluster_n": 1}
+        changes: dict = narrow_tile(narrow[0])
         _record_split(cfg, split, cost.tiles_of(m, n, *best, batch), best, changes, reasons)
     else:
         swap, m, n, layout = _swap(m, n, k, layout, epilogue, reasons)
@@ -142,8 +150,7 @@ def _narrow(cfg, m, n, k, batch, reasons) -> tuple[int, int] | None:
     best = None
     for bn in NARROW_BNS:
         tiles = cost.tiles_of(m, n, 64, bn, batch)
-        trial = cfg.replace(check=False, bm=64, bn=bn, consumers=1, regs_producer=0,
-                            regs_consumer=0, store="direct", cluster_m=1, cluster_n=1)
+        trial = cfg.replace(check=False, store="direct", **narrow_tile(bn))
         if trial.violations():  # e.g. a row-major B is read in whole 64-column blocks
             continue
         for split in SPLITS:
@@ -194,7 +201,7 @@ def _tile(cfg, m, n, k, batch, changes, reasons, swap=False) -> tuple[int, int]:
     if best != (cfg.bm, cfg.bn):
         changes.update(bm=best[0], bn=best[1])
     if best[0] == 64 and cfg.consumers == 2:  # one 64-row wgmma tile: one consumer
-        changes.update(consumers=1, regs_producer=0, regs_consumer=0)
+        changes.update(ONE_CONSUMER)
     return best
 
 
@@ -275,7 +282,7 @@ def _settle(cfg, changes, reasons):
         # the wider tile may no longer fit its rows' registers or its ring: fewer rows, then
         # the deepest ring that fits
         for rows in (out.bm, 128, 64):
-            one = {"consumers": 1, "regs_producer": 0, "regs_consumer": 0} if rows == 64 else {}
+            one = ONE_CONSUMER if rows == 64 else {}
             trial = out.replace(check=False, bm=min(rows, out.bm), **one)
             fit = next((trial.replace(check=False, stages=st) for st in range(trial.stages, 0, -1)
                         if not trial.replace(check=False, stages=st).violations()), None)
