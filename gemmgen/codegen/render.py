@@ -63,7 +63,7 @@ def _header(cfg: ConfigBase, arch: str) -> dict:
     else:
         smem = f"static shared memory {cfg.static_smem_bytes} bytes"
     launch = cfg.launch_summary()
-    if getattr(cfg, "pdl", False):
+    if cfg.pdl:
         launch += ("; programmatic dependent launch (the set-up overlaps the previous kernel, "
                    "griddepcontrol.wait before any global memory access)")
     return {"version": __version__, "template": cfg.template,

@@ -86,6 +86,9 @@ class ConfigBase:
     quiet: ClassVar[dict[str, object]] = {}
     """Fields left out of the emitted header and its JSON line while they hold these values
     (features added later, so the sources of kernels without them stay byte for byte)."""
+    pdl: ClassVar[bool] = False
+    """Whether the kernel is launched with programmatic dependent launch (the Hopper families:
+    ``HopperTile.pdl``)."""
 
     def __post_init__(self) -> None:
         self._coerce_integers()
