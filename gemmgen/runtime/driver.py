@@ -281,7 +281,7 @@ def launch(function: int, grid: tuple, block: tuple, smem: int, params: bytes | 
     if not isinstance(params, Params):
         params = Params(params)
     if pdl:
-        cfg = _LaunchConfig(tuple(grid), tuple(block), smem, stream or None, _PDL_ATTRS, 1)
+        cfg = _LaunchConfig(grid, block, smem, stream or None, _PDL_ATTRS, 1)
         check(_lib().cuLaunchKernelEx(ctypes.byref(cfg), function, None, params.extra),
               "cuLaunchKernelEx")
         return
