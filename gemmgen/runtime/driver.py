@@ -43,8 +43,6 @@ class _LaunchConfig(ctypes.Structure):
 
 
 _PDL = _LaunchAttribute(id=CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
-_PDL_ATTRS = ctypes.pointer(_PDL)
-"""The attribute list of a programmatic dependent launch, made once."""
 _LIB: list = []
 _LOCK = threading.Lock()
 
@@ -281,7 +279,8 @@ def launch(function: int, grid: tuple, block: tuple, smem: int, params: bytes | 
     if not isinstance(params, Params):
         params = Params(params)
     if pdl:
-        cfg = _LaunchConfig(grid, block, smem, stream or None, _PDL_ATTRS, 1)
+        cfg = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), smem,
+                            stream or None, ctypes.pointer(_PDL), 1)
         check(_lib().cuLaunchKernelEx(ctypes.byref(cfg), function, None, params.extra),
               "cuLaunchKernelEx")
         return
