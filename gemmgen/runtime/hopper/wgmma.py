@@ -232,18 +232,15 @@ class WgmmaLaunch(HopperLaunch):
         return out
 
     def _split_inline(self, dev, work: list, m, n, batch) -> tuple:
-        """The extra parameters of an inline split-K: a workspace of fp32 partials in C's
-        layout (every slice and batch entry), its leading dimension and slice stride, and one
-        zeroed arrival counter per (tile, consumer), which the last slice zeroes again."""
+        """The extra parameters of an inline split-K: a workspace of fp32 partials (every
+        tile's ``split_k`` slices of BM x BN, in fragment order) and one zeroed arrival counter
+        per (tile, consumer), which the last slice zeroes again."""
         cfg = self.config
-        inner, outer = (m, n) if cfg.layout[2] == "c" else (n, m)
-        ldp = -(-inner // 4) * 4
-        slice_ = outer * ldp
-        buf = workspace(work, "split-K", slice_ * batch * cfg.split_k * 4)
         tiles = -(-m // cfg.bm) * -(-n // cfg.bn) * batch
+        buf = workspace(work, "split-K", tiles * cfg.split_k * cfg.bm * cfg.bn * 4)
         counters = workspace(work, "split-K counters",
                              tiles * (1 if cfg.pingpong else cfg.consumers) * 4, zero=True)
-        return buf, ldp, slice_, counters
+        return buf, counters
 
     def _split_k(self, dev, after: list, work: list, m, n, batch, alpha, out, epi=None) -> tuple:
         """Queue the split-K reduction into the caller's C; the workspace the GEMM writes its

@@ -27,6 +27,10 @@ from .. import (
 from .rules import DEFER_UNITS, PACK_ROWS, PACK_TILE, PTX_TYPES
 from .vectors import consumer_bytes, slot_bytes
 
+SPLIT_LOADS = 64
+"""Registers an inline split-K's last slice gives to one pass of its reduction: every slice's
+loads of SPLIT_LOADS / SPLIT_K elements go out together, one round trip to L2 per pass."""
+
 
 class WgmmaEnv:
     """Mixed into ``WgmmaConfig``: everything here derives from its fields and geometry."""
@@ -69,8 +73,8 @@ class WgmmaEnv:
     def params(self) -> tuple[Param, ...]:
         """The GEMM kernel's parameters, in order: tensor maps of A, B and C; M, N, K, alpha,
         A, lda, B, ldb, beta, C, ldc, the batch strides, bias, batch; with an inline split-K
-        the partials' workspace, its leading dimension and slice stride and the tiles'
-        arrival counters; with an epilogue tree that has operands, its ``EpilogueArgs``."""
+        the partials' workspace (``SPLIT_K`` slices of ``BM x BN`` fp32 per tile, tiles in
+        order, each slice in fragment order) and the tiles' arrival counters; with an epilogue tree that has operands, its ``EpilogueArgs``."""
         out = (*tensor_maps("tmap_a", "tmap_b", "tmap_c"), *ints("m_arg", "n_arg", "k_arg"),
                Param("alpha", "float", "f"), Param("A", "const {ns}::in_t* __restrict__", "Q"),
                *ints("lda"), Param("B", "const {ns}::in_t* __restrict__", "Q"), *ints("ldb"),
@@ -78,8 +82,7 @@ class WgmmaEnv:
                *ints("ldc"), *(Param(f"stride_{x}", "long long", "q") for x in "abc"),
                Param("bias", "const {ns}::out_t* __restrict__", "Q"), *ints("batch"))
         if self.split_inline:
-            out += (Param("split_ws", "float* __restrict__", "Q"), *ints("split_ld"),
-                    Param("split_stride", "long long", "q"),
+            out += (Param("split_ws", "float* __restrict__", "Q"),
                     Param("split_sem", "int* __restrict__", "Q"))
         if self.extended and self.env()["EPI_ARGS"]:
             out += (Param("epi", "const __grid_constant__ {ns}::EpilogueArgs",
@@ -117,6 +120,8 @@ class WgmmaEnv:
         return {**e, "A_SMEM_OFFSET": a_off, "B_SMEM_OFFSET": b_off, "C_SMEM_OFFSET": c_off,
                 "BAR_OFFSET": bar_off, "ALIGN_SLACK": ALIGN_SLACK,
                 "SPLIT_FLAG_OFFSET": bar_off + 2 * self.stages * 8,
+                **({"SPLIT_TILE_ELEMS": self.bm * self.bn, "SPLIT_LOADS": SPLIT_LOADS}
+                   if self.split_inline else {}),
                 "A_BOX_BYTES": e["A_BOX_INNER"] * e["A_BOX_ROWS"] * self.elem_bytes,
                 "B_BOX_BYTES": e["B_BOX_INNER"] * e["B_BOX_ROWS"] * self.elem_bytes,
                 "DESC_SBO": sbo,
