@@ -70,7 +70,8 @@ def test_decode_shapes_swap_operands_onto_wgmma_n():
 def test_small_m_rules_split_long_k_and_say_where_the_slices_are_summed():
     """Decode tiles split K into slices of at least 12 K tiles within one wave; an M of 128
     over a K at least twice N is swapped too, its wide column-major C summed by a second
-    kernel (an inline sum would spill); above 256 rows the old split rule stands."""
+    kernel (an inline sum would spill); at 256 and 512 rows the mid-M rule splits, above 512
+    rows the old split rule stands."""
     decode = decide(None, H, "bf16", 1, 576, 7168, cc=90, layout="rcr")
     assert decode.swap and decode.config.split_k == 8 and decode.config.split_inline
     assert any("in the same launch" in r for r in decode.reasons)
@@ -81,8 +82,44 @@ def test_small_m_rules_split_long_k_and_say_where_the_slices_are_summed():
     assert not decide(None, H, "bf16", 128, 4096, 4096, cc=90, layout="rcr").swap  # K < 2N
     small = decide(None, H, "bf16", 256, 576, 7168, cc=90, layout="rcr").config
     assert (small.bm, small.bn, small.split_k) == (64, 64, 3)
-    big = decide(None, H, "bf16", 512, 576, 7168, cc=90, layout="rcr").config
+    mid = decide(None, H, "bf16", 512, 576, 7168, cc=90, layout="rcr").config
+    assert (mid.bm, mid.bn, mid.split_k, mid.split_inline) == (64, 128, 3, True)
+    big = decide(None, H, "bf16", 1024, 576, 7168, cc=90, layout="rcr").config
     assert big.split_k == 1 and (big.bm, big.bn) != (64, 64)
+
+
+def test_m_of_256_to_512_rows_takes_the_tile_and_split_of_least_estimated_time():
+    """The mid-M rule: from MID_TILES and the splits up to 8, the least of whole waves x (K
+    tiles per slice x time per K tile + time per tile) + split-K's cost, checked here against
+    the same sum written out; only with a K-major B and an N that is not narrow, and a C tile
+    that is not whole 64-column chunks is stored directly."""
+    from gemmgen.heuristics.shapes import MID_SPLIT, MID_TILES, mid_tile
+
+    def estimate(m, n, k, bm, bn, split):
+        step, fixed = MID_TILES[bm, bn]
+        waves = -(-(-(-m // bm) * -(-n // bn) * split) // 132)
+        extra = MID_SPLIT["split"] + MID_SPLIT["per_slice"] * split if split > 1 else 0
+        return waves * (-(-(-(-k // 64)) // split) * step + fixed) + extra
+    picked = {}
+    for m, n, k in ((256, 4544, 4544), (512, 18176, 4544), (512, 4544, 18176), (384, 4096, 4096)):
+        ch = decide(None, H, "bf16", m, n, k, cc=90, layout="rcr")
+        picked[m, n, k] = ch.config
+        c = ch.config
+        assert not ch.swap and any("mid-M rule" in r for r in ch.reasons), (m, n, k)
+        assert {key: getattr(c, key) for key in mid_tile(c.bm, c.bn)} == mid_tile(c.bm, c.bn)
+        got = estimate(m, n, k, c.bm, c.bn, c.split_k)
+        for bm, bn in MID_TILES:
+            for split in (1, 2, 3, 4, 6, 8):
+                units = -(-m // bm) * -(-n // bn) * split
+                if split == 1 or (-(-k // 64) / split >= 8 and units <= 2 * 132):
+                    assert got <= estimate(m, n, k, bm, bn, split) + 1e-9, (m, n, k, bm, bn)
+        assert c.store == ("direct" if c.split_k > 1 or c.bn % 64 else "tma"), c.name
+    c = picked[512, 4544, 18176]
+    assert (c.bm, c.bn, c.store) == (128, 160, "direct")
+    for m, layout, n in ((256, "rrr", 4544), (128, "rcr", 4544), (1024, "rcr", 4544),
+                         (256, "rcr", 8)):
+        ch = decide(None, H, "bf16", m, n, 4544, cc=90, layout=layout)
+        assert not any("mid-M rule" in r for r in ch.reasons), (m, layout, n)
 
 
 def test_m_of_33_to_64_rows_takes_narrow_n_tiles_in_one_wave():

@@ -10,6 +10,14 @@ median of 7 replays); every output poisoned first and checked against float64.
     python3 benchmarks/investigations/mid_m.py compile DIR     # CPU: the cubins
     python3 benchmarks/investigations/mid_m.py run DIR         # GPU: $OUT/mid_m_<GPU>.json
     python3 benchmarks/investigations/mid_m.py summarize FILE  # CPU: this checkout's rules
+    python3 benchmarks/investigations/mid_m.py fit FILE ...    # CPU: the mid-M cost model
+
+``fit`` fits the cost model of the shape rules' mid-M rule on the training rows of the files
+given (one per GPU, pooled): per tile, microseconds per wave = K tiles x a + b (least squares
+of the relative error over the unsplit timings), then the split cost c + d x slices (a grid,
+0 to 4 us by 0.25 and 0 to 0.8 us by 0.1) of best training geomean x F.linear of the model's
+picks over M = 256 and 512 (ties to the earliest point), and reports the picks' training and
+held-out geomeans per file and M.
 """
 from __future__ import annotations
 
@@ -136,5 +144,65 @@ def summarize(path: str) -> None:
     print(json.dumps(doc["summary_this_checkout"], indent=1), missing[:5])
 
 
+def _label_tile(label: str):
+    """(BM, BN, split) of a candidate label such as "128x160 sk2"; None for "rules"."""
+    if label == "rules":
+        return None
+    tile, split = label.split(" sk")
+    return (*map(int, tile.split("x")), int(split))
+
+
+def fit(paths: list) -> dict:
+    """The mid-M cost model fitted on ``paths``' training rows (see the module doc)."""
+    import numpy as np
+
+    from gemmgen.heuristics import shapes
+    docs = [json.loads(Path(p).read_text()) for p in paths]
+    waves = lambda r, bm, bn, s: math.ceil(math.ceil(r["M"] / bm) * math.ceil(r["N"] / bn)  # noqa
+                                            * s / SMS)
+    rows = [r for d in docs for r in d["rows"] if r["set"] == "train"]
+    model = {}
+    for tile in TILES:
+        xs, ys = [], []
+        for r in rows:
+            v = r["candidates"].get(f"{tile[0]}x{tile[1]} sk1")
+            if v:
+                xs.append([math.ceil(r["K"] / 64), 1.0])
+                ys.append(v["ms"] * 1e3 / waves(r, *tile, 1))
+        a, y = np.array(xs), np.array(ys)
+        step, fixed = np.linalg.lstsq(a / y[:, None], np.ones_like(y), rcond=None)[0]
+        model[tile] = (round(float(step), 4), round(float(fixed), 2))
+
+    def pick(r, split_cost):
+        if not shapes.MID_M[0] <= r["M"] <= shapes.MID_M[1] or -(-r["N"] // 8) * 8 < 256:
+            # outside the rule, or the narrow-N tile of the 128 x 256 preset
+            return "rules"
+        k_tiles, best = math.ceil(r["K"] / 64), None
+        for label in r["candidates"]:
+            t = _label_tile(label)
+            if t:
+                step, fixed = model[t[:2]]
+                est = waves(r, *t) * (math.ceil(k_tiles / t[2]) * step + fixed) + (
+                    split_cost[0] + split_cost[1] * t[2] if t[2] > 1 else 0)
+                best = min(best or (est, label), (est, label))
+        return best[1]
+
+    def score(doc, which, split_cost, m=None):
+        xs = [r["torch_ms"] / r["candidates"][pick(r, split_cost)]["ms"] for r in doc["rows"]
+              if r["set"] == which and m in (None, r["M"])]
+        return small_m._geomean(xs)
+    grid = [(c / 4, d / 10) for c in range(17) for d in range(9)]
+    split_cost = max(grid, key=lambda sc: (math.prod(score(d, "train", sc) for d in docs),
+                                           -grid.index(sc)))
+    out = {"tiles": {f"{t[0]}x{t[1]}": v for t, v in model.items()}, "split_cost": split_cost,
+           "per_file": {d["gpu"]: {f"{w} M={m}": round(score(d, w, split_cost, m), 3)
+                                   for w in ("train", "test") for m in MS} for d in docs}}
+    print(json.dumps(out))
+    return out
+
+
 if __name__ == "__main__":
-    {"compile": compile_to, "run": main_run, "summarize": summarize}[sys.argv[1]](sys.argv[2])
+    if sys.argv[1] == "fit":
+        fit(sys.argv[2:])
+    else:
+        {"compile": compile_to, "run": main_run, "summarize": summarize}[sys.argv[1]](sys.argv[2])

@@ -10,6 +10,12 @@ against float64.
     python3 benchmarks/investigations/narrow_m.py compile DIR     # CPU: the cubins
     python3 benchmarks/investigations/narrow_m.py run DIR         # GPU: $OUT/narrow_m_<GPU>.json
     python3 benchmarks/investigations/narrow_m.py summarize FILE  # CPU: this checkout's rules
+    python3 benchmarks/investigations/narrow_m.py fit FILE ...    # CPU: NARROW_COST's grid
+
+``fit`` scores every point of a grid of NARROW_COST constants (a_rows, split, per_slice) by the
+geomean x F.linear of the rule's picks over the training rows of all the files given (one per
+GPU), ties to the earliest point, and reports that point's training and held-out geomeans per
+file.
 """
 from __future__ import annotations
 
@@ -128,5 +134,58 @@ def summarize(path: str) -> None:
     print(json.dumps(doc["summary_this_checkout"], indent=1), missing[:5])
 
 
+GRID = {"narrow_m": (32,), "a_rows": (0, 16, 32, 64, 96, 128, 192, 256),
+        "split": tuple(range(0, 2049, 128)), "per_slice": tuple(range(0, 257, 32))}
+
+
+def fit(paths: list) -> dict:
+    """The GRID point of best training geomean over ``paths``' rows (see the module doc)."""
+    from gemmgen.heuristics import shapes
+    docs = [json.loads(Path(p).read_text()) for p in paths]
+    from gemmgen.heuristics.select import choose
+    from gemmgen.heuristics.tunedb import TuneDB
+    memo: dict = {}
+
+    def pick(r, consts, narrow_m):
+        if not narrow_m < r["M"] <= shapes.SWAP_M:
+            return "rules"
+        key = (r["M"], r["N"], r["K"], tuple(consts.values()))
+        if key not in memo:
+            preset = choose(TuneDB(None), "NVIDIA H200", "bf16", *key[:3], 90, "rcr", "none",
+                            False)[0]  # the default preset the shape rules start from
+            saved = dict(shapes.NARROW_COST)
+            shapes.NARROW_COST.update(consts)
+            try:
+                got = shapes._narrow(preset, *key[:3], 1, [])
+            finally:
+                shapes.NARROW_COST.update(saved)
+            memo[key] = "rules" if got is None else f"64x{got[0]} sk{got[1]}"
+        return memo[key]
+
+    def score(which, consts, narrow_m, doc):
+        xs = [r["torch_ms"] / r["candidates"][pick(r, consts, narrow_m)]["ms"]
+              for r in doc["rows"] if r["set"] == which and r["M"] in (32, 64)
+              and (r["M"] > 32 or narrow_m < 32)]
+        return small_m._geomean(xs) if xs else 1.0
+    best = None
+    for nm in GRID["narrow_m"]:
+        for a in GRID["a_rows"]:
+            for sp in GRID["split"]:
+                for ps in GRID["per_slice"]:
+                    consts = {"a_rows": a, "split": sp, "per_slice": ps}
+                    train = math.prod(score("train", consts, nm, d) for d in docs)
+                    if best is None or train > best[0] + 1e-12:
+                        best = (train, nm, consts)
+    _, nm, consts = best
+    out = {"narrow_m": nm, **consts, "per_file": {
+        d["gpu"]: {w: round(score(w, consts, nm, d), 3) for w in ("train", "test")}
+        for d in docs}}
+    print(json.dumps(out))
+    return out
+
+
 if __name__ == "__main__":
-    {"compile": compile_to, "run": main_run, "summarize": summarize}[sys.argv[1]](sys.argv[2])
+    if sys.argv[1] == "fit":
+        fit(sys.argv[2:])
+    else:
+        {"compile": compile_to, "run": main_run, "summarize": summarize}[sys.argv[1]](sys.argv[2])

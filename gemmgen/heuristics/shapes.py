@@ -2,19 +2,21 @@
 
 In order: an M of more than NARROW_M and at most SWAP_M rows with a K-major B (``nn.Linear``'s
 weight) takes one 64-row tile over M and narrow tiles over N (NARROW_BNS) with the K split of
-least estimated time, where such tiles run in one wave; a small M (and no bias, which runs along
-N) is moved to wgmma's narrow N by computing C^T = B^T A^T (swapped operands), and so is an M of
-up to SWAP_LONG_K_M rows whose tiles leave the SMs idle over a K at least twice N; a narrow N
-takes the smallest tile of 64, 128 or 256 rows that runs in one wave, and K is split into as
-many slices as keep one wave and DECODE_SLICE_TILES K tiles per slice; a problem of more than
-SWAP_M rows takes the block tile of least estimated time (whole waves x the tile's work / the
-tile's measured efficiency), and splits K only when its tiles leave half the SMs idle; the ring
-is as deep as shared memory allows; a C that TMA cannot store to gets direct stores. Each rule
-states its reason, which ``explain`` prints. The tile constants come from the table builder's
-measurements (``gemmgen.tune.table`` over the LLM-layer suite, H200); the split and swap
-constants and the 64 x 64 tile's efficiency were fitted on the small-M sweep of the LLM suite's
-layers (M = 1 to 256, H200 and H100: ``benchmarks/results/small_m_*.json``, which also reports
-them on the layers of seven other model families).
+least estimated time, where such tiles run in one wave; an M of MID_M rows (256 to 512) with a
+K-major B and an N not narrow takes the block tile (64 or 128 rows, 64 to 256 columns) and K
+split of least estimated time by a per-tile cost model (MID_TILES, MID_SPLIT); a small M (and no
+bias, which runs along N) is moved to wgmma's narrow N by computing C^T = B^T A^T (swapped
+operands), and so is an M of up to SWAP_LONG_K_M rows whose tiles leave the SMs idle over a K at
+least twice N; a narrow N takes the smallest tile of 64, 128 or 256 rows that runs in one wave,
+and K is split into as many slices as keep one wave and DECODE_SLICE_TILES K tiles per slice; a
+problem of more than SWAP_M rows takes the block tile of least estimated time (whole waves x the
+tile's work / the tile's measured efficiency), and splits K only when its tiles leave half the
+SMs idle; the ring is as deep as shared memory allows; a C that TMA cannot store to gets direct
+stores. Each rule states its reason, which ``explain`` prints. The tile constants come from the
+table builder's measurements (``gemmgen.tune.table`` over the LLM-layer suite, H200); the split
+and swap constants and the 64 x 64 tile's efficiency were fitted on the small-M sweep of the LLM
+suite's layers (M = 1 to 256, H200 and H100: ``benchmarks/results/small_m_*.json``, which also
+reports them on the layers of seven other model families).
 """
 from __future__ import annotations
 
@@ -65,13 +67,15 @@ and the whole (64-row) A tile, where the swapped kernel's 64-row tiles over N le
 idle. At M = 32 it did not gain on the training layers (benchmarks/results/narrow_m_*.json)."""
 NARROW_BNS = (16, 24, 32, 48, 64)
 """The tile widths (N) the narrow-N rule chooses from."""
-NARROW_COST = {"a_rows": 32, "split": 1024, "per_slice": 128, "min_slice_tiles": 8}
+NARROW_COST = {"a_rows": 16, "split": 512, "per_slice": 32, "min_slice_tiles": 8}
 """The narrow-N rule's cost of a (BN, split) choice that runs in one wave: K tiles per slice x
 (a_rows + BN), plus split + per_slice x slices when K is split (the inline reduction), slices
-of at least min_slice_tiles K tiles. The constants are the point of a grid (a_rows 32-256,
+of at least min_slice_tiles K tiles. The constants are the point of a grid (a_rows 0-256,
 split 0-2048, per_slice 0-256) with the best geomean x F.linear over both GPUs' training rows
 (the llm suite's layers at M = 64, H100 and H200), ties to the earliest grid point; held-out
-layers of seven other families were scored after: benchmarks/investigations/narrow_m.py."""
+layers of seven other families were scored after (benchmarks/investigations/narrow_m.py
+``fit``). Refitted once the inline reduction took one round trip per pass: its fixed cost fell
+from 1024 to 512, its cost per slice from 128 to 32."""
 ONE_CONSUMER = {"consumers": 1, "regs_producer": 0, "regs_consumer": 0}
 """A 64-row tile's warpgroups: one consumer, no setmaxnreg split."""
 
@@ -81,6 +85,21 @@ def narrow_tile(bn: int) -> dict:
     return {"bm": 64, "bn": bn, **ONE_CONSUMER, "cluster_m": 1, "cluster_n": 1}
 
 
+MID_M = (256, 512)
+"""From this many rows to this many (operands kept, a K-major B, N not narrow), the block tile
+and split-K come from MID_TILES and MID_SPLIT: the choice of least estimated time (``_mid``)."""
+MID_TILES = {(64, 64): (0.1731, 1.75), (64, 128): (0.1969, 2.48), (64, 192): (0.2336, 3.51),
+             (64, 256): (0.3315, 3.76), (128, 64): (0.2131, 2.49), (128, 96): (0.228, 4.79),
+             (128, 128): (0.3001, 3.73), (128, 160): (0.3734, 5.89), (128, 192): (0.4422, 4.13),
+             (128, 224): (0.5142, 7.11), (128, 256): (0.5915, 4.53)}
+"""Per block tile (64 rows: one consumer; 128: two): microseconds of one wave per K tile and
+per tile, least squares of the relative error over the unsplit timings of the training layers
+at M = 128 to 512 on the H100 and the H200 (benchmarks/investigations/mid_m.py ``fit``)."""
+MID_SPLIT = {"split": 2.5, "per_slice": 0.8, "min_slice_tiles": 8, "max_waves": 2}
+"""Split-K in the mid-M rule: it costs split + per_slice x slices microseconds; slices keep at
+least min_slice_tiles K tiles, and the tiles' slices at most max_waves waves. split and
+per_slice are the point of a grid (0 to 4 by 0.25, 0 to 0.8 by 0.1) of best training geomean
+x F.linear over both GPUs at M = 256 and 512; held-out layers were scored after."""
 SWAP_LONG_K_M = 128
 """Up to this many rows, a problem whose 64 x 64 tiles number fewer than the SMs and whose K
 is at least twice N is swapped too: its K splits over the swapped tiles' rows. At 128 x 576 x
@@ -94,9 +113,11 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
     that fired."""
     narrow = (_narrow(cfg, m, n, k, batch, reasons)
               if NARROW_M < m <= SWAP_M and layout[1] == "c" else None)
-    if narrow:
-        swap, best, split = False, (64, narrow[0]), narrow[1]
-        changes: dict = narrow_tile(narrow[0])
+    mid = (_mid(cfg, m, n, k, batch, reasons) if MID_M[0] <= m <= MID_M[1]
+           and layout[1] == "c" and max(8, -(-n // 8) * 8) >= cfg.bn else None)
+    if narrow or mid:
+        swap, best, split = False, (64, narrow[0]) if narrow else mid[:2], (narrow or mid)[-1]
+        changes: dict = narrow_tile(narrow[0]) if narrow else mid_tile(*best)
         _record_split(cfg, split, cost.tiles_of(m, n, *best, batch), best, changes, reasons)
     else:
         swap, m, n, layout = _swap(m, n, k, layout, epilogue, reasons)
@@ -104,10 +125,13 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
         best = _tile(cfg, m, n, k, batch, changes, reasons, swap)
         tiles = cost.tiles_of(m, n, *best, batch)
         split = _split(cfg, m, n, k, batch, best, tiles, changes, reasons)
-    if cfg.store == "tma" and (swap or narrow or split > 1 or not c_aligned or best[1] < 64):
+    if cfg.store == "tma" and (swap or narrow or split > 1 or not c_aligned or best[1] < 64
+                               or (mid and best[1] % 64)):
         changes["store"] = "direct"
         why = ("split-K stores partial sums" if split > 1 else
-               "C is not 16-byte aligned" if not c_aligned else "a narrow or transposed C tile")
+               "C is not 16-byte aligned" if not c_aligned else
+               f"a C tile of {best[1]} columns (a TMA store writes whole 64-column chunks)"
+               if mid and best[1] % 64 else "a narrow or transposed C tile")
         reasons.append(f"direct stores: {why}")
     _deepen(cfg, changes, reasons)
     out = _settle(cfg, changes, reasons)
@@ -169,6 +193,40 @@ def _narrow(cfg, m, n, k, batch, reasons) -> tuple[int, int] | None:
                    f"one wave on {cost.SMS} SMs, so that many SMs share the stream of B (the "
                    f"least estimated time of the widths {NARROW_BNS} and K splits)")
     return bn, split
+
+
+def mid_tile(bm: int, bn: int) -> dict:
+    """The config changes of the mid-M rule's ``bm`` x ``bn`` tile: one consumer for 64 rows,
+    two (40 and 232 registers) for 128, no cluster."""
+    two = {"consumers": 2, "regs_producer": 40, "regs_consumer": 232}
+    return {"bm": bm, "bn": bn, **(two if bm == 128 else ONE_CONSUMER), "cluster_m": 1,
+            "cluster_n": 1}
+
+
+def _mid(cfg, m, n, k, batch, reasons) -> tuple[int, int, int] | None:
+    """(BM, BN, split) of the mid-M rule: of the MID_TILES and the SPLITS up to 8 that MID_SPLIT
+    allows, those that break no rule, the one of least estimated time: waves x (K tiles per
+    slice x the tile's time per K tile + its time per tile), plus split-K's cost. None when no
+    tile fits."""
+    c, k_tiles, best = MID_SPLIT, math.ceil(k / cfg.bk), None
+    for (bm, bn), (step, fixed) in MID_TILES.items():
+        tiles = cost.tiles_of(m, n, bm, bn, batch)
+        if cfg.replace(check=False, store="direct", **mid_tile(bm, bn)).violations():
+            continue
+        for split in (s for s in SPLITS if s <= 8):
+            if split > 1 and (k_tiles / split < c["min_slice_tiles"]
+                              or tiles * split > c["max_waves"] * cost.SMS):
+                continue
+            est = math.ceil(tiles * split / cost.SMS) * (math.ceil(k_tiles / split) * step + fixed)
+            est += c["split"] + c["per_slice"] * split if split > 1 else 0
+            best = min(best or (est, split, bm, bn), (est, split, bm, bn))
+    if best is None:
+        return None
+    est, split, bm, bn = best
+    how = f"K split into {split} slices" if split > 1 else "K not split"
+    reasons.append(f"M = {m}: tile {bm}x{bn}, {how}: the least estimated time ({est:.1f} us) of "
+                   f"the mid-M rule's tiles and K splits")
+    return bm, bn, split
 
 
 def _tile(cfg, m, n, k, batch, changes, reasons, swap=False) -> tuple[int, int]:
