@@ -29,7 +29,9 @@ from pathlib import Path
 
 import small_m  # beside this script
 
-MS = (128, 256, 512)
+MS = tuple(int(m) for m in os.environ.get("MID_M_MS", "128,256,512").split(","))
+"""The M values (``MID_M_MS``, comma-separated, to time others; the file name then ends in
+``_M`` and them)."""
 TILES = tuple((64, bn) for bn in (64, 128, 192, 256)) + tuple(
     (128, bn) for bn in (64, 96, 128, 160, 192, 224, 256))
 SPLITS = (1, 2, 3, 4, 6, 8)
@@ -123,7 +125,8 @@ def save(gpu, rows) -> None:
     out = {"investigation": "mid_m", "gpu": gpu, "git_commit": os.environ.get("GEMMGEN_COMMIT"),
            "timing": "graph-captured, kernel only", "dtype": "bf16", "layout": "rcr",
            "method": __doc__, "summary": small_m.summary(rows), "rows": rows}
-    Path(os.environ.get("OUT", "."), "mid_m_" + gpu.replace(" ", "_") + ".json").write_text(
+    tag = "_M" + "_".join(map(str, MS)) if "MID_M_MS" in os.environ else ""
+    Path(os.environ.get("OUT", "."), f"mid_m_{gpu.replace(' ', '_')}{tag}.json").write_text(
         json.dumps(out, indent=1))
 
 
