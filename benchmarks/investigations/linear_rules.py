@@ -18,7 +18,8 @@ import os
 import sys
 from pathlib import Path
 
-import small_m  # beside this script
+import layer_sweep  # beside this script
+import small_m
 
 MS = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 4096)
 
@@ -30,57 +31,29 @@ def problems():
 
 
 def compile_to(folder: str) -> None:
-    from gemmgen.compile.cache import compile_many
-    os.makedirs(folder, exist_ok=True)
-    configs = {cfg.name: cfg for *_, cfg, _ in problems()}
-    todo = [c for c in configs.values() if not Path(folder, c.name + ".cubin").exists()]
-    for cfg, done in zip(todo, compile_many(todo, arch="sm_90a")):
-        Path(folder, cfg.name + ".cubin").write_bytes(done[0])
-    print(len(configs), "kernels")
+    layer_sweep.compile_to(folder, [cfg for *_, cfg, _ in problems()])
 
 
 def main_run(folder: str) -> None:
-    import torch
     import torch.nn.functional as F
-
-    import graph_timing
-    from gemmgen.runtime.build import adopt_pycuda, from_cubin
-    from gemmgen.runtime.device import device_identity
-    adopt_pycuda()
-    gpu, _ = device_identity(0)
-    side = torch.cuda.Stream()
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    rows, kernels = [], {}
-    for which, n, k, m, cfg, swap in problems():
-        if cfg.name not in kernels:
-            kernels[cfg.name] = from_cubin(cfg, "sm_90a",
-                                           Path(folder, cfg.name + ".cubin").read_bytes())
-        kern = kernels[cfg.name]
-        sets, reps, xs, ws, ys, ref = small_m.layer_inputs(m, n, k, gen, l2)
-
-        def ours(i):
-            x, w, y = xs[i % sets], ws[i % sets], ys[i % sets]
-            s = torch.cuda.current_stream().cuda_stream
-            kern(w, x.t(), y.t(), stream=s) if swap else kern(x, w.t(), y, stream=s)
+    dev = layer_sweep.Device(folder)
+    rows = []
+    for which, n, k, m, cfg, swap in layer_sweep.limited(problems()):
+        sets, reps, xs, ws, ys, ref = small_m.layer_inputs(m, n, k, dev.gen, dev.l2)
+        ours = layer_sweep.launcher(dev.kernel(cfg), swap, xs, ws, ys, sets)
 
         def theirs(i):
             F.linear(xs[i % sets], ws[i % sets])
-        ys[0].fill_(float("nan"))
-        ours(0)
-        torch.cuda.synchronize()
         row = {"set": which, "M": m, "N": n, "K": k, "config": cfg.name, "swap": swap,
-               "error": ((ys[0].double() - ref).norm() / ref.norm()).item(),
-               "torch_us": [], "ours_us": []}
+               "error": layer_sweep.error(ours, ys, ref), "torch_us": [], "ours_us": []}
         for rnd in range(2):
             for side_name, fn in (("torch", theirs), ("ours", ours))[::1 if rnd == 0 else -1]:
-                row[f"{side_name}_us"].append(
-                    1e3 * graph_timing.graph_ms(fn, reps, 9, stream=side))
+                row[f"{side_name}_us"].append(1e3 * dev.graph_ms(fn, reps, 9))
         row["x_torch"] = round(min(row["torch_us"]) / min(row["ours_us"]), 4)
         print(json.dumps({k_: row[k_] for k_ in ("set", "M", "N", "K", "x_torch")}), flush=True)
         rows.append(row)
-        save(gpu, rows, quiet=True)  # what is done so far survives a time limit
-    save(gpu, rows)
+        save(dev.gpu, rows, quiet=True)  # what is done so far survives a time limit
+    save(dev.gpu, rows)
 
 
 def summary(rows) -> dict:

@@ -27,7 +27,8 @@ import os
 import sys
 from pathlib import Path
 
-import small_m  # beside this script
+import layer_sweep  # beside this script
+import small_m
 
 MS = tuple(int(m) for m in os.environ.get("MID_M_MS", "128,256,512").split(","))
 """The M values (``MID_M_MS``, comma-separated, to time others; the file name then ends in
@@ -61,90 +62,8 @@ def candidates(m: int, n: int, k: int) -> dict:
     return out
 
 
-def problems(sets=("train", "test")):
-    return [(which, n, k, m) for which in sets for (n, k) in small_m.layers()[which]
-            for m in MS]
-
-
-def compile_to(folder: str) -> None:
-    from gemmgen.compile.cache import compile_many
-    os.makedirs(folder, exist_ok=True)
-    configs = {c.name: c for _, n, k, m in problems() for c, _ in candidates(m, n, k).values()}
-    todo = [c for c in configs.values() if not Path(folder, c.name + ".cubin").exists()]
-    for cfg, done in zip(todo, compile_many(todo, arch="sm_90a")):
-        Path(folder, cfg.name + ".cubin").write_bytes(done[0])
-    print(len(configs), "kernels")
-
-
-def main_run(folder: str) -> None:
-    import torch
-    import torch.nn.functional as F
-
-    import graph_timing
-    from gemmgen.runtime.build import adopt_pycuda, from_cubin
-    from gemmgen.runtime.device import device_identity
-    adopt_pycuda()
-    gpu, _ = device_identity(0)
-    side = torch.cuda.Stream()
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    rows, kernels = [], {}
-    for which, n, k, m in problems():
-        sets, reps, xs, ws, ys, ref = small_m.layer_inputs(m, n, k, gen, l2)
-        row = {"set": which, "layers": small_m.layers()[which][(n, k)], "M": m, "N": n, "K": k,
-               "candidates": {}}
-        row["torch_ms"] = graph_timing.graph_ms(
-            lambda i: F.linear(xs[i % sets], ws[i % sets]), reps, REPLAYS, stream=side)
-        for label, (cfg, swap) in candidates(m, n, k).items():
-            if cfg.name not in kernels:
-                kernels[cfg.name] = from_cubin(cfg, "sm_90a",
-                                               Path(folder, cfg.name + ".cubin").read_bytes())
-            kern = kernels[cfg.name]
-
-            def launch(i, kern=kern, swap=swap):
-                x, w, y = xs[i % sets], ws[i % sets], ys[i % sets]
-                s = torch.cuda.current_stream().cuda_stream
-                kern(w, x.t(), y.t(), stream=s) if swap else kern(x, w.t(), y, stream=s)
-            ys[0].fill_(float("nan"))
-            launch(0)
-            torch.cuda.synchronize()
-            err = ((ys[0].double() - ref).norm() / ref.norm()).item()
-            row["candidates"][label] = {
-                "config": cfg.name, "error": err,
-                "ms": graph_timing.graph_ms(launch, reps, REPLAYS, stream=side)}
-        c = row["candidates"]
-        best = min(c, key=lambda x: c[x]["ms"])
-        print(json.dumps({"set": which, "M": m, "N": n, "K": k,
-                          "rules_x": round(row["torch_ms"] / c["rules"]["ms"], 3), "best": best,
-                          "best_x": round(row["torch_ms"] / c[best]["ms"], 3)}), flush=True)
-        rows.append(row)
-        save(gpu, rows)
-
-
-def save(gpu, rows) -> None:
-    out = {"investigation": "mid_m", "gpu": gpu, "git_commit": os.environ.get("GEMMGEN_COMMIT"),
-           "timing": "graph-captured, kernel only", "dtype": "bf16", "layout": "rcr",
-           "method": __doc__, "summary": small_m.summary(rows), "rows": rows}
-    tag = "_M" + "_".join(map(str, MS)) if "MID_M_MS" in os.environ else ""
-    Path(os.environ.get("OUT", "."), f"mid_m_{gpu.replace(' ', '_')}{tag}.json").write_text(
-        json.dumps(out, indent=1))
-
-
-def summarize(path: str) -> None:
-    """This checkout's rules scored on a run's timings (a choice not timed there is named)."""
-    doc = json.loads(Path(path).read_text())
-    missing = []
-
-    def pick(r):
-        cfg = small_m.candidates(r["M"], r["N"], r["K"])["rules"][0]
-        found = [c for c, v in r["candidates"].items() if v["config"] == cfg.name]
-        if not found:
-            missing.append([r["M"], r["N"], r["K"], cfg.name])
-        return found[0] if found else "rules"
-    doc["summary_this_checkout"] = small_m.summary(doc["rows"], pick)
-    doc["summary_this_checkout_unmeasured"] = missing
-    Path(path).write_text(json.dumps(doc, indent=1))
-    print(json.dumps(doc["summary_this_checkout"], indent=1), missing[:5])
+save = layer_sweep.saver("mid_m", __doc__,
+                         "_M" + "_".join(map(str, MS)) if "MID_M_MS" in os.environ else "")
 
 
 def _label_tile(label: str):
@@ -205,7 +124,4 @@ def fit(paths: list) -> dict:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "fit":
-        fit(sys.argv[2:])
-    else:
-        {"compile": compile_to, "run": main_run, "summarize": summarize}[sys.argv[1]](sys.argv[2])
+    layer_sweep.main(sys.argv, MS, candidates, REPLAYS, save, fit)

@@ -18,7 +18,8 @@ import os
 import sys
 from pathlib import Path
 
-import small_m  # beside this script
+import layer_sweep  # beside this script
+import small_m
 
 MS = (1, 16, 64, 256, 1024, 4096)
 
@@ -35,50 +36,31 @@ def problems():
 
 
 def main_run(folder: str) -> None:
-    import torch
     import torch.nn.functional as F
 
-    import graph_timing
     from gemmgen.runtime import driver
-    from gemmgen.runtime.build import adopt_pycuda, from_cubin
-    from gemmgen.runtime.device import device_identity
     plain = driver.launch
     use_pdl = [True]
 
     def launch(function, grid, block, smem, params, stream=None, pdl=False):
         plain(function, grid, block, smem, params, stream, pdl and use_pdl[0])
     driver.launch = launch
-    adopt_pycuda()
-    gpu, _ = device_identity(0)
-    side = torch.cuda.Stream()
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    rows, kernels = [], {}
-    for which, n, k, m, cfg, swap in problems():
-        if cfg.name not in kernels:
-            kernels[cfg.name] = from_cubin(cfg, "sm_90a",
-                                           Path(folder, cfg.name + ".cubin").read_bytes())
-        kern = kernels[cfg.name]
-        sets, reps, xs, ws, ys, ref = small_m.layer_inputs(m, n, k, gen, l2)
-
-        def ours(i):
-            x, w, y = xs[i % sets], ws[i % sets], ys[i % sets]
-            s = torch.cuda.current_stream().cuda_stream
-            kern(w, x.t(), y.t(), stream=s) if swap else kern(x, w.t(), y, stream=s)
+    dev = layer_sweep.Device(folder)
+    rows = []
+    for which, n, k, m, cfg, swap in layer_sweep.limited(problems()):
+        sets, reps, xs, ws, ys, ref = small_m.layer_inputs(m, n, k, dev.gen, dev.l2)
+        ours = layer_sweep.launcher(dev.kernel(cfg), swap, xs, ws, ys, sets)
         row = {"set": which, "M": m, "N": n, "K": k, "config": cfg.name, "swap": swap,
                "torch_us": [], "pdl_us": [], "plain_us": []}
         for rnd in range(2):
             order = ("pdl", "plain") if rnd == 0 else ("plain", "pdl")
-            row["torch_us"].append(1e3 * graph_timing.graph_ms(
-                lambda i: F.linear(xs[i % sets], ws[i % sets]), reps, 9, stream=side))
+            row["torch_us"].append(1e3 * dev.graph_ms(
+                lambda i: F.linear(xs[i % sets], ws[i % sets]), reps, 9))
             for v in order:
                 use_pdl[0] = v == "pdl"
                 if rnd == 0:
-                    ys[0].fill_(float("nan"))
-                    ours(0)
-                    torch.cuda.synchronize()
-                    row[f"{v}_error"] = ((ys[0].double() - ref).norm() / ref.norm()).item()
-                row[f"{v}_us"].append(1e3 * graph_timing.graph_ms(ours, reps, 9, stream=side))
+                    row[f"{v}_error"] = layer_sweep.error(ours, ys, ref)
+                row[f"{v}_us"].append(1e3 * dev.graph_ms(ours, reps, 9))
         use_pdl[0] = True
         t = min(row["torch_us"])
         row["x_torch_pdl"] = round(t / min(row["pdl_us"]), 4)
@@ -86,8 +68,8 @@ def main_run(folder: str) -> None:
         print(json.dumps({k_: row[k_] for k_ in ("set", "M", "N", "K", "x_torch_pdl",
                                                  "x_torch_plain")}), flush=True)
         rows.append(row)
-        save(gpu, rows, quiet=True)  # what is done so far survives a time limit
-    save(gpu, rows)
+        save(dev.gpu, rows, quiet=True)  # what is done so far survives a time limit
+    save(dev.gpu, rows)
 
 
 def summary(rows) -> dict:
@@ -119,12 +101,7 @@ def save(gpu, rows, quiet=False) -> None:
 
 
 def compile_to(folder: str) -> None:
-    from gemmgen.compile.cache import compile_many
-    os.makedirs(folder, exist_ok=True)
-    configs = list({cfg.name: cfg for *_, cfg, _ in problems()}.values())
-    for cfg, done in zip(configs, compile_many(configs, arch="sm_90a")):
-        Path(folder, cfg.name + ".cubin").write_bytes(done[0])
-    print(len(configs), "kernels")
+    layer_sweep.compile_to(folder, [cfg for *_, cfg, _ in problems()])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,165 @@
+"""What the linear-layer investigations share (narrow_m.py, mid_m.py, linear_rules.py,
+pdl_gain.py): their cubins compiled ahead on the CPU, the GPU set-up, a kernel launched on a
+layer's rotating input sets, and the sweep of candidate kernels per layer and M beside
+F.linear, each output poisoned first and checked against float64.
+
+``SWEEP_ROWS=N`` (an environment variable) runs only the first N problems of a sweep: a
+smoke test of a script on the GPU.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import small_m  # beside this script
+
+
+def compile_to(folder: str, configs) -> None:
+    """Compile ``configs`` (each once, by name) for sm_90a into ``folder``/NAME.cubin, skipping
+    those already there."""
+    from gemmgen.compile.cache import compile_many
+    os.makedirs(folder, exist_ok=True)
+    unique = {cfg.name: cfg for cfg in configs}
+    todo = [c for c in unique.values() if not Path(folder, c.name + ".cubin").exists()]
+    for cfg, done in zip(todo, compile_many(todo, arch="sm_90a")):
+        Path(folder, cfg.name + ".cubin").write_bytes(done[0])
+    print(len(unique), "kernels")
+
+
+def problems(ms, sets=("train", "test")) -> list:
+    """[(set, N, K, M)]: small_m.py's layers of ``sets`` at each M of ``ms``."""
+    return [(which, n, k, m) for which in sets for (n, k) in small_m.layers()[which]
+            for m in ms]
+
+
+def compile_candidates(folder: str, problems: list, candidates) -> None:
+    """``compile_to`` every config of ``candidates(m, n, k)`` over ``problems``."""
+    compile_to(folder, [c for _, n, k, m in problems for c, _ in candidates(m, n, k).values()])
+
+
+def limited(problems: list) -> list:
+    """``problems``, or their first SWEEP_ROWS."""
+    rows = os.environ.get("SWEEP_ROWS")
+    return problems[:int(rows)] if rows else problems
+
+
+class Device:
+    """The GPU side of a sweep: PyCUDA adopted into PyTorch's context, the GPU's name, one
+    capture stream (gemmgen keeps workspaces per stream), a seeded generator, the L2 size, and
+    the kernels loaded from ``folder``'s cubins."""
+
+    def __init__(self, folder: str):
+        import torch
+
+        from gemmgen.runtime.build import adopt_pycuda
+        from gemmgen.runtime.device import device_identity
+        adopt_pycuda()
+        self.folder, self.kernels = folder, {}
+        self.gpu, _ = device_identity(0)
+        self.side = torch.cuda.Stream()
+        self.gen = torch.Generator(device="cuda").manual_seed(0)
+        self.l2 = torch.cuda.get_device_properties(0).L2_cache_size
+
+    def kernel(self, cfg):
+        from gemmgen.runtime.build import from_cubin
+        if cfg.name not in self.kernels:
+            self.kernels[cfg.name] = from_cubin(
+                cfg, "sm_90a", Path(self.folder, cfg.name + ".cubin").read_bytes())
+        return self.kernels[cfg.name]
+
+    def graph_ms(self, launch, reps: int, replays: int) -> float:
+        import graph_timing
+        return graph_timing.graph_ms(launch, reps, replays, stream=self.side)
+
+
+def launcher(kern, swap: bool, xs, ws, ys, sets: int):
+    """launch(i): ``kern`` on input set i % sets (y = x W^T; swapped: y^T = W x^T) on the
+    current stream."""
+    import torch
+
+    def launch(i):
+        x, w, y = xs[i % sets], ws[i % sets], ys[i % sets]
+        s = torch.cuda.current_stream().cuda_stream
+        kern(w, x.t(), y.t(), stream=s) if swap else kern(x, w.t(), y, stream=s)
+    return launch
+
+
+def error(launch, ys, ref) -> float:
+    """||C - ref|| / ||ref|| of ``launch(0)``'s output, poisoned (NaN) first."""
+    import torch
+    ys[0].fill_(float("nan"))
+    launch(0)
+    torch.cuda.synchronize()
+    return ((ys[0].double() - ref).norm() / ref.norm()).item()
+
+
+def sweep(folder: str, problems: list, candidates, replays: int, save) -> None:
+    """Every (set, N, K, M) of ``problems``: F.linear and each of ``candidates(m, n, k)``
+    ({label: (config, swap)}, "rules" among them) timed graph-captured with ``replays``
+    replays on the same input sets; ``save(gpu, rows)`` after each row."""
+    import torch.nn.functional as F
+    dev = Device(folder)
+    rows = []
+    for which, n, k, m in limited(problems):
+        sets, reps, xs, ws, ys, ref = small_m.layer_inputs(m, n, k, dev.gen, dev.l2)
+        row = {"set": which, "layers": small_m.layers()[which][(n, k)], "M": m, "N": n, "K": k,
+               "candidates": {}}
+        row["torch_ms"] = dev.graph_ms(lambda i: F.linear(xs[i % sets], ws[i % sets]), reps,
+                                       replays)
+        for label, (cfg, swap) in candidates(m, n, k).items():
+            launch = launcher(dev.kernel(cfg), swap, xs, ws, ys, sets)
+            row["candidates"][label] = {"config": cfg.name, "error": error(launch, ys, ref),
+                                        "ms": dev.graph_ms(launch, reps, replays)}
+        c = row["candidates"]
+        best = min(c, key=lambda x: c[x]["ms"])
+        print(json.dumps({"set": which, "M": m, "N": n, "K": k,
+                          "rules_x": round(row["torch_ms"] / c["rules"]["ms"], 3), "best": best,
+                          "best_x": round(row["torch_ms"] / c[best]["ms"], 3)}), flush=True)
+        rows.append(row)
+        save(dev.gpu, rows)
+
+
+def saver(investigation: str, method: str, tag: str = ""):
+    """save(gpu, rows): a sweep's rows and summary into
+    $OUT/<investigation>_<GPU><tag>.json (the working directory without $OUT)."""
+    def save(gpu, rows) -> None:
+        out = {"investigation": investigation, "gpu": gpu,
+               "git_commit": os.environ.get("GEMMGEN_COMMIT"),
+               "timing": "graph-captured, kernel only", "dtype": "bf16", "layout": "rcr",
+               "method": method, "summary": small_m.summary(rows), "rows": rows}
+        name = f"{investigation}_{gpu.replace(' ', '_')}{tag}.json"
+        Path(os.environ.get("OUT", "."), name).write_text(json.dumps(out, indent=1))
+    return save
+
+
+def summarize(path: str) -> None:
+    """This checkout's rules scored on a sweep's timings (``summary_this_checkout``; a choice
+    not timed there is named in ``summary_this_checkout_unmeasured``)."""
+    doc = json.loads(Path(path).read_text())
+    missing = []
+
+    def pick(r):
+        cfg = small_m.candidates(r["M"], r["N"], r["K"])["rules"][0]
+        found = [c for c, v in r["candidates"].items() if v["config"] == cfg.name]
+        if not found:
+            missing.append([r["M"], r["N"], r["K"], cfg.name])
+        return found[0] if found else "rules"
+    doc["summary_this_checkout"] = small_m.summary(doc["rows"], pick)
+    doc["summary_this_checkout_unmeasured"] = missing
+    Path(path).write_text(json.dumps(doc, indent=1))
+    print(json.dumps(doc["summary_this_checkout"], indent=1), missing[:5])
+
+
+def main(argv: list, ms, candidates, replays: int, save, fit) -> None:
+    """A sweep script's command line: ``compile DIR``, ``run DIR``, ``summarize FILE`` or
+    ``fit FILE ...`` over small_m.py's layers at each M of ``ms``."""
+    command, args = argv[1], argv[2:]
+    if command == "fit":
+        fit(args)
+    elif command == "compile":
+        compile_candidates(args[0], problems(ms), candidates)
+    elif command == "run":
+        sweep(args[0], problems(ms), candidates, replays, save)
+    else:
+        {"summarize": summarize}[command](args[0])
