@@ -20,7 +20,8 @@ the weights are) is timed in the same graph style: ``copy_ms``, ``weight_bytes``
 
 SMALL_M_ONLY (comma-separated M values) and SMALL_M_SETS ("train", "test") narrow a run;
 SMALL_M_BEFORE=DIR adds, beside each inline split-K candidate, the same kernel's cubin from
-DIR (compiled from an earlier commit), labelled "... before".
+DIR (compiled from an earlier commit with the same kernel parameters: inline split-K cubins
+from before the fragment-order partials take two more and do not load), labelled "... before".
 """
 from __future__ import annotations
 

@@ -86,8 +86,9 @@ def narrow_tile(bn: int) -> dict:
 
 
 MID_M = (256, 512)
-"""From this many rows to this many (operands kept, a K-major B, N not narrow), the block tile
-and split-K come from MID_TILES and MID_SPLIT: the choice of least estimated time (``_mid``)."""
+"""From this many rows to this many (operands kept, a K-major B, 16-bit inputs, N not narrow),
+the block tile and split-K come from MID_TILES and MID_SPLIT: the choice of least estimated
+time (``_mid``)."""
 MID_TILES = {(64, 64): (0.1731, 1.75), (64, 128): (0.1969, 2.48), (64, 192): (0.2336, 3.51),
              (64, 256): (0.3315, 3.76), (128, 64): (0.2131, 2.49), (128, 96): (0.228, 4.79),
              (128, 128): (0.3001, 3.73), (128, 160): (0.3734, 5.89), (128, 192): (0.4422, 4.13),
@@ -113,8 +114,8 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
     that fired."""
     narrow = (_narrow(cfg, m, n, k, batch, reasons)
               if NARROW_M < m <= SWAP_M and layout[1] == "c" else None)
-    mid = (_mid(cfg, m, n, k, batch, reasons) if MID_M[0] <= m <= MID_M[1]
-           and layout[1] == "c" and max(8, -(-n // 8) * 8) >= cfg.bn else None)
+    mid = (_mid(cfg, m, n, k, batch, reasons) if MID_M[0] <= m <= MID_M[1] and layout[1] == "c"
+           and cfg.dtype in ("fp16", "bf16") and max(8, -(-n // 8) * 8) >= cfg.bn else None)
     if narrow or mid:
         swap, best, split = False, (64, narrow[0]) if narrow else mid[:2], (narrow or mid)[-1]
         changes: dict = narrow_tile(narrow[0]) if narrow else mid_tile(*best)
@@ -125,13 +126,14 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
         best = _tile(cfg, m, n, k, batch, changes, reasons, swap)
         tiles = cost.tiles_of(m, n, *best, batch)
         split = _split(cfg, m, n, k, batch, best, tiles, changes, reasons)
+    no_tma = bool(mid) and bool(cfg.replace(check=False, **changes).violations())
     if cfg.store == "tma" and (swap or narrow or split > 1 or not c_aligned or best[1] < 64
-                               or (mid and best[1] % 64)):
+                               or no_tma):
         changes["store"] = "direct"
         why = ("split-K stores partial sums" if split > 1 else
                "C is not 16-byte aligned" if not c_aligned else
-               f"a C tile of {best[1]} columns (a TMA store writes whole 64-column chunks)"
-               if mid and best[1] % 64 else "a narrow or transposed C tile")
+               f"a TMA store cannot write a C tile {best[1]} columns wide" if no_tma else
+               "a narrow or transposed C tile")
         reasons.append(f"direct stores: {why}")
     _deepen(cfg, changes, reasons)
     out = _settle(cfg, changes, reasons)
@@ -223,9 +225,8 @@ def _mid(cfg, m, n, k, batch, reasons) -> tuple[int, int, int] | None:
     if best is None:
         return None
     est, split, bm, bn = best
-    how = f"K split into {split} slices" if split > 1 else "K not split"
-    reasons.append(f"M = {m}: tile {bm}x{bn}, {how}: the least estimated time ({est:.1f} us) of "
-                   f"the mid-M rule's tiles and K splits")
+    reasons.append(f"M = {m}: tile {bm}x{bn} and the K split below: the least estimated time "
+                   f"({est:.1f} us) of the mid-M rule's tiles and K splits")
     return bm, bn, split
 
 

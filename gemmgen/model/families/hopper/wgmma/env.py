@@ -71,10 +71,11 @@ class WgmmaEnv:
         }
 
     def params(self) -> tuple[Param, ...]:
-        """The GEMM kernel's parameters, in order: tensor maps of A, B and C; M, N, K, alpha,
-        A, lda, B, ldb, beta, C, ldc, the batch strides, bias, batch; with an inline split-K
-        the partials' workspace (``SPLIT_K`` slices of ``BM x BN`` fp32 per tile, tiles in
-        order, each slice in fragment order) and the tiles' arrival counters; with an epilogue tree that has operands, its ``EpilogueArgs``."""
+        """The GEMM kernel's parameters, in order: tensor maps of A, B and C; M, N, K, alpha, A,
+        lda, B, ldb, beta, C, ldc, the batch strides, bias, batch; with an inline split-K the
+        partials' workspace (``SPLIT_K`` slices of ``BM x BN`` fp32 per tile, tiles in order,
+        each slice in fragment order) and the tiles' arrival counters; with an epilogue tree
+        that has operands, its ``EpilogueArgs``."""
         out = (*tensor_maps("tmap_a", "tmap_b", "tmap_c"), *ints("m_arg", "n_arg", "k_arg"),
                Param("alpha", "float", "f"), Param("A", "const {ns}::in_t* __restrict__", "Q"),
                *ints("lda"), Param("B", "const {ns}::in_t* __restrict__", "Q"), *ints("ldb"),
