@@ -126,13 +126,13 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
         best = _tile(cfg, m, n, k, batch, changes, reasons, swap)
         tiles = cost.tiles_of(m, n, *best, batch)
         split = _split(cfg, m, n, k, batch, best, tiles, changes, reasons)
-    no_tma = bool(mid) and bool(cfg.replace(check=False, **changes).violations())
+    odd = bool(mid) and best[1] % 64 != 0  # as the mid-M rule's tiles were timed
     if cfg.store == "tma" and (swap or narrow or split > 1 or not c_aligned or best[1] < 64
-                               or no_tma):
+                               or odd):
         changes["store"] = "direct"
         why = ("split-K stores partial sums" if split > 1 else
                "C is not 16-byte aligned" if not c_aligned else
-               f"a TMA store cannot write a C tile {best[1]} columns wide" if no_tma else
+               f"a C tile {best[1]} columns wide, not whole 64-column chunks" if odd else
                "a narrow or transposed C tile")
         reasons.append(f"direct stores: {why}")
     _deepen(cfg, changes, reasons)
