@@ -43,10 +43,11 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
       once. For skinny problems whose tiles cannot fill the SMs (CUTLASS's split-K serial
       reduction, with a separate pass as in its "parallel" split-K).
     - ``split_inline``: with split-K, the reduction runs in the GEMM kernel itself instead of
-      ``<name>_reduce``: each slice stores its partial sums and bumps a counter of its tile; the
-      slice that arrives last sums every slice's partials in slice order (deterministic) and
-      runs the epilogue (CUTLASS's serial split-K reduction, here by the last arrival): one
-      launch instead of two.
+      ``<name>_reduce``: each slice stores its partial sums (in the accumulators' fragment
+      order, per tile) and bumps a counter of its tile; the slice that arrives last sums every
+      slice's partials in slice order (deterministic), every slice's loads of a pass issued
+      together, and runs the epilogue (CUTLASS's serial split-K reduction, here by the last
+      arrival): one launch instead of two.
     - ``math``: "native", or "3xtf32" (dtype tf32): the module's ``<name>_split3`` kernel
       writes each float32 operand as tf32 big = rna(x) and small = rna(x - big) parts,
       K-major, per BK chunk of K (A: small, big, big; B: big, small, big), and the kernel
