@@ -120,6 +120,28 @@ def sweep(folder: str, problems: list, candidates, replays: int, save) -> None:
         save(dev.gpu, rows)
 
 
+_PRESETS: dict = {}
+
+
+def rule_pick(rule, constants: dict, values: dict, m: int, n: int, k: int):
+    """``rule(preset, m, n, k, 1, reasons)`` (a shape rule of ``gemmgen.heuristics.shapes``,
+    such as ``_narrow``) with its constants table ``constants`` updated by ``values`` for the
+    call and restored after; ``preset`` is the default bf16 rcr preset the shape rules start
+    from for that problem."""
+    from gemmgen.heuristics.select import choose
+    from gemmgen.heuristics.tunedb import TuneDB
+    if (m, n, k) not in _PRESETS:
+        _PRESETS[m, n, k] = choose(TuneDB(None), "NVIDIA H200", "bf16", m, n, k, 90, "rcr",
+                                   "none", False)[0]
+    saved = dict(constants)
+    constants.update(values)
+    try:
+        return rule(_PRESETS[m, n, k], m, n, k, 1, [])
+    finally:
+        constants.clear()
+        constants.update(saved)
+
+
 def saver(investigation: str, method: str, tag: str = ""):
     """save(gpu, rows): a sweep's rows and summary into
     $OUT/<investigation>_<GPU><tag>.json (the working directory without $OUT)."""

@@ -66,14 +66,6 @@ save = layer_sweep.saver("mid_m", __doc__,
                          "_M" + "_".join(map(str, MS)) if "MID_M_MS" in os.environ else "")
 
 
-def _label_tile(label: str):
-    """(BM, BN, split) of a candidate label such as "128x160 sk2"; None for "rules"."""
-    if label == "rules":
-        return None
-    tile, split = label.split(" sk")
-    return (*map(int, tile.split("x")), int(split))
-
-
 def fit(paths: list) -> dict:
     """The mid-M cost model fitted on ``paths``' training rows (see the module doc)."""
     import numpy as np
@@ -95,19 +87,24 @@ def fit(paths: list) -> dict:
         step, fixed = np.linalg.lstsq(a / y[:, None], np.ones_like(y), rcond=None)[0]
         model[tile] = (round(float(step), 4), round(float(fixed), 2))
 
-    def pick(r, split_cost):
+    memo: dict = {}
+
+    def pick(r, split_cost):  # the checkout's rule with ``model`` and ``split_cost``
         if not shapes.MID_M[0] <= r["M"] <= shapes.MID_M[1] or -(-r["N"] // 8) * 8 < 256:
             # outside the rule, or the narrow-N tile of the 128 x 256 preset
             return "rules"
-        k_tiles, best = math.ceil(r["K"] / 64), None
-        for label in r["candidates"]:
-            t = _label_tile(label)
-            if t:
-                step, fixed = model[t[:2]]
-                est = waves(r, *t) * (math.ceil(k_tiles / t[2]) * step + fixed) + (
-                    split_cost[0] + split_cost[1] * t[2] if t[2] > 1 else 0)
-                best = min(best or (est, label), (est, label))
-        return best[1]
+        key = (r["M"], r["N"], r["K"], split_cost)
+        if key not in memo:
+            saved = dict(shapes.MID_TILES)
+            shapes.MID_TILES.update(model)
+            try:
+                bm, bn, split = layer_sweep.rule_pick(
+                    shapes._mid, shapes.MID_SPLIT,
+                    {"split": split_cost[0], "per_slice": split_cost[1]}, *key[:3])
+            finally:
+                shapes.MID_TILES.update(saved)
+            memo[key] = f"{bm}x{bn} sk{split}"
+        return memo[key]
 
     def score(doc, which, split_cost, m=None):
         xs = [r["torch_ms"] / r["candidates"][pick(r, split_cost)]["ms"] for r in doc["rows"]

@@ -53,51 +53,39 @@ def candidates(m: int, n: int, k: int) -> dict:
 save = layer_sweep.saver("narrow_m", __doc__)
 
 
-GRID = {"narrow_m": (32,), "a_rows": (0, 16, 32, 64, 96, 128, 192, 256),
-        "split": tuple(range(0, 2049, 128)), "per_slice": tuple(range(0, 257, 32))}
+GRID = {"a_rows": (0, 16, 32, 64, 96, 128, 192, 256), "split": tuple(range(0, 2049, 128)),
+        "per_slice": tuple(range(0, 257, 32))}
 
 
 def fit(paths: list) -> dict:
     """The GRID point of best training geomean over ``paths``' rows (see the module doc)."""
     from gemmgen.heuristics import shapes
     docs = [json.loads(Path(p).read_text()) for p in paths]
-    from gemmgen.heuristics.select import choose
-    from gemmgen.heuristics.tunedb import TuneDB
     memo: dict = {}
 
-    def pick(r, consts, narrow_m):
-        if not narrow_m < r["M"] <= shapes.SWAP_M:
+    def pick(r, consts):
+        if not shapes.NARROW_M < r["M"] <= shapes.SWAP_M:
             return "rules"
         key = (r["M"], r["N"], r["K"], tuple(consts.values()))
         if key not in memo:
-            preset = choose(TuneDB(None), "NVIDIA H200", "bf16", *key[:3], 90, "rcr", "none",
-                            False)[0]  # the default preset the shape rules start from
-            saved = dict(shapes.NARROW_COST)
-            shapes.NARROW_COST.update(consts)
-            try:
-                got = shapes._narrow(preset, *key[:3], 1, [])
-            finally:
-                shapes.NARROW_COST.update(saved)
+            got = layer_sweep.rule_pick(shapes._narrow, shapes.NARROW_COST, consts, *key[:3])
             memo[key] = "rules" if got is None else f"64x{got[0]} sk{got[1]}"
         return memo[key]
 
-    def score(which, consts, narrow_m, doc):
-        xs = [r["torch_ms"] / r["candidates"][pick(r, consts, narrow_m)]["ms"]
-              for r in doc["rows"] if r["set"] == which and r["M"] in (32, 64)
-              and (r["M"] > 32 or narrow_m < 32)]
-        return small_m._geomean(xs) if xs else 1.0
+    def score(which, consts, doc):
+        xs = [r["torch_ms"] / r["candidates"][pick(r, consts)]["ms"]
+              for r in doc["rows"] if r["set"] == which and r["M"] == 64]
+        return small_m._geomean(xs)
     best = None
-    for nm in GRID["narrow_m"]:
-        for a in GRID["a_rows"]:
-            for sp in GRID["split"]:
-                for ps in GRID["per_slice"]:
-                    consts = {"a_rows": a, "split": sp, "per_slice": ps}
-                    train = math.prod(score("train", consts, nm, d) for d in docs)
-                    if best is None or train > best[0] + 1e-12:
-                        best = (train, nm, consts)
-    _, nm, consts = best
-    out = {"narrow_m": nm, **consts, "per_file": {
-        d["gpu"]: {w: round(score(w, consts, nm, d), 3) for w in ("train", "test")}
+    for a in GRID["a_rows"]:
+        for sp in GRID["split"]:
+            for ps in GRID["per_slice"]:
+                consts = {"a_rows": a, "split": sp, "per_slice": ps}
+                train = math.prod(score("train", consts, d) for d in docs)
+                if best is None or train > best[0] + 1e-12:
+                    best = (train, consts)
+    out = {**best[1], "per_file": {
+        d["gpu"]: {w: round(score(w, best[1], d), 3) for w in ("train", "test")}
         for d in docs}}
     print(json.dumps(out))
     return out
