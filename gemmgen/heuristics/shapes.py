@@ -101,6 +101,12 @@ MID_SPLIT = {"split": 2.5, "per_slice": 0.8, "min_slice_tiles": 8, "max_waves": 
 least min_slice_tiles K tiles, and the tiles' slices at most max_waves waves. split and
 per_slice are the point of a grid (0 to 4 by 0.25, 0 to 0.8 by 0.1) of best training geomean
 x F.linear over both GPUs at M = 256 and 512; held-out layers were scored after."""
+TAIL_SPLIT = {"split": 256, "per_slice": 128, "min_slice_tiles": 4}
+"""Split-K over the tail above SMALL_M rows: where a block tile's tiles outnumber the SMs and
+leave a last wave part full, the tiles past the last whole wave may be split (the split tiles'
+slices in one wave, slices of at least min_slice_tiles K tiles); the tail then costs a slice's
+K plus K_OVERHEAD plus split + per_slice x slices, in units of K, instead of a whole wave
+(``_big``)."""
 SWAP_LONG_K_M = 128
 """Up to this many rows, a problem whose 64 x 64 tiles number fewer than the SMs and whose K
 is at least twice N is swapped too: its K splits over the swapped tiles' rows. At 128 x 576 x
@@ -127,10 +133,13 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
         tiles = cost.tiles_of(m, n, *best, batch)
         split = _split(cfg, m, n, k, batch, best, tiles, changes, reasons)
     odd = bool(mid) and best[1] % 64 != 0  # as the mid-M rule's tiles were timed
-    if cfg.store == "tma" and (swap or narrow or split > 1 or not c_aligned or best[1] < 64
+    # an inline split of the tail past whole waves stores C as the whole tiles do
+    parts = split > 1 and not (changes.get("split_inline")
+                               and cost.tiles_of(m, n, *best, batch) > cost.SMS)
+    if cfg.store == "tma" and (swap or narrow or parts or not c_aligned or best[1] < 64
                                or odd):
         changes["store"] = "direct"
-        why = ("split-K stores partial sums" if split > 1 else
+        why = ("split-K stores partial sums" if parts else
                "C is not 16-byte aligned" if not c_aligned else
                f"a C tile {best[1]} columns wide, not whole 64-column chunks" if odd else
                "a narrow or transposed C tile")
@@ -249,14 +258,17 @@ def _tile(cfg, m, n, k, batch, changes, reasons, swap=False) -> tuple[int, int]:
         best = (64, cfg.bn)
         reasons.append(f"M = {m}: one 64-row tile computed by one consumer warpgroup")
     else:
-        timed = {t: _tile_time(t, m, n, k, batch) for t in TILE_EFFICIENCY
-                 if t != (64, 64) or m <= SMALL_M}
+        timed = {t: (_big_time(cfg, t, m, n, k, batch, _apart(cfg, changes, t) is None)[0]
+                     if m > SMALL_M else _tile_time(t, m, n, k, batch))
+                 for t in TILE_EFFICIENCY if t != (64, 64) or m <= SMALL_M}
         best = min(timed, key=timed.get)
         if best != (cfg.bm, cfg.bn):
             pre = _tile_time((cfg.bm, cfg.bn), m, n, k, batch)
+            tail = " or a split tail" if m > SMALL_M else ""
             reasons.append(f"tile {best[0]}x{best[1]}: {cost.tiles_of(m, n, *best, batch)} "
                            f"tiles, estimated {pre / timed[best]:.2f}x faster than "
-                           f"{cfg.bm}x{cfg.bn} (whole waves x the tile's work / its efficiency)")
+                           f"{cfg.bm}x{cfg.bn} (whole waves{tail} x the tile's work / its "
+                           f"efficiency)")
     if best != (cfg.bm, cfg.bn):
         changes.update(bm=best[0], bn=best[1])
     if best[0] == 64 and cfg.consumers == 2:  # one 64-row wgmma tile: one consumer
@@ -269,6 +281,32 @@ def _tile_time(tile: tuple[int, int], m: int, n: int, k: int, batch: int) -> flo
     x the tile's work (BM x BN x (K + K_OVERHEAD)) / the tile's measured efficiency."""
     waves = math.ceil(cost.tiles_of(m, n, *tile, batch) / cost.SMS)
     return waves * tile[0] * tile[1] * (k + K_OVERHEAD) / TILE_EFFICIENCY[tile]
+
+
+def _big_time(cfg, tile, m, n, k, batch, tail_ok=True) -> tuple[float, int]:
+    """(estimated time, split) of an M x N x K problem of more than SMALL_M rows in ``tile``s,
+    in ``_tile_time``'s units: whole waves, or, where the tiles outnumber the SMs, the last
+    wave is part full and ``tail_ok`` (the split would be inline), the whole waves plus a tail
+    split into the SPLITS slices of least TAIL_SPLIT cost (``split`` 1: no tail split)."""
+    c, k_tiles = TAIL_SPLIT, math.ceil(k / cfg.bk)
+    waves, tail = divmod(cost.tiles_of(m, n, *tile, batch), cost.SMS)
+    best = (_tile_time(tile, m, n, k, batch), 1)
+    work = tile[0] * tile[1] / TILE_EFFICIENCY[tile]
+    for split in SPLITS[1:]:
+        if tail_ok and waves and tail and tail * split <= cost.SMS and k_tiles / split >= c[
+                "min_slice_tiles"]:
+            units = waves * (k + K_OVERHEAD) + math.ceil(k_tiles / split) * cfg.bk + \
+                K_OVERHEAD + c["split"] + c["per_slice"] * split
+            best = min(best, (units * work, split))
+    return best
+
+
+def _big(cfg, m, n, k, batch, reasons) -> tuple[int, int, int]:
+    """(BM, BN, split) of least ``_big_time`` over the block tiles of more than SMALL_M rows
+    (the choice of ``_tile`` and ``_split`` there; ``reasons`` is not written)."""
+    times = {t: _big_time(cfg, t, m, n, k, batch) for t in TILE_EFFICIENCY if t != (64, 64)}
+    best = min(times, key=times.get)
+    return (*best, times[best][1])
 
 
 def _split(cfg, m, n, k, batch, best, tiles, changes, reasons) -> int:
@@ -291,6 +329,8 @@ def _split(cfg, m, n, k, batch, best, tiles, changes, reasons) -> int:
             split = 1
     elif m <= SMALL_M:
         split = most(BIG_SPLIT_TILES) if tiles * 2 < cost.SMS else 1
+    elif tiles > cost.SMS:
+        split = _big_time(cfg, best, m, n, k, batch, _apart(cfg, changes, best) is None)[1]
     else:
         split = 4 if tiles * 4 <= cost.SMS and k >= 16384 else \
             2 if tiles * 2 <= cost.SMS and k >= 8192 else 1
@@ -298,20 +338,30 @@ def _split(cfg, m, n, k, batch, best, tiles, changes, reasons) -> int:
     return split
 
 
+def _apart(cfg, changes, tile) -> str | None:
+    """Why a split-K of ``cfg`` with ``changes`` in ``tile``s would be summed by a second kernel
+    (None: inline, where it compiles clean: not ping-pong, not a wide column-major C)."""
+    wide_col = changes.get("layout", cfg.layout)[2] == "c" and tile[1] >= 128
+    return ("an epilogue tree" if getattr(cfg, "extended", False) else  # H51
+            "ping-pong consumers" if cfg.pingpong else
+            f"a column-major C tile {tile[1]} wide (an inline sum would spill)" if wide_col
+            else None)
+
+
 def _record_split(cfg, split, tiles, best, changes, reasons) -> None:
     """Record ``split`` slices in ``changes`` (inline where it compiles clean) and say why."""
-    if split > 1:  # inline where it compiles clean: not ping-pong, not a wide column-major C
-        wide_col = changes.get("layout", cfg.layout)[2] == "c" and best[1] >= 128
-        apart = ("an epilogue tree" if getattr(cfg, "extended", False) else  # H51
-                 "ping-pong consumers" if cfg.pingpong else
-                 f"a column-major C tile {best[1]} wide (an inline sum would spill)" if wide_col
-                 else None)
+    if split > 1:
+        apart = _apart(cfg, changes, best)
         changes.update(split_k=split, split_inline=apart is None)
         how = ("the last slice of each tile to finish sums them in order (deterministic) in "
                "the same launch" if apart is None else "a second kernel sums them in order "
                f"(deterministic): {apart}")
-        reasons.append(f"{tiles} tiles fill {100 * tiles / cost.SMS:.0f}% of {cost.SMS} SMs: "
-                       f"K split into {split} slices; {how}")
+        waves, tail = divmod(tiles, cost.SMS)
+        what = (f"{tiles} tiles fill {100 * tiles / cost.SMS:.0f}% of {cost.SMS} SMs: K split "
+                f"into {split} slices" if tiles <= cost.SMS else
+                f"{tiles} tiles: {waves} whole waves on {cost.SMS} SMs and {tail} more, whose K "
+                f"is split into {split} slices (the whole waves' tiles are not split)")
+        reasons.append(f"{what}; {how}")
     else:
         reasons.append(f"{tiles} tiles: {tiles / cost.SMS:.2f} waves on {cost.SMS} SMs, "
                        f"K not split")

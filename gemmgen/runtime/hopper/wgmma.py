@@ -76,11 +76,10 @@ class WgmmaLaunch(HopperLaunch):
         persistent, at most one CTA per SM (``sms`` of them) in whole clusters."""
         cfg = self.config
         tiles = -(-args.m // (cfg.bm * cfg.cluster_m)) * -(-args.n // (cfg.bn * cfg.cluster_n))
-        z = args.batch * cfg.split_k
         if cfg.persistent:
-            clusters = max(1, min(tiles * z, sms // cfg.cluster))
-            return clusters * cfg.cluster, 1, 1
-        return tiles * cfg.cluster, 1, z
+            units = cfg.work_units(tiles * args.batch, sms // cfg.cluster)
+            return max(1, min(units, sms // cfg.cluster)) * cfg.cluster, 1, 1
+        return tiles * cfg.cluster, 1, args.batch * cfg.split_k
 
     def launches(self, args: KernelArgs, dev: int) -> Recipe:
         """The ``Recipe`` of one call (pointers: ints or ``Ref``s, those inside ``args.epi``
@@ -124,7 +123,9 @@ class WgmmaLaunch(HopperLaunch):
         extra = ()
         if cfg.split_k > 1 and cfg.split_inline:
             extra = self._split_inline(dev, work, m, n, batch)
-            path.append(f"split-K {cfg.split_k} inline")
+            tiles = -(-m // cfg.bm) * -(-n // cfg.bn) * batch
+            path.append(f"split-K {cfg.split_k} inline" if extra[-1] == tiles else
+                        f"split-K {cfg.split_k} inline on the last {extra[-1]} of {tiles} tiles")
         elif cfg.split_k > 1:
             c_ptr, ldc, stride_c = self._split_k(dev, after, work, m, n, batch, alpha, out,
                                                  args.epi)
@@ -232,15 +233,17 @@ class WgmmaLaunch(HopperLaunch):
         return out
 
     def _split_inline(self, dev, work: list, m, n, batch) -> tuple:
-        """The extra parameters of an inline split-K: a workspace of fp32 partials (every
-        tile's ``split_k`` slices of BM x BN, in fragment order) and one zeroed arrival counter
-        per (tile, consumer), which the last slice zeroes again."""
+        """The extra parameters of an inline split-K: a workspace of fp32 partials (each split
+        tile's ``split_k`` slices of BM x BN, in fragment order), one zeroed arrival counter
+        per (split tile, consumer), which the last slice zeroes again, and how many of the
+        last tiles are split (``WgmmaConfig.split_tiles``)."""
         cfg = self.config
         tiles = -(-m // cfg.bm) * -(-n // cfg.bn) * batch
-        buf = workspace(work, "split-K", tiles * cfg.split_k * cfg.bm * cfg.bn * 4)
-        counters = workspace(work, "split-K counters",
-                             tiles * (1 if cfg.pingpong else cfg.consumers) * 4, zero=True)
-        return buf, counters
+        split = cfg.split_tiles(tiles, driver.device_attribute(dev, "sms"))
+        buf = workspace(work, "split-K", max(1, split) * cfg.split_k * cfg.bm * cfg.bn * 4)
+        counters = workspace(work, "split-K counters", max(1, split) * cfg.consumers * 4,
+                             zero=True)
+        return buf, counters, split
 
     def _split_k(self, dev, after: list, work: list, m, n, batch, alpha, out, epi=None) -> tuple:
         """Queue the split-K reduction into the caller's C; the workspace the GEMM writes its

@@ -231,6 +231,26 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
         return [(min(tiles, s * per), max(0, min(tiles, (s + 1) * per) - s * per))
                 for s in range(self.split_k)]
 
+    def split_tiles(self, tiles: int, sms: int) -> int:
+        """How many of a launch's ``tiles`` C tiles (over the batch) an inline split-K splits,
+        on a GPU of ``sms`` SMs: every tile when they fit one wave of the persistent grid (or
+        the kernel is not persistent), else only those past its last whole wave (none when the
+        waves are whole), so whole tiles fill the waves and the split slices the tail. 0
+        without an inline split-K."""
+        if self.split_k == 1 or not self.split_inline:
+            return 0
+        if not self.persistent or tiles <= sms:
+            return tiles
+        return tiles % sms
+
+    def work_units(self, tiles: int, sms: int) -> int:
+        """The work units (whole tiles and slices of split tiles) of a launch of ``tiles``
+        C tiles on ``sms`` SMs: the persistent grid's CTAs take them in turn."""
+        if not self.split_inline:
+            return tiles * self.split_k
+        split = self.split_tiles(tiles, sms)
+        return tiles - split + split * self.split_k
+
     def _box(self, rows: int, mn_major: bool, split: int) -> dict:
         """TMA boxes of one operand's stage: K-major: BK x rows/split (one box per CTA
         share); MN-major: sw_elems x BK column blocks."""

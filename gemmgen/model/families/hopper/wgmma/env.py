@@ -56,6 +56,7 @@ class WgmmaEnv:
             "OUT_BF16": int(self.out == "bf16"), "OUT_16BIT": int(self.out_bytes == 2),
             "A_MN_MAJOR": int(self.a_mn_major), "B_MN_MAJOR": int(self.b_mn_major),
             "SPLIT_K": self.split_k, "SPLIT_INLINE": int(self.split_inline),
+            "SPLIT_APART": int(self.split_k > 1 and not self.split_inline),
             "MATH_3XTF32": int(self.math == "3xtf32"), "FLUSH": self.flush,
             "FLUSH_TILES": 3 * self.flush, "PACK_TILE": PACK_TILE, "PACK_ROWS": PACK_ROWS,
             "A_BOX_INNER": a["box"][0], "A_BOX_ROWS": a["box"][1], "A_BOXES": a["count"],
@@ -73,8 +74,9 @@ class WgmmaEnv:
     def params(self) -> tuple[Param, ...]:
         """The GEMM kernel's parameters, in order: tensor maps of A, B and C; M, N, K, alpha, A,
         lda, B, ldb, beta, C, ldc, the batch strides, bias, batch; with an inline split-K the
-        partials' workspace (``SPLIT_K`` slices of ``BM x BN`` fp32 per tile, tiles in order,
-        each slice in fragment order) and the tiles' arrival counters; with an epilogue tree
+        partials' workspace (``SPLIT_K`` slices of ``BM x BN`` fp32 per split tile, in order,
+        each slice in fragment order), the split tiles' arrival counters and how many of the
+        last tiles are split (``split_tiles``, from ``split_tiles``); with an epilogue tree
         that has operands, its ``EpilogueArgs``."""
         out = (*tensor_maps("tmap_a", "tmap_b", "tmap_c"), *ints("m_arg", "n_arg", "k_arg"),
                Param("alpha", "float", "f"), Param("A", "const {ns}::in_t* __restrict__", "Q"),
@@ -84,7 +86,7 @@ class WgmmaEnv:
                Param("bias", "const {ns}::out_t* __restrict__", "Q"), *ints("batch"))
         if self.split_inline:
             out += (Param("split_ws", "float* __restrict__", "Q"),
-                    Param("split_sem", "int* __restrict__", "Q"))
+                    Param("split_sem", "int* __restrict__", "Q"), *ints("split_tiles"))
         if self.extended and self.env()["EPI_ARGS"]:
             out += (Param("epi", "const __grid_constant__ {ns}::EpilogueArgs",
                           f"{EPILOGUE_ARGS_BYTES}s"),)

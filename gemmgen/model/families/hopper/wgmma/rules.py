@@ -40,7 +40,8 @@ WGMMA_RULES: tuple[Rule, ...] = HOPPER_RULES + OUTPUT_RULES + (
          when=equal("PRODUCER", 0)),
     Rule("H36", "split-k-direct", equal("STORE_TMA", 0),
          "split-K slices store fp32 partial sums from registers (store direct); the reduction "
-         "kernel applies alpha, beta, bias and the activation once", when=at_least("SPLIT_K", 2)),
+         "kernel applies alpha, beta, bias and the activation once (an inline reduction stores "
+         "C as an unsplit kernel does)", when=equal("SPLIT_APART", 1)),
     Rule("H37", "3xtf32-dtype", equal("DTYPE_TF32", 1),
          "3xTF32 splits float32 operands into tf32 big + small parts: dtype tf32",
          when=equal("MATH_3XTF32", 1)),

@@ -1,0 +1,61 @@
+"""Inline split-K over the tail: a persistent kernel whose C tiles outnumber the SMs computes
+the tiles of its whole waves unsplit and splits only those past the last whole wave (data-
+parallel tiles, then a split tail); fewer tiles than SMs are all split, as before. The
+config's arithmetic, the launch recipe it gives (CPU, a compiled cubin) and the shape rules
+that choose it."""
+import struct
+
+import pytest
+
+from gemmgen import PRESETS
+from gemmgen.runtime.recipe import WORK_BASE, KernelArgs, Ref
+from test_recipe import _tma_kernel
+
+TMA = PRESETS["wgmma_tma_store"].config
+
+
+def test_split_tiles_are_the_tail_past_the_last_whole_wave():
+    cfg = TMA.replace(bn=128, stages=6, split_k=4, split_inline=True)
+    assert cfg.split_tiles(100, 132) == 100 and cfg.work_units(100, 132) == 400
+    assert cfg.split_tiles(132, 132) == 132, "one whole wave: every tile is split, as before"
+    assert cfg.split_tiles(153, 132) == 21 and cfg.work_units(153, 132) == 132 + 4 * 21
+    assert cfg.split_tiles(264, 132) == 0 and cfg.work_units(264, 132) == 264
+    apart = cfg.replace(split_inline=False, store="direct")  # the reduce kernel: all slices
+    assert apart.split_tiles(153, 132) == 0 and apart.work_units(153, 132) == 4 * 153
+    assert cfg.replace(split_k=1, split_inline=False).work_units(153, 132) == 153
+    whole = cfg.replace(persistent=False, cluster_m=1)
+    assert whole.split_tiles(153, 132) == 153, "one tile per CTA: every tile is split"
+
+
+def test_an_inline_split_k_may_store_c_through_tma():
+    assert not TMA.replace(split_k=4, split_inline=True).violations()
+    broken = TMA.replace(check=False, split_k=4).violations()
+    assert [v.rule.id for v in broken] == ["H36"], broken
+
+
+def _launch(k, m, n):
+    refs = [Ref(i, 0x100000 * (i + 1)) for i in range(4)]
+    return k.launches(KernelArgs.blas(
+        m, n, 4096, 1.0, refs[0], 4096, refs[1], n, 0.0, refs[2], n, 0, 0, 0, refs[3], 1), 0)
+
+
+@pytest.mark.parametrize("m, n, split", [(1100, 2112, 21), (64, 1024, 8)])
+def test_the_recipe_passes_the_split_tiles_and_sizes_their_workspace(nvcc, monkeypatch, m, n,
+                                                                      split):
+    """The launch passes how many tiles are split, the workspace holds their slices only
+    (128 x 128 tiles: 1100 x 2112 has 153 on 132 SMs, the last 21 split; 64 x 1024 has 8, all
+    split) and the persistent grid is the SMs or the work units, whichever is fewer."""
+    k, offsets = _tma_kernel(monkeypatch, "wgmma_tma_store", bn=128, stages=6, split_k=4,
+                             split_inline=True)
+    r = _launch(k, m, n)
+    (gemm,) = r.launches
+    tiles, c = -(-m // 128) * -(-n // 128), k.config
+    assert r.path == ("tma + split-K 4 inline" if split == tiles else
+                      f"tma + split-K 4 inline on the last {split} of {tiles} tiles")
+    assert struct.unpack_from("i", gemm.params, offsets[21]) == (split,)
+    assert [(w.tag, w.nbytes, w.zero) for w in r.workspaces] == [
+        ("split-K", split * 4 * c.bm * c.bn * 4, False),
+        ("split-K counters", split * c.consumers * 4, True)]
+    assert {p.index for p in gemm.patches if p.offset in (offsets[19], offsets[20])} == {
+        WORK_BASE, WORK_BASE + 1}
+    assert gemm.grid == (min(132, tiles - split + 4 * split), 1, 1)
