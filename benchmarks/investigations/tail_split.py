@@ -6,8 +6,8 @@ rules' choice and F.linear, on the layers of the llm suite's models (training) a
 small_m.py's seven other families (held out). Rings as deep as shared memory allows; TMA
 stores where the tile is whole 64-column chunks. Graph-captured (kernel only) as small_m.py
 times (input sets past twice the L2, median of 7 replays), in two rounds, the second in the
-reverse order, each kernel's faster time kept (F.linear's too); every output poisoned first
-and checked against float64.
+reverse order, each kernel's mean of the two kept (F.linear's too); every output poisoned
+first and checked against float64.
 
     python3 benchmarks/investigations/tail_split.py compile DIR     # CPU: the cubins
     python3 benchmarks/investigations/tail_split.py run DIR         # GPU: $OUT/tail_split_<GPU>.json
