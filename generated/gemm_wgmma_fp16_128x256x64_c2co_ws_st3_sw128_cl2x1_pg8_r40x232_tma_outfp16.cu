@@ -111,6 +111,7 @@ namespace gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl2x1_pg8_r40x232_tma_out
 [[maybe_unused]] constexpr int B_MN_MAJOR = 1;
 [[maybe_unused]] constexpr int SPLIT_K = 1;
 [[maybe_unused]] constexpr int SPLIT_INLINE = 0;
+[[maybe_unused]] constexpr int SPLIT_APART = 0;
 [[maybe_unused]] constexpr int MATH_3XTF32 = 0;
 [[maybe_unused]] constexpr int FLUSH = 1;
 [[maybe_unused]] constexpr int FLUSH_TILES = 3;
@@ -201,7 +202,7 @@ static_assert(!(PINGPONG == 1) || (CONSUMERS == 2), "H26 pingpong-consumers: CON
 static_assert(!(PINGPONG == 1) || (PERSISTENT == 1), "H27 pingpong-persistent: PERSISTENT == 1 when PINGPONG == 1");
 static_assert(!(PERSISTENT == 1) || (PRODUCER == 1), "H28 persistent-producer: PRODUCER == 1 when PERSISTENT == 1");
 static_assert(!(PRODUCER == 0) || (CONSUMERS == 1), "H29 no-producer-one-consumer: CONSUMERS == 1 when PRODUCER == 0");
-static_assert(!(SPLIT_K >= 2) || (STORE_TMA == 0), "H36 split-k-direct: STORE_TMA == 0 when SPLIT_K >= 2");
+static_assert(!(SPLIT_APART == 1) || (STORE_TMA == 0), "H36 split-k-direct: STORE_TMA == 0 when SPLIT_APART == 1");
 static_assert(!(MATH_3XTF32 == 1) || (DTYPE_TF32 == 1), "H37 3xtf32-dtype: DTYPE_TF32 == 1 when MATH_3XTF32 == 1");
 static_assert(!(SPLIT_INLINE == 1) || (SPLIT_K >= 2), "H39 split-inline-slices: SPLIT_K >= 2 when SPLIT_INLINE == 1");
 static_assert(!(SPLIT_INLINE == 1) || (CLUSTER == 1), "H40 split-inline-cluster: CLUSTER == 1 when SPLIT_INLINE == 1");
@@ -430,13 +431,19 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl2x1_pg8_r40x232_tma_outfp16(
     // BLAS: with alpha == 0, A and B are not read at all.
     const int k_tiles = alpha == 0.f ? 0 : (K + BK - 1) / BK;
     constexpr int k_per_split = 0;  // one slice: every K tile
+    auto whole = [&](const Tile& tile) -> bool { return SPLIT_K == 1; };
     // The first K tile and the K tiles of `tile`'s slice of K.
-    auto k_first = [&](const Tile& tile) -> int { return SPLIT_K > 1 ? min(k_tiles, tile.split * k_per_split) : 0; };
+    auto k_first = [&](const Tile& tile) -> int { return whole(tile) ? 0 : min(k_tiles, tile.split * k_per_split); };
     auto k_count = [&](const Tile& tile) -> int {
-        return SPLIT_K > 1 ? max(0, min(k_tiles, (tile.split + 1) * k_per_split) - tile.split * k_per_split) : k_tiles;
+        return whole(tile) ? k_tiles : max(0, min(k_tiles, (tile.split + 1) * k_per_split) - tile.split * k_per_split);
     };
     const int num_tiles = tiles_m * tiles_n * batch * SPLIT_K;  // cluster tiles over the whole batch
     const int first_tile = blockIdx.x / CLUSTER, tile_step = gridDim.x / CLUSTER;
+    // Work unit u of this CTA -> its tile, batch entry and slice of K.
+    auto unit_of = [&](int u) -> Tile {
+        Tile tile = tile_of(u, tiles_m, tiles_n, rank_m, rank_n, batch);
+        return tile;
+    };
 
     if (threadIdx.x == 0) {
         asm volatile("prefetch.tensormap [%0];\n" :: "l"(&tmap_a) : "memory");
@@ -568,7 +575,7 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl2x1_pg8_r40x232_tma_outfp16(
             int s = 0;
             uint32_t phase = 0;
             for (int t = first_tile; t < num_tiles; t += tile_step) {
-                Tile tile = tile_of(t, tiles_m, tiles_n, rank_m, rank_n, batch);
+                Tile tile = unit_of(t);
                 const int kt0 = k_first(tile), nk = k_count(tile);
                 for (int kt = 0; kt < nk; ++kt) {
                     mbar_wait(empty_bar + 8 * s, phase ^ 1);   // a fresh barrier passes parity 1
@@ -587,7 +594,7 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl2x1_pg8_r40x232_tma_outfp16(
         uint32_t phase = 0;
         int local = 0;  // tiles this CTA has seen
         for (int t = first_tile; t < num_tiles; t += tile_step, ++local) {
-            Tile tile = tile_of(t, tiles_m, tiles_n, rank_m, rank_n, batch);
+            Tile tile = unit_of(t);
             const int nk = k_count(tile);
 #pragma unroll
             for (int mi = 0; mi < M_ITERS; ++mi) fence_acc(acc[mi]);

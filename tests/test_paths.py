@@ -122,6 +122,44 @@ def test_m_of_256_to_512_rows_takes_the_tile_and_split_of_least_estimated_time()
         assert not any("mid-M rule" in r for r in ch.reasons), (m, layout, n)
 
 
+def test_tiles_past_the_last_whole_wave_split_k_where_the_estimate_says_so():
+    """Above 256 rows, each block tile's time is its whole waves, or, where its tiles outnumber
+    the SMs and the last wave is part full, the whole waves plus the tail's tiles split into
+    the slices of least TAIL_SPLIT cost (inline, C stored as the whole tiles store it): the
+    least of all, checked here against the same sum written out. A wide column-major C would
+    sum its slices in a second kernel over every tile: no tail split there."""
+    from gemmgen.heuristics.shapes import K_OVERHEAD, TAIL_SPLIT, TILE_EFFICIENCY
+
+    def estimate(m, n, k, bm, bn, split):
+        waves, tail = divmod(-(-m // bm) * -(-n // bn), 132)
+        work = bm * bn / TILE_EFFICIENCY[bm, bn]
+        if split == 1:
+            return -(-(waves * 132 + tail) // 132) * (k + K_OVERHEAD) * work
+        slice_k = -(-(-(-k // 64)) // split) * 64
+        return (waves * (k + K_OVERHEAD) + slice_k + K_OVERHEAD + TAIL_SPLIT["split"]
+                + TAIL_SPLIT["per_slice"] * split) * work
+    tails = 0
+    for m, n, k in ((1024, 4544, 18176), (1024, 14336, 4096), (4096, 1536, 7168),
+                    (2048, 4544, 4544), (4096, 4096, 4096)):
+        ch = decide(None, H, "bf16", m, n, k, cc=90, layout="rcr")
+        c = ch.config
+        got = estimate(m, n, k, c.bm, c.bn, c.split_k)
+        for bm, bn in (t for t in TILE_EFFICIENCY if t != (64, 64)):  # 64 x 64: to 256 rows
+            waves, tail = divmod(-(-m // bm) * -(-n // bn), 132)
+            for split in (1, 2, 3, 4, 6, 8, 12, 16):
+                if split == 1 or (waves and tail and tail * split <= 132
+                                  and -(-k // 64) / split >= TAIL_SPLIT["min_slice_tiles"]):
+                    assert got <= estimate(m, n, k, bm, bn, split) * (1 + 1e-9), (m, n, k, bm)
+        if c.split_k > 1:
+            tails += 1
+            assert c.split_inline and c.store == "tma", c.name
+            assert any("whole waves" in r for r in ch.reasons), ch.reasons
+    assert tails >= 3
+    assert decide(None, H, "bf16", 4096, 4096, 4096, cc=90, layout="rcr").config.split_k == 1
+    wide_col = decide(None, H, "bf16", 1024, 4544, 18176, cc=90, layout="rcc").config
+    assert wide_col.split_k == 1 or wide_col.bn < 128, wide_col.name
+
+
 def test_m_of_33_to_64_rows_takes_narrow_n_tiles_in_one_wave():
     """One 64-row tile over M, the narrow N tiles and K split of least estimated time among
     those that run in one wave (132 SMs), with a K-major B; not at M = 32, not where even

@@ -9,6 +9,9 @@ F.linear's time over the rules' kernel.
 
     python3 benchmarks/investigations/linear_rules.py compile DIR  # CPU: the cubins, into DIR
     python3 benchmarks/investigations/linear_rules.py run DIR      # GPU: $OUT/linear_rules_*.json
+
+``LINEAR_MS`` (comma-separated) times other M values; the file name then ends in ``_M`` and
+them.
 """
 from __future__ import annotations
 
@@ -21,7 +24,9 @@ from pathlib import Path
 import layer_sweep  # beside this script
 import small_m
 
-MS = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 4096)
+MS = tuple(int(m) for m in os.environ.get("LINEAR_MS", "1,4,16,32,64,128,256,512,1024,4096")
+           .split(","))
+TAG = "_M" + "_".join(map(str, MS)) if "LINEAR_MS" in os.environ else ""
 
 
 def problems():
@@ -74,7 +79,7 @@ def save(gpu, rows, quiet=False) -> None:
            "git_commit": os.environ.get("GEMMGEN_COMMIT"), "timing": "graph-captured, kernel only",
            "dtype": "bf16", "layout": "rcr", "method": __doc__, "summary": summary(rows),
            "worst_error": max(r["error"] for r in rows), "rows": rows}
-    name = "linear_rules_" + gpu.replace(" ", "_") + ".json"
+    name = "linear_rules_" + gpu.replace(" ", "_") + TAG + ".json"
     Path(os.environ.get("OUT", "."), name).write_text(json.dumps(out, indent=1))
     if not quiet:
         print(json.dumps(out["summary"], indent=1))

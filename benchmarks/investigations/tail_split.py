@@ -14,9 +14,10 @@ first and checked against float64.
     python3 benchmarks/investigations/tail_split.py summarize FILE  # CPU: this checkout's rules
     python3 benchmarks/investigations/tail_split.py fit FILE ...    # CPU: the tail's cost
 
-``fit`` scores the shape rules' tail cost (``shapes.TAIL_SPLIT``) over a grid of its constants
-on the training rows of the files given (one per GPU, pooled) and prints the point of best
-training geomean x F.linear with its training and held-out geomeans per file and M.
+``fit`` scores the shape rules (``shapes.shaped``) over a grid of their tail cost's constants
+(``shapes.TAIL_SPLIT``) on the training rows of the files given (one per GPU, pooled), takes the point of best
+training geomean x F.linear, and writes into each file (``fit``) the training and held-out
+geomeans per M of the rules at that point and of the same rules without a tail split.
 """
 from __future__ import annotations
 
@@ -74,28 +75,34 @@ def fit(paths: list) -> dict:
     docs = [json.loads(Path(p).read_text()) for p in paths]
     memo: dict = {}
 
+    def rules(cfg, m, n, k, batch, reasons):  # the checkout's shape rules, whole
+        return shapes.shaped(cfg, m, n, k, "rcr", "none", True, batch, reasons)[0]
+
     def pick(r, values):
-        if -(-r["N"] // 8) * 8 < 256:  # the narrow-N tile of the 128 x 256 preset
-            return "rules"
         key = (r["M"], r["N"], r["K"], tuple(sorted(values.items())))
         if key not in memo:
-            bm, bn, split = layer_sweep.rule_pick(shapes._big, shapes.TAIL_SPLIT, values,
-                                                  *key[:3])
-            label = f"{bm}x{bn} sk{split}"
+            c = layer_sweep.rule_pick(rules, shapes.TAIL_SPLIT, values, *key[:3])
+            label = f"{c.bm}x{c.bn} sk{c.split_k}"  # else another rule's tile (narrow N)
             memo[key] = label if label in r["candidates"] else "rules"
         return memo[key]
 
     def score(doc, which, values, m=None):
         xs = [r["torch_ms"] / r["candidates"][pick(r, values)]["ms"] for r in doc["rows"]
-              if r["set"] == which and m in (None, r["M"])]
+              if r["set"] == which and m in (None, "all", r["M"])]
         return small_m._geomean(xs)
     grid = [{"split": a, "per_slice": b} for a in range(0, 1025, 128) for b in range(0, 513, 64)]
     best = max(grid, key=lambda v: (math.prod(score(d, "train", v) for d in docs),
                                     -grid.index(v)))
-    out = {"tail_split": best,
-           "per_file": {d["gpu"]: {f"{w} M={m}": round(score(d, w, best, m), 3)
-                                   for w in ("train", "test") for m in MS} for d in docs}}
-    print(json.dumps(out))
+    never = {"split": 10 ** 9, "per_slice": 0}  # the same rules without a tail split
+    out = {"tail_split": best}
+    for path, d in zip(paths, docs):
+        d["fit"] = {"tail_split": best, **{
+            f"{name} {w} M={m}": round(score(d, w, v, m), 3) for name, v in (
+                ("rules", best), ("no tail split", never)) for w in ("train", "test")
+            for m in (*MS, "all")}}
+        Path(path).write_text(json.dumps(d, indent=1))
+        out[d["gpu"]] = d["fit"]
+    print(json.dumps(out, indent=1))
     return out
 
 

@@ -10,9 +10,9 @@ operands), and so is an M of up to SWAP_LONG_K_M rows whose tiles leave the SMs 
 least twice N; a narrow N takes the smallest tile of 64, 128 or 256 rows that runs in one wave,
 and K is split into as many slices as keep one wave and DECODE_SLICE_TILES K tiles per slice; a
 problem of more than SWAP_M rows takes the block tile of least estimated time (whole waves x the
-tile's work / the tile's measured efficiency), and splits K only when its tiles leave half the
-SMs idle; the ring is as deep as shared memory allows; a C that TMA cannot store to gets direct
-stores. Each rule states its reason, which ``explain`` prints. The tile constants come from the
+tile's work / the tile's measured efficiency), and splits K where its tiles leave half the SMs
+idle or, above SMALL_M rows, in the tiles past the last whole wave (TAIL_SPLIT); the ring is as
+deep as shared memory allows; a C that TMA cannot store to gets direct stores. Each rule states its reason, which ``explain`` prints. The tile constants come from the
 table builder's measurements (``gemmgen.tune.table`` over the LLM-layer suite, H200); the split
 and swap constants and the 64 x 64 tile's efficiency were fitted on the small-M sweep of the LLM
 suite's layers (M = 1 to 256, H200 and H100: ``benchmarks/results/small_m_*.json``, which also
@@ -101,12 +101,15 @@ MID_SPLIT = {"split": 2.5, "per_slice": 0.8, "min_slice_tiles": 8, "max_waves": 
 least min_slice_tiles K tiles, and the tiles' slices at most max_waves waves. split and
 per_slice are the point of a grid (0 to 4 by 0.25, 0 to 0.8 by 0.1) of best training geomean
 x F.linear over both GPUs at M = 256 and 512; held-out layers were scored after."""
-TAIL_SPLIT = {"split": 256, "per_slice": 128, "min_slice_tiles": 4}
+TAIL_SPLIT = {"split": 0, "per_slice": 128, "min_slice_tiles": 4}
 """Split-K over the tail above SMALL_M rows: where a block tile's tiles outnumber the SMs and
 leave a last wave part full, the tiles past the last whole wave may be split (the split tiles'
 slices in one wave, slices of at least min_slice_tiles K tiles); the tail then costs a slice's
 K plus K_OVERHEAD plus split + per_slice x slices, in units of K, instead of a whole wave
-(``_big``)."""
+(``_big``). split and per_slice are the point of a grid (0 to 1024 and 0 to 512 by 128 and 64)
+of best training geomean x F.linear over both GPUs' sweeps of the llm suite's layers at
+M = 1024 and 4096, ties to the earliest point; held-out layers were scored after
+(benchmarks/investigations/tail_split.py ``fit``)."""
 SWAP_LONG_K_M = 128
 """Up to this many rows, a problem whose 64 x 64 tiles number fewer than the SMs and whose K
 is at least twice N is swapped too: its K splits over the swapped tiles' rows. At 128 x 576 x
@@ -299,14 +302,6 @@ def _big_time(cfg, tile, m, n, k, batch, tail_ok=True) -> tuple[float, int]:
                 K_OVERHEAD + c["split"] + c["per_slice"] * split
             best = min(best, (units * work, split))
     return best
-
-
-def _big(cfg, m, n, k, batch, reasons) -> tuple[int, int, int]:
-    """(BM, BN, split) of least ``_big_time`` over the block tiles of more than SMALL_M rows
-    (the choice of ``_tile`` and ``_split`` there; ``reasons`` is not written)."""
-    times = {t: _big_time(cfg, t, m, n, k, batch) for t in TILE_EFFICIENCY if t != (64, 64)}
-    best = min(times, key=times.get)
-    return (*best, times[best][1])
 
 
 def _split(cfg, m, n, k, batch, best, tiles, changes, reasons) -> int:

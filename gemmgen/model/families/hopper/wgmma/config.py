@@ -47,7 +47,10 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
       order, per tile) and bumps a counter of its tile; the slice that arrives last sums every
       slice's partials in slice order (deterministic), every slice's loads of a pass issued
       together, and runs the epilogue (CUTLASS's serial split-K reduction, here by the last
-      arrival): one launch instead of two.
+      arrival): one launch instead of two. A persistent kernel whose tiles outnumber the SMs
+      splits only the tiles past its last whole wave (``split_tiles``): the whole waves' tiles
+      run unsplit and the split slices fill the tail (data-parallel tiles and a split tail, a
+      hybrid in Stream-K's terms: Osama et al., PPoPP 2023).
     - ``math``: "native", or "3xtf32" (dtype tf32): the module's ``<name>_split3`` kernel
       writes each float32 operand as tf32 big = rna(x) and small = rna(x - big) parts,
       K-major, per BK chunk of K (A: small, big, big; B: big, small, big), and the kernel
