@@ -70,8 +70,8 @@ def test_decode_shapes_swap_operands_onto_wgmma_n():
 def test_small_m_rules_split_long_k_and_say_where_the_slices_are_summed():
     """Decode tiles split K into slices of at least 12 K tiles within one wave; an M of 128
     over a K at least twice N is swapped too, its wide column-major C summed by a second
-    kernel (an inline sum would spill); at 256 and 512 rows the mid-M rule splits, above 512
-    rows the old split rule stands."""
+    kernel (an inline sum would spill); at 256 and 512 rows the mid-M rule splits; at 1024
+    rows the 64 x 64 tiles (144 of them) split K past their whole wave."""
     decode = decide(None, H, "bf16", 1, 576, 7168, cc=90, layout="rcr")
     assert decode.swap and decode.config.split_k == 8 and decode.config.split_inline
     assert any("in the same launch" in r for r in decode.reasons)
@@ -84,8 +84,9 @@ def test_small_m_rules_split_long_k_and_say_where_the_slices_are_summed():
     assert (small.bm, small.bn, small.split_k) == (64, 64, 3)
     mid = decide(None, H, "bf16", 512, 576, 7168, cc=90, layout="rcr").config
     assert (mid.bm, mid.bn, mid.split_k, mid.split_inline) == (64, 128, 3, True)
-    big = decide(None, H, "bf16", 1024, 576, 7168, cc=90, layout="rcr").config
-    assert big.split_k == 1 and (big.bm, big.bn) != (64, 64)
+    big = decide(None, H, "bf16", 1024, 576, 7168, cc=90, layout="rcr")
+    assert (big.config.bm, big.config.bn, big.config.split_inline) == (64, 64, True)
+    assert any("1 whole wave on 132 SMs and 12 more" in r for r in big.reasons), big.reasons
 
 
 def test_m_of_256_to_512_rows_takes_the_tile_and_split_of_least_estimated_time():
@@ -153,7 +154,7 @@ def test_tiles_past_the_last_whole_wave_split_k_where_the_estimate_says_so():
         if c.split_k > 1:
             tails += 1
             assert c.split_inline and c.store == "tma", c.name
-            assert any("whole waves" in r for r in ch.reasons), ch.reasons
+            assert any("whole wave" in r for r in ch.reasons), ch.reasons
     assert tails >= 3
     assert decide(None, H, "bf16", 4096, 4096, 4096, cc=90, layout="rcr").config.split_k == 1
     wide_col = decide(None, H, "bf16", 1024, 4544, 18176, cc=90, layout="rcc").config

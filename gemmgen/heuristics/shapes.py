@@ -12,11 +12,12 @@ and K is split into as many slices as keep one wave and DECODE_SLICE_TILES K til
 problem of more than SWAP_M rows takes the block tile of least estimated time (whole waves x the
 tile's work / the tile's measured efficiency), and splits K where its tiles leave half the SMs
 idle or, above SMALL_M rows, in the tiles past the last whole wave (TAIL_SPLIT); the ring is as
-deep as shared memory allows; a C that TMA cannot store to gets direct stores. Each rule states its reason, which ``explain`` prints. The tile constants come from the
-table builder's measurements (``gemmgen.tune.table`` over the LLM-layer suite, H200); the split
-and swap constants and the 64 x 64 tile's efficiency were fitted on the small-M sweep of the LLM
-suite's layers (M = 1 to 256, H200 and H100: ``benchmarks/results/small_m_*.json``, which also
-reports them on the layers of seven other model families).
+deep as shared memory allows; a C that TMA cannot store to gets direct stores. Each rule states
+its reason, which ``explain`` prints. The tile constants come from the table builder's
+measurements (``gemmgen.tune.table`` over the LLM-layer suite, H200); the split and swap
+constants and the 64 x 64 tile's efficiency were fitted on the small-M sweep of the LLM suite's
+layers (M = 1 to 256, H200 and H100: ``benchmarks/results/small_m_*.json``, which also reports
+them on seven other model families' layers).
 """
 from __future__ import annotations
 
@@ -26,7 +27,6 @@ from ..model.epilogue import Epilogue
 from . import cost
 
 FLIP = {"r": "c", "c": "r"}
-
 
 MAX_STAGES = 8
 """The deepest ring the shape rules ask for (decode shapes measured 6 against 3 stages: 363
@@ -57,9 +57,13 @@ BIG_SPLIT_TILES = 16
 SMs splits K into the most SPLITS slices of at least this many K tiles that keep one wave (8,
 16 and 32 tried)."""
 SMALL_M = 256
-"""The most rows the small-M sweep measured: the 64 x 64 tile and BIG_SPLIT_TILES apply up to
-here; above, the tile table without 64 x 64 and splits of 2 or 4 only where the tiles leave
-half or three quarters of the SMs idle over a K of at least 8192 or 16384."""
+"""The most rows the small-M sweep measured: BIG_SPLIT_TILES applies up to here; above, splits
+of 2 or 4 where the tiles leave half or three quarters of the SMs idle over a K of at least
+8192 or 16384, and split tails (TAIL_SPLIT)."""
+TILE64_M = 1024
+"""The most rows for which the 64 x 64 tile is weighed: at M = 1024 the rules with it scored
+higher on both GPUs' training and held-out layers (its 128 tiles fill the SMs where N is 512 or
+less; benchmarks/results/mid_m_*_M1024.json)."""
 NARROW_M = 32
 """Above this many rows (and up to SWAP_M), the narrow-N rule (``_narrow``) applies: the
 weights' stream is shared by as many CTAs as one wave holds, each reading a narrow slice of N
@@ -102,14 +106,12 @@ least min_slice_tiles K tiles, and the tiles' slices at most max_waves waves. sp
 per_slice are the point of a grid (0 to 4 by 0.25, 0 to 0.8 by 0.1) of best training geomean
 x F.linear over both GPUs at M = 256 and 512; held-out layers were scored after."""
 TAIL_SPLIT = {"split": 0, "per_slice": 128, "min_slice_tiles": 4}
-"""Split-K over the tail above SMALL_M rows: where a block tile's tiles outnumber the SMs and
-leave a last wave part full, the tiles past the last whole wave may be split (the split tiles'
-slices in one wave, slices of at least min_slice_tiles K tiles); the tail then costs a slice's
-K plus K_OVERHEAD plus split + per_slice x slices, in units of K, instead of a whole wave
-(``_big``). split and per_slice are the point of a grid (0 to 1024 and 0 to 512 by 128 and 64)
-of best training geomean x F.linear over both GPUs' sweeps of the llm suite's layers at
-M = 1024 and 4096, ties to the earliest point; held-out layers were scored after
-(benchmarks/investigations/tail_split.py ``fit``)."""
+"""Above SMALL_M rows, where a tile's tiles outnumber the SMs and the last wave is part full,
+the tiles past the last whole wave may split K (their slices in one wave, of at least
+min_slice_tiles K tiles): the tail then costs a slice's K + K_OVERHEAD + split + per_slice x
+slices (units of K) instead of a wave (``_big_time``). split and per_slice: the point of a grid
+(0-1024 by 128, 0-512 by 64) of best training geomean x F.linear over both GPUs' llm-suite layers
+at M = 1024 and 4096, ties to the earliest (benchmarks/investigations/tail_split.py ``fit``)."""
 SWAP_LONG_K_M = 128
 """Up to this many rows, a problem whose 64 x 64 tiles number fewer than the SMs and whose K
 is at least twice N is swapped too: its K splits over the swapped tiles' rows. At 128 x 576 x
@@ -263,15 +265,14 @@ def _tile(cfg, m, n, k, batch, changes, reasons, swap=False) -> tuple[int, int]:
     else:
         timed = {t: (_big_time(cfg, t, m, n, k, batch, _apart(cfg, changes, t) is None)[0]
                      if m > SMALL_M else _tile_time(t, m, n, k, batch))
-                 for t in TILE_EFFICIENCY if t != (64, 64) or m <= SMALL_M}
+                 for t in TILE_EFFICIENCY if t != (64, 64) or m <= TILE64_M}
         best = min(timed, key=timed.get)
         if best != (cfg.bm, cfg.bn):
-            pre = _tile_time((cfg.bm, cfg.bn), m, n, k, batch)
-            tail = " or a split tail" if m > SMALL_M else ""
-            reasons.append(f"tile {best[0]}x{best[1]}: {cost.tiles_of(m, n, *best, batch)} "
-                           f"tiles, estimated {pre / timed[best]:.2f}x faster than "
-                           f"{cfg.bm}x{cfg.bn} (whole waves{tail} x the tile's work / its "
-                           f"efficiency)")
+            pre, tail = _tile_time((cfg.bm, cfg.bn), m, n, k, batch), " or a split tail" * (
+                m > SMALL_M)
+            reasons.append(f"tile {best[0]}x{best[1]}: {cost.tiles_of(m, n, *best, batch)} tiles, "
+                           f"estimated {pre / timed[best]:.2f}x faster than {cfg.bm}x{cfg.bn} "
+                           f"(whole waves{tail} x the tile's work / its efficiency)")
     if best != (cfg.bm, cfg.bn):
         changes.update(bm=best[0], bn=best[1])
     if best[0] == 64 and cfg.consumers == 2:  # one 64-row wgmma tile: one consumer
@@ -287,10 +288,9 @@ def _tile_time(tile: tuple[int, int], m: int, n: int, k: int, batch: int) -> flo
 
 
 def _big_time(cfg, tile, m, n, k, batch, tail_ok=True) -> tuple[float, int]:
-    """(estimated time, split) of an M x N x K problem of more than SMALL_M rows in ``tile``s,
-    in ``_tile_time``'s units: whole waves, or, where the tiles outnumber the SMs, the last
-    wave is part full and ``tail_ok`` (the split would be inline), the whole waves plus a tail
-    split into the SPLITS slices of least TAIL_SPLIT cost (``split`` 1: no tail split)."""
+    """(estimated time in ``_tile_time``'s units, split) of an M x N x K problem of more than
+    SMALL_M rows in ``tile``s: whole waves, or where ``tail_ok`` (the split would be inline) the
+    whole waves and a tail split into the SPLITS slices of least TAIL_SPLIT cost (1: none)."""
     c, k_tiles = TAIL_SPLIT, math.ceil(k / cfg.bk)
     waves, tail = divmod(cost.tiles_of(m, n, *tile, batch), cost.SMS)
     best = (_tile_time(tile, m, n, k, batch), 1)
@@ -354,8 +354,8 @@ def _record_split(cfg, split, tiles, best, changes, reasons) -> None:
         waves, tail = divmod(tiles, cost.SMS)
         what = (f"{tiles} tiles fill {100 * tiles / cost.SMS:.0f}% of {cost.SMS} SMs: K split "
                 f"into {split} slices" if tiles <= cost.SMS else
-                f"{tiles} tiles: {waves} whole waves on {cost.SMS} SMs and {tail} more, whose K "
-                f"is split into {split} slices (the whole waves' tiles are not split)")
+                f"{tiles} tiles: {waves} whole wave{'s' * (waves > 1)} on {cost.SMS} SMs and "
+                f"{tail} more, whose K is split into {split} slices (the others are not split)")
         reasons.append(f"{what}; {how}")
     else:
         reasons.append(f"{tiles} tiles: {tiles / cost.SMS:.2f} waves on {cost.SMS} SMs, "
