@@ -71,7 +71,7 @@ def test_small_m_rules_split_long_k_and_say_where_the_slices_are_summed():
     """Decode tiles split K into slices of at least 12 K tiles within one wave; an M of 128
     over a K at least twice N is swapped too, its wide column-major C summed by a second
     kernel (an inline sum would spill); at 256 and 512 rows the mid-M rule splits; at 1024
-    rows the 64 x 64 tiles (144 of them) split K past their whole wave."""
+    rows 64 x 64 tiles are weighed, never with a split tail."""
     decode = decide(None, H, "bf16", 1, 576, 7168, cc=90, layout="rcr")
     assert decode.swap and decode.config.split_k == 8 and decode.config.split_inline
     assert any("in the same launch" in r for r in decode.reasons)
@@ -84,9 +84,10 @@ def test_small_m_rules_split_long_k_and_say_where_the_slices_are_summed():
     assert (small.bm, small.bn, small.split_k) == (64, 64, 3)
     mid = decide(None, H, "bf16", 512, 576, 7168, cc=90, layout="rcr").config
     assert (mid.bm, mid.bn, mid.split_k, mid.split_inline) == (64, 128, 3, True)
-    big = decide(None, H, "bf16", 1024, 576, 7168, cc=90, layout="rcr")
-    assert (big.config.bm, big.config.bn, big.config.split_inline) == (64, 64, True)
-    assert any("1 whole wave on 132 SMs and 12 more" in r for r in big.reasons), big.reasons
+    big = decide(None, H, "bf16", 1024, 576, 7168, cc=90, layout="rcr").config
+    assert big.split_k == 1 and (big.bm, big.bn) == (64, 128), big.name
+    narrow = decide(None, H, "bf16", 1024, 512, 3584, cc=90, layout="rcr").config
+    assert (narrow.bm, narrow.bn, narrow.split_k) == (64, 64, 1), narrow.name  # 128 tiles
 
 
 def test_m_of_256_to_512_rows_takes_the_tile_and_split_of_least_estimated_time():

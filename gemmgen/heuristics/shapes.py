@@ -268,8 +268,7 @@ def _tile(cfg, m, n, k, batch, changes, reasons, swap=False) -> tuple[int, int]:
                  for t in TILE_EFFICIENCY if t != (64, 64) or m <= TILE64_M}
         best = min(timed, key=timed.get)
         if best != (cfg.bm, cfg.bn):
-            pre, tail = _tile_time((cfg.bm, cfg.bn), m, n, k, batch), " or a split tail" * (
-                m > SMALL_M)
+            pre, tail = _tile_time((cfg.bm, cfg.bn), m, n, k, batch), " or a tail" * (m > SMALL_M)
             reasons.append(f"tile {best[0]}x{best[1]}: {cost.tiles_of(m, n, *best, batch)} tiles, "
                            f"estimated {pre / timed[best]:.2f}x faster than {cfg.bm}x{cfg.bn} "
                            f"(whole waves{tail} x the tile's work / its efficiency)")
@@ -290,14 +289,15 @@ def _tile_time(tile: tuple[int, int], m: int, n: int, k: int, batch: int) -> flo
 def _big_time(cfg, tile, m, n, k, batch, tail_ok=True) -> tuple[float, int]:
     """(estimated time in ``_tile_time``'s units, split) of an M x N x K problem of more than
     SMALL_M rows in ``tile``s: whole waves, or where ``tail_ok`` (the split would be inline) the
-    whole waves and a tail split into the SPLITS slices of least TAIL_SPLIT cost (1: none)."""
+    whole waves and a tail split into the SPLITS slices of least TAIL_SPLIT cost (1: none).
+    Not 64 x 64 tiles: untimed in tail_split.py, they lost at 1024 x 576 x 7168 (H200)."""
     c, k_tiles = TAIL_SPLIT, math.ceil(k / cfg.bk)
     waves, tail = divmod(cost.tiles_of(m, n, *tile, batch), cost.SMS)
+    tail *= tail_ok and tile != (64, 64)
     best = (_tile_time(tile, m, n, k, batch), 1)
     work = tile[0] * tile[1] / TILE_EFFICIENCY[tile]
     for split in SPLITS[1:]:
-        if tail_ok and waves and tail and tail * split <= cost.SMS and k_tiles / split >= c[
-                "min_slice_tiles"]:
+        if waves and tail and tail * split <= cost.SMS and k_tiles / split >= c["min_slice_tiles"]:
             units = waves * (k + K_OVERHEAD) + math.ceil(k_tiles / split) * cfg.bk + \
                 K_OVERHEAD + c["split"] + c["per_slice"] * split
             best = min(best, (units * work, split))
