@@ -31,7 +31,10 @@ import layer_sweep  # beside this script
 import small_m
 
 MS = tuple(int(m) for m in os.environ.get("TAIL_MS", "1024,4096").split(","))
-TILES = ((128, 256), (256, 128), (128, 192), (128, 128), (64, 256), (64, 128))
+TILES = tuple(tuple(int(x) for x in t.split("x")) for t in os.environ.get(
+    "TAIL_TILES", "128x256,256x128,128x192,128x128,64x256,64x128").split(","))
+"""The block tiles timed (``TAIL_TILES``, comma-separated BMxBN, to time others; the file name
+then ends in ``_T`` and them)."""
 SPLITS = (2, 3, 4, 6, 8, 12, 16)
 MIN_SLICE = 4  # K tiles (of 64) a slice keeps at least
 SMS = 132
@@ -65,8 +68,9 @@ def candidates(m: int, n: int, k: int) -> dict:
     return out
 
 
-save = layer_sweep.saver("tail_split", __doc__,
-                         "_M" + "_".join(map(str, MS)) if "TAIL_MS" in os.environ else "")
+save = layer_sweep.saver("tail_split", __doc__, (
+    "_M" + "_".join(map(str, MS)) if "TAIL_MS" in os.environ else "") + (
+    "_T" + "_".join(f"{a}x{b}" for a, b in TILES) if "TAIL_TILES" in os.environ else ""))
 
 
 def fit(paths: list) -> dict:
