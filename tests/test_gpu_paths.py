@@ -15,6 +15,8 @@ PATHS = {
     "split-K 2, ping-pong, bf16": PRESETS["wgmma_bf16"].config.replace(
         store="direct", split_k=2, pingpong=True, bm=64),
     "split-K 3, one tile per CTA": PRESETS["wgmma_ws"].config.replace(split_k=3, layout="rcr"),
+    "inline split-K 2, one tile per CTA": PRESETS["wgmma_ws"].config.replace(
+        split_k=2, split_inline=True, layout="rcr"),
     "decode tile 128x8, split-K 4": PRESETS["wgmma_tma_store"].config.replace(
         store="direct", bn=8, split_k=4, stages=6, layout="ccc"),
     "repack, ccc": PRESETS["wgmma_bf16"].config.replace(store="direct", layout="ccc"),
