@@ -10,14 +10,15 @@ reverse order, each kernel's mean of the two kept (F.linear's too); every output
 first and checked against float64.
 
     python3 benchmarks/investigations/tail_split.py compile DIR     # CPU: the cubins
-    python3 benchmarks/investigations/tail_split.py run DIR         # GPU: $OUT/tail_split_<GPU>.json
+    python3 benchmarks/investigations/tail_split.py run DIR         # GPU: $OUT/tail_split_*.json
     python3 benchmarks/investigations/tail_split.py summarize FILE  # CPU: this checkout's rules
     python3 benchmarks/investigations/tail_split.py fit FILE ...    # CPU: the tail's cost
 
 ``fit`` scores the shape rules (``shapes.shaped``) over a grid of their tail cost's constants
-(``shapes.TAIL_SPLIT``) on the training rows of the files given (one per GPU, pooled), takes the point of best
-training geomean x F.linear, and writes into each file (``fit``) the training and held-out
-geomeans per M of the rules at that point and of the same rules without a tail split.
+(``shapes.TAIL_SPLIT``) on the training rows of the files given (one per GPU, pooled), takes
+the point of best training geomean x F.linear, and writes into each file (``fit``) the training
+and held-out geomeans per M of the rules at that point and of the same rules without a tail
+split.
 """
 from __future__ import annotations
 
