@@ -62,8 +62,7 @@ of 2 or 4 where the tiles leave half or three quarters of the SMs idle over a K 
 8192 or 16384, and split tails (TAIL_SPLIT)."""
 TILE64_M = 1024
 """The most rows for which the 64 x 64 tile is weighed: at M = 1024 the rules with it scored
-higher on both GPUs' training and held-out layers (its 128 tiles fill the SMs where N is 512 or
-less; benchmarks/results/mid_m_*_M1024.json)."""
+higher on both GPUs' training and held-out layers (benchmarks/results/mid_m_*_M1024.json)."""
 NARROW_M = 32
 """Above this many rows (and up to SWAP_M), the narrow-N rule (``_narrow``) applies: the
 weights' stream is shared by as many CTAs as one wave holds, each reading a narrow slice of N
@@ -247,7 +246,8 @@ def _mid(cfg, m, n, k, batch, reasons) -> tuple[int, int, int] | None:
 def _tile(cfg, m, n, k, batch, changes, reasons, swap=False) -> tuple[int, int]:
     """The block tile (BM, BN), recorded in ``changes``: for a narrow N the smallest of 64, 128
     or 256 rows whose tiles fit one wave (256 when none does); for a small M one 64-row tile;
-    else the tile of least ``_tile_time``. ``swap``: M and N are the swapped kernel's."""
+    else the tile of least ``_tile_time`` (``_big_time`` above SMALL_M rows; 64 x 64 up to
+    TILE64_M rows). ``swap``: M and N are the swapped kernel's."""
     bn_small = max(8, -(-n // 8) * 8)
     if bn_small < cfg.bn:
         rows = next((bm for bm in (64, 128, 256)
@@ -268,7 +268,7 @@ def _tile(cfg, m, n, k, batch, changes, reasons, swap=False) -> tuple[int, int]:
                  for t in TILE_EFFICIENCY if t != (64, 64) or m <= TILE64_M}
         best = min(timed, key=timed.get)
         if best != (cfg.bm, cfg.bn):
-            pre, tail = _tile_time((cfg.bm, cfg.bn), m, n, k, batch), " or a tail" * (m > SMALL_M)
+            pre, tail = timed[cfg.bm, cfg.bn], " or a tail" * (m > SMALL_M)
             reasons.append(f"tile {best[0]}x{best[1]}: {cost.tiles_of(m, n, *best, batch)} tiles, "
                            f"estimated {pre / timed[best]:.2f}x faster than {cfg.bm}x{cfg.bn} "
                            f"(whole waves{tail} x the tile's work / its efficiency)")
@@ -305,12 +305,12 @@ def _big_time(cfg, tile, m, n, k, batch, tail_ok=True) -> tuple[float, int]:
 
 
 def _split(cfg, m, n, k, batch, best, tiles, changes, reasons) -> int:
-    """Split-K slices (1: none), recorded in ``changes``: for a narrow (decode) tile the most
-    SPLITS that stay in one wave with slices of at least DECODE_SLICE_TILES K tiles; for a
-    small M (kept unswapped by a bias) ``cost.split_k_for``; up to SMALL_M rows, where the
-    tiles leave half the SMs idle, the most SPLITS that stay in one wave with slices of at
-    least BIG_SPLIT_TILES K tiles; above, 2 or 4 where the tiles leave half or three quarters
-    of the SMs idle over a K of at least 8192 or 16384."""
+    """Split-K slices (1: none), recorded in ``changes``: a narrow (decode) tile, the most SPLITS
+    in one wave with slices of at least DECODE_SLICE_TILES K tiles; a small M (unswapped by a
+    bias), ``cost.split_k_for``; up to SMALL_M rows, where the tiles leave half the SMs idle,
+    the most SPLITS in one wave with slices of at least BIG_SPLIT_TILES K tiles; above, the
+    split tail of ``_big_time`` where the tiles outnumber the SMs, else 2 or 4 where they leave
+    half or three quarters of the SMs idle over a K of at least 8192 or 16384."""
     k_tiles = math.ceil(k / cfg.bk)
 
     def most(min_tiles):

@@ -125,7 +125,8 @@ class WgmmaLaunch(HopperLaunch):
             extra = self._split_inline(dev, work, m, n, batch)
             tiles = -(-m // cfg.bm) * -(-n // cfg.bn) * batch
             path.append(f"split-K {cfg.split_k} inline" if extra[-1] == tiles else
-                        f"split-K {cfg.split_k} inline on the last {extra[-1]} of {tiles} tiles")
+                        f"split-K {cfg.split_k} inline on the last {extra[-1]} of {tiles} tiles"
+                        if extra[-1] else f"split-K {cfg.split_k} inline: whole waves, none split")
         elif cfg.split_k > 1:
             c_ptr, ldc, stride_c = self._split_k(dev, after, work, m, n, batch, alpha, out,
                                                  args.epi)
