@@ -16,6 +16,7 @@ import sys
 
 import layer_sweep  # beside this script
 import small_m
+from gemmgen.heuristics import shapes
 
 WANT = {(1024, 512, 3584), (1024, 576, 7168), (1024, 768, 3072), (1024, 2304, 768),
         (1024, 2304, 2048), (1024, 512, 2048), (512, 1024, 4096), (512, 768, 3072),
@@ -33,13 +34,11 @@ def candidates(m: int, n: int, k: int) -> dict:
     out = {"rules": (rules, swap)}
     base = rules.replace(check=False, layout="rcr", persistent=True, cluster_m=1, cluster_n=1)
     for bm, bn in ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256)):
-        two = bm == 128
-        kw = dict(bm=bm, bn=bn, consumers=2 if two else 1, regs_producer=40 if two else 0,
-                  regs_consumer=232 if two else 0)
+        kw = shapes.mid_tile(bm, bn)
         for cm, cn in ((1, 1), (2, 1), (1, 2)):
             cfg = small_m._deepest(base.replace(check=False, store="tma", split_k=1,
-                                                split_inline=False, cluster_m=cm, cluster_n=cn,
-                                                **kw))
+                                                split_inline=False, **{**kw, "cluster_m": cm,
+                                                                       "cluster_n": cn}))
             if cfg is not None:
                 out[f"{bm}x{bn} cl{cm}x{cn}"] = (cfg, False)
         tiles = math.ceil(m / bm) * math.ceil(n / bn)

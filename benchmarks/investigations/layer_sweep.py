@@ -108,21 +108,21 @@ def sweep(folder: str, problems: list, candidates, replays: int, save) -> None:
         sets, reps, xs, ws, ys, ref = small_m.layer_inputs(m, n, k, dev.gen, dev.l2)
         row = {"set": which, "layers": small_m.layers()[which][(n, k)], "M": m, "N": n, "K": k,
                "candidates": {}}
-        torch_ms = [dev.graph_ms(lambda i: F.linear(xs[i % sets], ws[i % sets]), reps,
-                                 replays)]
-        cands = list(candidates(m, n, k).items())
-        for label, (cfg, swap) in cands:
-            launch = launcher(dev.kernel(cfg), swap, xs, ws, ys, sets)
+
+        def theirs(i):
+            F.linear(xs[i % sets], ws[i % sets])
+        torch_ms = [dev.graph_ms(theirs, reps, replays)]
+        launches = {label: (cfg, launcher(dev.kernel(cfg), swap, xs, ws, ys, sets))
+                    for label, (cfg, swap) in candidates(m, n, k).items()}
+        for label, (cfg, launch) in launches.items():
             row["candidates"][label] = {"config": cfg.name, "error": error(launch, ys, ref),
                                         "ms": dev.graph_ms(launch, reps, replays)}
         if os.environ.get("SWEEP_ROUNDS", "1") == "2":  # reversed, then F.linear
-            for label, (cfg, swap) in reversed(cands):
-                launch, c = launcher(dev.kernel(cfg), swap, xs, ws, ys, sets), row[
-                    "candidates"][label]
+            for label, (_, launch) in reversed(launches.items()):
+                c = row["candidates"][label]
                 c["rounds_ms"] = [c["ms"], dev.graph_ms(launch, reps, replays)]
                 c["ms"] = sum(c["rounds_ms"]) / 2
-            torch_ms.append(dev.graph_ms(lambda i: F.linear(xs[i % sets], ws[i % sets]), reps,
-                                         replays))
+            torch_ms.append(dev.graph_ms(theirs, reps, replays))
             row["torch_rounds_ms"] = torch_ms
         row["torch_ms"] = sum(torch_ms) / len(torch_ms)
         c = row["candidates"]

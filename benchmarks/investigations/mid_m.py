@@ -29,6 +29,7 @@ from pathlib import Path
 
 import layer_sweep  # beside this script
 import small_m
+from gemmgen.heuristics import shapes
 
 MS = tuple(int(m) for m in os.environ.get("MID_M_MS", "128,256,512").split(","))
 """The M values (``MID_M_MS``, comma-separated, to time others; the file name then ends in
@@ -51,10 +52,8 @@ def candidates(m: int, n: int, k: int) -> dict:
         for split in SPLITS:
             if split > 1 and (k_tiles / split < small_m.MIN_SLICE or tiles * split > 2 * SMS):
                 continue
-            two = bm == 128
             cfg = small_m._deepest(base.replace(
-                check=False, bm=bm, bn=bn, consumers=2 if two else 1,
-                regs_producer=40 if two else 0, regs_consumer=232 if two else 0,
+                check=False, **shapes.mid_tile(bm, bn),
                 store="tma" if split == 1 and bn % 64 == 0 else "direct", split_k=split,
                 split_inline=split > 1))
             if cfg is not None:
@@ -70,7 +69,6 @@ def fit(paths: list) -> dict:
     """The mid-M cost model fitted on ``paths``' training rows (see the module doc)."""
     import numpy as np
 
-    from gemmgen.heuristics import shapes
     docs = [json.loads(Path(p).read_text()) for p in paths]
     waves = lambda r, bm, bn, s: math.ceil(math.ceil(r["M"] / bm) * math.ceil(r["N"] / bn)  # noqa
                                             * s / SMS)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import layer_sweep  # beside this script
 import small_m
+from gemmgen.heuristics import shapes
 
 MS = tuple(int(m) for m in os.environ.get("TAIL_MS", "1024,4096").split(","))
 TILES = tuple(tuple(int(x) for x in t.split("x")) for t in os.environ.get(
@@ -58,12 +59,9 @@ def candidates(m: int, n: int, k: int) -> dict:
     for bm, bn in TILES:
         tiles = math.ceil(m / bm) * math.ceil(n / bn)
         for split in (1, *tail_splits(tiles, math.ceil(k / 64))):
-            two = bm >= 128 and bm // 64 >= 2
             cfg = small_m._deepest(base.replace(
-                check=False, bm=bm, bn=bn, consumers=2 if two else 1,
-                regs_producer=40 if two else 0, regs_consumer=232 if two else 0,
-                store="tma" if bn % 64 == 0 else "direct", split_k=split,
-                split_inline=split > 1))
+                check=False, **shapes.mid_tile(bm, bn), split_k=split, split_inline=split > 1,
+                store="tma" if bn % 64 == 0 else "direct"))
             if cfg is not None:
                 out[f"{bm}x{bn} sk{split}"] = (cfg, False)
     return out
@@ -76,7 +74,6 @@ save = layer_sweep.saver("tail_split", __doc__, (
 
 def fit(paths: list) -> dict:
     """The tail cost's constants of best training geomean (see the module doc)."""
-    from gemmgen.heuristics import shapes
     docs = [json.loads(Path(p).read_text()) for p in paths]
     memo: dict = {}
 

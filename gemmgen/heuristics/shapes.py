@@ -129,7 +129,8 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
     if narrow or mid:
         swap, best, split = False, (64, narrow[0]) if narrow else mid[:2], (narrow or mid)[-1]
         changes: dict = narrow_tile(narrow[0]) if narrow else mid_tile(*best)
-        _record_split(cfg, split, cost.tiles_of(m, n, *best, batch), best, changes, reasons)
+        tiles = cost.tiles_of(m, n, *best, batch)
+        _record_split(cfg, split, tiles, best, changes, reasons)
     else:
         swap, m, n, layout = _swap(m, n, k, layout, epilogue, reasons)
         changes = {"layout": layout} if swap else {}
@@ -138,8 +139,7 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
         split = _split(cfg, m, n, k, batch, best, tiles, changes, reasons)
     odd = bool(mid) and best[1] % 64 != 0  # as the mid-M rule's tiles were timed
     # an inline split of the tail past whole waves stores C as the whole tiles do
-    parts = split > 1 and not (changes.get("split_inline")
-                               and cost.tiles_of(m, n, *best, batch) > cost.SMS)
+    parts = split > 1 and not (changes.get("split_inline") and tiles > cost.SMS)
     if cfg.store == "tma" and (swap or narrow or parts or not c_aligned or best[1] < 64
                                or odd):
         changes["store"] = "direct"
@@ -211,10 +211,10 @@ def _narrow(cfg, m, n, k, batch, reasons) -> tuple[int, int] | None:
 
 
 def mid_tile(bm: int, bn: int) -> dict:
-    """The config changes of the mid-M rule's ``bm`` x ``bn`` tile: one consumer for 64 rows,
-    two (40 and 232 registers) for 128, no cluster."""
+    """The config changes of a ``bm`` x ``bn`` tile (the mid-M rule's, and the sweeps'): one
+    consumer for 64 rows, two (40 and 232 registers) for 128 or more, no cluster."""
     two = {"consumers": 2, "regs_producer": 40, "regs_consumer": 232}
-    return {"bm": bm, "bn": bn, **(two if bm == 128 else ONE_CONSUMER), "cluster_m": 1,
+    return {"bm": bm, "bn": bn, **(two if bm >= 128 else ONE_CONSUMER), "cluster_m": 1,
             "cluster_n": 1}
 
 
@@ -291,11 +291,11 @@ def _big_time(cfg, tile, m, n, k, batch, tail_ok=True) -> tuple[float, int]:
     SMALL_M rows in ``tile``s: whole waves, or where ``tail_ok`` (the split would be inline) the
     whole waves and a tail split into the SPLITS slices of least TAIL_SPLIT cost (1: none).
     Not 64 x 64 tiles: untimed in tail_split.py, they lost at 1024 x 576 x 7168 (H200)."""
-    c, k_tiles = TAIL_SPLIT, math.ceil(k / cfg.bk)
-    waves, tail = divmod(cost.tiles_of(m, n, *tile, batch), cost.SMS)
-    tail *= tail_ok and tile != (64, 64)
     best = (_tile_time(tile, m, n, k, batch), 1)
-    work = tile[0] * tile[1] / TILE_EFFICIENCY[tile]
+    if not tail_ok or tile == (64, 64):
+        return best
+    c, k_tiles, work = TAIL_SPLIT, math.ceil(k / cfg.bk), tile[0] * tile[1] / TILE_EFFICIENCY[tile]
+    waves, tail = divmod(cost.tiles_of(m, n, *tile, batch), cost.SMS)
     for split in SPLITS[1:]:
         if waves and tail and tail * split <= cost.SMS and k_tiles / split >= c["min_slice_tiles"]:
             units = waves * (k + K_OVERHEAD) + math.ceil(k_tiles / split) * cfg.bk + \

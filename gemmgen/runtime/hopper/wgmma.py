@@ -122,11 +122,7 @@ class WgmmaLaunch(HopperLaunch):
         out = (c_ptr, ldc, stride_c, beta, bias_ptr, alpha)
         extra = ()
         if cfg.split_k > 1 and cfg.split_inline:
-            extra = self._split_inline(dev, work, m, n, batch)
-            tiles = -(-m // cfg.bm) * -(-n // cfg.bn) * batch
-            path.append(f"split-K {cfg.split_k} inline" if extra[-1] == tiles else
-                        f"split-K {cfg.split_k} inline on the last {extra[-1]} of {tiles} tiles"
-                        if extra[-1] else f"split-K {cfg.split_k} inline: whole waves, none split")
+            extra = self._split_inline(dev, work, path, m, n, batch)
         elif cfg.split_k > 1:
             c_ptr, ldc, stride_c = self._split_k(dev, after, work, m, n, batch, alpha, out,
                                                  args.epi)
@@ -233,14 +229,17 @@ class WgmmaLaunch(HopperLaunch):
             out.append((buf, ld, sbd))
         return out
 
-    def _split_inline(self, dev, work: list, m, n, batch) -> tuple:
+    def _split_inline(self, dev, work: list, path: list, m, n, batch) -> tuple:
         """The extra parameters of an inline split-K: a workspace of fp32 partials (each split
         tile's ``split_k`` slices of BM x BN, in fragment order), one zeroed arrival counter
         per (split tile, consumer), which the last slice zeroes again, and how many of the
-        last tiles are split (``WgmmaConfig.split_tiles``)."""
+        last tiles are split (``WgmmaConfig.split_tiles``), which ``path`` gets."""
         cfg = self.config
         tiles = -(-m // cfg.bm) * -(-n // cfg.bn) * batch
         split = cfg.split_tiles(tiles, driver.device_attribute(dev, "sms"))
+        path.append(f"split-K {cfg.split_k} inline" if split == tiles else
+                    f"split-K {cfg.split_k} inline on the last {split} of {tiles} tiles" if split
+                    else f"split-K {cfg.split_k} inline: whole waves, none split")
         buf = workspace(work, "split-K", max(1, split) * cfg.split_k * cfg.bm * cfg.bn * 4)
         counters = workspace(work, "split-K counters", max(1, split) * cfg.consumers * 4,
                              zero=True)
