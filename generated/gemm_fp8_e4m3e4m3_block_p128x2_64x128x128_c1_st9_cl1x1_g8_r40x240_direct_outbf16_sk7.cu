@@ -350,22 +350,37 @@ __device__ __forceinline__ void wgmma(float (&d)[ACC], uint64_t desc_a, uint64_t
 }
 
 // ---- work units -----------------------------------------------------------------------------
-// Unit u = (cluster tile u / SPLIT_K, slice u % SPLIT_K): the slices of one tile run side by
-// side. Cluster tiles in grouped order: GROUP tile rows of M walked column by column.
 struct Unit {
     int tile_m, tile_n, split, kb0, nk;  // cluster tile, slice, first K block and K blocks of the slice
+    int slot;                            // the tile's place among the split tiles; -1: a whole tile
 };
-__device__ __forceinline__ Unit unit_of(int u, int tiles_m, int tiles_n, int kb_total, int kb_per) {
-    Unit w;
-    const int tile = u / SPLIT_K;
-    w.split = u - tile * SPLIT_K;
+// Cluster tile t in grouped order: GROUP tile rows of M walked column by column.
+__device__ __forceinline__ void place(Unit& w, int t, int tiles_m, int tiles_n) {
     const int span = GROUP * tiles_n;
-    const int g = tile / span;
+    const int g = t / span;
     const int first = g * GROUP;
     const int rows = min(GROUP, tiles_m - first);
-    const int r = tile - g * span;
+    const int r = t - g * span;
     w.tile_m = first + r % rows;
     w.tile_n = r / rows;
+}
+// Split-K splits the last split_tiles cluster tiles only (all of them, or those past the
+// persistent grid's last whole wave, as the host chose: data-parallel tiles, then a split tail,
+// a hybrid of the two in Stream-K's terms, Osama et al., PPoPP 2023). Units [0, whole_tiles)
+// are whole tiles; then the split tiles' slices, slice-major (unit whole_tiles + s * split_tiles
+// + i is slice s of split tile i).
+__device__ __forceinline__ Unit unit_of(int u, int tiles_m, int tiles_n, int kb_total, int kb_per,
+                                        int whole_tiles, int split_tiles) {
+    Unit w;
+    if (u < whole_tiles) {
+        place(w, u, tiles_m, tiles_n);
+        w.split = 0, w.kb0 = 0, w.nk = kb_total, w.slot = -1;
+        return w;
+    }
+    const int v = u - whole_tiles;
+    w.slot = v % split_tiles;
+    w.split = v / split_tiles;
+    place(w, whole_tiles + w.slot, tiles_m, tiles_n);
     w.kb0 = min(kb_total, w.split * kb_per);
     w.nk = max(0, min(kb_total, w.kb0 + kb_per) - w.kb0);
     return w;
@@ -382,7 +397,7 @@ gemm_fp8_e4m3e4m3_block_p128x2_64x128x128_c1_st9_cl1x1_g8_r40x240_direct_outbf16
     gemm_fp8_e4m3e4m3_block_p128x2_64x128x128_c1_st9_cl1x1_g8_r40x240_direct_outbf16_sk7_cfg::out_t* __restrict__ D,
     int ldd,
     const gemm_fp8_e4m3e4m3_block_p128x2_64x128x128_c1_st9_cl1x1_g8_r40x240_direct_outbf16_sk7_cfg::bias_t* __restrict__ bias,
-    float* __restrict__ workspace, int* __restrict__ counters)
+    float* __restrict__ workspace, int* __restrict__ counters, int split_tiles)
 {
     using namespace gemm_fp8_e4m3e4m3_block_p128x2_64x128x128_c1_st9_cl1x1_g8_r40x240_direct_outbf16_sk7_cfg;
     // Extents: compile-time constants where the shape is specialized (the launch checks them).
@@ -407,7 +422,9 @@ gemm_fp8_e4m3e4m3_block_p128x2_64x128x128_c1_st9_cl1x1_g8_r40x240_direct_outbf16
     const int tiles_n = (N + BN * CLUSTER_N - 1) / (BN * CLUSTER_N);
     const int kb_total = (K + BK - 1) / BK;                   // K blocks of 128 (the tail reads zeros)
     const int kb_per = (kb_total + SPLIT_K - 1) / SPLIT_K;    // K blocks per split-K slice
-    const int num_units = tiles_m * tiles_n * SPLIT_K;
+    const int whole_tiles = tiles_m * tiles_n - split_tiles;
+    const int num_units = whole_tiles + split_tiles * SPLIT_K; // whole tiles and slices of split tiles
+    auto unit_at = [&](int u) { return unit_of(u, tiles_m, tiles_n, kb_total, kb_per, whole_tiles, split_tiles); };
     const int first_unit = blockIdx.x / CLUSTER, unit_step = gridDim.x / CLUSTER;
 
     if (threadIdx.x == 0) {
@@ -441,7 +458,7 @@ gemm_fp8_e4m3e4m3_block_p128x2_64x128x128_c1_st9_cl1x1_g8_r40x240_direct_outbf16
             int s = 0;
             uint32_t phase = 0;
             for (int u = first_unit; u < num_units; u += unit_step) {
-                const Unit w = unit_of(u, tiles_m, tiles_n, kb_total, kb_per);
+                const Unit w = unit_at(u);
                 const int m0 = (w.tile_m * CLUSTER_M + rank_m) * BM, n0 = (w.tile_n * CLUSTER_N + rank_n) * BN;
                 for (int kb = 0; kb < w.nk; ++kb) {
                     mbar_wait(empty_bar + 8 * s, phase ^ 1);   // a fresh barrier passes parity 1
@@ -495,7 +512,7 @@ gemm_fp8_e4m3e4m3_block_p128x2_64x128x128_c1_st9_cl1x1_g8_r40x240_direct_outbf16
         };
 
         for (int u = first_unit; u < num_units; u += unit_step) {
-            const Unit w = unit_of(u, tiles_m, tiles_n, kb_total, kb_per);
+            const Unit w = unit_at(u);
             const int m0 = (w.tile_m * CLUSTER_M + rank_m) * BM, n0 = (w.tile_n * CLUSTER_N + rank_n) * BN;
             const int row0 = m0 + cw * CONSUMER_ROWS;  // first row of this warpgroup's rows
             // Accumulator i of slice mi holds D(row0 + mi*64 + row_in + 8*((i/2)%2), n0 + 8*(i/4) + 2*(lane%4) + i%2).
@@ -643,8 +660,9 @@ gemm_fp8_e4m3e4m3_block_p128x2_64x128x128_c1_st9_cl1x1_g8_r40x240_direct_outbf16
             // (register i of thread t of slice mi at [(mi * ACC + i) * WARPGROUP + t]); the last
             // slice to arrive (per-tile, per-consumer counters) adds every slice's partial in slice
             // order (deterministic), its own re-read, and stores D. The counter is left at zero.
-            {
-                const int tile_id = (w.tile_m * CLUSTER_M + rank_m) * (tiles_n * CLUSTER_N) + w.tile_n * CLUSTER_N + rank_n;
+            // Whole tiles (slot -1: those of the waves before a split tail) skip all of it.
+            if (w.slot >= 0) {
+                const int tile_id = w.slot * CLUSTER + rank_m + rank_n * CLUSTER_M;  // this CTA's split tile
                 float* first = workspace + (size_t)tile_id * SPLIT_K * BM * BN + (size_t)cw * CONSUMER_ROWS * BN;
                 float* mine = first + (size_t)w.split * BM * BN;
 #pragma unroll

@@ -350,24 +350,23 @@ __device__ __forceinline__ void wgmma(float (&d)[ACC], uint64_t desc_a, uint64_t
 }
 
 // ---- work units -----------------------------------------------------------------------------
-// Unit u = (cluster tile u / SPLIT_K, slice u % SPLIT_K): the slices of one tile run side by
-// side. Cluster tiles in grouped order: GROUP tile rows of M walked column by column.
 struct Unit {
     int tile_m, tile_n, split, kb0, nk;  // cluster tile, slice, first K block and K blocks of the slice
 };
-__device__ __forceinline__ Unit unit_of(int u, int tiles_m, int tiles_n, int kb_total, int kb_per) {
-    Unit w;
-    const int tile = u / SPLIT_K;
-    w.split = u - tile * SPLIT_K;
+// Cluster tile t in grouped order: GROUP tile rows of M walked column by column.
+__device__ __forceinline__ void place(Unit& w, int t, int tiles_m, int tiles_n) {
     const int span = GROUP * tiles_n;
-    const int g = tile / span;
+    const int g = t / span;
     const int first = g * GROUP;
     const int rows = min(GROUP, tiles_m - first);
-    const int r = tile - g * span;
+    const int r = t - g * span;
     w.tile_m = first + r % rows;
     w.tile_n = r / rows;
-    w.kb0 = min(kb_total, w.split * kb_per);
-    w.nk = max(0, min(kb_total, w.kb0 + kb_per) - w.kb0);
+}
+__device__ __forceinline__ Unit unit_of(int u, int tiles_m, int tiles_n, int kb_total) {
+    Unit w;
+    place(w, u, tiles_m, tiles_n);
+    w.split = 0, w.kb0 = 0, w.nk = kb_total;
     return w;
 }
 
@@ -406,8 +405,8 @@ gemm_fp8_e5m2e4m3_row_fast_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outfp32(
     const int tiles_m = (M + BM * CLUSTER_M - 1) / (BM * CLUSTER_M);
     const int tiles_n = (N + BN * CLUSTER_N - 1) / (BN * CLUSTER_N);
     const int kb_total = (K + BK - 1) / BK;                   // K blocks of 128 (the tail reads zeros)
-    const int kb_per = (kb_total + SPLIT_K - 1) / SPLIT_K;    // K blocks per split-K slice
-    const int num_units = tiles_m * tiles_n * SPLIT_K;
+    const int num_units = tiles_m * tiles_n;
+    auto unit_at = [&](int u) { return unit_of(u, tiles_m, tiles_n, kb_total); };
     const int first_unit = blockIdx.x / CLUSTER, unit_step = gridDim.x / CLUSTER;
 
     if (threadIdx.x == 0) {
@@ -441,7 +440,7 @@ gemm_fp8_e5m2e4m3_row_fast_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outfp32(
             int s = 0;
             uint32_t phase = 0;
             for (int u = first_unit; u < num_units; u += unit_step) {
-                const Unit w = unit_of(u, tiles_m, tiles_n, kb_total, kb_per);
+                const Unit w = unit_at(u);
                 const int m0 = (w.tile_m * CLUSTER_M + rank_m) * BM, n0 = (w.tile_n * CLUSTER_N + rank_n) * BN;
                 for (int kb = 0; kb < w.nk; ++kb) {
                     mbar_wait(empty_bar + 8 * s, phase ^ 1);   // a fresh barrier passes parity 1
@@ -494,7 +493,7 @@ gemm_fp8_e5m2e4m3_row_fast_128x128x128_c2_st7_cl1x1_g8_r40x232_direct_outfp32(
         };
 
         for (int u = first_unit; u < num_units; u += unit_step) {
-            const Unit w = unit_of(u, tiles_m, tiles_n, kb_total, kb_per);
+            const Unit w = unit_at(u);
             const int m0 = (w.tile_m * CLUSTER_M + rank_m) * BM, n0 = (w.tile_n * CLUSTER_N + rank_n) * BN;
             const int row0 = m0 + cw * CONSUMER_ROWS;  // first row of this warpgroup's rows
             // Accumulator i of slice mi holds D(row0 + mi*64 + row_in + 8*((i/2)%2), n0 + 8*(i/4) + 2*(lane%4) + i%2).

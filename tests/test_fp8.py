@@ -54,7 +54,7 @@ def test_prototype_figures():
     assert (prom2.smem_bytes, prom2.acc_regs) == (230528, 192)
     assert (dec.smem_bytes, dec.acc_regs, dec.threads, dec.entry_regs) == (222368, 192, 256, 240)
     assert dec.split_slices(7168) == [(i * 8, 8) for i in range(7)]
-    assert dec.workspace_bytes(64, 2112) == (17 * 7 * 64 * 128 * 4, 17 * 1 * 4)
+    assert dec.workspace_bytes(64, 2112, 132) == (17 * 7 * 64 * 128 * 4, 17 * 1 * 4)
 
 
 @pytest.mark.parametrize("change, rule", [

@@ -81,6 +81,40 @@ def test_overlapped_variants_on_odd_shapes(hopper, variant):
     assert all(r.passed for r in results), [r for r in results if not r.passed]
 
 
+# Split-K over the tail: more cluster tiles than a wave, so only those past the last whole wave
+# are split (with a cluster, a TMA store, fast and overlapped promoted loops); a shape of whole
+# waves (none split) and one of fewer tiles than a wave (all split).
+TAIL_VARIANTS = {
+    "fast_cluster": ("fp8_tensor_cluster", dict(split_k=4)),
+    "block_overlap": ("fp8_block_overlap", dict(split_k=4)),
+    "block_one_consumer": ("fp8_block_overlap", dict(bm=64, consumers=1, regs_consumer=240,
+                                                     stages=9, split_k=8, store="direct")),
+}
+
+
+@pytest.mark.parametrize("variant", TAIL_VARIANTS)
+def test_split_tail_past_the_last_whole_wave(hopper, variant):
+    from gemmgen.runtime.build import build
+    from gemmgen.runtime.device import sm_count
+    name, changes = TAIL_VARIANTS[variant]
+    cfg = PRESETS[name].config.replace(**changes)
+    wave = sm_count() // cfg.cluster
+    bm, bn = cfg.bm * cfg.cluster_m, cfg.bn * cfg.cluster_n
+    whole = (bm * 6, bn * (2 * wave // 6), 1000)            # 2 whole waves of tiles
+    cases = ((2049, 2117, 1000), (2100, 2090, 390), whole, (bm * 2 - 5, bn * 3 + 7, 900))
+    results = sweep_fp8(variant, build(cfg), cases, seed=4)
+    assert all(r.passed for r in results), [r for r in results if not r.passed]
+    for r in results:
+        tiles = -(-r.m // bm) * -(-r.n // bn)
+        split = cfg.split_tiles(r.m, r.n, sm_count())
+        assert split == (tiles if tiles <= wave else tiles % wave), (r, split)
+        label = f"split-K {cfg.split_k}"
+        tail = f"{label} on the last {split} of {tiles} tiles"
+        want = label if split == tiles else tail if split else f"{label}: whole waves, none split"
+        assert want in r.path and ("on the last" in r.path) == (want == tail), (r.path, want)
+    assert "none split" in results[2].path and "on the last" in results[0].path, results
+
+
 # ---- PyTorch tensors through gemmgen.gemm and gemmgen.torch.scaled_mm ----------------------
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 OUT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

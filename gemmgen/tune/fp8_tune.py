@@ -20,14 +20,14 @@ from .suite_run import RunEnv, why
 
 
 def rank(configs: list, m: int, n: int, sms: int) -> list:
-    """``configs`` best first by the shape: split-K last where the tiles alone fill the SMs
-    (its partial sums only cost there), then the busy share of the waves of work units times
+    """``configs`` best first by the shape: split-K last where the tiles alone fill whole waves
+    (none is split there), then the busy share of the waves of work units times
     the tile's FLOP per byte (multicast's saving in part), deeper rings."""
     def score(c):
-        units = c.grid(m, n)[0] // c.cluster
+        units = c.work_units(m, n, sms)
         slots = sms // c.cluster
         idle = 1 - units / (math.ceil(units / slots) * slots)
-        needless_split = c.split_k > 1 and units // c.split_k >= slots
+        needless_split = c.split_k > 1 and not c.split_tiles(m, n, sms)  # whole waves
         # busy share of the waves x the tile's FLOP per byte of shared memory, times the square
         # root of the global traffic a cluster's multicast saves (it relieves L2, not the SM)
         fpb = c.flops_per_byte

@@ -29,9 +29,10 @@ class Fp8Launch(HopperLaunch):
         self._c_box = (env["C_CHUNK"], env["CONSUMER_ROWS"])
 
     def grid(self, args: KernelArgs, sms: int) -> tuple[int, int, int]:
-        """Persistent: at most one CTA per SM, in whole clusters, no more than the units."""
+        """Persistent: at most one CTA per SM, in whole clusters, no more than the work units
+        (``Fp8Config.work_units``)."""
         cfg = self.config
-        clusters = max(1, min(cfg.grid(args.m, args.n)[0] // cfg.cluster, sms // cfg.cluster))
+        clusters = max(1, min(cfg.work_units(args.m, args.n, sms), sms // cfg.cluster))
         return clusters * cfg.cluster, 1, 1
 
     def launches(self, args: KernelArgs, dev: int) -> Recipe:
@@ -67,14 +68,13 @@ class Fp8Launch(HopperLaunch):
             a, b, packs = self._packed(dev, before, work, m, n, k, a, b)
         if packs:
             path.append("pack " + "+".join(packs))
+        sms = driver.device_attribute(dev, "sms")
         ws = cnt = 0
+        split = ()
         if cfg.split_k > 1:
-            w_bytes, c_bytes = cfg.workspace_bytes(m, n)
-            ws = workspace(work, "split-K", w_bytes)
-            cnt = workspace(work, "split-K counters", c_bytes, zero=True)
-            path.append(f"split-K {cfg.split_k}")
+            ws, cnt, split = self._split(work, path, m, n, sms)
         ta, tb, td = self._maps(args, a, b)
-        grid = self.grid(args, driver.device_attribute(dev, "sms"))
+        grid = self.grid(args, sms)
         sa, sb, sd = args.scale_a, args.scale_b, args.scale_d
         quant = ()
         if cfg.out == "e4m3":  # amax gathered in a slot per CTA and a counter (zero between calls)
@@ -83,9 +83,23 @@ class Fp8Launch(HopperLaunch):
                      workspace(work, "amax counter", 4, zero=True))
         params, patches = pack(self._packer.struct, self._offsets, (
             ta, tb, td, m, n, k, sa.ptr, sa.s0, sa.s1, sb.ptr, sb.s0, sb.s1, args.c, args.ldc,
-            args.bias, ws, cnt, *quant))
+            args.bias, ws, cnt, *split, *quant))
         gemm = Launch(self.function(dev), grid, (cfg.threads, 1, 1), params, patches, pdl=cfg.pdl)
         return Recipe(dev, before + ([gemm] if m and n else []), " + ".join(path), tuple(work))
+
+    def _split(self, work: list, path: list, m: int, n: int, sms: int) -> tuple:
+        """The split-K parameters: a workspace of fp32 partials (each split CTA tile's slices),
+        one zeroed arrival counter per split CTA tile and consumer (the last slice zeroes it
+        again), and (how many of the last cluster tiles are split,), which ``path`` gets."""
+        cfg = self.config
+        tm, tn = cfg.tiles(m, n)
+        split = cfg.split_tiles(m, n, sms)
+        path.append(f"split-K {cfg.split_k}" if split == tm * tn else
+                    f"split-K {cfg.split_k} on the last {split} of {tm * tn} tiles" if split
+                    else f"split-K {cfg.split_k}: whole waves, none split")
+        w_bytes, c_bytes = cfg.workspace_bytes(m, n, sms)
+        return (workspace(work, "split-K", w_bytes),
+                workspace(work, "split-K counters", c_bytes, zero=True), (split,))
 
     def _maps(self, args: KernelArgs, a: tuple, b: tuple) -> tuple:
         """Tensor maps of A (K x M, box 128 x A_BOX_ROWS) and B (K x N), each given as

@@ -225,17 +225,37 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
         """(cluster tiles along M, along N) of an M x N output."""
         return (-(-m // (self.bm * self.cluster_m)), -(-n // (self.bn * self.cluster_n)))
 
+    def split_tiles(self, m: int, n: int, sms: int) -> int:
+        """How many of an M x N output's cluster tiles split-K splits on a GPU of ``sms`` SMs:
+        every tile when they fit one wave of the persistent grid (``sms // cluster`` clusters),
+        else only those past its last whole wave (none when the waves are whole), so that
+        whole tiles fill the waves and the split slices the tail. 0 without split-K."""
+        if self.split_k == 1:
+            return 0
+        tm, tn = self.tiles(m, n)
+        wave = max(1, sms // self.cluster)
+        return tm * tn if tm * tn <= wave else tm * tn % wave
+
+    def work_units(self, m: int, n: int, sms: int) -> int:
+        """The work units (whole cluster tiles and slices of split ones) of an M x N output on
+        ``sms`` SMs: the persistent grid's clusters take them in turn."""
+        tm, tn = self.tiles(m, n)
+        split = self.split_tiles(m, n, sms)
+        return tm * tn - split + split * self.split_k
+
     def grid(self, m: int, n: int) -> tuple[int, int, int]:
-        """Work units (cluster tiles x split-K slices) x CLUSTER CTAs; the persistent launch
-        caps x at the SMs in whole clusters (``Fp8Launch.grid``)."""
+        """CTAs for the most work units an M x N output can have, every cluster tile split:
+        (tiles x SPLIT_K x CLUSTER, 1, 1). The persistent launch (``Fp8Launch.grid``) takes
+        ``work_units`` on the GPU's SMs instead, capped at them in whole clusters."""
         tm, tn = self.tiles(m, n)
         return (tm * tn * self.split_k * self.cluster, 1, 1)
 
-    def workspace_bytes(self, m: int, n: int) -> tuple[int, int]:
-        """Split-K workspace (fp32 partial tiles of every CTA tile and slice) and counters
-        (one int per CTA tile and consumer), in bytes; (0, 0) without split-K."""
+    def workspace_bytes(self, m: int, n: int, sms: int) -> tuple[int, int]:
+        """Split-K workspace (fp32 partial tiles of every slice of each split CTA tile) and
+        counters (one int per split CTA tile and consumer), in bytes, on ``sms`` SMs; (0, 0)
+        without split-K. At least one tile's worth where no tile is split (the kernel still
+        takes the pointers)."""
         if self.split_k == 1:
             return 0, 0
-        tm, tn = self.tiles(m, n)
-        cta_tiles = tm * self.cluster_m * tn * self.cluster_n
+        cta_tiles = max(1, self.split_tiles(m, n, sms)) * self.cluster
         return cta_tiles * self.split_k * self.bm * self.bn * 4, cta_tiles * self.consumers * 4

@@ -41,7 +41,8 @@ class Fp8Env:
     def params(self) -> tuple[Param, ...]:
         """The GEMM kernel's parameters, in order: tensor maps of A, B and D; M, N, K; the
         scales of A and B with their extents; D, ldd, bias; the split-K workspace and arrival
-        counters; for an e4m3 D, its scales (``scale_d``: read per tensor, written per 1 x 128,
+        counters, and how many of the last cluster tiles are split (``Fp8Config.split_tiles``;
+        with split-K only); for an e4m3 D, its scales (``scale_d``: read per tensor, written per 1 x 128,
         element (m, nb) at m * sd_m + nb * sd_n), ``amax`` (written, as float bits) and the
         workspace it is gathered in (one slot per CTA and a counter, zero between launches)."""
         scale = "const float* __restrict__"
@@ -55,7 +56,8 @@ class Fp8Env:
                 Param("D", "{ns}::out_t* __restrict__", "Q"), *ints("ldd"),
                 Param("bias", "const {ns}::bias_t* __restrict__", "Q"),
                 Param("workspace", "float* __restrict__", "Q"),
-                Param("counters", "int* __restrict__", "Q"), *quant)
+                Param("counters", "int* __restrict__", "Q"),
+                *(ints("split_tiles") if self.split_k > 1 else ()), *quant)
 
     def template_constants(self) -> dict[str, int]:
         """Every compile-time constant the kernel declares: the env plus shared-memory offsets,
