@@ -1,0 +1,272 @@
+"""FP8 above decode (M = 256 to 4096): the block tiles of a small grid, each unsplit and with the
+cluster tiles past the persistent grid's last whole wave split (split-K 2, 4 or 8 over the tail:
+the split slices in one wave, at least 4 K blocks each), beside choose_fp8's choice and
+torch._scaled_mm (cuBLASLt) on the same FP8 tensors and scales, on the forward layers of
+fp8_decode_sweep.py's training models (Llama-3-8B, Mistral-7B's MLP, DeepSeek-V3) and held-out
+ones (Qwen2.5-7B, Gemma-2-9B, Phi-3-mini, Llama-3.1-70B).
+
+Per-tensor scales with fast accumulation (default), or with ``block``: blockwise scales (1 x 128
+activations, 128 x 128 weights) promoted every K block, overlapped main loop. Tiles: fast, 128 x
+256 with a 2 x 1 cluster (B multicast) and 128 x 128 without; blockwise, 128 x 128 and (M <=
+1024) 64 x 128 with one consumer. TMA stores (direct for the 64-row tile: its overlapped loop
+spills with the staging tile), the deepest ring that fits. Graph-captured (kernel
+only; 10 calls per graph, median of 7 replays), operands rotating over sets past twice the L2,
+in two rounds (the second in the reverse order, the mean of the two kept, torch's too); every
+output poisoned with NaN first and checked against float64 of the dequantized operands (within
+twice torch._scaled_mm's error plus 1e-3).
+
+    python3 benchmarks/investigations/fp8_prefill_sweep.py compile DIR [block]   # CPU: cubins
+    python3 benchmarks/investigations/fp8_prefill_sweep.py run DIR [block]       # GPU
+    python3 benchmarks/investigations/fp8_prefill_sweep.py summarize FILE ...    # CPU
+    python3 benchmarks/investigations/fp8_prefill_sweep.py fit FILE ...          # CPU
+
+``run`` writes $OUT/fp8_prefill_sweep[_block]_<GPU>.json after each row. ``summarize`` scores
+this checkout's choose_fp8 on each file's timings: per set and M, the geomean and lowest of
+torch's time over the picked candidate's, beside the run's rules and the grid's best. ``fit``
+chooses the constants of the rule's cost model (``gemmgen.heuristics.fp8.PREFILL``) on the
+training rows alone, pooled over the files, and writes the point and its scores into them.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+from fp8_decode_sweep import TEST, TRAIN  # beside this script
+from gemmgen.heuristics.fp8 import choose_fp8
+
+MS = tuple(int(m) for m in os.environ.get("FP8_MS", "256,512,1024,2048,4096").split(","))
+BLOCK = "block" in sys.argv[3:]
+SCALING = "block" if BLOCK else "tensor"
+SPLITS = (2, 4, 8)
+MIN_SLICE = 4  # K blocks (of 128) a slice keeps at least
+SMS = 132
+REPS, REPLAYS = 10, 7
+
+
+def tiles() -> list:
+    """(label, changes) of the grid's tiles for this scaling."""
+    if BLOCK:
+        return [("128x128", dict(bm=128, bn=128, consumers=2, regs_consumer=232, store="tma")),
+                ("64x128", dict(bm=64, bn=128, consumers=1, regs_consumer=240, store="direct"))]
+    return [("128x256cl2", dict(bm=128, bn=256, consumers=2, cluster_m=2, regs_consumer=232,
+                                store="tma")),
+            ("128x128", dict(bm=128, bn=128, consumers=2, cluster_m=1, regs_consumer=232,
+                             store="tma"))]
+
+
+def tail_splits(cfg, m: int, n: int, k: int) -> list:
+    """The split-K counts whose split tiles' slices keep one wave with slices of MIN_SLICE K
+    blocks or more (every tile is split where the tiles fit one wave)."""
+    tm, tn = cfg.tiles(m, n)
+    wave = SMS // cfg.cluster
+    split = tm * tn if tm * tn <= wave else tm * tn % wave
+    if not split:
+        return []
+    return [s for s in SPLITS if split * s <= wave and math.ceil(k / 128) / s >= MIN_SLICE]
+
+
+def _deepest(cfg):
+    for stages in range(9, 1, -1):
+        c = cfg.replace(check=False, stages=stages)
+        if not c.violations():
+            return c
+    return None
+
+
+def candidates(m: int, n: int, k: int) -> dict:
+    """{label: config}: "rules" (this checkout's choose_fp8) and every tile x split."""
+    rules = choose_fp8(m, n, k, SCALING, not BLOCK, sms=SMS).config
+    out = {"rules": rules}
+    base = choose_fp8(4096, 4096, 4096, SCALING, not BLOCK, sms=SMS).config.replace(
+        check=False, split_k=1, cluster_m=1, cluster_n=1)
+    for label, changes in tiles():
+        if changes["bm"] == 64 and m > 1024:
+            continue
+        tile = base.replace(check=False, **changes)
+        for split in (1, *tail_splits(tile, m, n, k)):
+            cfg = _deepest(tile.replace(check=False, split_k=split))
+            if cfg is not None:
+                out[f"{label} sk{split}"] = cfg
+    return out
+
+
+def problems() -> list:
+    return [(which, model, n, k, m) for which, models in (("train", TRAIN), ("test", TEST))
+            for model, layers in models.items() for n, k in layers for m in MS]
+
+
+def compile_all(folder: str) -> None:
+    from layer_sweep import compile_to
+    compile_to(folder, [c for *_, n, k, m in problems() for c in candidates(m, n, k).values()])
+
+
+def _inputs(m, n, k, l2):
+    """Operand sets (a, b K x N column-major, scale_a, scale_b) past twice the L2, and the
+    float64 product of set 0's dequantized operands."""
+    import torch
+
+    import gemmgen.torch as gt
+    a_block, w_block = ((1, 128), (128, 128)) if BLOCK else (None, None)
+    sets = max(2, -(-2 * l2 // (n * k + m * k)))
+    out = []
+    for _ in range(sets):
+        a, sa = gt.quantize(torch.randn(m, k, device="cuda"), a_block)
+        w, sw = gt.quantize(torch.randn(n, k, device="cuda") * k ** -0.5, w_block)
+        out.append((a, w.t(), sa, sw.t() if BLOCK else sw))
+    a, b, sa, sb = out[0]
+    ref = (gt.dequantize(a, sa, a_block).double()
+           @ gt.dequantize(b.t(), sb.t() if BLOCK else sb, w_block).double().t())
+    return out, ref
+
+
+def run(folder: str) -> None:
+    import torch
+
+    from gemmgen.runtime.operands.scales import check_fp8
+    from gemmgen.runtime.plans import plan_scaled
+    from layer_sweep import Device
+    dev = Device(folder)
+    rows = []
+    limit = int(os.environ.get("SWEEP_ROWS", 10 ** 9))
+    for which, model, n, k, m in problems()[:limit]:
+        sets, ref = _inputs(m, n, k, dev.l2)
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+
+        def theirs(i):
+            a, b, sa, sb = sets[i % len(sets)]
+            torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=not BLOCK)
+
+        def error(launch):
+            d.fill_(float("nan"))
+            launch(0)
+            torch.cuda.synchronize()
+            return ((d.double() - ref).norm() / ref.norm()).item()
+        want = torch._scaled_mm(*sets[0], out_dtype=torch.bfloat16, use_fast_accum=not BLOCK)
+        torch_err = ((want.double() - ref).norm() / ref.norm()).item()
+        row = {"set": which, "model": model, "M": m, "N": n, "K": k, "torch_error": torch_err,
+               "candidates": {}}
+        launches = {}
+        for label, cfg in candidates(m, n, k).items():
+            plan = plan_scaled(dev.kernel(cfg), check_fp8(*sets[0][:2], *sets[0][2:], d), 0)
+
+            def launch(i, plan=plan):
+                a, b, sa, sb = sets[i % len(sets)]
+                plan.run(a, b, d, None, sa, sb, stream=torch.cuda.current_stream().cuda_stream)
+            err = error(launch)
+            row["candidates"][label] = {"config": cfg.name, "error": err,
+                                        "ok": err <= 2 * torch_err + 1e-3}
+            launches[label] = launch
+        torch_ms = [dev.graph_ms(theirs, REPS, REPLAYS)]
+        for order in (list(launches), list(reversed(launches))):
+            for label in order:
+                c = row["candidates"][label]
+                c.setdefault("rounds_ms", []).append(dev.graph_ms(launches[label], REPS,
+                                                                  REPLAYS))
+            torch_ms.append(dev.graph_ms(theirs, REPS, REPLAYS))
+        for c in row["candidates"].values():
+            c["ms"] = sum(c["rounds_ms"]) / 2
+        row["torch_rounds_ms"] = torch_ms
+        row["torch_ms"] = sum(torch_ms) / len(torch_ms)
+        c = row["candidates"]
+        best = min((x for x in c if c[x]["ok"]), key=lambda x: c[x]["ms"])
+        print(json.dumps({"set": which, "M": m, "N": n, "K": k, "best": best,
+                          "rules_x": round(row["torch_ms"] / c["rules"]["ms"], 3),
+                          "best_x": round(row["torch_ms"] / c[best]["ms"], 3),
+                          "all_ok": all(v["ok"] for v in c.values())}), flush=True)
+        rows.append(row)
+        _save(dev.gpu, rows)
+
+
+def _save(gpu: str, rows: list) -> None:
+    name = f"fp8_prefill_sweep{'_block' if BLOCK else ''}_{gpu.replace(' ', '_')}.json"
+    doc = {"investigation": "fp8_prefill_sweep", "gpu": gpu, "scaling": SCALING,
+           "fast_accum": not BLOCK, "git_commit": os.environ.get("GEMMGEN_COMMIT"),
+           "timing": "graph-captured, kernel only", "out": "bf16", "method": __doc__,
+           "rows": rows}
+    Path(os.environ.get("OUT", "."), name).write_text(json.dumps(doc, indent=1))
+
+
+def _geomean(xs):
+    return round(math.exp(sum(map(math.log, xs)) / len(xs)), 3) if xs else None
+
+
+def score(doc: dict, pick) -> dict:
+    """{set M: (geomean, lowest)} of torch's time over ``pick(row)``'s candidate's."""
+    out = {}
+    for which in ("train", "test"):
+        for m in (*MS, "all"):
+            xs = [r["torch_ms"] / r["candidates"][pick(r)]["ms"] for r in doc["rows"]
+                  if r["set"] == which and m in ("all", r["M"])]
+            if xs:
+                out[f"{which} M={m}"] = [_geomean(xs), round(min(xs), 3)]
+    return out
+
+
+def pick_rule(r: dict, scaling: str) -> str:
+    """The label of this checkout's choose_fp8 pick among a row's candidates ("rules" where it
+    was not timed)."""
+    cfg = choose_fp8(r["M"], r["N"], r["K"], scaling, scaling != "block", sms=SMS).config
+    found = [x for x, v in r["candidates"].items() if v["config"] == cfg.name and x != "rules"]
+    return found[0] if found else "rules"
+
+
+def summarize(paths: list) -> dict:
+    out = {}
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        c_ok = lambda r: [x for x, v in r["candidates"].items() if v["ok"]]  # noqa: E731
+        out[path] = {
+            "this checkout": score(doc, lambda r: pick_rule(r, doc["scaling"])),
+            "run's rules": score(doc, lambda r: "rules"),
+            "best": score(doc, lambda r: min(c_ok(r), key=lambda x: r["candidates"][x]["ms"])),
+            "all_ok": all(v["ok"] for r in doc["rows"] for v in r["candidates"].values())}
+    print(json.dumps(out, indent=1))
+    return out
+
+
+def fit(paths: list) -> dict:
+    """The constants of ``fp8.PREFILL`` of best training geomean over the files given (pooled:
+    the product of each file's training geomean of torch's time over the pick's), on a grid;
+    each file gets ``fit``: the point and this checkout's scores there."""
+    import itertools
+
+    from gemmgen.heuristics import fp8
+    docs = [json.loads(Path(p).read_text()) for p in paths]
+    saved = dict(fp8.PREFILL)
+    grid = [dict(zip(("fix", "split", "small", "min_slice"), v)) for v in itertools.product(
+        (0, 1, 2, 4, 8), (0, 0.5, 1, 2, 4), (1.0, 1.05, 1.1, 1.15, 1.2, 1.3), (4, 8))]
+
+    def train_score(values):
+        fp8.PREFILL.update(values)
+        xs = [r["torch_ms"] / r["candidates"][pick_rule(r, d["scaling"])]["ms"]
+              for d in docs for r in d["rows"] if r["set"] == "train"]
+        return _geomean(xs)
+    try:
+        best = max(grid, key=lambda v: (train_score(v), -grid.index(v)))
+        fp8.PREFILL.update(best)
+        out = {"prefill": best}
+        for path, d in zip(paths, docs):
+            d["fit"] = {"prefill": best,
+                        "scores": score(d, lambda r, d=d: pick_rule(r, d["scaling"]))}
+            Path(path).write_text(json.dumps(d, indent=1))
+            out[path] = d["fit"]
+    finally:
+        fp8.PREFILL.clear()
+        fp8.PREFILL.update(saved)
+    print(json.dumps(out, indent=1))
+    return out
+
+
+if __name__ == "__main__":
+    command, args = sys.argv[1], sys.argv[2:]
+    if command == "compile":
+        compile_all(args[0])
+    elif command == "run":
+        run(args[0])
+    elif command == "fit":
+        fit(args)
+    else:
+        summarize(args)
