@@ -1,16 +1,16 @@
 """FP8 above decode (M = 256 to 4096): the block tiles of a small grid, each unsplit and with the
 cluster tiles past the persistent grid's last whole wave split (split-K 2, 4 or 8 over the tail:
-the split slices in one wave, at least 4 K blocks each), beside choose_fp8's choice and
-torch._scaled_mm (cuBLASLt) on the same FP8 tensors and scales, on the forward layers of
-fp8_decode_sweep.py's training models (Llama-3-8B, Mistral-7B's MLP, DeepSeek-V3) and held-out
-ones (Qwen2.5-7B, Gemma-2-9B, Phi-3-mini, Llama-3.1-70B).
+the split slices in one wave, at least 4 K blocks each), beside torch._scaled_mm (cuBLASLt) on
+the same FP8 tensors and scales, on the forward layers of fp8_decode_sweep.py's training models
+(Llama-3-8B, Mistral-7B's MLP, DeepSeek-V3) and held-out ones (Qwen2.5-7B, Gemma-2-9B,
+Phi-3-mini, Llama-3.1-70B).
 
 Per-tensor scales with fast accumulation (default), or with ``block``: blockwise scales (1 x 128
 activations, 128 x 128 weights) promoted every K block, overlapped main loop. Tiles: fast, 128 x
 256 with a 2 x 1 cluster (B multicast) and 128 x 128 without; blockwise, 128 x 128 and (M <=
 1024) 64 x 128 with one consumer. TMA stores (direct for the 64-row tile: its overlapped loop
-spills with the staging tile), the deepest ring that fits. Graph-captured (kernel
-only; 10 calls per graph, median of 7 replays), operands rotating over sets past twice the L2,
+spills with the staging tile), the deepest ring that fits. Graph-captured (kernel only; 10 calls
+per graph, median of 7 replays), operands rotating over sets past twice the L2,
 in two rounds (the second in the reverse order, the mean of the two kept, torch's too); every
 output poisoned with NaN first and checked against float64 of the dequantized operands (within
 twice torch._scaled_mm's error plus 1e-3).
@@ -22,9 +22,10 @@ twice torch._scaled_mm's error plus 1e-3).
 
 ``run`` writes $OUT/fp8_prefill_sweep[_block]_<GPU>.json after each row. ``summarize`` scores
 this checkout's choose_fp8 on each file's timings: per set and M, the geomean and lowest of
-torch's time over the picked candidate's, beside the run's rules and the grid's best. ``fit``
-chooses the constants of the rule's cost model (``gemmgen.heuristics.fp8.PREFILL``) on the
-training rows alone, pooled over the files, and writes the point and its scores into them.
+torch's time over the picked candidate's, beside the rule before tiles and tail splits were
+weighed (``PREVIOUS``) and the grid's best. ``fit`` chooses the constants of the rule's cost
+model (``gemmgen.heuristics.fp8.PREFILL``) on the training rows alone, pooled over the files,
+and writes the point and its scores into them.
 """
 from __future__ import annotations
 
@@ -76,10 +77,13 @@ def _deepest(cfg):
     return None
 
 
+PREVIOUS = {"tensor": "128x256cl2 sk1", "block": "128x128 sk1"}
+"""The candidate choose_fp8 ran above decode before the tiles and tail splits were weighed."""
+
+
 def candidates(m: int, n: int, k: int) -> dict:
-    """{label: config}: "rules" (this checkout's choose_fp8) and every tile x split."""
-    rules = choose_fp8(m, n, k, SCALING, not BLOCK, sms=SMS).config
-    out = {"rules": rules}
+    """{label: config}: every tile x split."""
+    out = {}
     base = choose_fp8(4096, 4096, 4096, SCALING, not BLOCK, sms=SMS).config.replace(
         check=False, split_k=1, cluster_m=1, cluster_n=1)
     for label, changes in tiles():
@@ -173,7 +177,7 @@ def run(folder: str) -> None:
         c = row["candidates"]
         best = min((x for x in c if c[x]["ok"]), key=lambda x: c[x]["ms"])
         print(json.dumps({"set": which, "M": m, "N": n, "K": k, "best": best,
-                          "rules_x": round(row["torch_ms"] / c["rules"]["ms"], 3),
+                          "previous_x": round(row["torch_ms"] / c[PREVIOUS[SCALING]]["ms"], 3),
                           "best_x": round(row["torch_ms"] / c[best]["ms"], 3),
                           "all_ok": all(v["ok"] for v in c.values())}), flush=True)
         rows.append(row)
@@ -206,11 +210,13 @@ def score(doc: dict, pick) -> dict:
 
 
 def pick_rule(r: dict, scaling: str) -> str:
-    """The label of this checkout's choose_fp8 pick among a row's candidates ("rules" where it
-    was not timed)."""
+    """The label of this checkout's choose_fp8 pick among a row's candidates (ValueError where
+    it was not timed)."""
     cfg = choose_fp8(r["M"], r["N"], r["K"], scaling, scaling != "block", sms=SMS).config
-    found = [x for x, v in r["candidates"].items() if v["config"] == cfg.name and x != "rules"]
-    return found[0] if found else "rules"
+    found = [x for x, v in r["candidates"].items() if v["config"] == cfg.name]
+    if not found:
+        raise ValueError(f"{cfg.name} was not timed at {r['M']}x{r['N']}x{r['K']}")
+    return found[0]
 
 
 def summarize(paths: list) -> dict:
@@ -220,7 +226,7 @@ def summarize(paths: list) -> dict:
         c_ok = lambda r: [x for x, v in r["candidates"].items() if v["ok"]]  # noqa: E731
         out[path] = {
             "this checkout": score(doc, lambda r: pick_rule(r, doc["scaling"])),
-            "run's rules": score(doc, lambda r: "rules"),
+            "previous rule": score(doc, lambda r: PREVIOUS[doc["scaling"]]),
             "best": score(doc, lambda r: min(c_ok(r), key=lambda x: r["candidates"][x]["ms"])),
             "all_ok": all(v["ok"] for r in doc["rows"] for v in r["candidates"].values())}
     print(json.dumps(out, indent=1))
