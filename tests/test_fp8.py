@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, event, given, settings, strategies as st
 import gemmgen
 from gemmgen import FAMILIES, PRESETS, BuildError, ConfigError, render
 from gemmgen.compile.nvcc import compile_source, tool_path
-from gemmgen.heuristics import cost
+from gemmgen.heuristics import cost, fp8
 from gemmgen.heuristics.fp8 import choose_fp8, explain_fp8, split_for
 from gemmgen.runtime.arrays import dtype_name_of, numpy_dtype
 from gemmgen.model.families.hopper.fp8 import Fp8Config, space
@@ -143,16 +143,34 @@ def test_fast_decode_tiles_and_split(m, n, k, want):
     assert cfg.bn == 128 and not cfg.violations()   # 1 x 128 output scales: whole groups
 
 
-def test_large_shapes_take_the_ladder_presets():
-    assert choose_fp8(4096, 4096, 4096, "tensor", True).config == FP8["fp8_tensor_cluster"]
-    row = choose_fp8(8192, 8192, 8192, "row", True).config
-    assert row == FP8["fp8_tensor_cluster"].replace(scaling="row")
-    # blockwise: the ladder's preset with its D through a TMA store (6 stages beside the
-    # staging tile); with a bias epilogue, as the preset stores it (straight from registers)
-    # blockwise: the overlapped ladder preset; with a bias epilogue stored as the plain
-    # preset stores it (straight from registers)
+def test_large_shapes_take_the_tile_and_tail_split_of_least_modelled_time():
+    tensor = choose_fp8(4096, 4096, 4096, "tensor", True)
+    assert tensor.config.store == "tma" and "least modelled time" in tensor.reasons[-1]
+    row = choose_fp8(4096, 4096, 4096, "row", True).config
+    assert row == tensor.config.replace(scaling="row")
+    # 128 x 256 clustered tiles would fill 32 of 66 cluster slots; 128 x 128 fill 128 SMs
+    narrow = choose_fp8(4096, 512, 3584, "tensor", True).config
+    assert (narrow.bm, narrow.bn, narrow.cluster, narrow.split_k) == (128, 128, 1, 1)
+    assert choose_fp8(256, 4096, 4096, "tensor", True).config.bm == 64   # 128 tiles, not 64
+    # blockwise 4096 x 2112: 544 tiles, 4 whole waves and 16 tiles split over the last
+    tail = choose_fp8(4096, 2112, 7168, "block", False).config
+    assert tail.split_k > 1 and tail.split_tiles(4096, 2112, 132) == 16 and tail.overlap
+    assert tail.work_units(4096, 2112, 132) == 528 + 16 * tail.split_k
+    # the pick is the least modelled time among the options, a split one below the unsplit
+    for m, n, k, scaling in ((1024, 1024, 8192, "block"), (2048, 3584, 18944, "tensor"),
+                             (2048, 28672, 8192, "tensor")):
+        cfg = choose_fp8(m, n, k, scaling, scaling != "block").config
+        opts = fp8.prefill_options(cfg, m, n, k, 132)
+        c = fp8.PREFILL["block" if scaling == "block" else "fast"]
+        assert fp8.prefill_pick(opts, m, n, k, 132, c)[1].name == cfg.name
+        times = {o.split_k: fp8.prefill_time(o, m, n, k, 132, c["fix"], c["split"])
+                 for label, o in opts if (o.bm, o.bn, o.cluster) == (cfg.bm, cfg.bn, cfg.cluster)}
+        assert cfg.split_k == 1 or times[cfg.split_k] * c["split_kernel"] < times[1], times
+        assert cfg.split_k > 1 or m == 2048 and n == 28672   # a split and an unsplit pick
+    # with a bias epilogue: the ladder presets as they store (blockwise straight from registers)
     block = FP8["fp8_block_prom2"]
-    assert choose_fp8(4096, 7168, 16384, "block", False).config == FP8["fp8_block_overlap"]
+    assert choose_fp8(4096, 4096, 4096, "tensor", True, epilogue="bias").config == FP8[
+        "fp8_tensor_cluster"].replace(epilogue="bias")
     biased = choose_fp8(4096, 7168, 16384, "block", False, epilogue="bias").config
     assert biased == block.replace(epilogue="bias", overlap=True)
     # decode too (one consumer: nothing to stagger); promoted per tensor and row keep the

@@ -6,21 +6,23 @@ the same FP8 tensors and scales, on the forward layers of fp8_decode_sweep.py's 
 Phi-3-mini, Llama-3.1-70B).
 
 Per-tensor scales with fast accumulation (default), or with ``block``: blockwise scales (1 x 128
-activations, 128 x 128 weights) promoted every K block, overlapped main loop. Tiles: fast, 128 x
-256 with a 2 x 1 cluster (B multicast) and 128 x 128 without; blockwise, 128 x 128 and (M <=
-1024) 64 x 128 with one consumer. TMA stores (direct for the 64-row tile: its overlapped loop
-spills with the staging tile), the deepest ring that fits. Graph-captured (kernel only; 10 calls
-per graph, median of 7 replays), operands rotating over sets past twice the L2,
-in two rounds (the second in the reverse order, the mean of the two kept, torch's too); every
-output poisoned with NaN first and checked against float64 of the dequantized operands (within
-twice torch._scaled_mm's error plus 1e-3).
+activations, 128 x 128 weights) promoted every K block, overlapped main loop. The tiles are those
+choose_fp8 weighs (``gemmgen.heuristics.fp8.PREFILL_TILES``): fast, 128 x 256 with a 2 x 1
+cluster (B multicast), 128 x 128 with and without one, and (M <= 1024) 64 x 128 with one
+consumer; blockwise, 128 x 128 and (M <= 1024) 64 x 128. Graph-captured (kernel only; 10 calls
+per graph, median of 7 replays), operands rotating over sets past twice the L2, after a
+warm-up of torch's call (so that the first timing of a row finds the GPU at its working clock),
+in two rounds (the second in the reverse order, the mean of the two kept; torch timed before,
+between and after them, the mean kept); every output poisoned with NaN first and checked
+against float64 of the dequantized operands (within twice torch._scaled_mm's error plus 1e-3).
 
     python3 benchmarks/investigations/fp8_prefill_sweep.py compile DIR [block]   # CPU: cubins
     python3 benchmarks/investigations/fp8_prefill_sweep.py run DIR [block]       # GPU
     python3 benchmarks/investigations/fp8_prefill_sweep.py summarize FILE ...    # CPU
     python3 benchmarks/investigations/fp8_prefill_sweep.py fit FILE ...          # CPU
 
-``run`` writes $OUT/fp8_prefill_sweep[_block]_<GPU>.json after each row. ``summarize`` scores
+``run`` writes $OUT/fp8_prefill_sweep[_block]_<GPU>[_M...].json after each row (``FP8_MS``
+names the M to run, comma-separated, and tags the file). ``summarize`` scores
 this checkout's choose_fp8 on each file's timings: per set and M, the geomean and lowest of
 torch's time over the picked candidate's, beside the rule before tiles and tail splits were
 weighed (``PREVIOUS``) and the grid's best. ``fit`` chooses the constants of the rule's cost
@@ -36,65 +38,29 @@ import sys
 from pathlib import Path
 
 from fp8_decode_sweep import TEST, TRAIN  # beside this script
+from gemmgen.heuristics import fp8
 from gemmgen.heuristics.fp8 import choose_fp8
 
 MS = tuple(int(m) for m in os.environ.get("FP8_MS", "256,512,1024,2048,4096").split(","))
 BLOCK = "block" in sys.argv[3:]
 SCALING = "block" if BLOCK else "tensor"
-SPLITS = (2, 4, 8)
-MIN_SLICE = 4  # K blocks (of 128) a slice keeps at least
 SMS = 132
 REPS, REPLAYS = 10, 7
-
-
-def tiles() -> list:
-    """(label, changes) of the grid's tiles for this scaling."""
-    if BLOCK:
-        return [("128x128", dict(bm=128, bn=128, consumers=2, regs_consumer=232, store="tma")),
-                ("64x128", dict(bm=64, bn=128, consumers=1, regs_consumer=240, store="direct"))]
-    return [("128x256cl2", dict(bm=128, bn=256, consumers=2, cluster_m=2, regs_consumer=232,
-                                store="tma")),
-            ("128x128", dict(bm=128, bn=128, consumers=2, cluster_m=1, regs_consumer=232,
-                             store="tma"))]
-
-
-def tail_splits(cfg, m: int, n: int, k: int) -> list:
-    """The split-K counts whose split tiles' slices keep one wave with slices of MIN_SLICE K
-    blocks or more (every tile is split where the tiles fit one wave)."""
-    tm, tn = cfg.tiles(m, n)
-    wave = SMS // cfg.cluster
-    split = tm * tn if tm * tn <= wave else tm * tn % wave
-    if not split:
-        return []
-    return [s for s in SPLITS if split * s <= wave and math.ceil(k / 128) / s >= MIN_SLICE]
-
-
-def _deepest(cfg):
-    for stages in range(9, 1, -1):
-        c = cfg.replace(check=False, stages=stages)
-        if not c.violations():
-            return c
-    return None
 
 
 PREVIOUS = {"tensor": "128x256cl2 sk1", "block": "128x128 sk1"}
 """The candidate choose_fp8 ran above decode before the tiles and tail splits were weighed."""
 
 
-def candidates(m: int, n: int, k: int) -> dict:
-    """{label: config}: every tile x split."""
-    out = {}
-    base = choose_fp8(4096, 4096, 4096, SCALING, not BLOCK, sms=SMS).config.replace(
+def _base():
+    return choose_fp8(4096, 4096, 4096, SCALING, not BLOCK, sms=SMS).config.replace(
         check=False, split_k=1, cluster_m=1, cluster_n=1)
-    for label, changes in tiles():
-        if changes["bm"] == 64 and m > 1024:
-            continue
-        tile = base.replace(check=False, **changes)
-        for split in (1, *tail_splits(tile, m, n, k)):
-            cfg = _deepest(tile.replace(check=False, split_k=split))
-            if cfg is not None:
-                out[f"{label} sk{split}"] = cfg
-    return out
+
+
+def candidates(m: int, n: int, k: int) -> dict:
+    """{"TILE skS": config}: every tile x split the rule weighs (``fp8.prefill_options``)."""
+    return {f"{label} sk{c.split_k}": c
+            for label, c in fp8.prefill_options(_base(), m, n, k, SMS)}
 
 
 def problems() -> list:
@@ -163,6 +129,7 @@ def run(folder: str) -> None:
             row["candidates"][label] = {"config": cfg.name, "error": err,
                                         "ok": err <= 2 * torch_err + 1e-3}
             launches[label] = launch
+        dev.graph_ms(theirs, REPS, 3 * REPLAYS)  # warm-up: the GPU at its working clock
         torch_ms = [dev.graph_ms(theirs, REPS, REPLAYS)]
         for order in (list(launches), list(reversed(launches))):
             for label in order:
@@ -185,7 +152,8 @@ def run(folder: str) -> None:
 
 
 def _save(gpu: str, rows: list) -> None:
-    name = f"fp8_prefill_sweep{'_block' if BLOCK else ''}_{gpu.replace(' ', '_')}.json"
+    tag = "_M" + "_".join(map(str, MS)) if "FP8_MS" in os.environ else ""
+    name = f"fp8_prefill_sweep{'_block' if BLOCK else ''}_{gpu.replace(' ', '_')}{tag}.json"
     doc = {"investigation": "fp8_prefill_sweep", "gpu": gpu, "scaling": SCALING,
            "fast_accum": not BLOCK, "git_commit": os.environ.get("GEMMGEN_COMMIT"),
            "timing": "graph-captured, kernel only", "out": "bf16", "method": __doc__,
@@ -233,35 +201,53 @@ def summarize(paths: list) -> dict:
     return out
 
 
-def fit(paths: list) -> dict:
-    """The constants of ``fp8.PREFILL`` of best training geomean over the files given (pooled:
-    the product of each file's training geomean of torch's time over the pick's), on a grid;
-    each file gets ``fit``: the point and this checkout's scores there."""
+def _grid(kind: str) -> list:
+    """PREFILL points for ``kind``: fixed cost, split cost, slice floor, a split kernel's
+    factor, tile costs."""
     import itertools
+    tiles = list(fp8.PREFILL_TILES[kind])
+    factors = (0.9, 1.0, 1.1, 1.2, 1.3, 1.5)
+    return [{"fix": f, "split": sp, "min_slice": ms, "split_kernel": sk,
+             "cost": dict(zip(tiles, (1.0, *cs)))}
+            for f, sp, ms, sk in itertools.product((0, 2, 4, 8), (0, 1, 2, 4), (4, 8),
+                                                   (1.0, 1.02, 1.04, 1.06, 1.08))
+            for cs in itertools.product(factors, repeat=len(tiles) - 1)]
 
-    from gemmgen.heuristics import fp8
-    docs = [json.loads(Path(p).read_text()) for p in paths]
-    saved = dict(fp8.PREFILL)
-    grid = [dict(zip(("fix", "split", "small", "min_slice"), v)) for v in itertools.product(
-        (0, 1, 2, 4, 8), (0, 0.5, 1, 2, 4), (1.0, 1.05, 1.1, 1.15, 1.2, 1.3), (4, 8))]
 
-    def train_score(values):
-        fp8.PREFILL.update(values)
-        xs = [r["torch_ms"] / r["candidates"][pick_rule(r, d["scaling"])]["ms"]
-              for d in docs for r in d["rows"] if r["set"] == "train"]
-        return _geomean(xs)
-    try:
-        best = max(grid, key=lambda v: (train_score(v), -grid.index(v)))
-        fp8.PREFILL.update(best)
-        out = {"prefill": best}
-        for path, d in zip(paths, docs):
-            d["fit"] = {"prefill": best,
-                        "scores": score(d, lambda r, d=d: pick_rule(r, d["scaling"]))}
-            Path(path).write_text(json.dumps(d, indent=1))
-            out[path] = d["fit"]
-    finally:
-        fp8.PREFILL.clear()
-        fp8.PREFILL.update(saved)
+def fit(paths: list) -> dict:
+    """Per file (one accumulation each), the PREFILL point of best training geomean of torch's
+    time over the pick's (``_grid``; ties to the earlier point); each file gets ``fit``: the
+    point and this checkout's scores with it (``summarize``'s, through choose_fp8)."""
+    out = {}
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        kind = "block" if doc["scaling"] == "block" else "fast"
+        base = choose_fp8(4096, 4096, 4096, doc["scaling"], kind == "fast", sms=SMS).config
+        rows = []
+        for r in doc["rows"]:
+            if r["set"] != "train":
+                continue
+            opts = fp8.prefill_options(base.replace(check=False, split_k=1, cluster_m=1),
+                                       r["M"], r["N"], r["K"], SMS)
+            rows.append((r, opts))
+
+        def train(point):
+            xs = []
+            for r, opts in rows:
+                label, c = fp8.prefill_pick(opts, r["M"], r["N"], r["K"], SMS, point)
+                xs.append(r["torch_ms"] / r["candidates"][f"{label} sk{c.split_k}"]["ms"])
+            return _geomean(xs)
+        grid = _grid(kind)
+        best = max(grid, key=lambda v: (train(v), -grid.index(v)))
+        saved = fp8.PREFILL[kind]
+        fp8.PREFILL[kind] = best
+        try:
+            doc["fit"] = {"prefill": best, "scores": score(
+                doc, lambda r: pick_rule(r, doc["scaling"]))}
+        finally:
+            fp8.PREFILL[kind] = saved
+        Path(path).write_text(json.dumps(doc, indent=1))
+        out[path] = doc["fit"]
     print(json.dumps(out, indent=1))
     return out
 

@@ -5,10 +5,13 @@ else a preset of the fp8 family chosen by shape and fitted to it.
   (``_block_decode``); fast, ``_fast_decode``; otherwise a 64-row (M <= 64) or 128-row tile,
   and K split so that the work units fill the SMs (each slice keeps at least
   ``MIN_SLICE_BLOCKS`` K blocks); the column tile that fills more SMs wins.
-- Larger M, fast accumulation: 128 x 256 tiles (fp8_tensor_fast, fp8_row_fast).
-- Larger M, promoted: 128 x 128 tiles with two partial sets (fp8_tensor_promoted,
-  fp8_block_prom2); blockwise with no epilogue through a TMA store and the deepest ring
-  beside its staging (``_tma_store``).
+- Larger M, fast accumulation or blockwise, no epilogue: the tile and split-K of least
+  modelled time (``_prefill``): tiles of 128 x 256 (2 x 1 cluster), 128 x 128 (with or without
+  one) or 64 x 128, unsplit or with the tiles past the last whole wave split.
+- Larger M otherwise: fast, 128 x 256 tiles (fp8_tensor_cluster, fp8_tensor_fast,
+  fp8_row_fast); promoted, 128 x 128 tiles with two partial sets (fp8_tensor_promoted,
+  fp8_block_prom2); blockwise through a TMA store and the deepest ring beside its staging
+  where ``_prefill`` finds no tile (``_tma_store``).
 - Blockwise, every M: the overlapped main loop (``_overlap``).
 
 Nothing here needs a GPU.
@@ -151,6 +154,109 @@ def _decode(cfg, m: int, n: int, k: int, sms: int, reasons: list):
     return changes
 
 
+_T = dict(consumers=2, cluster_m=1, regs_consumer=232, store="tma")
+_T64 = dict(bm=64, consumers=1, cluster_m=1, regs_consumer=240)
+PREFILL_TILES = {
+    "fast": {"128x256cl2": dict(_T, bm=128, bn=256, cluster_m=2),
+             "128x128": dict(_T, bm=128, bn=128),
+             "128x128cl2": dict(_T, bm=128, bn=128, cluster_m=2),
+             "64x128": dict(_T64, bn=128, store="tma")},
+    # the 64-row promoted tile stores directly: its overlapped loop spills beside a staging tile
+    "block": {"128x128": dict(_T, bm=128, bn=128),
+              "64x128": dict(_T64, bn=128, store="direct")}}
+"""The tiles weighed above decode (``_prefill``), by accumulation: fast (tensor or row scales)
+or blockwise; 64-row tiles up to PREFILL_64_M rows. "cl2": a 2 x 1 cluster multicasting B."""
+PREFILL_64_M = 1024
+PREFILL_SPLITS = (2, 4, 8)
+PREFILL = {"fast": {"fix": 0, "split": 4, "min_slice": 4, "split_kernel": 1.02,
+                    "cost": {"128x256cl2": 1.0, "128x128": 0.9, "128x128cl2": 0.9,
+                             "64x128": 1.0}},
+           "block": {"fix": 0, "split": 4, "min_slice": 4, "split_kernel": 1.02,
+                     "cost": {"128x128": 1.0, "64x128": 1.3}}}
+"""The cost model of ``_prefill``, by accumulation: a work unit's fixed cost (fill, drain,
+epilogue) and a split's per slice, in K blocks; the K blocks a split slice keeps at least; a
+split-K kernel's time against the same tile's unsplit one; each tile's cost per unit of work.
+Each is the point of best training geomean on a grid (``fp8_prefill_sweep.py fit``) over the
+layers of Llama-3-8B, Mistral-7B's MLP and DeepSeek-V3 at M = 256 to 4096 on an H200, beside
+torch._scaled_mm: per tensor, fast, 0.969x (0.964x on the held-out Qwen2.5-7B, Gemma-2-9B,
+Phi-3-mini and Llama-3.1-70B layers) where the 128 x 256 clustered tile alone ran 0.731x
+(0.714x); blockwise 1.073x (1.066x) where 128 x 128 alone ran 1.007x (1.001x):
+benchmarks/results/fp8_prefill_sweep_*NVIDIA_H200.json."""
+
+
+def prefill_options(cfg, m: int, n: int, k: int, sms: int) -> list:
+    """[(tile label, config)]: each tile of PREFILL_TILES for ``cfg``'s accumulation fitted to
+    ``cfg``, unsplit and with the tiles past the last whole wave split 2, 4 or 8 ways (the split
+    slices in one wave, at least 4 K blocks each), the deepest ring that fits; the valid ones."""
+    kind = "fast" if cfg.promote == 0 else "block"
+    kb = math.ceil(k / 128)
+    out = []
+    for label, tile in PREFILL_TILES[kind].items():
+        if tile["bm"] == 64 and m > PREFILL_64_M:
+            continue
+        t = cfg.replace(check=False, split_k=1, **tile)
+        tm, tn = t.tiles(m, n)
+        wave = max(1, sms // t.cluster)
+        tail = tm * tn if tm * tn <= wave else tm * tn % wave
+        for split in (1, *(s for s in PREFILL_SPLITS if tail and tail * s <= wave
+                           and kb / s >= 4)):
+            c = t.replace(check=False, split_k=split)
+            c = c.replace(check=False, stages=_deepest(c))
+            if not c.violations():
+                out.append((label, c))
+    return out
+
+
+def prefill_time(cfg, m: int, n: int, k: int, sms: int, fix: float, split_cost: float) -> float:
+    """The modelled time of ``cfg`` (its tile and split-K), in 128 x 128 tile-K-blocks: whole
+    waves of units of K blocks plus ``fix``, then, with split-K, the waves of the split tail's
+    slices (each ceil(K blocks / split) plus ``fix`` plus ``split_cost`` per slice)."""
+    kb = math.ceil(k / 128)
+    tm, tn = cfg.tiles(m, n)
+    wave = max(1, sms // cfg.cluster)
+    split = cfg.split_tiles(m, n, sms)
+    whole = math.ceil((tm * tn - split) / wave)
+    tail = 0 if not split else math.ceil(split * cfg.split_k / wave) * (
+        math.ceil(kb / cfg.split_k) + fix + split_cost * cfg.split_k)
+    return cfg.bm * cfg.bn * cfg.cluster / (128 * 128) * (whole * (kb + fix) + tail)
+
+
+def prefill_pick(options: list, m: int, n: int, k: int, sms: int, c: dict):
+    """The (label, config) of ``options`` of least cost under constants ``c`` (a PREFILL
+    entry): the tile's cost times ``prefill_time``, times ``split_kernel`` for a kernel with
+    split-K (its whole tiles run slower too), splits keeping ``min_slice`` K blocks a slice;
+    ties to fewer slices, then to the earlier option."""
+    kb = math.ceil(k / 128)
+    best = None
+    for i, (label, cfg) in enumerate(options):
+        if cfg.split_k > 1 and kb / cfg.split_k < c["min_slice"]:
+            continue
+        key = (c["cost"][label] * prefill_time(cfg, m, n, k, sms, c["fix"], c["split"])
+               * (c["split_kernel"] if cfg.split_k > 1 else 1), cfg.split_k, i)
+        if best is None or key < best[0]:
+            best = (key, (label, cfg))
+    return None if best is None else best[1]
+
+
+def _prefill(cfg, m: int, n: int, k: int, sms: int, reasons: list) -> dict:
+    """The tile and split-K above decode (fast accumulation or blockwise): ``prefill_pick`` of
+    ``prefill_options`` under PREFILL. No change where none is valid (an epilogue or D the
+    tiles cannot take)."""
+    kind = "fast" if cfg.promote == 0 else "block"
+    pick = prefill_pick(prefill_options(cfg, m, n, k, sms), m, n, k, sms, PREFILL[kind])
+    if pick is None:
+        return {}
+    c = pick[1]
+    tm, tn = c.tiles(m, n)
+    split = c.split_tiles(m, n, sms)
+    reasons.append(f"{c.bm} x {c.bn} tiles{' in 2 x 1 clusters' if c.cluster > 1 else ''} "
+                   f"({tm * tn} for {sms // c.cluster} {'clusters' if c.cluster > 1 else 'SMs'})"
+                   + (f", K split {c.split_k} ways over the last {split}" if split else "")
+                   + ": the least modelled time of the tiles and tail splits weighed")
+    return {f: getattr(c, f) for f in ("bm", "bn", "consumers", "cluster_m", "cluster_n",
+                                       "regs_consumer", "store", "split_k", "stages")}
+
+
 def _tma_store(cfg, reasons: list) -> dict:
     """A TMA store with the deepest ring that fits beside its staging tile (6 stages at 128 x
     128 with a 16-bit D, 5 with fp32) instead of stores straight from the registers (7
@@ -205,8 +311,8 @@ def choose_fp8(m: int, n: int, k: int, scaling: str, fast: bool, a_dtype: str = 
     if fast and scaling == "block":
         raise ValueError("block scaling needs promoted accumulation (fast_accum=False): its "
                          "scales change every 128 K elements")
-    fields = {"dtype": a_dtype, "b_dtype": b_dtype, "out": out, "scaling": scaling, "epilogue": epilogue,
-              "quant": quant}
+    fields = {"dtype": a_dtype, "b_dtype": b_dtype, "out": out, "scaling": scaling,
+              "epilogue": epilogue, "quant": quant}
     if db is not None:
         row, how = db.lookup(gpu, tune_dtype(a_dtype, b_dtype, scaling, fast), m, n, k, "rcr",
                              ["fp8"])
@@ -224,9 +330,13 @@ def choose_fp8(m: int, n: int, k: int, scaling: str, fast: bool, a_dtype: str = 
         changes.update(promote=0, partials=1)
     elif base.promote == 0:
         changes.update(promote=128, partials=2, bn=128, stages=7)
+    prefill = {}
     if m <= DECODE_M:
         changes.update(_decode(base.replace(check=False, **changes), m, n, k, sms, reasons))
-    elif scaling == "block" and not fast and epilogue == "none":
+    elif epilogue == "none" and (fast or scaling == "block"):
+        prefill = _prefill(base.replace(check=False, **changes), m, n, k, sms, reasons)
+        changes.update(prefill)
+    if not prefill and m > DECODE_M and scaling == "block" and not fast and epilogue == "none":
         changes.update(_tma_store(base.replace(check=False, **changes), reasons))
     if not fast:
         changes.update(_overlap(base.replace(check=False, **changes), reasons))
