@@ -163,7 +163,7 @@ def test_large_shapes_take_the_tile_and_tail_split_of_least_modelled_time():
         opts = fp8.prefill_options(cfg, m, n, k, 132)
         c = fp8.PREFILL["block" if scaling == "block" else "fast"]
         assert fp8.prefill_pick(opts, m, n, k, 132, c)[1].name == cfg.name
-        times = {o.split_k: fp8.prefill_time(o, m, n, k, 132, c["fix"], c["split"])
+        times = {o.split_k: fp8.prefill_time(o, m, n, k, 132, c)
                  for label, o in opts if (o.bm, o.bn, o.cluster) == (cfg.bm, cfg.bn, cfg.cluster)}
         assert cfg.split_k == 1 or times[cfg.split_k] * c["split_kernel"] < times[1], times
         assert cfg.split_k > 1 or m == 2048 and n == 28672   # a split and an unsplit pick

@@ -203,51 +203,79 @@ def summarize(paths: list) -> dict:
 
 def _grid(kind: str) -> list:
     """PREFILL points for ``kind``: fixed cost, split cost, slice floor, a split kernel's
-    factor, tile costs."""
+    factor, DRAM cost per MB, tile costs."""
     import itertools
     tiles = list(fp8.PREFILL_TILES[kind])
-    factors = (0.9, 1.0, 1.1, 1.2, 1.3, 1.5)
-    return [{"fix": f, "split": sp, "min_slice": ms, "split_kernel": sk,
+    return [{"fix": f, "split": sp, "min_slice": ms, "split_kernel": sk, "dram": dr,
              "cost": dict(zip(tiles, (1.0, *cs)))}
-            for f, sp, ms, sk in itertools.product((0, 2, 4, 8), (0, 1, 2, 4), (4, 8),
-                                                   (1.0, 1.02, 1.04, 1.06, 1.08))
-            for cs in itertools.product(factors, repeat=len(tiles) - 1)]
+            for f, sp, ms, sk, dr in itertools.product(
+                (0, 2, 4), (0, 2, 4), (4, 8), (1.0, 1.02, 1.04), (0, 0.25, 0.5, 1, 2))
+            for cs in itertools.product((0.9, 1.0, 1.1, 1.2), repeat=len(tiles) - 1)]
+
+
+def _picks(grid: list, r: dict, opts: list):
+    """The index into ``opts`` that ``fp8.prefill_pick`` takes at each point of ``grid`` for
+    row ``r``, computed for all points at once (numpy): the same costs and ties."""
+    import numpy as np
+    m, n, k = r["M"], r["N"], r["K"]
+    kb = math.ceil(k / 128)
+    g = {key: np.array([p[key] for p in grid], dtype=float)
+         for key in ("fix", "split", "min_slice", "split_kernel", "dram")}
+    cost = np.full((len(grid), len(opts)), np.inf)
+    for j, (label, c) in enumerate(opts):
+        tile = np.array([p["cost"][label] for p in grid])
+        zero = {"fix": 0, "split": 0}
+        base = fp8.prefill_time(c, m, n, k, SMS, zero)          # linear in fix and split:
+        d_fix = fp8.prefill_time(c, m, n, k, SMS, {"fix": 1, "split": 0}) - base
+        d_split = fp8.prefill_time(c, m, n, k, SMS, {"fix": 0, "split": 1}) - base
+        t = (tile * (base + d_fix * g["fix"] + d_split * g["split"])
+             + g["dram"] * fp8.dram_mb(c, m, n, k))
+        if c.split_k > 1:
+            t = np.where(kb / c.split_k < g["min_slice"], np.inf, t * g["split_kernel"])
+        cost[:, j] = t * (1 + 1e-12 * (c.split_k * 64 + j))   # ties: fewer slices, then order
+    return cost.argmin(axis=1)
 
 
 def fit(paths: list) -> dict:
-    """Per file (one accumulation each), the PREFILL point of best training geomean of torch's
-    time over the pick's (``_grid``; ties to the earlier point); each file gets ``fit``: the
-    point and this checkout's scores with it (``summarize``'s, through choose_fp8)."""
+    """Per accumulation, the PREFILL point of best training score over the files of that
+    accumulation given (pooled: the product of each file's training geomean of torch's time
+    over the pick's; ``_grid``, ties to the earlier point); each file gets ``fit``: the point
+    and this checkout's scores with it (``summarize``'s, through choose_fp8, which must agree
+    with the grid's own picks)."""
+    import numpy as np
+    docs = {path: json.loads(Path(path).read_text()) for path in paths}
     out = {}
-    for path in paths:
-        doc = json.loads(Path(path).read_text())
-        kind = "block" if doc["scaling"] == "block" else "fast"
-        base = choose_fp8(4096, 4096, 4096, doc["scaling"], kind == "fast", sms=SMS).config
-        rows = []
-        for r in doc["rows"]:
-            if r["set"] != "train":
-                continue
-            opts = fp8.prefill_options(base.replace(check=False, split_k=1, cluster_m=1),
-                                       r["M"], r["N"], r["K"], SMS)
-            rows.append((r, opts))
-
-        def train(point):
-            xs = []
-            for r, opts in rows:
-                label, c = fp8.prefill_pick(opts, r["M"], r["N"], r["K"], SMS, point)
-                xs.append(r["torch_ms"] / r["candidates"][f"{label} sk{c.split_k}"]["ms"])
-            return _geomean(xs)
+    for kind in ("fast", "block"):
+        mine = {p: d for p, d in docs.items() if (d["scaling"] == "block") == (kind == "block")}
+        if not mine:
+            continue
+        scaling = next(iter(mine.values()))["scaling"]
+        base = choose_fp8(4096, 4096, 4096, scaling, kind == "fast", sms=SMS).config.replace(
+            check=False, split_k=1, cluster_m=1)
         grid = _grid(kind)
-        best = max(grid, key=lambda v: (train(v), -grid.index(v)))
+        total = np.zeros(len(grid))
+        for d in mine.values():
+            logs, rows = np.zeros(len(grid)), 0
+            for r in d["rows"]:
+                if r["set"] != "train":
+                    continue
+                opts = fp8.prefill_options(base, r["M"], r["N"], r["K"], SMS)
+                ms = np.array([r["candidates"][f"{lb} sk{c.split_k}"]["ms"] for lb, c in opts])
+                logs += np.log(r["torch_ms"] / ms[_picks(grid, r, opts)])
+                rows += 1
+            total += logs / rows
+        best = grid[int(np.argmax(total))]    # the first of equal scores
         saved = fp8.PREFILL[kind]
         fp8.PREFILL[kind] = best
         try:
-            doc["fit"] = {"prefill": best, "scores": score(
-                doc, lambda r: pick_rule(r, doc["scaling"]))}
+            for path, d in mine.items():
+                d["fit"] = {"prefill": best, "fitted_on": sorted(mine), "scores": score(
+                    d, lambda r, d=d: pick_rule(r, d["scaling"]))}
+                Path(path).write_text(json.dumps(d, indent=1))
+                out[path] = d["fit"]
         finally:
             fp8.PREFILL[kind] = saved
-        Path(path).write_text(json.dumps(doc, indent=1))
-        out[path] = doc["fit"]
+        out[kind] = {"train_geomean_product": round(float(np.exp(total.max())), 4)}
     print(json.dumps(out, indent=1))
     return out
 

@@ -168,20 +168,22 @@ PREFILL_TILES = {
 or blockwise; 64-row tiles up to PREFILL_64_M rows. "cl2": a 2 x 1 cluster multicasting B."""
 PREFILL_64_M = 1024
 PREFILL_SPLITS = (2, 4, 8)
-PREFILL = {"fast": {"fix": 0, "split": 4, "min_slice": 4, "split_kernel": 1.02,
-                    "cost": {"128x256cl2": 1.0, "128x128": 0.9, "128x128cl2": 0.9,
+PREFILL = {"fast": {"fix": 2, "split": 4, "min_slice": 4, "split_kernel": 1.02, "dram": 1,
+                    "cost": {"128x256cl2": 1.0, "128x128": 0.9, "128x128cl2": 1.1,
                              "64x128": 1.0}},
-           "block": {"fix": 0, "split": 4, "min_slice": 4, "split_kernel": 1.02,
-                     "cost": {"128x128": 1.0, "64x128": 1.3}}}
+           "block": {"fix": 4, "split": 4, "min_slice": 4, "split_kernel": 1.04, "dram": 2,
+                     "cost": {"128x128": 1.0, "64x128": 1.2}}}
 """The cost model of ``_prefill``, by accumulation: a work unit's fixed cost (fill, drain,
 epilogue) and a split's per slice, in K blocks; the K blocks a split slice keeps at least; a
-split-K kernel's time against the same tile's unsplit one; each tile's cost per unit of work.
-Each is the point of best training geomean on a grid (``fp8_prefill_sweep.py fit``) over the
-layers of Llama-3-8B, Mistral-7B's MLP and DeepSeek-V3 at M = 256 to 4096 on an H200, beside
-torch._scaled_mm: per tensor, fast, 0.969x (0.964x on the held-out Qwen2.5-7B, Gemma-2-9B,
-Phi-3-mini and Llama-3.1-70B layers) where the 128 x 256 clustered tile alone ran 0.731x
-(0.714x); blockwise 1.073x (1.066x) where 128 x 128 alone ran 1.007x (1.001x):
-benchmarks/results/fp8_prefill_sweep_*NVIDIA_H200.json."""
+split-K kernel's time against the same tile's unsplit one; the cost of a MB read from DRAM; each
+tile's cost per unit of work. Each is the point of best training score on a grid
+(``fp8_prefill_sweep.py fit``: the product of the two GPUs' geomeans) over the layers of
+Llama-3-8B, Mistral-7B's MLP and DeepSeek-V3 at M = 256 to 4096 on an H200 and to 8192 on an
+H100, beside torch._scaled_mm. Per tensor, fast: 0.971x on the H200 and 0.98x on the H100
+(0.964x and 0.97x on the held-out Qwen2.5-7B, Gemma-2-9B, Phi-3-mini and Llama-3.1-70B layers),
+where the 128 x 256 clustered tile alone ran 0.731x and 0.775x (0.714x, 0.755x). Blockwise:
+1.073x and 1.038x (1.067x, 1.03x) where 128 x 128 alone ran 1.007x and 0.992x (1.001x, 0.984x):
+benchmarks/results/fp8_prefill_sweep_*.json."""
 
 
 def prefill_options(cfg, m: int, n: int, k: int, sms: int) -> list:
@@ -207,31 +209,41 @@ def prefill_options(cfg, m: int, n: int, k: int, sms: int) -> list:
     return out
 
 
-def prefill_time(cfg, m: int, n: int, k: int, sms: int, fix: float, split_cost: float) -> float:
-    """The modelled time of ``cfg`` (its tile and split-K), in 128 x 128 tile-K-blocks: whole
-    waves of units of K blocks plus ``fix``, then, with split-K, the waves of the split tail's
-    slices (each ceil(K blocks / split) plus ``fix`` plus ``split_cost`` per slice)."""
+def prefill_time(cfg, m: int, n: int, k: int, sms: int, c: dict) -> float:
+    """The modelled compute time of ``cfg`` (its tile and split-K) under constants ``c`` (a
+    PREFILL entry), in 128 x 128 tile-K-blocks: whole waves of units of K blocks plus ``fix``,
+    then, with split-K, the waves of the split tail's slices (each ceil(K blocks / split) plus
+    ``fix`` plus ``split`` per slice)."""
     kb = math.ceil(k / 128)
     tm, tn = cfg.tiles(m, n)
     wave = max(1, sms // cfg.cluster)
     split = cfg.split_tiles(m, n, sms)
     whole = math.ceil((tm * tn - split) / wave)
     tail = 0 if not split else math.ceil(split * cfg.split_k / wave) * (
-        math.ceil(kb / cfg.split_k) + fix + split_cost * cfg.split_k)
-    return cfg.bm * cfg.bn * cfg.cluster / (128 * 128) * (whole * (kb + fix) + tail)
+        math.ceil(kb / cfg.split_k) + c["fix"] + c["split"] * cfg.split_k)
+    return cfg.bm * cfg.bn / (128 * 128) * (whole * (kb + c["fix"]) + tail)  # a CTA's tile
+
+
+def dram_mb(cfg, m: int, n: int, k: int) -> float:
+    """MB of FP8 operands read from DRAM under grouped rasterization: A once (a group's row
+    panel stays in the L2 while its columns sweep), B once per group of GROUP cluster-tile
+    rows."""
+    tm, _ = cfg.tiles(m, n)
+    return (m * k + n * k * math.ceil(tm / cfg.group)) / 2 ** 20
 
 
 def prefill_pick(options: list, m: int, n: int, k: int, sms: int, c: dict):
     """The (label, config) of ``options`` of least cost under constants ``c`` (a PREFILL
-    entry): the tile's cost times ``prefill_time``, times ``split_kernel`` for a kernel with
-    split-K (its whole tiles run slower too), splits keeping ``min_slice`` K blocks a slice;
-    ties to fewer slices, then to the earlier option."""
+    entry): the tile's cost times ``prefill_time`` plus ``dram`` per MB of ``dram_mb``, times
+    ``split_kernel`` for a kernel with split-K (its whole tiles run slower too), splits keeping
+    ``min_slice`` K blocks a slice; ties to fewer slices, then to the earlier option."""
     kb = math.ceil(k / 128)
     best = None
     for i, (label, cfg) in enumerate(options):
         if cfg.split_k > 1 and kb / cfg.split_k < c["min_slice"]:
             continue
-        key = (c["cost"][label] * prefill_time(cfg, m, n, k, sms, c["fix"], c["split"])
+        key = ((c["cost"][label] * prefill_time(cfg, m, n, k, sms, c)
+                + c["dram"] * dram_mb(cfg, m, n, k))
                * (c["split_kernel"] if cfg.split_k > 1 else 1), cfg.split_k, i)
         if best is None or key < best[0]:
             best = (key, (label, cfg))
