@@ -147,16 +147,17 @@ def fp8_bytes(m: int, n: int, k: int, scaling: str, out_bytes: int = 2) -> int:
 
 
 def fp8_estimate(m: int, n: int, k: int, scaling: str, packs: dict, split: int = 1,
-                 fast: bool = True, out_bytes: int = 2) -> Estimate:
+                 fast: bool = True, out_bytes: int = 2, split_share: float = 1.0) -> Estimate:
     """Predicted time of an FP8 GEMM: the larger of its compute (at ``FP8_RATE``) and its
     memory traffic (at ``HBM_BANDWIDTH``), one launch, the split-K partials (written and read
-    once, fp32) and, for each operand in ``packs`` (name -> (rows, cols)), its transposing pack
-    (one read and one write of the operand, and a launch)."""
+    once, fp32, of the ``split_share`` of D whose tiles are split) and, for each operand in
+    ``packs`` (name -> (rows, cols)), its transposing pack (one read and one write of the
+    operand, and a launch)."""
     compute = 2.0 * m * n * k / FP8_RATE["fast" if fast else "promoted"]
     memory = fp8_bytes(m, n, k, scaling, out_bytes) / HBM_BANDWIDTH
     terms = {"gemm": max(compute, memory) + LAUNCH_SECONDS}
     if split > 1:
-        terms["split-K partials"] = 2 * 4 * m * n * split / HBM_BANDWIDTH
+        terms["split-K partials"] = 2 * 4 * m * n * split * split_share / HBM_BANDWIDTH
     for name, (rows, cols) in packs.items():
         terms[f"pack {name}"] = pack_bytes(rows, cols, 1, 1) / COPY_BANDWIDTH + LAUNCH_SECONDS
     return Estimate("repack" if packs else "direct", sum(terms.values()), terms)

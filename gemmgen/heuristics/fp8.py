@@ -359,7 +359,7 @@ def choose_fp8(m: int, n: int, k: int, scaling: str, fast: bool, a_dtype: str = 
     if cfg.violations():  # e.g. a wide tile the promoted register budget cannot hold
         bad = ", ".join(v.rule.id for v in cfg.violations())
         raise ValueError(f"no fp8 kernel for {m}x{n}x{k} {scaling} ({bad})")
-    how = "default, shaped" if m <= DECODE_M else "default"
+    how = "default, shaped" if m <= DECODE_M or prefill else "default"
     return Choice(cfg, how, False, reasons)
 
 
@@ -378,7 +378,8 @@ def explain_fp8(m: int, n: int, k: int, scaling: str = "tensor", fast: bool = Tr
     lines += [f"  - {r}" for r in ch.reasons]
     packs = {name: shape for name, shape, ok in (("A", (m, k), a_k_major), ("B", (n, k), b_k_major))
              if not ok}
-    est = cost.fp8_estimate(m, n, k, scaling, packs, split=cfg.split_k)
+    share = min(1.0, cfg.split_tiles(m, n, sms) * cfg.cluster * cfg.bm * cfg.bn / (m * n))
+    est = cost.fp8_estimate(m, n, k, scaling, packs, split=cfg.split_k, split_share=share)
     if packs:
         lines.append(f"  - {' and '.join(packs)} not K-major: FP8 wgmma reads K-major operands "
                      f"only, so the module's transposing pack copies them first")
