@@ -236,6 +236,24 @@ def _picks(grid: list, r: dict, opts: list):
     return cost.argmin(axis=1)
 
 
+def _scores(d: dict) -> dict:
+    """This checkout's scores on a file, the previous rule's and the grid's best, and each
+    split pick's speed-up over its tile unsplit ([M, N, K, pick, x])."""
+    def best(r):
+        c = r["candidates"]
+        return min((x for x in c if c[x]["ok"]), key=lambda x: c[x]["ms"])
+    splits = []
+    for r in d["rows"]:
+        label = pick_rule(r, d["scaling"])
+        if not label.endswith(" sk1"):
+            c = r["candidates"]
+            gain = c[label.split()[0] + " sk1"]["ms"] / c[label]["ms"]
+            splits.append([r["M"], r["N"], r["K"], label, round(gain, 3)])
+    return {"scores": score(d, lambda r: pick_rule(r, d["scaling"])),
+            "previous": score(d, lambda r: PREVIOUS[d["scaling"]]), "best": score(d, best),
+            "split_picks": splits}
+
+
 def fit(paths: list) -> dict:
     """Per accumulation, the PREFILL point of best training score over the files of that
     accumulation given (pooled: the product of each file's training geomean of torch's time
@@ -269,8 +287,7 @@ def fit(paths: list) -> dict:
         fp8.PREFILL[kind] = best
         try:
             for path, d in mine.items():
-                d["fit"] = {"prefill": best, "fitted_on": sorted(mine), "scores": score(
-                    d, lambda r, d=d: pick_rule(r, d["scaling"]))}
+                d["fit"] = {"prefill": best, "fitted_on": sorted(mine), **_scores(d)}
                 Path(path).write_text(json.dumps(d, indent=1))
                 out[path] = d["fit"]
         finally:
