@@ -11,7 +11,7 @@ import gemmgen
 from gemmgen import FAMILIES, PRESETS, BuildError, ConfigError, render
 from gemmgen.compile.nvcc import compile_source, tool_path
 from gemmgen.heuristics import cost, fp8
-from gemmgen.heuristics.fp8 import choose_fp8, explain_fp8, split_for
+from gemmgen.heuristics.fp8 import choose_fp8, explain_fp8
 from gemmgen.runtime.arrays import dtype_name_of, numpy_dtype
 from gemmgen.model.families.hopper.fp8 import Fp8Config, space
 from gemmgen.runtime.hopper import TRANSPOSE_OFFSETS
@@ -122,10 +122,13 @@ def test_block_decode_tiles_and_split(m, n, k, want):
     assert q.bn == 128 and not q.violations()   # 1 x 128 output scales: whole groups
 
 
-def test_decode_shapes_split_k_to_fill_the_sms():
-    ch = choose_fp8(64, 2112, 7168, "tensor", False)   # promoted per tensor: the older rule
-    assert (ch.config.bm, ch.config.bn, ch.config.split_k) == (64, 128, 7)
-    assert split_for(200, 4096) == 1
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+def test_promoted_decode_takes_the_blockwise_model_without_overlap(scaling):
+    for m, n, k in ((64, 2112, 7168), (128, 14336, 4096), (16, 1024, 4096)):
+        block = choose_fp8(m, n, k, "block", False, sms=132).config
+        cfg = choose_fp8(m, n, k, scaling, False, sms=132).config
+        assert (cfg.bm, cfg.bn, cfg.split_k) == (block.bm, block.bn, block.split_k)
+        assert not cfg.overlap and cfg.consumers == cfg.bm // 64 and not cfg.violations()
 
 
 @pytest.mark.parametrize("m, n, k, want", [
@@ -336,8 +339,8 @@ def test_sass_has_qgmma_of_the_dtypes_and_no_local_memory(compiled):
 
 def test_quantization_kernels_compile_cleanly(nvcc):
     from gemmgen.runtime.quantize import source
-    for in_dtype, fp8 in (("bf16", "e4m3"), ("fp32", "e5m2"), ("fp16", "e4m3")):
-        report = compile_source(source(in_dtype, fp8), ("sm_90",), name=f"q_{in_dtype}_{fp8}")
+    for in_dtype, q in (("bf16", "e4m3"), ("fp32", "e5m2"), ("fp16", "e4m3")):
+        report = compile_source(source(in_dtype, q), ("sm_90",), name=f"q_{in_dtype}_{q}")
         assert report["sm_90"].spills == 0 and report["sm_90"].stack_bytes == 0
 
 

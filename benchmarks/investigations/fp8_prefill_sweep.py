@@ -5,8 +5,11 @@ the same FP8 tensors and scales, on the forward layers of fp8_decode_sweep.py's 
 (Llama-3-8B, Mistral-7B's MLP, DeepSeek-V3) and held-out ones (Qwen2.5-7B, Gemma-2-9B,
 Phi-3-mini, Llama-3.1-70B).
 
-Per-tensor scales with fast accumulation (default), or with ``block``: blockwise scales (1 x 128
-activations, 128 x 128 weights) promoted every K block, overlapped main loop. The tiles are those
+Per-tensor scales with fast accumulation (default); with ``block``, blockwise scales (1 x 128
+activations, 128 x 128 weights) promoted every K block, overlapped main loop; with
+``promoted``, per-tensor scales promoted every K block (torch._scaled_mm's default,
+use_fast_accum=False), where the run also times M = 16, 64 and 128 (``FP8_MS``) over the tiles
+and splits of the blockwise decode model, and the rule before it as "previous". The tiles are those
 choose_fp8 weighs (``gemmgen.heuristics.fp8.PREFILL_TILES``): fast, 128 x 256 with a 2 x 1
 cluster (B multicast), 128 x 128 with and without one, and (M <= 1024) 64 x 128 with one
 consumer; blockwise, 128 x 128 and (M <= 1024) 64 x 128. Graph-captured (kernel only; 10 calls
@@ -16,12 +19,12 @@ in two rounds (the second in the reverse order, the mean of the two kept; torch 
 between and after them, the mean kept); every output poisoned with NaN first and checked
 against float64 of the dequantized operands (within twice torch._scaled_mm's error plus 1e-3).
 
-    python3 benchmarks/investigations/fp8_prefill_sweep.py compile DIR [block]   # CPU: cubins
-    python3 benchmarks/investigations/fp8_prefill_sweep.py run DIR [block]       # GPU
+    python3 benchmarks/investigations/fp8_prefill_sweep.py compile DIR [block|promoted]  # CPU
+    python3 benchmarks/investigations/fp8_prefill_sweep.py run DIR [block|promoted]      # GPU
     python3 benchmarks/investigations/fp8_prefill_sweep.py summarize FILE ...    # CPU
     python3 benchmarks/investigations/fp8_prefill_sweep.py fit FILE ...          # CPU
 
-``run`` writes $OUT/fp8_prefill_sweep[_block]_<GPU>[_M...].json after each row (``FP8_MS``
+``run`` writes $OUT/fp8_prefill_sweep[_block|_promoted]_<GPU>[_M...].json after each row (``FP8_MS``
 names the M to run, comma-separated, and tags the file). ``summarize`` scores
 this checkout's choose_fp8 on each file's timings: per set and M, the geomean and lowest of
 torch's time over the picked candidate's, beside the rule before tiles and tail splits were
@@ -42,25 +45,76 @@ from gemmgen.heuristics import fp8
 from gemmgen.heuristics.fp8 import choose_fp8
 
 MS = tuple(int(m) for m in os.environ.get("FP8_MS", "256,512,1024,2048,4096").split(","))
-BLOCK = "block" in sys.argv[3:]
+"""The M of a run (``FP8_MS``, comma-separated; the file name is then tagged with them)."""
+MODE = next((m for m in ("block", "promoted") if m in sys.argv[3:]), "fast")
+BLOCK, FAST = MODE == "block", MODE == "fast"
 SCALING = "block" if BLOCK else "tensor"
 SMS = 132
 REPS, REPLAYS = 10, 7
 
 
-PREVIOUS = {"tensor": "128x256cl2 sk1", "block": "128x128 sk1"}
-"""The candidate choose_fp8 ran above decode before the tiles and tail splits were weighed."""
+PREVIOUS = {"fast": "128x256cl2 sk1", "block": "128x128 sk1", "promoted": "previous"}
+"""The candidate choose_fp8 ran above decode before the tiles and tail splits were weighed
+(promoted per tensor: "previous", its own candidate, ``_previous_promoted``)."""
 
 
 def _base():
-    return choose_fp8(4096, 4096, 4096, SCALING, not BLOCK, sms=SMS).config.replace(
+    return choose_fp8(4096, 4096, 4096, SCALING, FAST, sms=SMS).config.replace(
         check=False, split_k=1, cluster_m=1, cluster_n=1)
 
 
 def candidates(m: int, n: int, k: int) -> dict:
-    """{"TILE skS": config}: every tile x split the rule weighs (``fp8.prefill_options``)."""
-    return {f"{label} sk{c.split_k}": c
-            for label, c in fp8.prefill_options(_base(), m, n, k, SMS)}
+    """{"TILE skS": config}: every tile x split the rule weighs above decode
+    (``fp8.prefill_options``); for promoted per tensor, the decode grid at M <= 128
+    (``_decode_grid``) and the rule before (``_previous_promoted``) as "previous"."""
+    out = {"previous": _previous_promoted(m, n, k)} if MODE == "promoted" else {}
+    if m <= fp8.DECODE_M:
+        return {**out, **_decode_grid(m, n, k)}
+    return {**out, **{f"{label} sk{c.split_k}": c
+                      for label, c in fp8.prefill_options(_base(), m, n, k, SMS)}}
+
+
+def _decode_grid(m: int, n: int, k: int) -> dict:
+    """The tiles and splits ``fp8._block_decode`` weighs (64 or, above 64 rows, 128 rows; BN 64
+    or 128; split 1, 2, 4 or 8, slices of at least 8 K blocks), on the rule's decode base."""
+    base = choose_fp8(64, 4096, 4096, SCALING, FAST, sms=SMS).config
+    out = {}
+    for bm in (64, 128) if m > 64 else (64,):
+        for bn in (64, 128):
+            for split in (1, 2, 4, 8):
+                if split > 1 and math.ceil(k / 128) / split < fp8.BLOCK_DECODE["slice_blocks"]:
+                    continue
+                c = base.replace(check=False, bm=bm, bn=bn, consumers=1 if bm == 64 else 2,
+                                 regs_consumer=240 if bm == 64 else 232, split_k=split)
+                c = c.replace(check=False, stages=fp8._deepest(c))
+                if not c.violations():
+                    out[f"d{bm}x{bn} sk{split}"] = c
+    return out
+
+
+def _split_to_fill(tiles: int, k: int) -> int:
+    """The retired rule's split: 1 where the tiles fill half the SMs, else the most slices (up
+    to 16) that keep the work units in one wave and 8 K blocks or more a slice."""
+    if tiles * 2 > SMS:
+        return 1
+    return max(s for s in range(1, 17)
+               if s == 1 or tiles * s <= SMS and math.ceil(k / 128) / s >= 8)
+
+
+def _previous_promoted(m: int, n: int, k: int):
+    """choose_fp8's promoted per-tensor pick before this sweep: fp8_tensor_promoted above
+    decode; at M <= 128, 64 rows (128 above 64 rows) by 128 columns with K split until the
+    work units fill the SMs (``_split_to_fill``)."""
+    from gemmgen.model.presets import PRESETS
+    fields = dict(dtype="e4m3", b_dtype="e4m3", out="bf16", scaling="tensor", quant="none")
+    if m > fp8.DECODE_M:
+        return PRESETS["fp8_tensor_promoted"].config.replace(check=False, **fields)
+    base = PRESETS["fp8_block_decode"].config.replace(check=False, **fields)
+    bm, cons = (64, 1) if m <= 64 else (128, 2)
+    tiles = math.ceil(m / bm) * math.ceil(n / 128)
+    c = base.replace(check=False, bm=bm, bn=128, consumers=cons, split_k=_split_to_fill(
+        tiles, k), regs_consumer=240 if cons == 1 else 232)
+    return c.replace(check=False, stages=fp8._deepest(c))
 
 
 def problems() -> list:
@@ -107,14 +161,14 @@ def run(folder: str) -> None:
 
         def theirs(i):
             a, b, sa, sb = sets[i % len(sets)]
-            torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=not BLOCK)
+            torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=FAST)
 
         def error(launch):
             d.fill_(float("nan"))
             launch(0)
             torch.cuda.synchronize()
             return ((d.double() - ref).norm() / ref.norm()).item()
-        want = torch._scaled_mm(*sets[0], out_dtype=torch.bfloat16, use_fast_accum=not BLOCK)
+        want = torch._scaled_mm(*sets[0], out_dtype=torch.bfloat16, use_fast_accum=FAST)
         torch_err = ((want.double() - ref).norm() / ref.norm()).item()
         row = {"set": which, "model": model, "M": m, "N": n, "K": k, "torch_error": torch_err,
                "candidates": {}}
@@ -144,7 +198,7 @@ def run(folder: str) -> None:
         c = row["candidates"]
         best = min((x for x in c if c[x]["ok"]), key=lambda x: c[x]["ms"])
         print(json.dumps({"set": which, "M": m, "N": n, "K": k, "best": best,
-                          "previous_x": round(row["torch_ms"] / c[PREVIOUS[SCALING]]["ms"], 3),
+                          "previous_x": round(row["torch_ms"] / c[PREVIOUS[MODE]]["ms"], 3),
                           "best_x": round(row["torch_ms"] / c[best]["ms"], 3),
                           "all_ok": all(v["ok"] for v in c.values())}), flush=True)
         rows.append(row)
@@ -153,9 +207,9 @@ def run(folder: str) -> None:
 
 def _save(gpu: str, rows: list) -> None:
     tag = "_M" + "_".join(map(str, MS)) if "FP8_MS" in os.environ else ""
-    name = f"fp8_prefill_sweep{'_block' if BLOCK else ''}_{gpu.replace(' ', '_')}{tag}.json"
+    name = f"fp8_prefill_sweep{'' if FAST else '_' + MODE}_{gpu.replace(' ', '_')}{tag}.json"
     doc = {"investigation": "fp8_prefill_sweep", "gpu": gpu, "scaling": SCALING,
-           "fast_accum": not BLOCK, "git_commit": os.environ.get("GEMMGEN_COMMIT"),
+           "fast_accum": FAST, "git_commit": os.environ.get("GEMMGEN_COMMIT"),
            "timing": "graph-captured, kernel only", "out": "bf16", "method": __doc__,
            "rows": rows}
     Path(os.environ.get("OUT", "."), name).write_text(json.dumps(doc, indent=1))
@@ -177,10 +231,15 @@ def score(doc: dict, pick) -> dict:
     return out
 
 
-def pick_rule(r: dict, scaling: str) -> str:
+def _kind(doc: dict) -> str:
+    """A file's accumulation: "fast", "block" or "promoted" (per tensor)."""
+    return "block" if doc["scaling"] == "block" else "fast" if doc["fast_accum"] else "promoted"
+
+
+def pick_rule(r: dict, doc: dict) -> str:
     """The label of this checkout's choose_fp8 pick among a row's candidates (ValueError where
     it was not timed)."""
-    cfg = choose_fp8(r["M"], r["N"], r["K"], scaling, scaling != "block", sms=SMS).config
+    cfg = choose_fp8(r["M"], r["N"], r["K"], doc["scaling"], doc["fast_accum"], sms=SMS).config
     found = [x for x, v in r["candidates"].items() if v["config"] == cfg.name]
     if not found:
         raise ValueError(f"{cfg.name} was not timed at {r['M']}x{r['N']}x{r['K']}")
@@ -193,8 +252,8 @@ def summarize(paths: list) -> dict:
         doc = json.loads(Path(path).read_text())
         c_ok = lambda r: [x for x, v in r["candidates"].items() if v["ok"]]  # noqa: E731
         out[path] = {
-            "this checkout": score(doc, lambda r: pick_rule(r, doc["scaling"])),
-            "previous rule": score(doc, lambda r: PREVIOUS[doc["scaling"]]),
+            "this checkout": score(doc, lambda r: pick_rule(r, doc)),
+            "previous rule": score(doc, lambda r: PREVIOUS[_kind(doc)]),
             "best": score(doc, lambda r: min(c_ok(r), key=lambda x: r["candidates"][x]["ms"])),
             "all_ok": all(v["ok"] for r in doc["rows"] for v in r["candidates"].values())}
     print(json.dumps(out, indent=1))
@@ -244,13 +303,13 @@ def _scores(d: dict) -> dict:
         return min((x for x in c if c[x]["ok"]), key=lambda x: c[x]["ms"])
     splits = []
     for r in d["rows"]:
-        label = pick_rule(r, d["scaling"])
-        if not label.endswith(" sk1"):
-            c = r["candidates"]
-            gain = c[label.split()[0] + " sk1"]["ms"] / c[label]["ms"]
+        label = pick_rule(r, d)
+        c, whole = r["candidates"], label.split()[0] + " sk1"
+        if whole in c and label != whole:
+            gain = c[whole]["ms"] / c[label]["ms"]
             splits.append([r["M"], r["N"], r["K"], label, round(gain, 3)])
-    return {"scores": score(d, lambda r: pick_rule(r, d["scaling"])),
-            "previous": score(d, lambda r: PREVIOUS[d["scaling"]]), "best": score(d, best),
+    return {"scores": score(d, lambda r: pick_rule(r, d)),
+            "previous": score(d, lambda r: PREVIOUS[_kind(d)]), "best": score(d, best),
             "split_picks": splits}
 
 
@@ -263,8 +322,8 @@ def fit(paths: list) -> dict:
     import numpy as np
     docs = {path: json.loads(Path(path).read_text()) for path in paths}
     out = {}
-    for kind in ("fast", "block"):
-        mine = {p: d for p, d in docs.items() if (d["scaling"] == "block") == (kind == "block")}
+    for kind in ("fast", "block", "promoted"):
+        mine = {p: d for p, d in docs.items() if _kind(d) == kind}
         if not mine:
             continue
         scaling = next(iter(mine.values()))["scaling"]
@@ -275,7 +334,7 @@ def fit(paths: list) -> dict:
         for d in mine.values():
             logs, rows = np.zeros(len(grid)), 0
             for r in d["rows"]:
-                if r["set"] != "train":
+                if r["set"] != "train" or r["M"] <= fp8.DECODE_M:  # decode: not this model
                     continue
                 opts = fp8.prefill_options(base, r["M"], r["N"], r["K"], SMS)
                 ms = np.array([r["candidates"][f"{lb} sk{c.split_k}"]["ms"] for lb, c in opts])

@@ -1,13 +1,11 @@
 """Which FP8 kernel runs a problem: the tuning database's winner for the shape and scaling,
 else a preset of the fp8 family chosen by shape and fitted to it.
 
-- M <= 128 (decode, memory-bound): blockwise, the tile and split of least modelled cost
-  (``_block_decode``); fast, ``_fast_decode``; otherwise a 64-row (M <= 64) or 128-row tile,
-  and K split so that the work units fill the SMs (each slice keeps at least
-  ``MIN_SLICE_BLOCKS`` K blocks); the column tile that fills more SMs wins.
-- Larger M, fast accumulation or blockwise, no epilogue: the tile and split-K of least
-  modelled time (``_prefill``): tiles of 128 x 256 (2 x 1 cluster), 128 x 128 (with or without
-  one) or 64 x 128, unsplit or with the tiles past the last whole wave split.
+- M <= 128 (decode, memory-bound): promoted (blockwise, per tensor or row), the tile and split
+  of least modelled cost (``_block_decode``); fast, ``_fast_decode``.
+- Larger M, no epilogue: the tile and split-K of least modelled time (``_prefill``): tiles of
+  128 x 256 (2 x 1 cluster, fast only), 128 x 128 (with or without one) or 64 x 128, unsplit
+  or with the tiles past the last whole wave split.
 - Larger M otherwise: fast, 128 x 256 tiles (fp8_tensor_cluster, fp8_tensor_fast,
   fp8_row_fast); promoted, 128 x 128 tiles with two partial sets (fp8_tensor_promoted,
   fp8_block_prom2); blockwise through a TMA store and the deepest ring beside its staging
@@ -27,13 +25,6 @@ from .tunedb import TuneDB
 
 DECODE_M = 128
 """M up to which the problem is treated as memory-bound (decode shapes)."""
-MIN_SLICE_BLOCKS = 8
-"""K blocks (of 128) a split-K slice keeps at least. At 64 x 2112 x 7168 the prototype measured
-27.0 us for 64 x 256 tiles split 14 ways (4 blocks a slice; row-wise, fast) and 17.0 us for
-64 x 128 tiles split 7 ways (8 blocks; blockwise, promoted): with 8 the rule picks the latter
-shape for both."""
-MAX_SPLIT = 16
-
 
 def tune_dtype(a: str, b: str, scaling: str, fast: bool) -> str:
     """The tuning database's dtype field of an FP8 problem: ``e4m3e4m3:block:promoted``."""
@@ -48,20 +39,6 @@ def base_preset(m: int, scaling: str, fast: bool) -> str:
         # 4096^3-8192^3 where the plain 128x256 kernel reached 0.80-0.95x (same H200 run)
         return "fp8_tensor_cluster"
     return "fp8_block_prom2" if scaling == "block" else "fp8_tensor_promoted"
-
-
-def split_for(tiles: int, k: int, sms: int = cost.SMS) -> int:
-    """Slices of K that bring ``tiles`` work units closest to the SMs without a second wave,
-    each slice keeping at least MIN_SLICE_BLOCKS K blocks; 1 when the tiles fill half the SMs."""
-    if tiles * 2 > sms:
-        return 1
-    blocks = math.ceil(k / 128)
-    best = 1
-    for s in range(2, MAX_SPLIT + 1):
-        if tiles * s > sms or blocks / s < MIN_SLICE_BLOCKS:
-            break
-        best = s
-    return best
 
 
 FAST_DECODE_FILL = 0.5
@@ -127,25 +104,17 @@ def _block_decode(cfg, m: int, n: int, k: int, sms: int) -> tuple[int, int, int,
 
 
 def _decode(cfg, m: int, n: int, k: int, sms: int, reasons: list):
-    """The decode preset fitted to M, N and K. Fast accumulation: ``_fast_decode``; blockwise:
-    ``_block_decode``. Promoted per tensor or row: 64 rows (M <= 64) or 128
-    (promoted, M > 64: measured 2657 against 2238 GB/s at 128 x 7168 x 16384 for 128 x 128
-    split 2 against 64 x 128 unsplit; fast, 64 x 256 split 2 measured 2725 against 2414 for
-    128 x 256 split 4), the column tile (of BN and 128) that fills more SMs after splitting K,
-    and the split."""
-    bm, cons = (64, 1) if m <= 64 or cfg.promote == 0 else (128, 2)
+    """The decode preset fitted to M, N and K. Fast accumulation: ``_fast_decode``; promoted
+    (blockwise, per tensor or row): ``_block_decode``, the model fitted on blockwise timings.
+    Per tensor (its plain loop) the same model ran 0.828x-0.97x torch._scaled_mm on the
+    training layers at M = 16 to 128 on an H200 where the rule before (64 or 128 rows by 128
+    columns, K split to fill the SMs) ran 0.726x-0.808x: fp8_prefill_sweep_promoted_*.json."""
     if cfg.promote == 0:
+        bm, cons = 64, 1
         bn, split, tiles = _fast_decode(cfg, m, n, k, sms)
-    elif cfg.scaling == "block":
+    else:
         bm, bn, split, tiles = _block_decode(cfg, m, n, k, sms)
         cons = 1 if bm == 64 else 2
-    else:
-        options = []
-        for bn in dict.fromkeys((cfg.bn, 128)):
-            tiles = math.ceil(m / bm) * math.ceil(n / bn)
-            split = split_for(tiles, k, sms)
-            options.append((min(tiles * split, sms), bn, split, tiles))
-        _units, bn, split, tiles = max(options, key=lambda o: (o[0], o[1]))
     changes = {"bm": bm, "bn": bn, "consumers": cons, "split_k": split,
                    "regs_consumer": 240 if cons == 1 else 232}
     changes["stages"] = _deepest(cfg.replace(check=False, **changes))
@@ -164,33 +133,44 @@ PREFILL_TILES = {
     # the 64-row promoted tile stores directly: its overlapped loop spills beside a staging tile
     "block": {"128x128": dict(_T, bm=128, bn=128),
               "64x128": dict(_T64, bn=128, store="direct")}}
-"""The tiles weighed above decode (``_prefill``), by accumulation: fast (tensor or row scales)
-or blockwise; 64-row tiles up to PREFILL_64_M rows. "cl2": a 2 x 1 cluster multicasting B."""
+PREFILL_TILES["promoted"] = PREFILL_TILES["block"]
+"""The tiles weighed above decode (``_prefill``), by accumulation (``_kind``): fast (tensor
+or row scales), blockwise, or promoted per tensor or row (the blockwise tiles); 64-row tiles
+up to PREFILL_64_M rows. "cl2": a 2 x 1 cluster multicasting B."""
 PREFILL_64_M = 1024
 PREFILL_SPLITS = (2, 4, 8)
 PREFILL = {"fast": {"fix": 2, "split": 4, "min_slice": 4, "split_kernel": 1.02, "dram": 1,
                     "cost": {"128x256cl2": 1.0, "128x128": 0.9, "128x128cl2": 1.1,
                              "64x128": 1.0}},
            "block": {"fix": 4, "split": 4, "min_slice": 4, "split_kernel": 1.04, "dram": 2,
-                     "cost": {"128x128": 1.0, "64x128": 1.2}}}
-"""The cost model of ``_prefill``, by accumulation: a work unit's fixed cost (fill, drain,
-epilogue) and a split's per slice, in K blocks; the K blocks a split slice keeps at least; a
-split-K kernel's time against the same tile's unsplit one; the cost of a MB read from DRAM; each
-tile's cost per unit of work. Each is the point of best training score on a grid
+                     "cost": {"128x128": 1.0, "64x128": 1.2}},
+           "promoted": {"fix": 4, "split": 4, "min_slice": 4, "split_kernel": 1.04, "dram": 2,
+                        "cost": {"128x128": 1.0, "64x128": 1.2}}}
+"""The cost model of ``_prefill``, by accumulation (``_kind``): a work unit's fixed cost (fill,
+drain, epilogue) and a split's per slice, in K blocks; the K blocks a split slice keeps at
+least; a split-K kernel's time against the same tile's unsplit one; the cost of a MB read from
+DRAM; each tile's cost per unit of work. Each is the point of best training score on a grid
 (``fp8_prefill_sweep.py fit``: the product of the two GPUs' geomeans) over the layers of
-Llama-3-8B, Mistral-7B's MLP and DeepSeek-V3 at M = 256 to 4096 on an H200 and to 8192 on an
-H100, beside torch._scaled_mm. Per tensor, fast: 0.971x on the H200 and 0.98x on the H100
-(0.964x and 0.97x on the held-out Qwen2.5-7B, Gemma-2-9B, Phi-3-mini and Llama-3.1-70B layers),
-where the 128 x 256 clustered tile alone ran 0.731x and 0.775x (0.714x, 0.755x). Blockwise:
-1.073x and 1.038x (1.067x, 1.03x) where 128 x 128 alone ran 1.007x and 0.992x (1.001x, 0.984x):
-benchmarks/results/fp8_prefill_sweep_*.json."""
+Llama-3-8B, Mistral-7B's MLP and DeepSeek-V3 on an H200 and an H100, beside torch._scaled_mm.
+Per tensor, fast (M = 256 to 4096, and 8192 on the H100): 0.971x on the H200 and 0.98x on the
+H100 (0.964x and 0.97x on the held-out Qwen2.5-7B, Gemma-2-9B, Phi-3-mini and Llama-3.1-70B
+layers), where the 128 x 256 clustered tile alone ran 0.731x and 0.775x (0.714x, 0.755x).
+Blockwise: 1.073x and 1.038x (1.067x, 1.03x) where 128 x 128 alone ran 1.007x and 0.992x
+(1.001x, 0.984x). Promoted per tensor, the same point as blockwise (M = 16 to 4096, decode by
+``_block_decode``): 0.954x and 0.969x (0.936x, 0.951x) where the rule before ran 0.796x and
+0.773x (0.781x, 0.76x): benchmarks/results/fp8_prefill_sweep_*.json."""
+
+
+def _kind(cfg) -> str:
+    """The accumulation a PREFILL entry is for: "fast", "block" or "promoted"."""
+    return "fast" if cfg.promote == 0 else "block" if cfg.scaling == "block" else "promoted"
 
 
 def prefill_options(cfg, m: int, n: int, k: int, sms: int) -> list:
     """[(tile label, config)]: each tile of PREFILL_TILES for ``cfg``'s accumulation fitted to
     ``cfg``, unsplit and with the tiles past the last whole wave split 2, 4 or 8 ways (the split
     slices in one wave, at least 4 K blocks each), the deepest ring that fits; the valid ones."""
-    kind = "fast" if cfg.promote == 0 else "block"
+    kind = _kind(cfg)
     kb = math.ceil(k / 128)
     out = []
     for label, tile in PREFILL_TILES[kind].items():
@@ -254,7 +234,7 @@ def _prefill(cfg, m: int, n: int, k: int, sms: int, reasons: list) -> dict:
     """The tile and split-K above decode (fast accumulation or blockwise): ``prefill_pick`` of
     ``prefill_options`` under PREFILL. No change where none is valid (an epilogue or D the
     tiles cannot take)."""
-    kind = "fast" if cfg.promote == 0 else "block"
+    kind = _kind(cfg)
     pick = prefill_pick(prefill_options(cfg, m, n, k, sms), m, n, k, sms, PREFILL[kind])
     if pick is None:
         return {}
@@ -345,7 +325,7 @@ def choose_fp8(m: int, n: int, k: int, scaling: str, fast: bool, a_dtype: str = 
     prefill = {}
     if m <= DECODE_M:
         changes.update(_decode(base.replace(check=False, **changes), m, n, k, sms, reasons))
-    elif epilogue == "none" and (fast or scaling == "block"):
+    elif epilogue == "none":
         prefill = _prefill(base.replace(check=False, **changes), m, n, k, sms, reasons)
         changes.update(prefill)
     if not prefill and m > DECODE_M and scaling == "block" and not fast and epilogue == "none":
