@@ -46,7 +46,7 @@
 //   flops_per_byte.global      = 1.0
 //   flops_per_byte.shared      = 102.4
 //   blocks_per_sm_sm_90        = 1
-// launch: grid = (min(units, SMs / 1 * 1), 1, 1) over units = ceil(M/128) * ceil(N/256) * 1 * 1, block = (384, 1, 1); tensor maps of A, B and D are the first three parameters; programmatic dependent launch (the set-up overlaps the previous kernel, griddepcontrol.wait before any global memory access), dynamic shared memory 214080 bytes (passed at launch)
+// launch: grid = (min(units, SMs / 1) * 1, 1, 1) over units = tiles = ceil(M/128) * ceil(N/256), block = (384, 1, 1); tensor maps of A, B and D are the first three parameters; programmatic dependent launch (the set-up overlaps the previous kernel, griddepcontrol.wait before any global memory access), dynamic shared memory 214080 bytes (passed at launch)
 //
 // gemmgen-config: {"family": "fp8", "bm": 128, "bn": 256, "bk": 128, "dtype": "e4m3", "b_dtype": "e4m3", "out": "bf16", "quant": "none", "scaling": "tensor", "promote": 0, "partials": 1, "consumers": 2, "stages": 3, "cluster_m": 1, "cluster_n": 1, "group": 8, "regs_producer": 40, "regs_consumer": 232, "store": "tma", "split_k": 1, "layout": "rcr", "epilogue": "none", "m": null, "n": null, "k": null}
 //

@@ -46,7 +46,7 @@
 //   flops_per_byte.global      = 1.0
 //   flops_per_byte.shared      = 85.333
 //   blocks_per_sm_sm_90        = 1
-// launch: grid = (min(units, SMs / 1 * 1), 1, 1) over units = ceil(M/128) * ceil(N/128) * 1 * 1, block = (384, 1, 1); tensor maps of A, B and D are the first three parameters; programmatic dependent launch (the set-up overlaps the previous kernel, griddepcontrol.wait before any global memory access), dynamic shared memory 230528 bytes (passed at launch)
+// launch: grid = (min(units, SMs / 1) * 1, 1, 1) over units = tiles = ceil(M/128) * ceil(N/128), block = (384, 1, 1); tensor maps of A, B and D are the first three parameters; programmatic dependent launch (the set-up overlaps the previous kernel, griddepcontrol.wait before any global memory access), dynamic shared memory 230528 bytes (passed at launch)
 //
 // gemmgen-config: {"family": "fp8", "bm": 128, "bn": 128, "bk": 128, "dtype": "e5m2", "b_dtype": "e4m3", "out": "fp32", "quant": "none", "scaling": "row", "promote": 0, "partials": 1, "consumers": 2, "stages": 7, "cluster_m": 1, "cluster_n": 1, "group": 8, "regs_producer": 40, "regs_consumer": 232, "store": "direct", "split_k": 1, "layout": "rcr", "epilogue": "none", "m": null, "n": null, "k": null}
 //

@@ -4,8 +4,8 @@ else a preset of the fp8 family chosen by shape and fitted to it.
 - M <= 128 (decode, memory-bound): promoted (blockwise, per tensor or row), the tile and split
   of least modelled cost (``_block_decode``); fast, ``_fast_decode``.
 - Larger M, no epilogue: the tile and split-K of least modelled time (``_prefill``): tiles of
-  128 x 256 (2 x 1 cluster, fast only), 128 x 128 (with or without one) or 64 x 128, unsplit
-  or with the tiles past the last whole wave split.
+  128 x 256 and 128 x 128 with a 2 x 1 cluster (fast only), 128 x 128 without, 64 x 128 (up to
+  1024 rows), unsplit or with the tiles past the last whole wave split.
 - Larger M otherwise: fast, 128 x 256 tiles (fp8_tensor_cluster, fp8_tensor_fast,
   fp8_row_fast); promoted, 128 x 128 tiles with two partial sets (fp8_tensor_promoted,
   fp8_block_prom2); blockwise through a TMA store and the deepest ring beside its staging
@@ -118,8 +118,9 @@ def _decode(cfg, m: int, n: int, k: int, sms: int, reasons: list):
     changes = {"bm": bm, "bn": bn, "consumers": cons, "split_k": split,
                    "regs_consumer": 240 if cons == 1 else 232}
     changes["stages"] = _deepest(cfg.replace(check=False, **changes))
+    units = cfg.replace(check=False, **changes).work_units(m, n, sms)
     reasons.append(f"M = {m} <= {DECODE_M}: memory-bound; {bm} x {bn} tiles ({tiles}), K split "
-                   f"{split} ways -> {tiles * split} work units for {sms} SMs")
+                   f"{split} ways -> {units} work units for {sms} SMs")
     return changes
 
 
@@ -133,10 +134,10 @@ PREFILL_TILES = {
     # the 64-row promoted tile stores directly: its overlapped loop spills beside a staging tile
     "block": {"128x128": dict(_T, bm=128, bn=128),
               "64x128": dict(_T64, bn=128, store="direct")}}
-PREFILL_TILES["promoted"] = PREFILL_TILES["block"]
 """The tiles weighed above decode (``_prefill``), by accumulation (``_kind``): fast (tensor
 or row scales), blockwise, or promoted per tensor or row (the blockwise tiles); 64-row tiles
 up to PREFILL_64_M rows. "cl2": a 2 x 1 cluster multicasting B."""
+PREFILL_TILES["promoted"] = PREFILL_TILES["block"]
 PREFILL_64_M = 1024
 PREFILL_SPLITS = (2, 4, 8)
 PREFILL = {"fast": {"fix": 2, "split": 4, "min_slice": 4, "split_kernel": 1.02, "dram": 1,
@@ -231,7 +232,7 @@ def prefill_pick(options: list, m: int, n: int, k: int, sms: int, c: dict):
 
 
 def _prefill(cfg, m: int, n: int, k: int, sms: int, reasons: list) -> dict:
-    """The tile and split-K above decode (fast accumulation or blockwise): ``prefill_pick`` of
+    """The tile and split-K above decode (fast or promoted accumulation): ``prefill_pick`` of
     ``prefill_options`` under PREFILL. No change where none is valid (an epilogue or D the
     tiles cannot take)."""
     kind = _kind(cfg)
@@ -358,8 +359,10 @@ def explain_fp8(m: int, n: int, k: int, scaling: str = "tensor", fast: bool = Tr
     lines += [f"  - {r}" for r in ch.reasons]
     packs = {name: shape for name, shape, ok in (("A", (m, k), a_k_major), ("B", (n, k), b_k_major))
              if not ok}
-    share = min(1.0, cfg.split_tiles(m, n, sms) * cfg.cluster * cfg.bm * cfg.bn / (m * n))
-    est = cost.fp8_estimate(m, n, k, scaling, packs, split=cfg.split_k, split_share=share)
+    share = min(1.0, cfg.split_tiles(m, n, sms) * cfg.cluster * cfg.bm * cfg.bn
+                / max(1, m * n))
+    est = cost.fp8_estimate(m, n, k, scaling, packs, split=cfg.split_k, fast=fast,
+                            split_share=share)
     if packs:
         lines.append(f"  - {' and '.join(packs)} not K-major: FP8 wgmma reads K-major operands "
                      f"only, so the module's transposing pack copies them first")

@@ -50,9 +50,11 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
     - ``store``: "direct" (guarded stores from registers) or "tma" (each consumer stages its
       rows in 128-byte-swizzled shared memory and one TMA store per 128-byte column chunk
       writes them while the next tile's main loop runs).
-    - ``split_k``: slices of K. Each slice writes its fp32 partial tile to a workspace; the
-      last slice to arrive (per-tile counters) adds them in slice order (deterministic) and
-      stores D: no second kernel.
+    - ``split_k``: slices of K. Where the tiles fit one wave of the persistent grid every tile
+      is split; else only the tiles past its last whole wave (``split_tiles``; the hybrid of
+      data-parallel tiles and split-K in Stream-K, Osama et al., PPoPP 2023). Each slice writes
+      its fp32 partial tile to a workspace; the last slice to arrive (per-tile counters) adds
+      them in slice order (deterministic) and stores D: no second kernel.
     - ``overlap``: (two partial sets) each unit's epilogue is deferred until the next unit's
       first wgmmas are on the tensor cores, a window of four K blocks' scales loads a window
       ahead, and two consumers run a K block apart, so that one's drain and epilogue fall

@@ -152,7 +152,10 @@ class Fp8Env:
 
     def launch_summary(self) -> str:
         cl = f", cluster = ({self.cluster}, 1, 1)" if self.cluster > 1 else ""
-        return (f"grid = (min(units, SMs / {self.cluster} * {self.cluster}), 1, 1) over units = "
-                f"ceil(M/{self.bm * self.cluster_m}) * ceil(N/{self.bn * self.cluster_n}) * "
-                f"{self.split_k} * {self.cluster}{cl}, block = ({self.threads}, 1, 1); tensor "
-                f"maps of A, B and D are the first three parameters")
+        tiles = f"ceil(M/{self.bm * self.cluster_m}) * ceil(N/{self.bn * self.cluster_n})"
+        units = (f"tiles = {tiles}" if self.split_k == 1 else
+                 f"tiles + split_tiles * {self.split_k - 1}, tiles = {tiles} (split_tiles: all "
+                 f"tiles within one wave, else those past the last whole wave)")
+        return (f"grid = (min(units, SMs / {self.cluster}) * {self.cluster}, 1, 1) over units = "
+                f"{units}{cl}, block = ({self.threads}, 1, 1); tensor maps of A, B and D are the "
+                f"first three parameters")
