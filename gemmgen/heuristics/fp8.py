@@ -85,7 +85,9 @@ def _block_decode(cfg, m: int, n: int, k: int, sms: int) -> tuple[int, int, int,
     overlapped, beside torch._scaled_mm: 1.293x and 1.34x there, 1.302x and 1.345x on held-out
     Qwen2.5-7B, Gemma-2-9B, Phi-3-mini and Llama-3.1-70B layers, where the rule it replaces
     (128-row tiles above M = 64, split to fill the SMs) ran 1.097x, 1.17x, 1.099x and 1.183x:
-    benchmarks/results/fp8_decode_sweep_block_*.json."""
+    benchmarks/results/fp8_decode_sweep_block_*.json. Those timings split every tile; the
+    kernel now splits only the tiles past the last whole wave, whose waves of units are as many
+    (q + ceil(r x split / SMs) / split tile-times for q whole waves and r tiles left)."""
     c = BLOCK_DECODE
     kb = math.ceil(k / 128)
     best = None
