@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+from ..model.families.hopper import split_tail
 from ..model.presets import PRESETS
 from . import cost
 from .select import Choice
@@ -182,7 +183,7 @@ def prefill_options(cfg, m: int, n: int, k: int, sms: int) -> list:
         t = cfg.replace(check=False, split_k=1, **tile)
         tm, tn = t.tiles(m, n)
         wave = max(1, sms // t.cluster)
-        tail = tm * tn if tm * tn <= wave else tm * tn % wave
+        tail = split_tail(tm * tn, wave)
         for split in (1, *(s for s in PREFILL_SPLITS if tail and tail * s <= wave
                            and kb / s >= 4)):
             c = t.replace(check=False, split_k=split)

@@ -25,3 +25,12 @@ class HopperLaunch(Launcher):
         # the parameters as the config declares them (its template writes the same list)
         self._packer = ParamPacker(layout, tuple(p.kind for p in self.config.params()))
         self._offsets = layout.offsets
+
+
+def split_label(split_k: int, split: int, tiles: int, how: str = "") -> str:
+    """A recipe's path for a split-K of ``split_k`` slices (``how``: " inline") that splits
+    ``split`` of a launch's ``tiles`` tiles: all of them, the last ones, or none (whole
+    waves)."""
+    head = f"split-K {split_k}{how}"
+    return (head if split == tiles else f"{head} on the last {split} of {tiles} tiles" if split
+            else f"{head}: whole waves, none split")

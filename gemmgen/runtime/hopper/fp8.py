@@ -8,7 +8,7 @@ import struct
 from .. import driver
 from ..recipe import GRID_LIMIT_YZ, KernelArgs, Launch, Recipe, field_offsets, pack, workspace
 from ..tma import MapSpec, encoded, operand_map
-from .base import NO_MAP, HopperLaunch
+from .base import NO_MAP, HopperLaunch, split_label
 
 
 class Fp8Launch(HopperLaunch):
@@ -94,9 +94,7 @@ class Fp8Launch(HopperLaunch):
         cfg = self.config
         tm, tn = cfg.tiles(m, n)
         split = cfg.split_tiles(m, n, sms)
-        path.append(f"split-K {cfg.split_k}" if split == tm * tn else
-                    f"split-K {cfg.split_k} on the last {split} of {tm * tn} tiles" if split
-                    else f"split-K {cfg.split_k}: whole waves, none split")
+        path.append(split_label(cfg.split_k, split, tm * tn))
         w_bytes, c_bytes = cfg.workspace_bytes(m, n, sms)
         return (workspace(work, "split-K", w_bytes),
                 workspace(work, "split-K counters", c_bytes, zero=True), (split,))

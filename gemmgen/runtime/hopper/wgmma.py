@@ -15,7 +15,7 @@ from ..operands import OperandError
 from ..recipe import (GRID_LIMIT_YZ, Block, KernelArgs, Launch, Recipe, field_offsets, grid_pieces,
                       offset, pack, workspace)
 from ..tma import ParamPacker, TmaError, encoded, operand_map, param_layout
-from .base import NO_MAP, HopperLaunch
+from .base import NO_MAP, HopperLaunch, split_label
 
 
 class WgmmaLaunch(HopperLaunch):
@@ -237,9 +237,7 @@ class WgmmaLaunch(HopperLaunch):
         cfg = self.config
         tiles = -(-m // cfg.bm) * -(-n // cfg.bn) * batch
         split = cfg.split_tiles(tiles, driver.device_attribute(dev, "sms"))
-        path.append(f"split-K {cfg.split_k} inline" if split == tiles else
-                    f"split-K {cfg.split_k} inline on the last {split} of {tiles} tiles" if split
-                    else f"split-K {cfg.split_k} inline: whole waves, none split")
+        path.append(split_label(cfg.split_k, split, tiles, " inline"))
         buf = workspace(work, "split-K", max(1, split) * cfg.split_k * cfg.bm * cfg.bn * 4)
         counters = workspace(work, "split-K counters", max(1, split) * cfg.consumers * 4,
                              zero=True)

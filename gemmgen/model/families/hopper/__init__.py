@@ -155,6 +155,15 @@ def tensor_maps(*names: str) -> tuple[Param, ...]:
     return tuple(Param(n, MAP, "128s") for n in names)
 
 
+def split_tail(tiles: int, wave: int) -> int:
+    """How many of ``tiles`` a split-K over the tail splits on a persistent grid that runs
+    ``wave`` tiles at once: every tile when they fit one wave, else those past the last whole
+    wave (none when the waves are whole), so that whole tiles fill the waves and the split
+    slices the last one (data-parallel tiles and a split tail, a hybrid in Stream-K's terms:
+    Osama et al., PPoPP 2023)."""
+    return tiles if tiles <= wave else tiles % wave
+
+
 def ints(*names: str) -> tuple[Param, ...]:
     return tuple(Param(n, "int", "i") for n in names)
 

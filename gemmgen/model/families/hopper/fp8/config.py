@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from ....config import EPILOGUES, LAYOUTS, ConfigBase, div
 from ....dtypes import FP8_DTYPES
-from .. import ALIGN_SLACK, HopperTile, REGISTER_FILE
+from .. import ALIGN_SLACK, HopperTile, REGISTER_FILE, split_tail
 from .env import Fp8Env
 from .rules import FLAG_BYTES, FP8_RULES, QUANTS, REG_RESERVE, SCALINGS, STORES
 
@@ -235,8 +235,7 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
         if self.split_k == 1:
             return 0
         tm, tn = self.tiles(m, n)
-        wave = max(1, sms // self.cluster)
-        return tm * tn if tm * tn <= wave else tm * tn % wave
+        return split_tail(tm * tn, max(1, sms // self.cluster))
 
     def work_units(self, m: int, n: int, sms: int) -> int:
         """The work units (whole cluster tiles and slices of split ones) of an M x N output on

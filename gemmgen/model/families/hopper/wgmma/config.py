@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from ....config import LAYOUTS, ConfigBase, div
 from ....epilogue_rules import EPILOGUE_RULES
-from .. import BARRIER_BYTES, HopperTile, WARPGROUP
+from .. import BARRIER_BYTES, HopperTile, WARPGROUP, split_tail
 from .env import WgmmaEnv
 from .rules import MATHS, OVERLAP_RESERVE, WGMMA_FEATURE_RULES, WGMMA_RULES
 from .vectors import consumer_bytes, residual_staged, staged_vectors
@@ -242,9 +242,7 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
         without an inline split-K."""
         if self.split_k == 1 or not self.split_inline:
             return 0
-        if not self.persistent or tiles <= sms:
-            return tiles
-        return tiles % sms
+        return split_tail(tiles, sms) if self.persistent else tiles
 
     def work_units(self, tiles: int, sms: int) -> int:
         """The work units (whole tiles and slices of split tiles) of a launch of ``tiles``
