@@ -40,7 +40,8 @@ import os
 import sys
 from pathlib import Path
 
-from fp8_decode_sweep import TEST, TRAIN  # beside this script
+import small_m  # beside this script
+from fp8_decode_sweep import TEST, TRAIN
 from gemmgen.heuristics import fp8
 from gemmgen.heuristics.fp8 import choose_fp8
 
@@ -216,7 +217,7 @@ def _save(gpu: str, rows: list) -> None:
 
 
 def _geomean(xs):
-    return round(math.exp(sum(map(math.log, xs)) / len(xs)), 3) if xs else None
+    return round(small_m._geomean(xs), 3) if xs else None
 
 
 def score(doc: dict, pick) -> dict:
