@@ -11,7 +11,12 @@ Usage on the GPU machine, from the repository root:
     PYTHONPATH=$PWD python3 benchmarks/investigations/epilogue_cost.py [tag]
 writes $OUT/epilogue_cost_<tag>.json when $OUT is set. EPILOGUE_OVERLAP=1 adds bias + GELU and
 bias + SiLU with the activation deferred into the next tile's main loop (``overlap``);
-EPILOGUE_ONLY (names, comma-separated) and EPILOGUE_SHAPES (MxNxK, comma-separated) narrow it."""
+EPILOGUE_ONLY (names, comma-separated) and EPILOGUE_SHAPES (MxNxK, comma-separated) narrow it.
+
+    python3 benchmarks/investigations/epilogue_cost.py compile DIR   # CPU: the cubins, into DIR
+
+EPILOGUE_CUBINS=DIR runs the cubins found there instead of compiling on the GPU machine.
+EPILOGUE_NCU=1 only checks each kernel and launches it twice more, for ncu (no timing)."""
 import json
 import os
 import statistics
@@ -48,6 +53,42 @@ OVERLAP = {"bias_gelu overlapped": "bias_gelu", "silu(acc + bias) overlapped": "
 REPS, ROUNDS, REPLAYS = 20, 6, 15
 
 
+def configs():
+    """{(shape, variant): config}: decide's plain kernel for each shape with each epilogue."""
+    out = {}
+    for m, n, k in SHAPES:
+        base = decide(TuneDB(None), "NVIDIA H200", "bf16", m, n, k, 90, "rcr", "none", True,
+                      "native", 1)
+        assert not base.swap, base
+        for e in EPILOGUES:
+            out[(m, n, k), e] = base.config.replace(epilogue=e)
+        for name, e in OVERLAP.items():
+            if os.environ.get("EPILOGUE_OVERLAP") and e in EPILOGUES:
+                out[(m, n, k), name] = base.config.replace(epilogue=e, overlap=True)
+    return out
+
+
+def compile_to(folder):
+    from gemmgen.compile.cache import compile_many
+    os.makedirs(folder, exist_ok=True)
+    todo = {c.name: c for c in configs().values()}
+    for cfg, done in zip(todo.values(), compile_many(list(todo.values()), arch="sm_90a")):
+        with open(os.path.join(folder, cfg.name + ".cubin"), "wb") as f:
+            f.write(done[0])
+    print(f"{len(todo)} cubins in {folder}")
+
+
+def load(cfg):
+    """The kernel of ``cfg``: from EPILOGUE_CUBINS's cubin where there is one, else built."""
+    from gemmgen.runtime.build import adopt_pycuda, from_cubin
+    path = os.path.join(os.environ.get("EPILOGUE_CUBINS", ""), cfg.name + ".cubin")
+    if os.environ.get("EPILOGUE_CUBINS") and os.path.exists(path):
+        adopt_pycuda()
+        with open(path, "rb") as f:
+            return from_cubin(cfg, "sm_90a", f.read())
+    return build(cfg)
+
+
 def operands(m, n, dt, gen):
     return {"bias": torch.randn(n, device="cuda", dtype=dt, generator=gen),
             "col_scale": torch.rand(n, device="cuda", generator=gen) + 0.5,
@@ -63,17 +104,13 @@ def graph_ms(launch, sets):
 
 def main(tag):
     dt = torch.bfloat16
-    gpu, cc = device_identity(0)
+    gpu, _ = device_identity(0)
+    chosen = configs()
     gen = torch.Generator(device="cuda").manual_seed(0)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
     for m, n, k in SHAPES:
-        base = decide(TuneDB(None), gpu, "bf16", m, n, k, cc, "rcr", "none", True, "native", 1)
-        assert not base.swap, base
-        kernels = {e: build(base.config.replace(epilogue=e)) for e in EPILOGUES}
-        for name, e in OVERLAP.items():
-            if os.environ.get("EPILOGUE_OVERLAP") and e in EPILOGUES:
-                kernels[name] = build(base.config.replace(epilogue=e, overlap=True))
+        kernels = {e: load(cfg) for (shape, e), cfg in chosen.items() if shape == (m, n, k)}
         per_set = (m * k + n * k + m * n) * 2
         sets = max(2, -(-2 * l2 // per_set))
         xs = [torch.randn(m, k, device="cuda", dtype=dt, generator=gen) for _ in range(sets)]
@@ -82,7 +119,7 @@ def main(tag):
         cs = [torch.empty(m, n, device="cuda", dtype=dt) for _ in range(sets)]
         ops = operands(m, n, dt, gen)
         ops_t = {o: v.to(dt) for o, v in ops.items()}  # PyTorch unfused: every operand in bf16
-        row = {"M": m, "N": n, "K": k, "config": base.config.name, "sets": sets}
+        row = {"M": m, "N": n, "K": k, "config": chosen[(m, n, k), "none"].name, "sets": sets}
         ref0 = xs[0].double() @ ws[0].double().t()
         for e in kernels:  # correctness, poisoned output first
             names, unfused = EPILOGUES[OVERLAP.get(e, e)]
@@ -95,6 +132,14 @@ def main(tag):
             row[f"{e}|error"], row[f"{e}|torch_error"] = err, err_t
             row[f"{e}|ok"] = bool(err == err and err <= max(2 * err_t, 1e-2))
         del ref0
+        if os.environ.get("EPILOGUE_NCU"):  # two more launches of each, in order, for ncu
+            for e in kernels:
+                names = EPILOGUES[OVERLAP.get(e, e)][0]
+                for _ in range(2):
+                    kernels[e](xs[1], ws[1].t(), cs[1], **{o: ops[o] for o in names})
+            torch.cuda.synchronize()
+            print(json.dumps({key: row[key] for key in row if key.endswith("ok")}), flush=True)
+            continue
         times, cost = {}, {}
         for rnd in range(ROUNDS):  # each variant beside a plain run adjacent to it
             for e in kernels:
@@ -129,4 +174,7 @@ def main(tag):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "run")
+    if sys.argv[1:2] == ["compile"]:
+        compile_to(sys.argv[2])
+    else:
+        main(sys.argv[1] if len(sys.argv) > 1 else "run")
