@@ -176,13 +176,18 @@ def test_dual_gemm_swiglu_against_float64(cp, layout):
 
 @pytest.mark.parametrize("tree", ["bias_gelu", "silu(acc*row_scale*col_scale + bias) + R"])
 @pytest.mark.parametrize("layout", ["rrr", "rrc"])
-def test_overlap_matches_float64_with_the_staged_pre_activation(cp, tree, layout):
+@pytest.mark.parametrize("m, n, k", [(1000, 2056, 1024), (2000, 4104, 256)])
+def test_overlap_matches_float64_with_the_staged_pre_activation(cp, tree, layout, m, n, k):
+    """Deferred passes inside the next tile's main loop: one tile per CTA at 1000 x 2056, two
+    or three at 2000 x 4104 (odd edges both); C poisoned first, so a tile left unfinished
+    fails."""
     cfg = PRESETS["wgmma_overlap"].config.replace(layout=layout, epilogue=tree)
-    m, n, k = 1000, 2056, 1024  # several tiles per CTA: deferred passes inside main loops
     dev, leaves = _operands(cp, m, n, k, layout, seed=3)
     epi = Epilogue.parse(tree)
     kw = {name: dev[name] for name in ("row_scale", "col_scale", "bias", "R") if epi.count(name)}
-    out = _kernel(cfg, dev["A"], dev["B"], dev["C"].copy(order="K"), alpha=1.0, beta=0.0, **kw)
+    c = dev["C"].copy(order="K")
+    c.fill(np.nan)
+    out = _kernel(cfg, dev["A"], dev["B"], c, alpha=1.0, beta=0.0, **kw)
     ref, _ = evaluate(epi, {**leaves, "alpha": 1.0, "beta": 0.0}, staged="fp16")
     assert _rel(out, ref) <= _tol(tree, k), (tree, layout)
 
