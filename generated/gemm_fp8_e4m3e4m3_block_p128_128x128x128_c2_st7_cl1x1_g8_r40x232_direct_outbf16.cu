@@ -355,19 +355,20 @@ __device__ __forceinline__ void wgmma(float (&d)[ACC], uint64_t desc_a, uint64_t
 struct Unit {
     int tile_m, tile_n, split, kb0, nk;  // cluster tile, slice, first K block and K blocks of the slice
 };
-// Cluster tile t in grouped order: GROUP tile rows of M walked column by column.
-__device__ __forceinline__ void place(Unit& w, int t, int tiles_m, int tiles_n) {
+// Tile t of a grid of `blocks` x `tiles_n` tiles in grouped order: GROUP tile rows walked column
+// by column, so that a group's rows of A stay in the L2 while its columns sweep B.
+__device__ __forceinline__ void raster(int t, int blocks, int tiles_n, int& tm, int& tn) {
     const int span = GROUP * tiles_n;
     const int g = t / span;
     const int first = g * GROUP;
-    const int rows = min(GROUP, tiles_m - first);
+    const int rows = min(GROUP, blocks - first);
     const int r = t - g * span;
-    w.tile_m = first + r % rows;
-    w.tile_n = r / rows;
+    tm = first + r % rows;
+    tn = r / rows;
 }
 __device__ __forceinline__ Unit unit_of(int u, int tiles_m, int tiles_n, int kb_total) {
     Unit w;
-    place(w, u, tiles_m, tiles_n);
+    raster(u, tiles_m, tiles_n, w.tile_m, w.tile_n);
     w.split = 0, w.kb0 = 0, w.nk = kb_total;
     return w;
 }

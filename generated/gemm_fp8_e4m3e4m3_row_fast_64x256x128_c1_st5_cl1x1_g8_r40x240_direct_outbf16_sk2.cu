@@ -368,35 +368,42 @@ struct Unit {
     int tile_m, tile_n, split, kb0, nk;  // cluster tile, slice, first K block and K blocks of the slice
     int slot;                            // the tile's place among the split tiles; -1: a whole tile
 };
-// Cluster tile t in grouped order: GROUP tile rows of M walked column by column.
-__device__ __forceinline__ void place(Unit& w, int t, int tiles_m, int tiles_n) {
+// Tile t of a grid of `blocks` x `tiles_n` tiles in grouped order: GROUP tile rows walked column
+// by column, so that a group's rows of A stay in the L2 while its columns sweep B.
+__device__ __forceinline__ void raster(int t, int blocks, int tiles_n, int& tm, int& tn) {
     const int span = GROUP * tiles_n;
     const int g = t / span;
     const int first = g * GROUP;
-    const int rows = min(GROUP, tiles_m - first);
+    const int rows = min(GROUP, blocks - first);
     const int r = t - g * span;
-    w.tile_m = first + r % rows;
-    w.tile_n = r / rows;
+    tm = first + r % rows;
+    tn = r / rows;
 }
-// Split-K splits the last split_tiles cluster tiles only (all of them, or those past the
-// persistent grid's last whole wave, as the host chose: data-parallel tiles, then a split tail,
-// a hybrid of the two in Stream-K's terms, Osama et al., PPoPP 2023). Units [0, whole_tiles)
-// are whole tiles; then the split tiles' slices, slice-major (unit whole_tiles + s * split_tiles
-// + i is slice s of split tile i).
+
+// The work units of a launch that splits its last split_tiles tiles only (all of them, or those
+// past the persistent grid's last whole wave, as the host chose: data-parallel tiles, then a
+// split tail, a hybrid of the two in Stream-K's terms, Osama et al., PPoPP 2023). Units
+// [0, whole_tiles) are whole tiles (slot -1); then the split tiles' slices, slice-major (unit
+// whole_tiles + s * split_tiles + i is slice s of split tile i, slot i), so that the CTAs of one
+// pass read the same K range of neighbouring tiles. Returns unit u's tile.
+__device__ __forceinline__ int split_unit(int u, int whole_tiles, int split_tiles, int& split, int& slot) {
+    if (u < whole_tiles) {
+        split = 0, slot = -1;
+        return u;
+    }
+    const int v = u - whole_tiles;
+    slot = v % split_tiles;
+    split = v / split_tiles;
+    return whole_tiles + slot;
+}
+
+// Unit u: a whole cluster tile (all K blocks), or slice `split` of a split one.
 __device__ __forceinline__ Unit unit_of(int u, int tiles_m, int tiles_n, int kb_total, int kb_per,
                                         int whole_tiles, int split_tiles) {
     Unit w;
-    if (u < whole_tiles) {
-        place(w, u, tiles_m, tiles_n);
-        w.split = 0, w.kb0 = 0, w.nk = kb_total, w.slot = -1;
-        return w;
-    }
-    const int v = u - whole_tiles;
-    w.slot = v % split_tiles;
-    w.split = v / split_tiles;
-    place(w, whole_tiles + w.slot, tiles_m, tiles_n);
-    w.kb0 = min(kb_total, w.split * kb_per);
-    w.nk = max(0, min(kb_total, w.kb0 + kb_per) - w.kb0);
+    raster(split_unit(u, whole_tiles, split_tiles, w.split, w.slot), tiles_m, tiles_n, w.tile_m, w.tile_n);
+    w.kb0 = w.slot < 0 ? 0 : min(kb_total, w.split * kb_per);
+    w.nk = w.slot < 0 ? kb_total : max(0, min(kb_total, w.kb0 + kb_per) - w.kb0);
     return w;
 }
 

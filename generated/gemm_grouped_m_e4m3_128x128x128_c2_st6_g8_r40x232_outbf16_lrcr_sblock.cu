@@ -305,15 +305,17 @@ struct Tile {
     int tail;     // reduction rows of the last K tile inside the group (BK when it is whole)
 };
 
-// GROUP tile rows of the group's M blocks walked column by column (L2 reuse of B inside the
-// group): local tile `local` of a group of `blocks` M blocks and `tiles_n` N tiles.
-__device__ __forceinline__ void raster(int local, int blocks, int tiles_n, int& mb, int& tn) {
+// A group's tiles in grouped order (L2 reuse of B inside the group): raster(local tile, the
+// group's M blocks, tiles_n, M block, N tile).
+// Tile t of a grid of `blocks` x `tiles_n` tiles in grouped order: GROUP tile rows walked column
+// by column, so that a group's rows of A stay in the L2 while its columns sweep B.
+__device__ __forceinline__ void raster(int t, int blocks, int tiles_n, int& tm, int& tn) {
     const int span = GROUP * tiles_n;
-    const int rg = local / span;
-    const int first = rg * GROUP;
+    const int g = t / span;
+    const int first = g * GROUP;
     const int rows = min(GROUP, blocks - first);
-    const int r = local - rg * span;
-    mb = first + r % rows;
+    const int r = t - g * span;
+    tm = first + r % rows;
     tn = r / rows;
 }
 

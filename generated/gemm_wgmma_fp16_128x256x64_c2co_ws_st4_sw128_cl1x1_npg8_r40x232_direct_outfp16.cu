@@ -385,19 +385,26 @@ __device__ __forceinline__ void wgmma(float (&d)[ACC_PER_WGMMA], uint64_t desc_a
 struct Tile {
     int m0, n0, batch, split;  // first row and column of this CTA's C tile, batch index, split-K slice
 };
-// Tile t of tiles_m x tiles_n cluster tiles (per batch entry), in grouped order: GROUP cluster-tile rows of M walked column by column.
-__device__ __forceinline__ Tile tile_of(int t, int tiles_m, int tiles_n, int rank_m, int rank_n, int batch) {
-    const int per_batch = tiles_m * tiles_n;
-    const int z = t / per_batch;  // slice * batch + batch entry
-    t -= z * per_batch;
+// Tile t of a grid of `blocks` x `tiles_n` tiles in grouped order: GROUP tile rows walked column
+// by column, so that a group's rows of A stay in the L2 while its columns sweep B; with
+// RASTER_SNAKE, every other group right to left.
+__device__ __forceinline__ void raster(int t, int blocks, int tiles_n, int& tm, int& tn) {
     const int span = GROUP * tiles_n;
     const int g = t / span;
     const int first = g * GROUP;
-    const int rows = min(GROUP, tiles_m - first);
+    const int rows = min(GROUP, blocks - first);
     const int r = t - g * span;
-    const int tm = first + r % rows;
-    int tn = r / rows;
+    tm = first + r % rows;
+    tn = r / rows;
     if (RASTER_SNAKE && (g & 1)) tn = tiles_n - 1 - tn;
+}
+
+// Tile t of tiles_m x tiles_n cluster tiles (per batch entry), in grouped order.
+__device__ __forceinline__ Tile tile_of(int t, int tiles_m, int tiles_n, int rank_m, int rank_n, int batch) {
+    const int per_batch = tiles_m * tiles_n;
+    const int z = t / per_batch;  // slice * batch + batch entry
+    int tm, tn;
+    raster(t - z * per_batch, tiles_m, tiles_n, tm, tn);
     return {(tm * CLUSTER_M + rank_m) * BM, (tn * CLUSTER_N + rank_n) * BN, z % batch, z / batch};
 }
 
