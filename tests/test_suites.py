@@ -340,3 +340,18 @@ def test_a_captured_loop_warms_each_set_outside_capture_then_cycles_them():
     log.clear()
     captured(log.append, 4, 2, SimpleNamespace(cuda=cuda))
     assert log == ["side", 0, 1, "end side", "capture", 0, 1, "end capture"]
+
+
+def test_results_name_the_commit_the_run_was_given(monkeypatch):
+    """A copy of the tree on a lent GPU machine has no .git of its own (or an old one): the
+    results name GEMMGEN_COMMIT, the variable tests/run_gpu.py and the scripts read, else
+    GEMMGEN_GIT_COMMIT, else the checkout's HEAD."""
+    from gemmgen.tune import results
+    monkeypatch.delenv("GEMMGEN_COMMIT", raising=False)
+    monkeypatch.delenv("GEMMGEN_GIT_COMMIT", raising=False)
+    head = results.git_commit()
+    assert head is None or len(head) == 40
+    monkeypatch.setenv("GEMMGEN_GIT_COMMIT", "abc1234")
+    assert results.git_commit() == "abc1234"
+    monkeypatch.setenv("GEMMGEN_COMMIT", "def5678")
+    assert results.git_commit() == "def5678"

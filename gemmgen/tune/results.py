@@ -50,11 +50,18 @@ def row_baseline(row: dict, field: str = "tflops"):
     return got if got is not None else row.get(old)
 
 
+COMMIT_VARIABLES = ("GEMMGEN_COMMIT", "GEMMGEN_GIT_COMMIT")
+"""Environment variables that name the commit of a copy of the tree whose .git is missing or
+stale (as on a lent GPU machine), first found first; tests/run_gpu.py and the investigation
+scripts read GEMMGEN_COMMIT too."""
+
+
 def git_commit() -> str | None:
-    """$GEMMGEN_GIT_COMMIT if set (a copy of the tree without .git, as on a lent GPU machine),
-    else the checkout's HEAD commit, else None."""
-    if os.environ.get("GEMMGEN_GIT_COMMIT"):
-        return os.environ["GEMMGEN_GIT_COMMIT"]
+    """The first of ``COMMIT_VARIABLES`` that is set, else the checkout's HEAD commit, else
+    None."""
+    for name in COMMIT_VARIABLES:
+        if os.environ.get(name):
+            return os.environ[name]
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                              timeout=10, cwd=Path(__file__).resolve().parent)
