@@ -269,7 +269,8 @@ def _grid(kind: str) -> list:
     return [{"fix": f, "split": sp, "min_slice": ms, "split_kernel": sk, "dram": dr,
              "cost": dict(zip(tiles, (1.0, *cs)))}
             for f, sp, ms, sk, dr in itertools.product(
-                (0, 2, 4), (0, 2, 4), (4, 8), (1.0, 1.02, 1.04), (0, 0.25, 0.5, 1, 2))
+                (0, 2, 4), (0, 2, 4), (fp8.PREFILL_MIN_SLICE, 8), (1.0, 1.02, 1.04),
+                (0, 0.25, 0.5, 1, 2))
             for cs in itertools.product((0.9, 1.0, 1.1, 1.2), repeat=len(tiles) - 1)]
 
 

@@ -143,6 +143,9 @@ up to PREFILL_64_M rows. "cl2": a 2 x 1 cluster multicasting B."""
 PREFILL_TILES["promoted"] = PREFILL_TILES["block"]
 PREFILL_64_M = 1024
 PREFILL_SPLITS = (2, 4, 8)
+PREFILL_MIN_SLICE = 4
+"""The fewest K blocks a split slice of the options keeps: the lowest slice floor (PREFILL's
+``min_slice``) the fit weighs."""
 PREFILL = {"fast": {"fix": 2, "split": 4, "min_slice": 4, "split_kernel": 1.02, "dram": 1,
                     "cost": {"128x256cl2": 1.0, "128x128": 0.9, "128x128cl2": 1.1,
                              "64x128": 1.0}},
@@ -173,7 +176,8 @@ def _kind(cfg) -> str:
 def prefill_options(cfg, m: int, n: int, k: int, sms: int) -> list:
     """[(tile label, config)]: each tile of PREFILL_TILES for ``cfg``'s accumulation fitted to
     ``cfg``, unsplit and with the tiles past the last whole wave split 2, 4 or 8 ways (the split
-    slices in one wave, at least 4 K blocks each), the deepest ring that fits; the valid ones."""
+    slices in one wave, at least PREFILL_MIN_SLICE K blocks each), the deepest ring that fits;
+    the valid ones."""
     kind = _kind(cfg)
     kb = math.ceil(k / 128)
     out = []
@@ -185,7 +189,7 @@ def prefill_options(cfg, m: int, n: int, k: int, sms: int) -> list:
         wave = max(1, sms // t.cluster)
         tail = split_tail(tm * tn, wave)
         for split in (1, *(s for s in PREFILL_SPLITS if tail and tail * s <= wave
-                           and kb / s >= 4)):
+                           and kb / s >= PREFILL_MIN_SLICE)):
             c = t.replace(check=False, split_k=split)
             c = c.replace(check=False, stages=_deepest(c))
             if not c.violations():
