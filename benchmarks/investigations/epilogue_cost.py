@@ -15,7 +15,9 @@ EPILOGUE_ONLY (names, comma-separated) and EPILOGUE_SHAPES (MxNxK, comma-separat
 
     python3 benchmarks/investigations/epilogue_cost.py compile DIR   # CPU: the cubins, into DIR
 
-EPILOGUE_CUBINS=DIR runs the cubins found there instead of compiling on the GPU machine.
+EPILOGUE_CUBINS=DIR runs the cubins found there instead of compiling on the GPU machine (the
+compile step chooses for EPILOGUE_GPU, by default "NVIDIA H200"; a kernel of another GPU's
+choice is built there).
 EPILOGUE_NCU=1 only checks each kernel and launches it twice more, for ncu (no timing)."""
 import json
 import os
@@ -53,11 +55,12 @@ OVERLAP = {"bias_gelu overlapped": "bias_gelu", "silu(acc + bias) overlapped": "
 REPS, ROUNDS, REPLAYS = 20, 6, 15
 
 
-def configs():
-    """{(shape, variant): config}: decide's plain kernel for each shape with each epilogue."""
+def configs(gpu: str, cc: int):
+    """{(shape, variant): config}: decide's plain kernel for each shape on ``gpu`` (compute
+    capability ``cc`` x 10) with each epilogue."""
     out = {}
     for m, n, k in SHAPES:
-        base = decide(TuneDB(None), "NVIDIA H200", "bf16", m, n, k, 90, "rcr", "none", True,
+        base = decide(TuneDB(None), gpu, "bf16", m, n, k, cc, "rcr", "none", True,
                       "native", 1)
         assert not base.swap, base
         for e in EPILOGUES:
@@ -71,7 +74,7 @@ def configs():
 def compile_to(folder):
     from gemmgen.compile.cache import compile_many
     os.makedirs(folder, exist_ok=True)
-    todo = {c.name: c for c in configs().values()}
+    todo = {c.name: c for c in configs(os.environ.get("EPILOGUE_GPU", "NVIDIA H200"), 90).values()}
     for cfg, done in zip(todo.values(), compile_many(list(todo.values()), arch="sm_90a")):
         with open(os.path.join(folder, cfg.name + ".cubin"), "wb") as f:
             f.write(done[0])
@@ -104,8 +107,8 @@ def graph_ms(launch, sets):
 
 def main(tag):
     dt = torch.bfloat16
-    gpu, _ = device_identity(0)
-    chosen = configs()
+    gpu, cc = device_identity(0)
+    chosen = configs(gpu, cc)
     gen = torch.Generator(device="cuda").manual_seed(0)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
