@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from gemmgen.heuristics.fp8 import PREFILL_TILES, choose_fp8
+from gemmgen.heuristics.fp8 import PREFILL_TILES, _deepest, choose_fp8
 
 K, TS = 16384, range(56, 73)
 M = {"128x256cl2": 256, "128x128": 128}  # one row of tiles each
@@ -28,10 +28,9 @@ def configs() -> dict:
     out = {}
     for label in ("128x256cl2", "128x128"):
         c = base.replace(check=False, **PREFILL_TILES["fast"][label])
-        for stages in range(9, 1, -1):
-            if not c.replace(check=False, stages=stages).violations():
-                out[label] = c.replace(check=False, stages=stages)
-                break
+        c = c.replace(check=False, stages=_deepest(c))
+        if not c.violations():
+            out[label] = c
     return out
 
 

@@ -28,7 +28,7 @@ import math
 import os
 import sys
 
-from gemmgen.heuristics.fp8 import choose_fp8
+from gemmgen.heuristics.fp8 import _deepest, choose_fp8
 
 TRAIN = {"llama3_8b": [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336)],
          "mistral_7b_mlp": [(28672, 4096)],
@@ -56,11 +56,9 @@ def candidates(base):
                 cfg = base.replace(check=False, bm=bm, consumers=cons, bn=bn, split_k=split,
                                    regs_consumer=240 if cons == 1 else 232, store="direct",
                                    cluster_m=1, cluster_n=1, overlap=BLOCK)
-                for stages in range(9, 1, -1):
-                    c = cfg.replace(check=False, stages=stages)
-                    if not c.violations():
-                        out[(bm, bn, split)] = c
-                        break
+                c = cfg.replace(check=False, stages=_deepest(cfg))
+                if not c.violations():
+                    out[(bm, bn, split)] = c
     return out
 
 
