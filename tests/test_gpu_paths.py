@@ -30,6 +30,14 @@ PATHS = {
         split_inline=True),
     "3xTF32 crr, split-K 2, bias+ReLU": PRESETS["wgmma_3xtf32"].config.replace(
         layout="crr", split_k=2, epilogue="bias_relu"),
+    "stream-K 3, 128x128, TMA store": PRESETS["wgmma_tma_store"].config.replace(
+        bn=128, stages=6, split_k=3, split_inline=True, stream_k=True),
+    "stream-K 4, decode 64x8, rcc": PRESETS["wgmma_tma_store"].config.replace(
+        store="direct", bm=64, bn=8, consumers=1, regs_producer=0, regs_consumer=0, stages=8,
+        split_k=4, split_inline=True, stream_k=True, layout="rcc"),
+    "stream-K 8, 3xTF32 crr, bias+ReLU": PRESETS["wgmma_3xtf32"].config.replace(
+        layout="crr", store="direct", split_k=8, split_inline=True, stream_k=True,
+        epilogue="bias_relu"),
 }
 
 
@@ -56,6 +64,12 @@ TAIL = {
     "64x128, one consumer, direct, ccc, bias+GELU, split 4": PRESETS["wgmma_tma_store"].config
     .replace(bm=64, bn=128, consumers=1, regs_producer=0, regs_consumer=0, stages=8,
              store="direct", layout="ccc", epilogue="bias_gelu", split_k=4, split_inline=True),
+    "128x128, TMA store, stream-K 3": PRESETS["wgmma_tma_store"].config.replace(
+        bn=128, stages=6, split_k=3, split_inline=True, stream_k=True),
+    "64x128, one consumer, direct, ccc, bias+GELU, stream-K 4": PRESETS["wgmma_tma_store"].config
+    .replace(bm=64, bn=128, consumers=1, regs_producer=0, regs_consumer=0, stages=8,
+             store="direct", layout="ccc", epilogue="bias_gelu", split_k=4, split_inline=True,
+             stream_k=True),
 }
 
 
@@ -77,6 +91,30 @@ def test_inline_split_k_past_one_wave_splits_only_the_tail(hopper, label):
         split = c.split_tiles(t, sms)
         assert 0 < split < t if t > sms else split == t, (t, split)
         assert (f"on the last {split} of {t} tiles" in r.path) == (split < t), r.path
+
+
+def test_stream_k_is_reproducible_and_matches_the_unsplit_kernel(hopper):
+    """Stream-K sums a tile's pieces in K order whoever arrives last: two launches give the same
+    bits; and its result is within float32 rounding of the unsplit kernel's on a tail whose
+    pieces cross tile boundaries (256 x 4544 x 4544: 72 tiles of 128 x 128 on the SMs)."""
+    torch = pytest.importorskip("torch")
+    cfg = TAIL["128x128, TMA store, stream-K 3"]
+    kern, whole = build(cfg), build(cfg.replace(split_k=1, split_inline=False, stream_k=False))
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    m, n, k = 256, 4544, 4544
+    a = torch.randn(m, k, device="cuda", generator=gen).half()
+    b = torch.randn(k, n, device="cuda", generator=gen).half()
+    outs = []
+    for kernel in (kern, kern, whole):
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
+        kernel(a, b, c)
+        torch.cuda.synchronize()
+        outs.append(c)
+    assert torch.equal(outs[0], outs[1])
+    ref = a.double() @ b.double()
+    err = ((outs[0].double() - ref).norm() / ref.norm()).item()
+    assert err <= tolerance(k, "fp16", "fp32", "fp16"), err
+    assert ((outs[0].double() - outs[2].double()).norm() / ref.norm()).item() < 1e-3
 
 
 def test_large_odd_operands_are_repacked_not_sent_to_the_fallback(hopper):

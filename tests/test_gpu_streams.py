@@ -23,6 +23,8 @@ PATHS = {  # label: (config, (M, N, K), operand layouts, the path's note)
     "split-K 4": (BF16.replace(store="direct", split_k=4), (128, 256, 8192), "rr", "split-K 4"),
     "inline split-K 4": (BF16.replace(store="direct", split_k=4, split_inline=True),
                          (128, 256, 16384), "rr", "split-K 4 inline"),
+    "stream-K 4": (BF16.replace(store="direct", split_k=4, split_inline=True, stream_k=True),
+                   (384, 1024, 4096), "rr", "split-K 4 inline, stream-K"),
     "repack A+B": (BF16.replace(store="direct", layout="ccc"), (1023, 1025, 1021), "cc",
                    "repack"),
     "3xTF32": (PRESETS["wgmma_3xtf32"].config, (256, 256, 1024), "rr", "3xtf32"),

@@ -61,3 +61,63 @@ def test_the_recipe_passes_the_split_tiles_and_sizes_their_workspace(nvcc, monke
     assert {p.index for p in gemm.patches if p.offset in (offsets[19], offsets[20])} == {
         WORK_BASE, WORK_BASE + 1}
     assert gemm.grid == (min(132, tiles - split + 4 * split), 1, 1)
+
+
+def _pieces_cover_the_tail(tail: int, kt: int, ctas: int, most: int) -> None:
+    from gemmgen.model.families.hopper import stream_k_pieces
+    pieces = stream_k_pieces(tail, kt, ctas, most)
+    of_tile: dict = {}
+    for cta in pieces:
+        assert len(cta) <= 2, cta  # a range is at most one tile long
+        for tile, k0, nk, piece, count in cta:
+            assert count <= most
+            of_tile.setdefault(tile, []).append((piece, k0, nk, count))
+    assert sorted(of_tile) == list(range(tail))
+    for got in of_tile.values():
+        got.sort()
+        assert [p for p, *_ in got] == list(range(got[0][3])), got  # pieces 0 .. count - 1
+        assert [k0 for _, k0, _, _ in got] == [sum(g[2] for g in got[:i]) for i in
+                                               range(len(got))], got  # in K order, no gaps
+        assert sum(g[2] for g in got) == kt, got
+
+
+@pytest.mark.parametrize("tail, kt, ctas, most", [
+    (72, 71, 132, 3), (128, 64, 132, 3), (21, 16, 132, 4), (1, 1, 132, 8), (5, 0, 132, 3),
+    (132, 200, 132, 3), (37, 9, 7 * 19, 4), (3, 1000, 132, 8)])
+def test_stream_k_pieces_cover_each_tail_tile_once_in_k_order(tail, kt, ctas, most):
+    """Every K tile of every split tile belongs to exactly one piece; a tile's pieces are
+    numbered in K order (the order they are summed in), at most ``most`` of them; a CTA takes
+    at most two pieces (the end of one tile, the start of the next); with no K tiles each tile
+    is one empty piece."""
+    _pieces_cover_the_tail(tail, kt, ctas, most)
+
+
+def test_stream_k_spreads_the_tail_over_every_sm():
+    """72 tiles of 71 K tiles on 132 SMs: 132 ranges of 38 or 39 K tiles (unsplit, 72 SMs
+    would run 71 each); with at most 2 pieces a tile only whole tiles could be ranges, which
+    rule H56 refuses."""
+    from gemmgen.model.families.hopper import stream_k_pieces
+    pieces = stream_k_pieces(72, 71, 132, 3)
+    assert {sum(p[2] for p in cta) for cta in pieces} == {38, 39}
+    cfg = TMA.replace(bn=128, stages=6, split_k=3, split_inline=True, stream_k=True)
+    assert not cfg.violations() and cfg.name.endswith("_sk3i_streamk")
+    broken = {v.rule.id for c in (cfg.replace(check=False, split_k=2),
+                                  cfg.replace(check=False, split_inline=False, store="direct"),
+                                  cfg.replace(check=False, persistent=False))
+              for v in c.violations()}
+    assert {"H54", "H55", "H56"} <= broken, broken
+
+
+def test_stream_k_launches_one_cta_per_sm_over_a_split_tail():
+    """The grid of a stream-K kernel with a split tail is every SM (the tail's K tiles are
+    shared among them all); with whole waves it is the tiles', as for the inline split."""
+    from types import SimpleNamespace
+
+    from gemmgen.runtime.hopper.wgmma import WgmmaLaunch
+    cfg = TMA.replace(bn=128, stages=6, split_k=3, split_inline=True, stream_k=True)
+    launch = SimpleNamespace(config=cfg)
+    grid = lambda m, n: WgmmaLaunch.grid(launch, SimpleNamespace(m=m, n=n, batch=1), 132)  # noqa
+    assert grid(256, 4544) == (132, 1, 1)       # 72 tiles, all split
+    assert grid(1100, 2112) == (132, 1, 1)      # 153 tiles, the last 21 split
+    assert grid(1408, 3072) == (132, 1, 1)      # 264 tiles: two whole waves
+    assert grid(128, 512) == (132, 1, 1)        # 4 tiles, 4 x 64 K tiles over 132 CTAs

@@ -73,9 +73,12 @@ class WgmmaLaunch(HopperLaunch):
 
     def grid(self, args: KernelArgs, sms: int) -> tuple[int, int, int]:
         """(x, 1, z): every cluster tile (of every batch entry and split-K slice), or,
-        persistent, at most one CTA per SM (``sms`` of them) in whole clusters."""
+        persistent, at most one CTA per SM (``sms`` of them) in whole clusters; with stream-K
+        and a split tail, one CTA per SM (the tail is shared among them all)."""
         cfg = self.config
         tiles = -(-args.m // (cfg.bm * cfg.cluster_m)) * -(-args.n // (cfg.bn * cfg.cluster_n))
+        if cfg.stream_k and cfg.split_tiles(tiles * args.batch, sms):
+            return sms, 1, 1   # clusters of one CTA (rule H40)
         if cfg.persistent:
             units = cfg.work_units(tiles * args.batch, sms // cfg.cluster)
             return max(1, min(units, sms // cfg.cluster)) * cfg.cluster, 1, 1
@@ -237,7 +240,8 @@ class WgmmaLaunch(HopperLaunch):
         cfg = self.config
         tiles = -(-m // cfg.bm) * -(-n // cfg.bn) * batch
         split = cfg.split_tiles(tiles, driver.device_attribute(dev, "sms"))
-        path.append(split_label(cfg.split_k, split, tiles, " inline"))
+        path.append(split_label(cfg.split_k, split, tiles,
+                                " inline, stream-K" if cfg.stream_k else " inline"))
         buf = workspace(work, "split-K", max(1, split) * cfg.split_k * cfg.bm * cfg.bn * 4)
         counters = workspace(work, "split-K counters", max(1, split) * cfg.consumers * 4,
                              zero=True)

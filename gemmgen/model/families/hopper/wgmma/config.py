@@ -8,7 +8,7 @@ from ....config import LAYOUTS, ConfigBase, div
 from ....epilogue_rules import EPILOGUE_RULES
 from .. import BARRIER_BYTES, HopperTile, WARPGROUP, split_tail
 from .env import WgmmaEnv
-from .rules import MATHS, OVERLAP_RESERVE, WGMMA_FEATURE_RULES, WGMMA_RULES
+from .rules import MATHS, OVERLAP_RESERVE, STREAM_K_RULES, WGMMA_FEATURE_RULES, WGMMA_RULES
 from .vectors import consumer_bytes, residual_staged, staged_vectors
 
 
@@ -51,6 +51,14 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
       splits only the tiles past its last whole wave (``split_tiles``): the whole waves' tiles
       run unsplit and the split slices fill the tail (data-parallel tiles and a split tail, a
       hybrid in Stream-K's terms: Osama et al., PPoPP 2023).
+    - ``stream_k``: with an inline split-K on a persistent grid, the split tiles' K tiles are
+      shared out in equal contiguous ranges among the grid's CTAs instead of in ``split_k``
+      slices a tile (Stream-K, Osama et al., PPoPP 2023; CUTLASS's stream-K scheduler): a
+      tail of T tiles of K_t K tiles each gives every CTA T x K_t / CTAs of them, a piece
+      of one tile or the end of one and the start of the next. A tile's pieces (at most
+      ``split_k``: a range holds at least ceil(K_t / (split_k - 1)) K tiles, fewer CTAs
+      take part where that leaves too few) are summed in K order by the last to arrive,
+      as the slices of the inline split-K are: reproducible from run to run.
     - ``math``: "native", or "3xtf32" (dtype tf32): the module's ``<name>_split3`` kernel
       writes each float32 operand as tf32 big = rna(x) and small = rna(x - big) parts,
       K-major, per BK chunk of K (A: small, big, big; B: big, small, big), and the kernel
@@ -107,6 +115,7 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
     k: int | None = None
     dual: bool = False
     overlap: bool = False
+    stream_k: bool = False
 
     family = "wgmma"
     template = "wgmma.cu.j2"
@@ -116,14 +125,14 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
     field_types = {"dtype": str, "out": str, "pingpong": bool, "producer": bool,
                    "split_inline": bool,
                    "persistent": bool, "raster": str, "store": str, "math": str, "layout": str,
-                   "epilogue": str, "dual": bool, "overlap": bool}
+                   "epilogue": str, "dual": bool, "overlap": bool, "stream_k": bool}
     choices = {"dtype": ("fp16", "bf16", "tf32"), "out": ("fp16", "bf16", "fp32"),
                "raster": ("grouped", "snake"), "store": ("tma", "direct"), "math": MATHS,
                "layout": LAYOUTS}
     optional = frozenset({"m", "n", "k"})
     fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype", "out", "math", "dual",
-                       "overlap")
-    quiet: ClassVar[dict[str, object]] = {"dual": False, "overlap": False}
+                       "overlap", "stream_k")
+    quiet: ClassVar[dict[str, object]] = {"dual": False, "overlap": False, "stream_k": False}
     search_domain = {
         "bm": (64, 128, 192, 256), "bn": (64, 96, 128, 160, 192, 224, 256), "bk": (16, 32, 64),
         "consumers": (1, 2), "pingpong": (False, True), "producer": (False, True),
@@ -144,7 +153,7 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
                 f"_{ws}_st{self.stages}_sw{self.swizzle}_cl{self.cluster_m}x{self.cluster_n}"
                 f"_{sched}_r{self.regs_producer}x{self.regs_consumer}_{self.store}"
                 f"_out{self.out}{f'_sk{self.split_k}' if self.split_k > 1 else ''}"
-                f"{'i' if self.split_inline else ''}"
+                f"{'i' if self.split_inline else ''}{'_streamk' if self.stream_k else ''}"
                 f"{'_3xtf32' if self.math == '3xtf32' else ''}"
                 f"{f'_f{self.flush}' if self.flush != 1 else ''}{'_dual' if self.dual else ''}"
                 f"{'_ov' if self.overlap else ''}{self.feature_suffix()}")
@@ -162,6 +171,7 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
                 f"store {self.store}  out {self.out}"
                 f"{f'  split-K {self.split_k}' if self.split_k > 1 else ''}"
                 f"{' inline' if self.split_inline else ''}"
+                f"{'  stream-K' if self.stream_k else ''}"
                 f"{'  3xTF32' if self.math == '3xtf32' else ''}"
                 f"{'  dual' if self.dual else ''}{'  overlap' if self.overlap else ''}")
 
@@ -174,8 +184,10 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
 
     def feature_rules(self) -> tuple:
         """The epilogue rules (E01-E11) and the wgmma feature rules (H42-H51), for a config
-        that uses a feature (``extended``); none otherwise."""
-        return EPILOGUE_RULES + WGMMA_FEATURE_RULES if self.extended else ()
+        that uses a feature (``extended``), and the stream-K rules (H54-H56) for a stream-K
+        config; none otherwise."""
+        return ((EPILOGUE_RULES + WGMMA_FEATURE_RULES if self.extended else ())
+                + (STREAM_K_RULES if self.stream_k else ()))
 
     def rendered_rules(self) -> tuple:
         """Every rule but H52 (c-col-scatter-rows) for a config that writes no column-major C

@@ -100,3 +100,16 @@ WGMMA_FEATURE_RULES: tuple[Rule, ...] = (
 """Rules of the features a config may add to the family's table (an epilogue tree, the dual
 GEMM, the overlap): part of a config's table, and its kernel's asserts, only when it uses one
 of them, so the kernels without them keep their sources."""
+
+STREAM_K_RULES: tuple[Rule, ...] = (
+    Rule("H54", "stream-k-inline", equal("SPLIT_INLINE", 1),
+         "stream-K reduces a tile's pieces as the inline split-K reduces its slices (split_k "
+         "bounds the pieces of a tile)"),
+    Rule("H55", "stream-k-persistent", equal("PERSISTENT", 1),
+         "stream-K shares the split tail's K tiles among the persistent grid's CTAs"),
+    Rule("H56", "stream-k-pieces", at_least("SPLIT_K", 3),
+         "with at most two pieces a tile, every CTA of the tail would take one whole tile: "
+         "split_k 3 or more"),
+)
+"""Rules of stream-K (``stream_k``): part of a config's table, and its kernel's asserts, only
+when it uses it."""
