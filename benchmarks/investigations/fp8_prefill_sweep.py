@@ -128,22 +128,22 @@ def compile_all(folder: str) -> None:
     compile_to(folder, [c for *_, n, k, m in problems() for c in candidates(m, n, k).values()])
 
 
-def _inputs(m, n, k, l2):
+def _inputs(m, n, k, l2, block=BLOCK):
     """Operand sets (a, b K x N column-major, scale_a, scale_b) past twice the L2, and the
-    float64 product of set 0's dequantized operands."""
+    float64 product of set 0's dequantized operands; ``block``: 1 x 128 / 128 x 128 scales."""
     import torch
 
     import gemmgen.torch as gt
-    a_block, w_block = ((1, 128), (128, 128)) if BLOCK else (None, None)
+    a_block, w_block = ((1, 128), (128, 128)) if block else (None, None)
     sets = max(2, -(-2 * l2 // (n * k + m * k)))
     out = []
     for _ in range(sets):
         a, sa = gt.quantize(torch.randn(m, k, device="cuda"), a_block)
         w, sw = gt.quantize(torch.randn(n, k, device="cuda") * k ** -0.5, w_block)
-        out.append((a, w.t(), sa, sw.t() if BLOCK else sw))
+        out.append((a, w.t(), sa, sw.t() if block else sw))
     a, b, sa, sb = out[0]
     ref = (gt.dequantize(a, sa, a_block).double()
-           @ gt.dequantize(b.t(), sb.t() if BLOCK else sb, w_block).double().t())
+           @ gt.dequantize(b.t(), sb.t() if block else sb, w_block).double().t())
     return out, ref
 
 
