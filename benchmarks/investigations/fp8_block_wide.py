@@ -36,7 +36,7 @@ from gemmgen.heuristics.fp8 import choose_fp8
 SEEN = [(4096, 7168, 16384), (4096, 2112, 7168), (4096, 24576, 1536), (4096, 32768, 512),
         (4096, 7168, 2048), (2048, 4096, 4096), (2048, 7168, 16384), (2048, 24576, 1536)]
 HELD = [(4096, n, k) for layers in TEST.values() for n, k in layers]
-SMS, REPS, REPLAYS = 132, 10, 7
+SMS = 132
 WIDE = {"128x192": dict(bn=192, partials=1, overlap=False, store="tma"),
         "128x192cl2": dict(bn=192, partials=1, overlap=False, store="tma", cluster_m=2),
         "128x160": dict(bn=160, partials=1, overlap=False, store="direct"),
@@ -67,50 +67,16 @@ def compile_all(folder: str) -> None:
 
 
 def run(folder: str) -> None:
-    import torch
-
-    from fp8_prefill_sweep import _inputs
-    from gemmgen.runtime.operands.scales import check_fp8
-    from gemmgen.runtime.plans import plan_scaled
+    from fp8_prefill_sweep import time_row
     from layer_sweep import Device
     dev = Device(folder)
     rows = []
     for which, m, n, k in problems():
-        sets, ref = _inputs(m, n, k, dev.l2, block=True)
-        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-
-        def theirs(i):
-            a, b, sa, sb = sets[i % len(sets)]
-            torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
-        want = torch._scaled_mm(*sets[0], out_dtype=torch.bfloat16)
-        torch_err = ((want.double() - ref).norm() / ref.norm()).item()
-        row = {"set": which, "M": m, "N": n, "K": k, "torch_error": torch_err, "candidates": {}}
-        launches = {}
-        for label, cfg in candidates(m, n, k).items():
-            plan = plan_scaled(dev.kernel(cfg), check_fp8(*sets[0][:2], *sets[0][2:], d), 0)
-
-            def launch(i, plan=plan):
-                a, b, sa, sb = sets[i % len(sets)]
-                plan.run(a, b, d, None, sa, sb, stream=torch.cuda.current_stream().cuda_stream)
-            d.fill_(float("nan"))
-            launch(0)
-            torch.cuda.synchronize()
-            err = ((d.double() - ref).norm() / ref.norm()).item()
-            row["candidates"][label] = {"config": cfg.name, "error": err,
-                                        "ok": err <= 2 * torch_err + 1e-3}
-            launches[label] = launch
-        dev.graph_ms(theirs, REPS, 3 * REPLAYS)  # warm-up: the GPU at its working clock
-        torch_ms = [dev.graph_ms(theirs, REPS, REPLAYS)]
-        for order in (list(launches), list(reversed(launches))):
-            for label in order:
-                row["candidates"][label].setdefault("rounds_ms", []).append(
-                    dev.graph_ms(launches[label], REPS, REPLAYS))
-            torch_ms.append(dev.graph_ms(theirs, REPS, REPLAYS))
-        row["torch_ms"] = sum(torch_ms) / len(torch_ms)
+        row = {"set": which, "M": m, "N": n, "K": k,
+               **time_row(dev, m, n, k, candidates(m, n, k), block=True, fast=False)}
         flops = 2 * m * n * k
         row["torch_tflops"] = round(flops / row["torch_ms"] / 1e9, 1)
         for c in row["candidates"].values():
-            c["ms"] = sum(c["rounds_ms"]) / 2
             c["tflops"] = round(flops / c["ms"] / 1e9, 1)
             c["x_torch"] = round(row["torch_ms"] / c["ms"], 3)
         print(json.dumps({"set": which, "MNK": f"{m}x{n}x{k}", "torch": row["torch_tflops"],

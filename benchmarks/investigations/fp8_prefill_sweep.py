@@ -147,55 +147,66 @@ def _inputs(m, n, k, l2, block=BLOCK):
     return out, ref
 
 
-def run(folder: str) -> None:
+def time_row(dev, m: int, n: int, k: int, configs: dict, block: bool = BLOCK,
+             fast: bool = FAST) -> dict:
+    """One problem's timings on ``dev`` (a layer_sweep.Device): operand sets past twice the L2
+    (``_inputs``), torch._scaled_mm's error and time (warmed up first, then before, between
+    and after two rounds) and each of ``configs`` ({label: config}) checked against float64
+    (D poisoned first; ok within twice torch's error + 1e-3) and timed in the two rounds, the
+    second in reverse order, their mean kept: {"torch_error", "candidates", "torch_rounds_ms",
+    "torch_ms"}."""
     import torch
 
     from gemmgen.runtime.operands.scales import check_fp8
     from gemmgen.runtime.plans import plan_scaled
+    sets, ref = _inputs(m, n, k, dev.l2, block)
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+
+    def theirs(i):
+        a, b, sa, sb = sets[i % len(sets)]
+        torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
+
+    def error(launch):
+        d.fill_(float("nan"))
+        launch(0)
+        torch.cuda.synchronize()
+        return ((d.double() - ref).norm() / ref.norm()).item()
+    want = torch._scaled_mm(*sets[0], out_dtype=torch.bfloat16, use_fast_accum=fast)
+    torch_err = ((want.double() - ref).norm() / ref.norm()).item()
+    row = {"torch_error": torch_err, "candidates": {}}
+    launches = {}
+    for label, cfg in configs.items():
+        plan = plan_scaled(dev.kernel(cfg), check_fp8(*sets[0][:2], *sets[0][2:], d), 0)
+
+        def launch(i, plan=plan):
+            a, b, sa, sb = sets[i % len(sets)]
+            plan.run(a, b, d, None, sa, sb, stream=torch.cuda.current_stream().cuda_stream)
+        err = error(launch)
+        row["candidates"][label] = {"config": cfg.name, "error": err,
+                                    "ok": err <= 2 * torch_err + 1e-3}
+        launches[label] = launch
+    dev.graph_ms(theirs, REPS, 3 * REPLAYS)  # warm-up: the GPU at its working clock
+    torch_ms = [dev.graph_ms(theirs, REPS, REPLAYS)]
+    for order in (list(launches), list(reversed(launches))):
+        for label in order:
+            c = row["candidates"][label]
+            c.setdefault("rounds_ms", []).append(dev.graph_ms(launches[label], REPS, REPLAYS))
+        torch_ms.append(dev.graph_ms(theirs, REPS, REPLAYS))
+    for c in row["candidates"].values():
+        c["ms"] = sum(c["rounds_ms"]) / 2
+    row["torch_rounds_ms"] = torch_ms
+    row["torch_ms"] = sum(torch_ms) / len(torch_ms)
+    return row
+
+
+def run(folder: str) -> None:
     from layer_sweep import Device
     dev = Device(folder)
     rows = []
     limit = int(os.environ.get("SWEEP_ROWS", 10 ** 9))
     for which, model, n, k, m in problems()[:limit]:
-        sets, ref = _inputs(m, n, k, dev.l2)
-        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-
-        def theirs(i):
-            a, b, sa, sb = sets[i % len(sets)]
-            torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=FAST)
-
-        def error(launch):
-            d.fill_(float("nan"))
-            launch(0)
-            torch.cuda.synchronize()
-            return ((d.double() - ref).norm() / ref.norm()).item()
-        want = torch._scaled_mm(*sets[0], out_dtype=torch.bfloat16, use_fast_accum=FAST)
-        torch_err = ((want.double() - ref).norm() / ref.norm()).item()
-        row = {"set": which, "model": model, "M": m, "N": n, "K": k, "torch_error": torch_err,
-               "candidates": {}}
-        launches = {}
-        for label, cfg in candidates(m, n, k).items():
-            plan = plan_scaled(dev.kernel(cfg), check_fp8(*sets[0][:2], *sets[0][2:], d), 0)
-
-            def launch(i, plan=plan):
-                a, b, sa, sb = sets[i % len(sets)]
-                plan.run(a, b, d, None, sa, sb, stream=torch.cuda.current_stream().cuda_stream)
-            err = error(launch)
-            row["candidates"][label] = {"config": cfg.name, "error": err,
-                                        "ok": err <= 2 * torch_err + 1e-3}
-            launches[label] = launch
-        dev.graph_ms(theirs, REPS, 3 * REPLAYS)  # warm-up: the GPU at its working clock
-        torch_ms = [dev.graph_ms(theirs, REPS, REPLAYS)]
-        for order in (list(launches), list(reversed(launches))):
-            for label in order:
-                c = row["candidates"][label]
-                c.setdefault("rounds_ms", []).append(dev.graph_ms(launches[label], REPS,
-                                                                  REPLAYS))
-            torch_ms.append(dev.graph_ms(theirs, REPS, REPLAYS))
-        for c in row["candidates"].values():
-            c["ms"] = sum(c["rounds_ms"]) / 2
-        row["torch_rounds_ms"] = torch_ms
-        row["torch_ms"] = sum(torch_ms) / len(torch_ms)
+        row = {"set": which, "model": model, "M": m, "N": n, "K": k,
+               **time_row(dev, m, n, k, candidates(m, n, k))}
         c = row["candidates"]
         best = min((x for x in c if c[x]["ok"]), key=lambda x: c[x]["ms"])
         print(json.dumps({"set": which, "M": m, "N": n, "K": k, "best": best,
