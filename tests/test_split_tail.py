@@ -27,6 +27,13 @@ def test_split_tiles_are_the_tail_past_the_last_whole_wave():
     assert whole.split_tiles(153, 132) == 153, "one tile per CTA: every tile is split"
 
 
+def test_the_workspace_holds_the_split_tiles_slices_and_a_counter_per_consumer():
+    cfg = TMA.replace(bn=128, stages=6, split_k=4, split_inline=True)
+    assert cfg.workspace_bytes(153, 132) == (21 * 4 * 128 * 128 * 4, 21 * 2 * 4)
+    assert cfg.workspace_bytes(264, 132) == (4 * 128 * 128 * 4, 2 * 4)  # none split: one tile's
+    assert cfg.replace(split_inline=False, store="direct").workspace_bytes(153, 132) == (0, 0)
+
+
 def test_an_inline_split_k_may_store_c_through_tma():
     assert not TMA.replace(split_k=4, split_inline=True).violations()
     broken = TMA.replace(check=False, split_k=4).violations()

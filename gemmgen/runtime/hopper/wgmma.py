@@ -239,12 +239,13 @@ class WgmmaLaunch(HopperLaunch):
         last tiles are split (``WgmmaConfig.split_tiles``), which ``path`` gets."""
         cfg = self.config
         tiles = -(-m // cfg.bm) * -(-n // cfg.bn) * batch
-        split = cfg.split_tiles(tiles, driver.device_attribute(dev, "sms"))
+        sms = driver.device_attribute(dev, "sms")
+        split = cfg.split_tiles(tiles, sms)
         path.append(split_label(cfg.split_k, split, tiles,
                                 " inline, stream-K" if cfg.stream_k else " inline"))
-        buf = workspace(work, "split-K", max(1, split) * cfg.split_k * cfg.bm * cfg.bn * 4)
-        counters = workspace(work, "split-K counters", max(1, split) * cfg.consumers * 4,
-                             zero=True)
+        w_bytes, c_bytes = cfg.workspace_bytes(tiles, sms)
+        buf = workspace(work, "split-K", w_bytes)
+        counters = workspace(work, "split-K counters", c_bytes, zero=True)
         return buf, counters, split
 
     def _split_k(self, dev, after: list, work: list, m, n, batch, alpha, out, epi=None) -> tuple:

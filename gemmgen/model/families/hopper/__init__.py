@@ -164,6 +164,16 @@ def split_tail(tiles: int, wave: int) -> int:
     return tiles if tiles <= wave else tiles % wave
 
 
+def split_workspace(split_tiles: int, split_k: int, tile_elems: int,
+                    consumers: int) -> tuple[int, int]:
+    """Bytes of the workspaces of an in-kernel split-K over ``split_tiles`` split CTA tiles:
+    the fp32 partial sums of each one's ``split_k`` slices of ``tile_elems`` elements, and one
+    int counter per tile and consumer; one tile's worth where none is split (the kernel still
+    takes the pointers)."""
+    tiles = max(1, split_tiles)
+    return tiles * split_k * tile_elems * 4, tiles * consumers * 4
+
+
 def stream_k_pieces(split_tiles: int, k_tiles: int, ctas: int, most: int) -> list[list[tuple]]:
     """The pieces each of ``ctas`` CTAs takes of a stream-K tail of ``split_tiles`` tiles of
     ``k_tiles`` K tiles each, as the wgmma kernel's scheduler computes them: per CTA, a list

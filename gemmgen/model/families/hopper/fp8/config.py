@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from ....config import EPILOGUES, LAYOUTS, ConfigBase, div
 from ....dtypes import FP8_DTYPES
-from .. import ALIGN_SLACK, HopperTile, REGISTER_FILE, split_tail
+from .. import ALIGN_SLACK, HopperTile, REGISTER_FILE, split_tail, split_workspace
 from .env import Fp8Env
 from .rules import FLAG_BYTES, FP8_RULES, QUANTS, REG_RESERVE, SCALINGS, STORES
 
@@ -258,5 +258,5 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
         takes the pointers)."""
         if self.split_k == 1:
             return 0, 0
-        cta_tiles = max(1, self.split_tiles(m, n, sms)) * self.cluster
-        return cta_tiles * self.split_k * self.bm * self.bn * 4, cta_tiles * self.consumers * 4
+        return split_workspace(max(1, self.split_tiles(m, n, sms)) * self.cluster, self.split_k,
+                               self.bm * self.bn, self.consumers)

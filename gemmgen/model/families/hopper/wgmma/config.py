@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from ....config import LAYOUTS, ConfigBase, div
 from ....epilogue_rules import EPILOGUE_RULES
-from .. import BARRIER_BYTES, HopperTile, WARPGROUP, split_tail
+from .. import BARRIER_BYTES, HopperTile, WARPGROUP, split_tail, split_workspace
 from .env import WgmmaEnv
 from .rules import MATHS, OVERLAP_RESERVE, STREAM_K_RULES, WGMMA_FEATURE_RULES, WGMMA_RULES
 from .vectors import consumer_bytes, residual_staged, staged_vectors
@@ -255,6 +255,15 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
         if self.split_k == 1 or not self.split_inline:
             return 0
         return split_tail(tiles, sms) if self.persistent else tiles
+
+    def workspace_bytes(self, tiles: int, sms: int) -> tuple[int, int]:
+        """An inline split-K's workspace (fp32 partials of every slice of each split tile, in
+        fragment order) and counters (one int per split tile and consumer), in bytes, for a
+        launch of ``tiles`` C tiles on ``sms`` SMs; (0, 0) without one."""
+        if not self.split_inline:
+            return 0, 0
+        return split_workspace(self.split_tiles(tiles, sms), self.split_k, self.bm * self.bn,
+                               self.consumers)
 
     def work_units(self, tiles: int, sms: int) -> int:
         """The work units (whole tiles and slices of split tiles) of a launch of ``tiles``
