@@ -72,9 +72,10 @@ def test_rules_lists_the_tables(run):
     from gemmgen.model.families.simt import SIMT_RULES
     out = run("rules").output.splitlines()
     from gemmgen.model.epilogue_rules import EPILOGUE_RULES
-    from gemmgen.model.families.hopper.wgmma.rules import WGMMA_FEATURE_RULES
+    from gemmgen.model.families.hopper.wgmma.rules import STREAM_K_RULES, WGMMA_FEATURE_RULES
     assert len(out) == sum(len(f.config.rules) + 1 for f in FAMILIES.values()) + len(
-        EPILOGUE_RULES) + len(WGMMA_FEATURE_RULES) + 2
+        EPILOGUE_RULES) + len(WGMMA_FEATURE_RULES) + len(STREAM_K_RULES) + 3
+    assert out[-1].split()[:2] == ["H56", "stream-k-pieces"]
     assert out[22].split()[:2] == ["R22", "a-tile-loads"]
     assert "W08" in out[len(SIMT_RULES) + 9]
 

@@ -71,7 +71,7 @@ def test_the_recipe_passes_the_split_tiles_and_sizes_their_workspace(nvcc, monke
 
 
 def _pieces_cover_the_tail(tail: int, kt: int, ctas: int, most: int) -> None:
-    from gemmgen.model.families.hopper import stream_k_pieces
+    from gemmgen.model.families.hopper.split import stream_k_pieces
     pieces = stream_k_pieces(tail, kt, ctas, most)
     of_tile: dict = {}
     for cta in pieces:
@@ -103,7 +103,7 @@ def test_stream_k_spreads_the_tail_over_every_sm():
     """72 tiles of 71 K tiles on 132 SMs: 132 ranges of 38 or 39 K tiles (unsplit, 72 SMs
     would run 71 each); with at most 2 pieces a tile only whole tiles could be ranges, which
     rule H56 refuses."""
-    from gemmgen.model.families.hopper import stream_k_pieces
+    from gemmgen.model.families.hopper.split import stream_k_pieces
     pieces = stream_k_pieces(72, 71, 132, 3)
     assert {sum(p[2] for p in cta) for cta in pieces} == {38, 39}
     cfg = TMA.replace(bn=128, stages=6, split_k=3, split_inline=True, stream_k=True)
@@ -127,4 +127,4 @@ def test_stream_k_launches_one_cta_per_sm_over_a_split_tail():
     assert grid(256, 4544) == (132, 1, 1)       # 72 tiles, all split
     assert grid(1100, 2112) == (132, 1, 1)      # 153 tiles, the last 21 split
     assert grid(1408, 3072) == (132, 1, 1)      # 264 tiles: two whole waves
-    assert grid(128, 512) == (132, 1, 1)        # 4 tiles, 4 x 64 K tiles over 132 CTAs
+    assert grid(128, 512) == (132, 1, 1)        # 4 tiles: 8 of the 132 CTAs take part

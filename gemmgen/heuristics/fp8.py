@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from ..model.families.hopper import split_tail
+from ..model.families.hopper.split import split_tail
 from ..model.presets import PRESETS
 from . import cost
 from .select import Choice

@@ -74,7 +74,8 @@ class WgmmaLaunch(HopperLaunch):
     def grid(self, args: KernelArgs, sms: int) -> tuple[int, int, int]:
         """(x, 1, z): every cluster tile (of every batch entry and split-K slice), or,
         persistent, at most one CTA per SM (``sms`` of them) in whole clusters; with stream-K
-        and a split tail, one CTA per SM (the tail is shared among them all)."""
+        and a split tail, one CTA per SM (the kernel shares the tail among as many of them as
+        its ranges need; the others exit)."""
         cfg = self.config
         tiles = -(-args.m // (cfg.bm * cfg.cluster_m)) * -(-args.n // (cfg.bn * cfg.cluster_n))
         if cfg.stream_k and cfg.split_tiles(tiles * args.batch, sms):

@@ -6,7 +6,8 @@ from typing import ClassVar
 
 from ....config import EPILOGUES, LAYOUTS, ConfigBase, div
 from ....dtypes import FP8_DTYPES
-from .. import ALIGN_SLACK, HopperTile, REGISTER_FILE, split_tail, split_workspace
+from .. import ALIGN_SLACK, HopperTile, REGISTER_FILE
+from ..split import split_tail, split_workspace
 from .env import Fp8Env
 from .rules import FLAG_BYTES, FP8_RULES, QUANTS, REG_RESERVE, SCALINGS, STORES
 

@@ -6,7 +6,8 @@ from typing import ClassVar
 
 from ....config import LAYOUTS, ConfigBase, div
 from ....epilogue_rules import EPILOGUE_RULES
-from .. import BARRIER_BYTES, HopperTile, WARPGROUP, split_tail, split_workspace
+from .. import BARRIER_BYTES, HopperTile, WARPGROUP
+from ..split import split_tail, split_workspace
 from .env import WgmmaEnv
 from .rules import MATHS, OVERLAP_RESERVE, STREAM_K_RULES, WGMMA_FEATURE_RULES, WGMMA_RULES
 from .vectors import consumer_bytes, residual_staged, staged_vectors
@@ -58,7 +59,8 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
       of one tile or the end of one and the start of the next. A tile's pieces (at most
       ``split_k``: a range holds at least ceil(K_t / (split_k - 1)) K tiles, fewer CTAs
       take part where that leaves too few) are summed in K order by the last to arrive,
-      as the slices of the inline split-K are: reproducible from run to run.
+      as the slices of the inline split-K are: reproducible from run to run on one GPU (the
+      ranges depend on its SM count).
     - ``math``: "native", or "3xtf32" (dtype tf32): the module's ``<name>_split3`` kernel
       writes each float32 operand as tf32 big = rna(x) and small = rna(x - big) parts,
       K-major, per BK chunk of K (A: small, big, big; B: big, small, big), and the kernel
