@@ -64,8 +64,7 @@ TAIL = {
     "64x128, one consumer, direct, ccc, bias+GELU, split 4": PRESETS["wgmma_tma_store"].config
     .replace(bm=64, bn=128, consumers=1, regs_producer=0, regs_consumer=0, stages=8,
              store="direct", layout="ccc", epilogue="bias_gelu", split_k=4, split_inline=True),
-    "128x128, TMA store, stream-K 3": PRESETS["wgmma_tma_store"].config.replace(
-        bn=128, stages=6, split_k=3, split_inline=True, stream_k=True),
+    "128x128, TMA store, stream-K 3": PATHS["stream-K 3, 128x128, TMA store"],
     "64x128, one consumer, direct, ccc, bias+GELU, stream-K 4": PRESETS["wgmma_tma_store"].config
     .replace(bm=64, bn=128, consumers=1, regs_producer=0, regs_consumer=0, stages=8,
              store="direct", layout="ccc", epilogue="bias_gelu", split_k=4, split_inline=True,
