@@ -440,12 +440,6 @@ gemm_fp8_e4m3e4m3_tensor_fast_128x256x128_c2_st3_cl1x1_g8_r40x232_tma_outbf16(
     // stream was finishing; no global memory is touched before that kernel has completed and
     // its writes are visible (a no-op when launched without the attribute).
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
-    // The stream's next kernel (launched with PDL) is scheduled once every CTA of this grid
-    // has passed here or exited, so it never takes an SM that one of this grid's CTAs still
-    // waits for: its CTAs take the SMs this grid leaves free, run their set-up while this grid
-    // works, and wait in their own griddepcontrol.wait until this grid has completed and its
-    // writes are visible. Without this it is scheduled only as this grid's last CTA exits.
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
     if (wg == 0) {
         // The TMA loads of K block k0 of the tile at (m0, n0) into stage s (whole boxes count

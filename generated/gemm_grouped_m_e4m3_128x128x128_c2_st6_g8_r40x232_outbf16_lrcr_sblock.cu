@@ -420,12 +420,6 @@ gemm_grouped_m_e4m3_128x128x128_c2_st6_g8_r40x232_outbf16_lrcr_sblock(
     // stream was finishing; no global memory is touched before that kernel has completed and
     // its writes are visible (a no-op when launched without the attribute).
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
-    // The stream's next kernel (launched with PDL) is scheduled once every CTA of this grid
-    // has passed here or exited, so it never takes an SM that one of this grid's CTAs still
-    // waits for: its CTAs take the SMs this grid leaves free, run their set-up while this grid
-    // works, and wait in their own griddepcontrol.wait until this grid has completed and its
-    // writes are visible. Without this it is scheduled only as this grid's last CTA exits.
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
     // Issue the TMA loads of K tile `kt` of `tile` into stage `s` (one thread). Boxes past a
     // tensor's end are zero-filled by TMA and still count towards the stage's bytes.

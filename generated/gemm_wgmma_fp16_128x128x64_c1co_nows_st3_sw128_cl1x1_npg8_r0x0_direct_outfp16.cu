@@ -465,12 +465,6 @@ gemm_wgmma_fp16_128x128x64_c1co_nows_st3_sw128_cl1x1_npg8_r0x0_direct_outfp16(
     // stream was finishing; no global memory is touched before that kernel has completed and
     // its writes are visible (a no-op when launched without the attribute).
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
-    // The stream's next kernel (launched with PDL) is scheduled once every CTA of this grid
-    // has passed here or exited, so it never takes an SM that one of this grid's CTAs still
-    // waits for: its CTAs take the SMs this grid leaves free, run their set-up while this grid
-    // works, and wait in their own griddepcontrol.wait until this grid has completed and its
-    // writes are visible. Without this it is scheduled only as this grid's last CTA exits.
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
     // Issue the TMA loads of K tile k0 of `tile` into stage `s` (one thread).
     auto load_stage = [&](int s, const Tile& tile, int k0) {

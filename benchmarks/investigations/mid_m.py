@@ -34,8 +34,11 @@ from gemmgen.heuristics import shapes
 MS = tuple(int(m) for m in os.environ.get("MID_M_MS", "128,256,512").split(","))
 """The M values (``MID_M_MS``, comma-separated, to time others; the file name then ends in
 ``_M`` and them)."""
-TILES = tuple((64, bn) for bn in (64, 128, 192, 256)) + tuple(
-    (128, bn) for bn in (64, 96, 128, 160, 192, 224, 256))
+TILES = tuple(tuple(map(int, t.split("x"))) for t in os.environ["MID_M_TILES"].split(",")) \
+    if "MID_M_TILES" in os.environ else tuple((64, bn) for bn in (64, 128, 192, 256)) + tuple(
+        (128, bn) for bn in (64, 96, 128, 160, 192, 224, 256))
+"""The block tiles timed (``MID_M_TILES``, comma-separated BMxBN, to time others, such as the
+narrow 64 x 16 to 64 x 48 tiles; the file name then ends in ``_T`` and them)."""
 SPLITS = (1, 2, 3, 4, 6, 8)
 SMS = 132
 REPLAYS = 7
@@ -62,7 +65,9 @@ def candidates(m: int, n: int, k: int) -> dict:
 
 
 save = layer_sweep.saver("mid_m", __doc__,
-                         "_M" + "_".join(map(str, MS)) if "MID_M_MS" in os.environ else "")
+                         ("_M" + "_".join(map(str, MS)) if "MID_M_MS" in os.environ else "")
+                         + ("_T" + "_".join(f"{a}x{b}" for a, b in TILES)
+                            if "MID_M_TILES" in os.environ else ""))
 
 
 def fit(paths: list) -> dict:

@@ -203,10 +203,8 @@ class HopperTile:
     (``griddepcontrol.wait``) only after its set-up (barrier init, tensor-map prefetch) and
     before its first global memory access, so it is launched with
     ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`` and that set-up, and the launch
-    itself, overlap the previous kernel's last wave; right after that wait each CTA lets the
-    next kernel launch (``griddepcontrol.launch_dependents``), so a kernel that follows one of
-    these runs its set-up on the SMs this one leaves free while it works (CUDA programming
-    guide, "Programmatic Dependent Launch and Synchronization")."""
+    itself, overlap the previous kernel's last wave (CUDA programming guide, "Programmatic
+    Dependent Launch and Synchronization")."""
     split_n = False
     """Whether the consumers split a tile's columns (the grouped family's ``split`` "n"); the
     other Hopper kernels' consumers split its rows (the shared templates read ``split_n``)."""

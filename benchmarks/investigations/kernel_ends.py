@@ -1,0 +1,149 @@
+"""What a Hopper kernel's two ends cost: the shape rules' kernel for each forward layer of the
+llm suite's models (training set) and of small_m.py's seven other families (held out), at
+M = 1, 16, 64, 256, 1024 and 4096 (bf16, rcr; ``KERNEL_ENDS_MS``, comma-separated, for others),
+as gemmgen renders it and in variants that patch one line of the rendered source:
+
+- ``trigger``: every CTA runs ``griddepcontrol.launch_dependents`` right after its
+  ``griddepcontrol.wait``, so the stream's next kernel (launched with PDL) is scheduled once
+  every CTA has started, not as the last one exits;
+- ``trigger_half``: the same only where the grid has at most half as many CTAs as ``%nsmid``
+  (SM identifiers), so the next kernel's early CTAs find SMs this grid leaves whole;
+- ``read_exit``: a TMA-store kernel's last wait for its stores is ``cp.async.bulk.wait_group.read``
+  (shared memory read) instead of ``cp.async.bulk.wait_group`` (writes complete), as CUTLASS's
+  epilogue ``store_tail`` waits (the same as rendered where C is stored directly: not timed).
+
+All launched with PDL, beside F.linear on the same data. Graph-captured back to back (kernel
+only): the next kernel is the same GEMM on the next input set, REPS launches per graph cycling
+over input sets that together exceed twice the L2, median of 9 replays, F.linear and every
+variant timed in two rounds, the second in reverse order (the faster of each kept). Every output
+is poisoned (NaN) first and checked against float64.
+
+    python3 benchmarks/investigations/kernel_ends.py compile DIR   # CPU: the cubins, into DIR
+    python3 benchmarks/investigations/kernel_ends.py run DIR       # GPU: $OUT/kernel_ends_<GPU>.json
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import layer_sweep  # beside this script
+import small_m
+
+MS = tuple(int(m) for m in os.environ.get("KERNEL_ENDS_MS", "1,16,64,256,1024,4096").split(","))
+WAIT = 'asm volatile("griddepcontrol.wait;\\n" ::: "memory");'
+TRIGGER = 'asm volatile("griddepcontrol.launch_dependents;\\n" ::: "memory");'
+HALF = ('{ unsigned nsm; asm("mov.u32 %0, %%nsmid;" : "=r"(nsm)); '
+        'if (2 * gridDim.x * gridDim.y * gridDim.z <= nsm) ' + TRIGGER + ' }')
+EXIT = "if (wtid == 0) bulk_wait();"
+PATCHES = {"trigger": (WAIT, WAIT + "\n    " + TRIGGER),
+           "trigger_half": (WAIT, WAIT + "\n    " + HALF),
+           "read_exit": (EXIT, "if (wtid == 0) bulk_wait_read();")}
+"""Variant -> (line of the rendered source, its replacement)."""
+VARIANTS = ("rendered", *PATCHES)
+
+
+def problems():
+    """[(set, N, K, M, config, swap)] over both sets' layers and MS."""
+    return [(which, n, k, m, *small_m.candidates(m, n, k)["rules"])
+            for which, layers in small_m.layers().items() for (n, k) in layers for m in MS]
+
+
+def sources(cfg) -> dict:
+    """{variant: source} of ``cfg``: as rendered, and each patch that changes it."""
+    from gemmgen import render
+    source = render(cfg, "sm_90a")
+    assert source.count(WAIT) == 1, cfg.name
+    out = {"rendered": source}
+    for v, (old, new) in PATCHES.items():
+        if old in source:
+            out[v] = source.replace(old, new)
+    return out
+
+
+def compile_to(folder: str) -> None:
+    """NAME.VARIANT.cubin per config and variant."""
+    from gemmgen.compile.cache import compile_cached
+    os.makedirs(folder, exist_ok=True)
+    unique = {cfg.name: cfg for *_, cfg, _ in problems()}
+
+    def one(cfg):
+        for v, text in sources(cfg).items():
+            path = Path(folder, f"{cfg.name}.{v}.cubin")
+            if not path.exists():
+                path.write_bytes(compile_cached(text, "sm_90a", cfg.name)[0])
+    with ThreadPoolExecutor(os.cpu_count()) as pool:
+        list(pool.map(one, unique.values()))
+    print(len(unique), "kernels")
+
+
+def main_run(folder: str) -> None:
+    import torch.nn.functional as F
+
+    from gemmgen.runtime.build import from_cubin
+    dev = layer_sweep.Device(folder)
+    rows = []
+    for which, n, k, m, cfg, swap in layer_sweep.limited(problems()):
+        sets, reps, xs, ws, ys, ref = small_m.layer_inputs(m, n, k, dev.gen, dev.l2)
+        launch = {v: layer_sweep.launcher(from_cubin(cfg, "sm_90a", Path(
+            folder, f"{cfg.name}.{v}.cubin").read_bytes()), swap, xs, ws, ys, sets)
+            for v in VARIANTS if Path(folder, f"{cfg.name}.{v}.cubin").exists()}
+        row = {"set": which, "M": m, "N": n, "K": k, "config": cfg.name, "swap": swap,
+               "torch_us": [], **{f"{v}_us": [] for v in launch}}
+        for v in launch:
+            row[f"{v}_error"] = layer_sweep.error(launch[v], ys, ref)
+        for rnd in range(2):
+            row["torch_us"].append(1e3 * dev.graph_ms(
+                lambda i: F.linear(xs[i % sets], ws[i % sets]), reps, 9))
+            for v in (list(launch) if rnd == 0 else list(launch)[::-1]):
+                row[f"{v}_us"].append(1e3 * dev.graph_ms(launch[v], reps, 9))
+        t = min(row["torch_us"])
+        for v in launch:
+            row[f"x_torch_{v}"] = round(t / min(row[f"{v}_us"]), 4)
+        print(json.dumps({k_: v_ for k_, v_ in row.items() if k_ in ("M", "N", "K")
+                          or k_.startswith("x_torch")}), flush=True)
+        rows.append(row)
+        save(dev.gpu, rows, quiet=True)  # what is done so far survives a time limit
+    save(dev.gpu, rows)
+
+
+def summary(rows) -> dict:
+    """Per set and M: geomean x F.linear as rendered, and each variant's speed-up over it
+    (geomean and worst) on the rows it was timed."""
+    def gm(xs):
+        return round(math.exp(sum(map(math.log, xs)) / len(xs)), 3)
+    out = {}
+    for which in ("train", "test"):
+        for m in list(MS) + ["all"]:
+            sel = [r for r in rows if r["set"] == which and m in ("all", r["M"])]
+            if not sel:
+                continue
+            s = out[f"{which} M={m}"] = {"rows": len(sel), "rendered_x_torch": gm(
+                [r["x_torch_rendered"] for r in sel])}
+            for v in PATCHES:
+                gain = [min(r["rendered_us"]) / min(r[f"{v}_us"]) for r in sel if f"{v}_us" in r]
+                if gain:
+                    s[v] = {"rows": len(gain), "over_rendered": gm(gain),
+                            "worst": round(min(gain), 3), "best": round(max(gain), 3)}
+            s["errors_ok"] = all(r[f"{v}_error"] < 2e-2 for r in sel for v in VARIANTS
+                                 if f"{v}_error" in r)
+    return out
+
+
+def save(gpu, rows, quiet=False) -> None:
+    out = {"investigation": "kernel_ends", "gpu": gpu,
+           "git_commit": os.environ.get("GEMMGEN_COMMIT"),
+           "timing": "graph-captured, kernel only", "dtype": "bf16", "layout": "rcr",
+           "method": __doc__, "summary": summary(rows), "rows": rows}
+    tag = "_M" + "_".join(map(str, MS)) if "KERNEL_ENDS_MS" in os.environ else ""
+    name = "kernel_ends_" + gpu.replace(" ", "_") + tag + ".json"
+    Path(os.environ.get("OUT", "."), name).write_text(json.dumps(out, indent=1))
+    if not quiet:
+        print(json.dumps(out["summary"], indent=1))
+
+
+if __name__ == "__main__":
+    compile_to(sys.argv[2]) if sys.argv[1] == "compile" else main_run(sys.argv[2])
