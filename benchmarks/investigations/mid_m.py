@@ -11,6 +11,7 @@ median of 7 replays); every output poisoned first and checked against float64.
     python3 benchmarks/investigations/mid_m.py run DIR         # GPU: $OUT/mid_m_<GPU>.json
     python3 benchmarks/investigations/mid_m.py summarize FILE  # CPU: this checkout's rules
     python3 benchmarks/investigations/mid_m.py fit FILE ...    # CPU: the mid-M cost model
+    python3 benchmarks/investigations/mid_m.py narrow FILE     # CPU: what tiles under 64 wide add
 
 ``fit`` fits the cost model of the shape rules' mid-M rule on the training rows of the files
 given (one per GPU, pooled): per tile, microseconds per wave = K tiles x a + b (least squares
@@ -38,7 +39,7 @@ TILES = tuple(tuple(map(int, t.split("x"))) for t in os.environ["MID_M_TILES"].s
     if "MID_M_TILES" in os.environ else tuple((64, bn) for bn in (64, 128, 192, 256)) + tuple(
         (128, bn) for bn in (64, 96, 128, 160, 192, 224, 256))
 """The block tiles timed (``MID_M_TILES``, comma-separated BMxBN, to time others, such as the
-narrow 64 x 16 to 64 x 48 tiles; the file name then ends in ``_T`` and them)."""
+narrow 64 x 16 to 64 x 48 tiles; the file name then ends in ``_tiles``)."""
 SPLITS = (1, 2, 3, 4, 6, 8)
 SMS = 132
 REPLAYS = 7
@@ -66,8 +67,7 @@ def candidates(m: int, n: int, k: int) -> dict:
 
 save = layer_sweep.saver("mid_m", __doc__,
                          ("_M" + "_".join(map(str, MS)) if "MID_M_MS" in os.environ else "")
-                         + ("_T" + "_".join(f"{a}x{b}" for a, b in TILES)
-                            if "MID_M_TILES" in os.environ else ""))
+                         + ("_tiles" if "MID_M_TILES" in os.environ else ""))
 
 
 def fit(paths: list) -> dict:
@@ -123,5 +123,30 @@ def fit(paths: list) -> dict:
     return out
 
 
+def narrow(path: str) -> dict:
+    """Writes ``narrow_tiles`` into a run's file: per set and M, the geomean x F.linear of the
+    rules, of the fastest candidate, and of the fastest candidate without the tiles under 64
+    columns (``best_wide``)."""
+    doc = json.loads(Path(path).read_text())
+    out = {}
+    for which in ("train", "test"):
+        for m in MS:
+            rows = [r for r in doc["rows"] if r["set"] == which and r["M"] == m]
+            best = lambda r, keep: min(v["ms"] for x, v in r["candidates"].items()  # noqa
+                                       if keep(x))
+            wide = lambda x: x == "rules" or int(x.split()[0].split("x")[1]) >= 64  # noqa
+            out[f"{which} M={m}"] = {key: round(small_m._geomean(
+                [r["torch_ms"] / best(r, keep) for r in rows]), 3) for key, keep in (
+                    ("rules", lambda x: x == "rules"), ("best", lambda x: True),
+                    ("best_wide", wide))}
+    doc["narrow_tiles"] = out
+    Path(path).write_text(json.dumps(doc, indent=1))
+    print(json.dumps(out, indent=1))
+    return out
+
+
 if __name__ == "__main__":
-    layer_sweep.main(sys.argv, MS, candidates, REPLAYS, save, fit)
+    if sys.argv[1] == "narrow":
+        narrow(sys.argv[2])
+    else:
+        layer_sweep.main(sys.argv, MS, candidates, REPLAYS, save, fit)
