@@ -296,6 +296,13 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
 __device__ __forceinline__ void named_arrive(int id, int threads) {
     asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
 }
+// True in one lane of the (fully converged) warp: elect.sync.
+__device__ __forceinline__ bool elect_one() {
+    uint32_t one;
+    asm volatile("{\n .reg .pred p;\n elect.sync _|p, 0xffffffff;\n selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(one));
+    return one != 0;
+}
 __device__ __forceinline__ uint32_t cluster_rank() {
     uint32_t r;
     asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
@@ -585,9 +592,16 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl2x1_pg8_r40x232_tma_outfp16(
     };
 
     if (wg == 0) {
-        // ---- producer warpgroup: one thread keeps the ring full ----
+        // ---- producer warpgroup: its first warp keeps the ring full ----
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(REGS_PRODUCER));
-        if (wtid == 0) {
+        // The whole warp walks the tiles in step, so the compiler keeps the ring position, the
+        // tile and the coordinates in uniform registers, which the TMA instructions read as
+        // they are; a loop run by one thread moves each operand into a uniform register
+        // (R2UR) before every load, a chain that took about 400 cycles a K step on an H100,
+        // longer than a 64-row tile's wgmmas (CUTLASS's producer warps issue with one elected
+        // lane too). The warp index goes through a shuffle so that the branch is warp-uniform.
+        if (__shfl_sync(0xffffffffu, wtid / 32, 0) == 0) {
+            const bool leader = elect_one();
             int s = 0;
             uint32_t phase = 0;
             for (int t = first_tile; t < num_tiles; t += tile_step) {
@@ -595,8 +609,10 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl2x1_pg8_r40x232_tma_outfp16(
                 const int kt0 = k_first(tile), nk = k_count(tile);
                 for (int kt = 0; kt < nk; ++kt) {
                     mbar_wait(empty_bar + 8 * s, phase ^ 1);   // a fresh barrier passes parity 1
-                    mbar_expect_tx(full_bar + 8 * s, STAGE_BYTES);
-                    load_stage(s, tile, (kt0 + kt) * BK);
+                    if (leader) {
+                        mbar_expect_tx(full_bar + 8 * s, STAGE_BYTES);
+                        load_stage(s, tile, (kt0 + kt) * BK);
+                    }
                     if (++s == STAGES) { s = 0; phase ^= 1; }
                 }
             }

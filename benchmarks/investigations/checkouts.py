@@ -1,0 +1,104 @@
+"""Two checkouts' kernels on the same layers, in one process: the shape rules' kernel for each
+forward layer of the llm suite's models (training set) and of small_m.py's seven other families
+(held out), at M = 1, 16, 64, 128, 256, 512, 1024 and 4096 (bf16, rcr; ``CHECKOUTS_MS``,
+comma-separated, for others), compiled by each checkout into its own folder (the configs must be
+the same: a change to the kernels, not to the rules), timed in alternation beside F.linear on
+the same data. Graph-captured back to back (kernel only), REPS launches per graph cycling over
+input sets that together exceed twice the L2, median of 9 replays; F.linear and both kernels in
+two rounds, the second in reverse order (the faster of each kept). Every output is poisoned
+(NaN) first and checked against float64.
+
+    PYTHONPATH=OLD:... python3 benchmarks/investigations/checkouts.py compile BEFORE   # CPU
+    PYTHONPATH=NEW:... python3 benchmarks/investigations/checkouts.py compile AFTER    # CPU
+    python3 benchmarks/investigations/checkouts.py run BEFORE AFTER   # GPU: $OUT/checkouts_<GPU>.json
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import layer_sweep  # beside this script
+import small_m
+
+MS = tuple(int(m) for m in os.environ.get("CHECKOUTS_MS", "1,16,64,128,256,512,1024,4096")
+           .split(","))
+SIDES = ("before", "after")
+
+
+def problems():
+    """[(set, N, K, M, config, swap)] over both sets' layers and MS."""
+    return [(which, n, k, m, *small_m.candidates(m, n, k)["rules"])
+            for which, layers in small_m.layers().items() for (n, k) in layers for m in MS]
+
+
+def main_run(before: str, after: str) -> None:
+    import torch.nn.functional as F
+
+    from gemmgen.runtime.build import from_cubin
+    dev = layer_sweep.Device(after)
+    rows = []
+    for which, n, k, m, cfg, swap in layer_sweep.limited(problems()):
+        sets, reps, xs, ws, ys, ref = small_m.layer_inputs(m, n, k, dev.gen, dev.l2)
+        launch = {side: layer_sweep.launcher(from_cubin(cfg, "sm_90a", Path(
+            folder, cfg.name + ".cubin").read_bytes()), swap, xs, ws, ys, sets)
+            for side, folder in zip(SIDES, (before, after))}
+        row = {"set": which, "M": m, "N": n, "K": k, "config": cfg.name, "swap": swap,
+               "torch_us": [], **{f"{s}_us": [] for s in SIDES}}
+        for side in SIDES:
+            row[f"{side}_error"] = layer_sweep.error(launch[side], ys, ref)
+        for rnd in range(2):
+            row["torch_us"].append(1e3 * dev.graph_ms(
+                lambda i: F.linear(xs[i % sets], ws[i % sets]), reps, 9))
+            for side in (SIDES if rnd == 0 else SIDES[::-1]):
+                row[f"{side}_us"].append(1e3 * dev.graph_ms(launch[side], reps, 9))
+        t = min(row["torch_us"])
+        for side in SIDES:
+            row[f"x_torch_{side}"] = round(t / min(row[f"{side}_us"]), 4)
+        print(json.dumps({k_: v_ for k_, v_ in row.items() if k_ in ("M", "N", "K")
+                          or k_.startswith("x_torch")}), flush=True)
+        rows.append(row)
+        save(dev.gpu, rows, quiet=True)  # what is done so far survives a time limit
+    save(dev.gpu, rows)
+
+
+def summary(rows) -> dict:
+    """Per set and M: geomean x F.linear of each side, and the after side's speed-up over the
+    before side (geomean, worst, best)."""
+    def gm(xs):
+        return round(math.exp(sum(map(math.log, xs)) / len(xs)), 3)
+    out = {}
+    for which in ("train", "test"):
+        for m in list(MS) + ["all"]:
+            sel = [r for r in rows if r["set"] == which and m in ("all", r["M"])]
+            if sel:
+                gain = [min(r["before_us"]) / min(r["after_us"]) for r in sel]
+                out[f"{which} M={m}"] = {
+                    "rows": len(sel), "before_x_torch": gm([r["x_torch_before"] for r in sel]),
+                    "after_x_torch": gm([r["x_torch_after"] for r in sel]),
+                    "after_over_before": gm(gain), "worst": round(min(gain), 3),
+                    "best": round(max(gain), 3),
+                    "errors_ok": all(r[f"{s}_error"] < 2e-2 for r in sel for s in SIDES)}
+    return out
+
+
+def save(gpu, rows, quiet=False) -> None:
+    out = {"investigation": "checkouts", "gpu": gpu,
+           "git_commit": os.environ.get("GEMMGEN_COMMIT"),
+           "before_commit": os.environ.get("GEMMGEN_BEFORE"),
+           "timing": "graph-captured, kernel only", "dtype": "bf16", "layout": "rcr",
+           "method": __doc__, "summary": summary(rows), "rows": rows}
+    tag = "_M" + "_".join(map(str, MS)) if "CHECKOUTS_MS" in os.environ else ""
+    name = "checkouts_" + gpu.replace(" ", "_") + tag + ".json"
+    Path(os.environ.get("OUT", "."), name).write_text(json.dumps(out, indent=1))
+    if not quiet:
+        print(json.dumps(out["summary"], indent=1))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "compile":
+        layer_sweep.compile_to(sys.argv[2], [cfg for *_, cfg, _ in problems()])
+    else:
+        main_run(sys.argv[2], sys.argv[3])
