@@ -91,3 +91,15 @@ def waits_before_global_access(cubin: bytes, name: str) -> bool:
     wait = text.find("ACQBULK")
     first = GLOBAL_ACCESS.search(text)
     return wait >= 0 and (first is None or wait < first.start())
+
+
+def waterfall_tma_loads(cubin: bytes, name: str) -> tuple[int, int]:
+    """(TMA loads, those in a waterfall loop) of kernel ``name``'s SASS: a load whose next
+    instruction is ``BRA.U.ANY`` sits in the loop ptxas wraps around an instruction that reads
+    uniform registers when its operands were computed in per-thread registers (ELECT, R2UR each
+    operand, the load, branch back while any lane is left), the producer's cost per load when
+    one thread runs the loop."""
+    lines = [line for line in _functions(cubin)[name].splitlines()
+             if re.search(r"/\*[0-9a-f]{4,}\*/\s+\S", line)]
+    loads = [i for i, line in enumerate(lines) if "UTMALDG" in line]
+    return len(loads), sum(i + 1 < len(lines) and "BRA.U.ANY" in lines[i + 1] for i in loads)

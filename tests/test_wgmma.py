@@ -194,6 +194,19 @@ def test_sass_has_wgmma_and_tma_and_no_local_memory(compiled):
         assert (f"Function : {name}_reduce" in text) == (cfg.split_k > 1), name
 
 
+def test_producer_warp_issues_tma_loads_from_uniform_registers(compiled):
+    """The producer warp walks the tiles in step (one elected lane issues), so no TMA load of
+    a kernel with a producer warpgroup sits in a waterfall loop (R2UR of every operand before
+    each load), which bounded the K loop of 64-row tiles."""
+    if tool_path("cuobjdump") is None:
+        pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+    from batched import waterfall_tma_loads
+    for name, (cfg, cubin, _) in compiled.items():
+        if cfg.producer:
+            loads, looped = waterfall_tma_loads(cubin, name)
+            assert loads and not looped, f"{name}: {looped} of {loads} TMA loads in a waterfall"
+
+
 WGMMA_VALUES = {
     "bm": [64, 128, 192, 256], "bn": [64, 128, 200, 256], "stages": [2, 3, 4, 5],
     "consumers": [1, 2], "pingpong": [False, True], "cluster_m": [1, 2],
