@@ -14,8 +14,6 @@ two rounds, the second in reverse order (the faster of each kept). Every output 
 """
 from __future__ import annotations
 
-import json
-import math
 import os
 import sys
 from pathlib import Path
@@ -35,40 +33,19 @@ def problems():
 
 
 def main_run(before: str, after: str) -> None:
-    import torch.nn.functional as F
-
     from gemmgen.runtime.build import from_cubin
-    dev = layer_sweep.Device(after)
-    rows = []
-    for which, n, k, m, cfg, swap in layer_sweep.limited(problems()):
-        sets, reps, xs, ws, ys, ref = small_m.layer_inputs(m, n, k, dev.gen, dev.l2)
-        launch = {side: layer_sweep.launcher(from_cubin(cfg, "sm_90a", Path(
-            folder, cfg.name + ".cubin").read_bytes()), swap, xs, ws, ys, sets)
-            for side, folder in zip(SIDES, (before, after))}
-        row = {"set": which, "M": m, "N": n, "K": k, "config": cfg.name, "swap": swap,
-               "torch_us": [], **{f"{s}_us": [] for s in SIDES}}
-        for side in SIDES:
-            row[f"{side}_error"] = layer_sweep.error(launch[side], ys, ref)
-        for rnd in range(2):
-            row["torch_us"].append(1e3 * dev.graph_ms(
-                lambda i: F.linear(xs[i % sets], ws[i % sets]), reps, 9))
-            for side in (SIDES if rnd == 0 else SIDES[::-1]):
-                row[f"{side}_us"].append(1e3 * dev.graph_ms(launch[side], reps, 9))
-        t = min(row["torch_us"])
-        for side in SIDES:
-            row[f"x_torch_{side}"] = round(t / min(row[f"{side}_us"]), 4)
-        print(json.dumps({k_: v_ for k_, v_ in row.items() if k_ in ("M", "N", "K")
-                          or k_.startswith("x_torch")}), flush=True)
-        rows.append(row)
-        save(dev.gpu, rows, quiet=True)  # what is done so far survives a time limit
-    save(dev.gpu, rows)
+
+    def kernels(cfg):
+        return {side: from_cubin(cfg, "sm_90a", Path(folder, cfg.name + ".cubin").read_bytes())
+                for side, folder in zip(SIDES, (before, after))}
+    layer_sweep.sweep_variants(layer_sweep.Device(after), problems(), kernels, save)
 
 
 def summary(rows) -> dict:
     """Per set and M: geomean x F.linear of each side, and the after side's speed-up over the
     before side (geomean, worst, best)."""
     def gm(xs):
-        return round(math.exp(sum(map(math.log, xs)) / len(xs)), 3)
+        return round(small_m._geomean(xs), 3)
     out = {}
     for which in ("train", "test"):
         for m in list(MS) + ["all"]:
@@ -85,16 +62,9 @@ def summary(rows) -> dict:
 
 
 def save(gpu, rows, quiet=False) -> None:
-    out = {"investigation": "checkouts", "gpu": gpu,
-           "git_commit": os.environ.get("GEMMGEN_COMMIT"),
-           "before_commit": os.environ.get("GEMMGEN_BEFORE"),
-           "timing": "graph-captured, kernel only", "dtype": "bf16", "layout": "rcr",
-           "method": __doc__, "summary": summary(rows), "rows": rows}
     tag = "_M" + "_".join(map(str, MS)) if "CHECKOUTS_MS" in os.environ else ""
-    name = "checkouts_" + gpu.replace(" ", "_") + tag + ".json"
-    Path(os.environ.get("OUT", "."), name).write_text(json.dumps(out, indent=1))
-    if not quiet:
-        print(json.dumps(out["summary"], indent=1))
+    layer_sweep.save_rows("checkouts", __doc__, gpu, rows, summary(rows), tag, quiet,
+                         before_commit=os.environ.get("GEMMGEN_BEFORE"))
 
 
 if __name__ == "__main__":

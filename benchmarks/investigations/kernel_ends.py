@@ -23,8 +23,6 @@ is poisoned (NaN) first and checked against float64.
 """
 from __future__ import annotations
 
-import json
-import math
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -81,52 +79,29 @@ def compile_to(folder: str) -> None:
 
 
 def main_run(folder: str) -> None:
-    import torch.nn.functional as F
-
     from gemmgen.runtime.build import from_cubin
-    dev = layer_sweep.Device(folder)
-    rows = []
-    for which, n, k, m, cfg, swap in layer_sweep.limited(problems()):
-        sets, reps, xs, ws, ys, ref = small_m.layer_inputs(m, n, k, dev.gen, dev.l2)
-        launch = {v: layer_sweep.launcher(from_cubin(cfg, "sm_90a", Path(
-            folder, f"{cfg.name}.{v}.cubin").read_bytes()), swap, xs, ws, ys, sets)
-            for v in VARIANTS if Path(folder, f"{cfg.name}.{v}.cubin").exists()}
-        row = {"set": which, "M": m, "N": n, "K": k, "config": cfg.name, "swap": swap,
-               "torch_us": [], **{f"{v}_us": [] for v in launch}}
-        for v in launch:
-            row[f"{v}_error"] = layer_sweep.error(launch[v], ys, ref)
-        for rnd in range(2):
-            row["torch_us"].append(1e3 * dev.graph_ms(
-                lambda i: F.linear(xs[i % sets], ws[i % sets]), reps, 9))
-            for v in (list(launch) if rnd == 0 else list(launch)[::-1]):
-                row[f"{v}_us"].append(1e3 * dev.graph_ms(launch[v], reps, 9))
-        t = min(row["torch_us"])
-        for v in launch:
-            row[f"x_torch_{v}"] = round(t / min(row[f"{v}_us"]), 4)
-        print(json.dumps({k_: v_ for k_, v_ in row.items() if k_ in ("M", "N", "K")
-                          or k_.startswith("x_torch")}), flush=True)
-        rows.append(row)
-        save(dev.gpu, rows, quiet=True)  # what is done so far survives a time limit
-    save(dev.gpu, rows)
+
+    def kernels(cfg):
+        return {v: from_cubin(cfg, "sm_90a", Path(folder, f"{cfg.name}.{v}.cubin").read_bytes())
+                for v in VARIANTS if Path(folder, f"{cfg.name}.{v}.cubin").exists()}
+    layer_sweep.sweep_variants(layer_sweep.Device(folder), problems(), kernels, save)
 
 
 def summary(rows) -> dict:
     """Per set and M: geomean x F.linear as rendered, and each variant's speed-up over it
     (geomean and worst) on the rows it was timed."""
-    def gm(xs):
-        return round(math.exp(sum(map(math.log, xs)) / len(xs)), 3)
     out = {}
     for which in ("train", "test"):
         for m in list(MS) + ["all"]:
             sel = [r for r in rows if r["set"] == which and m in ("all", r["M"])]
             if not sel:
                 continue
-            s = out[f"{which} M={m}"] = {"rows": len(sel), "rendered_x_torch": gm(
-                [r["x_torch_rendered"] for r in sel])}
+            s = out[f"{which} M={m}"] = {"rows": len(sel), "rendered_x_torch": round(
+                small_m._geomean([r["x_torch_rendered"] for r in sel]), 3)}
             for v in PATCHES:
                 gain = [min(r["rendered_us"]) / min(r[f"{v}_us"]) for r in sel if f"{v}_us" in r]
                 if gain:
-                    s[v] = {"rows": len(gain), "over_rendered": gm(gain),
+                    s[v] = {"rows": len(gain), "over_rendered": round(small_m._geomean(gain), 3),
                             "worst": round(min(gain), 3), "best": round(max(gain), 3)}
             s["errors_ok"] = all(r[f"{v}_error"] < 2e-2 for r in sel for v in VARIANTS
                                  if f"{v}_error" in r)
@@ -134,15 +109,8 @@ def summary(rows) -> dict:
 
 
 def save(gpu, rows, quiet=False) -> None:
-    out = {"investigation": "kernel_ends", "gpu": gpu,
-           "git_commit": os.environ.get("GEMMGEN_COMMIT"),
-           "timing": "graph-captured, kernel only", "dtype": "bf16", "layout": "rcr",
-           "method": __doc__, "summary": summary(rows), "rows": rows}
     tag = "_M" + "_".join(map(str, MS)) if "KERNEL_ENDS_MS" in os.environ else ""
-    name = "kernel_ends_" + gpu.replace(" ", "_") + tag + ".json"
-    Path(os.environ.get("OUT", "."), name).write_text(json.dumps(out, indent=1))
-    if not quiet:
-        print(json.dumps(out["summary"], indent=1))
+    layer_sweep.save_rows("kernel_ends", __doc__, gpu, rows, summary(rows), tag, quiet)
 
 
 if __name__ == "__main__":

@@ -187,9 +187,10 @@ def summarize(path: str) -> None:
     print(json.dumps(doc["summary_this_checkout"], indent=1), missing[:5])
 
 
-def main(argv: list, ms, candidates, replays: int, save, fit) -> None:
-    """A sweep script's command line: ``compile DIR``, ``run DIR``, ``summarize FILE`` or
-    ``fit FILE ...`` over small_m.py's layers at each M of ``ms``."""
+def main(argv: list, ms, candidates, replays: int, save, fit, reports=None) -> None:
+    """A sweep script's command line: ``compile DIR``, ``run DIR``, ``summarize FILE``,
+    ``fit FILE ...`` over small_m.py's layers at each M of ``ms``, or one of ``reports``
+    ({command: function of one FILE})."""
     command, args = argv[1], argv[2:]
     if command == "fit":
         fit(args)
@@ -198,4 +199,63 @@ def main(argv: list, ms, candidates, replays: int, save, fit) -> None:
     elif command == "run":
         sweep(args[0], problems(ms), candidates, replays, save)
     else:
-        {"summarize": summarize}[command](args[0])
+        {"summarize": summarize, **(reports or {})}[command](args[0])
+
+
+def save_rows(investigation: str, method: str, gpu: str, rows: list, summary: dict,
+              tag: str = "", quiet: bool = False, **extra) -> None:
+    """A run's rows and ``summary`` into $OUT/<investigation>_<GPU><tag>.json (the working
+    directory without $OUT), with ``extra`` fields; the summary printed unless ``quiet``."""
+    out = {"investigation": investigation, "gpu": gpu,
+           "git_commit": os.environ.get("GEMMGEN_COMMIT"), **extra,
+           "timing": "graph-captured, kernel only", "dtype": "bf16", "layout": "rcr",
+           "method": method, "summary": summary, "rows": rows}
+    name = f"{investigation}_{gpu.replace(' ', '_')}{tag}.json"
+    Path(os.environ.get("OUT", "."), name).write_text(json.dumps(out, indent=1))
+    if not quiet:
+        print(json.dumps(summary, indent=1))
+
+
+def sweep_variants(dev, problems: list, kernels, save) -> None:
+    """Every (set, N, K, M, config, swap) of ``problems``: the kernels ``kernels(cfg)``
+    ({variant: Kernel}) on the layer's input sets, timed by ``time_variants``; ``save(gpu,
+    rows, quiet)`` after each row (what is done survives a time limit) and at the end."""
+    rows = []
+    for which, n, k, m, cfg, swap in limited(problems):
+        sets, reps, xs, ws, ys, ref = small_m.layer_inputs(m, n, k, dev.gen, dev.l2)
+        launch = {v: launcher(kern, swap, xs, ws, ys, sets) for v, kern in kernels(cfg).items()}
+        row = {"set": which, "M": m, "N": n, "K": k, "config": cfg.name, "swap": swap,
+               **time_variants(dev, launch, sets, reps, xs, ws, ys, ref)}
+        print(json.dumps({k_: v_ for k_, v_ in row.items() if k_ in ("M", "N", "K")
+                          or k_.startswith("x_torch")}), flush=True)
+        rows.append(row)
+        save(dev.gpu, rows, quiet=True)
+    save(dev.gpu, rows)
+
+
+def write_summary(path: str, key: str, out: dict) -> dict:
+    """``out`` written into the run's file ``path`` under ``key``, and printed."""
+    doc = json.loads(Path(path).read_text())
+    doc[key] = out
+    Path(path).write_text(json.dumps(doc, indent=1))
+    print(json.dumps(out, indent=1))
+    return out
+
+
+def time_variants(dev, launch: dict, sets: int, reps: int, xs, ws, ys, ref,
+                  replays: int = 9) -> dict:
+    """A row's fields for kernels ``launch`` ({variant: launch(i)}) on one layer's input sets:
+    each one's error ("V_error", poisoned output against ``ref``), F.linear's and each one's
+    graph-captured times in microseconds in two rounds, the second in reverse order
+    ("torch_us", "V_us"), and F.linear's best time over each one's best ("x_torch_V")."""
+    import torch.nn.functional as F
+    row = {f"{v}_error": error(run, ys, ref) for v, run in launch.items()}
+    row.update({"torch_us": [], **{f"{v}_us": [] for v in launch}})
+    for rnd in range(2):
+        row["torch_us"].append(1e3 * dev.graph_ms(
+            lambda i: F.linear(xs[i % sets], ws[i % sets]), reps, replays))
+        for v in (list(launch) if rnd == 0 else list(launch)[::-1]):
+            row[f"{v}_us"].append(1e3 * dev.graph_ms(launch[v], reps, replays))
+    for v in launch:
+        row[f"x_torch_{v}"] = round(min(row["torch_us"]) / min(row[f"{v}_us"]), 4)
+    return row

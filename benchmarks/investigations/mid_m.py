@@ -139,14 +139,8 @@ def narrow(path: str) -> dict:
                 [r["torch_ms"] / best(r, keep) for r in rows]), 3) for key, keep in (
                     ("rules", lambda x: x == "rules"), ("best", lambda x: True),
                     ("best_wide", wide))}
-    doc["narrow_tiles"] = out
-    Path(path).write_text(json.dumps(doc, indent=1))
-    print(json.dumps(out, indent=1))
-    return out
+    return layer_sweep.write_summary(path, "narrow_tiles", out)
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "narrow":
-        narrow(sys.argv[2])
-    else:
-        layer_sweep.main(sys.argv, MS, candidates, REPLAYS, save, fit)
+    layer_sweep.main(sys.argv, MS, candidates, REPLAYS, save, fit, reports={"narrow": narrow})

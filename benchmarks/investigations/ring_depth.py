@@ -62,14 +62,9 @@ def report(path: str) -> dict:
                     out.setdefault(f"{which} M={m}", {})[f"st{depth}"] = {
                         "rows": len(gain), "geomean": round(small_m._geomean(gain), 3),
                         "worst": round(min(gain), 3), "best": round(max(gain), 3)}
-    doc["deeper"] = out
-    Path(path).write_text(json.dumps(doc, indent=1))
-    print(json.dumps(out))
-    return out
+    return layer_sweep.write_summary(path, "deeper", out)
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "report":
-        report(sys.argv[2])
-    else:
-        layer_sweep.main(sys.argv, MS, candidates, REPLAYS, save, fit=None)
+    layer_sweep.main(sys.argv, MS, candidates, REPLAYS, save, fit=None,
+                     reports={"report": report})

@@ -89,14 +89,9 @@ def report(path: str) -> dict:
         if "streamk" in win and c[other]["ms"] / c[win]["ms"] > 1.03:
             out["stream_k_wins"].append([r["M"], r["N"], r["K"], win, other,
                                          round(c[other]["ms"] / c[win]["ms"], 3)])
-    doc["stream_k"] = out
-    Path(path).write_text(json.dumps(doc, indent=1))
-    print(json.dumps(out, indent=1))
-    return out
+    return layer_sweep.write_summary(path, "stream_k", out)
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "report":
-        report(sys.argv[2])
-    else:
-        layer_sweep.main(sys.argv, MS, candidates, REPLAYS, save, fit=None)
+    layer_sweep.main(sys.argv, MS, candidates, REPLAYS, save, fit=None,
+                     reports={"report": report})
