@@ -552,10 +552,10 @@ gemm_wgmma_tf32_128x128x32_c2co_ws_st6_sw128_cl1x1_pg8_r40x232_direct_outfp32_3x
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(REGS_PRODUCER));
         // The whole warp walks the tiles in step, so the compiler keeps the ring position, the
         // tile and the coordinates in uniform registers, which the TMA instructions read as
-        // they are; a loop run by one thread moves each operand into a uniform register
-        // (R2UR) before every load, a chain that took about 400 cycles a K step on an H100,
-        // longer than a 64-row tile's wgmmas (CUTLASS's producer warps issue with one elected
-        // lane too). The warp index goes through a shuffle so that the branch is warp-uniform.
+        // they are; a loop run by one thread moved each operand into a uniform register (R2UR)
+        // in a loop around every load, 48 dependent instructions a K step (CUTLASS's producer
+        // warps issue with one elected lane too). The warp index goes through a shuffle so
+        // that the branch is warp-uniform.
         if (__shfl_sync(0xffffffffu, wtid / 32, 0) == 0) {
             const bool leader = elect_one();
             int s = 0;
