@@ -28,8 +28,7 @@ SIDES = ("before", "after")
 
 def problems():
     """[(set, N, K, M, config, swap)] over both sets' layers and MS."""
-    return [(which, n, k, m, *small_m.candidates(m, n, k)["rules"])
-            for which, layers in small_m.layers().items() for (n, k) in layers for m in MS]
+    return layer_sweep.rule_problems(MS)
 
 
 def main_run(before: str, after: str) -> None:

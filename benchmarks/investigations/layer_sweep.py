@@ -36,6 +36,12 @@ def problems(ms, sets=("train", "test")) -> list:
             for m in ms]
 
 
+def rule_problems(ms) -> list:
+    """[(set, N, K, M, config, swap)]: ``problems(ms)`` with this checkout's rules' kernel
+    (small_m.py's "rules" candidate) of each."""
+    return [(*p, *small_m.candidates(p[3], p[1], p[2])["rules"]) for p in problems(ms)]
+
+
 def compile_candidates(folder: str, problems: list, candidates) -> None:
     """``compile_to`` every config of ``candidates(m, n, k)`` over ``problems``."""
     compile_to(folder, [c for _, n, k, m in problems for c, _ in candidates(m, n, k).values()])

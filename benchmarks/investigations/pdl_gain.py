@@ -26,13 +26,7 @@ MS = (1, 16, 64, 256, 1024, 4096)
 
 def problems():
     """[(set, N, K, M, config, swap)] over both sets' layers and MS."""
-    out = []
-    for which, layers in small_m.layers().items():
-        for (n, k) in layers:
-            for m in MS:
-                cfg, swap = small_m.candidates(m, n, k)["rules"]
-                out.append((which, n, k, m, cfg, swap))
-    return out
+    return layer_sweep.rule_problems(MS)
 
 
 def main_run(folder: str) -> None:

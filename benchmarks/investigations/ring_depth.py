@@ -39,9 +39,9 @@ def candidates(m: int, n: int, k: int) -> dict:
     rules, swap = small_m.candidates(m, n, k)["rules"]
     out = {"rules": (rules, swap)}
     for depth in DEPTHS:
-        cfg = next((rules.replace(check=False, stages=st) for st in range(depth, rules.stages, -1)
-                    if not rules.replace(check=False, stages=st).violations()), None)
-        if cfg is not None and cfg.name not in {c.name for c, _ in out.values()}:
+        cfg = small_m._deepest(rules, most=depth)
+        if cfg is not None and cfg.stages > rules.stages and cfg.name not in {
+                c.name for c, _ in out.values()}:
             out[f"st{depth}"] = (cfg, swap)
     return out
 

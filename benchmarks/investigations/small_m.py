@@ -85,9 +85,9 @@ def layers() -> dict:
     return {"train": train, "test": test}
 
 
-def _deepest(cfg):
-    """``cfg`` with the deepest ring (<= 8 stages) that breaks no rule, or None."""
-    for st in range(8, 0, -1):
+def _deepest(cfg, most: int = 8):
+    """``cfg`` with the deepest ring (<= ``most`` stages) that breaks no rule, or None."""
+    for st in range(most, 0, -1):
         trial = cfg.replace(check=False, stages=st)
         if not trial.violations():
             return trial
