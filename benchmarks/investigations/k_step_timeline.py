@@ -77,6 +77,8 @@ EMPTY_WAIT = ("                    mbar_wait(empty_bar + 8 * s, phase ^ 1);"
               "                    if (leader) {\n")
 EXPECT = "                        mbar_expect_tx(full_bar + 8 * s, STAGE_BYTES);\n"
 LOAD = "                        load_stage(s, tile, (kt0 + kt) * BK);\n"
+LOAD_A = "        tma_load(a_dst, &tmap_a, bar, k0, tile.m0, za);\n"
+LOAD_B = "        tma_load(b_dst, &tmap_b, bar, k0, tile.n0, zb);\n"
 FULL_WAIT = "                mbar_wait(full_bar + 8 * s, phase);\n"
 MMA = "                mma_stage(acc, s, cw * M_ITERS, kt == 0);\n"
 WGMMA_WAIT = ("                wgmma_wait<1>();"
@@ -135,10 +137,17 @@ MODES = {  # what each mode takes out of the stamped kernel (its output is then 
                (LOAD, "")),
     "stagger": ((LOAD, STAGGERED),),
     "no_mma_stagger": ((MMA, ""), (LOAD, STAGGERED)),
+    "no_mma_a_only": ((MMA, ""), (EXPECT, EXPECT.replace("STAGE_BYTES", "A_STAGE_BYTES")),
+                      (LOAD_B, "")),
+    "no_mma_a_twice": ((MMA, ""), (EXPECT, EXPECT.replace("STAGE_BYTES",
+                                                          "STAGE_BYTES + A_STAGE_BYTES")),
+                       (LOAD_A, LOAD_A + LOAD_A)),
 }
 """full: the kernel as rendered; no_mma: the consumers issue no wgmma (the loads' own pace);
 no_tma: the producer arrives on the full barrier without loading (the consumers' own pace);
-the stagger modes: STAGGER above."""
+the stagger modes: STAGGER above; no_mma_a_only and no_mma_a_twice: the loads' pace with one
+TMA box a stage (A's; B is not loaded) and with three (A's twice, into the same place): whether
+a stage costs by its boxes or by its bytes. The last two apply to K-major A and B only."""
 
 
 def instrumented(cfg, mode: str = "full") -> str:
@@ -160,7 +169,8 @@ def cases() -> list:
     only = os.environ.get("K_STEP_ONLY")  # a label substring: run only those cases
     return [(case, cfg, mode) for case, cfg in configs().items() for mode in MODES
             if (mode == "full" or cfg.cluster == 1 or mode == "no_mma")
-            and (not only or only in case[3])]
+            and (not only or only in case[3])
+            and (not mode.startswith("no_mma_a") or "st8 cl1x1" in case[3])]
 
 
 def cubin_path(folder: str, cfg, mode: str) -> Path:
