@@ -27,10 +27,8 @@ F.linear's time over the rules' and over the grouped kernel's (geomeans).
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
-from pathlib import Path
 
 import layer_sweep  # beside this script
 import small_m
@@ -62,25 +60,7 @@ save = layer_sweep.saver("group_stages", __doc__,
 
 def report(path: str) -> dict:
     """The ``grouped`` summary of a run's file (see the module doc), written into it."""
-    doc = json.loads(Path(path).read_text())
-    out: dict = {}
-    for which in ("train", "test"):
-        for m in sorted({r["M"] for r in doc["rows"]}):
-            rows = [r for r in doc["rows"] if r["set"] == which and r["M"] == m]
-            for variant in ("g2", "g2 deep"):
-                both = [r for r in rows if variant in r["candidates"]]
-                if not both:
-                    continue
-                gain = [r["candidates"]["rules"]["ms"] / r["candidates"][variant]["ms"]
-                        for r in both]
-                torch = {c: small_m._geomean([r["torch_ms"] / r["candidates"][c]["ms"]
-                                              for r in both]) for c in ("rules", variant)}
-                out.setdefault(f"{which} M={m}", {})[variant] = {
-                    "rows": len(gain), "geomean": round(small_m._geomean(gain), 3),
-                    "worst": round(min(gain), 3), "best": round(max(gain), 3),
-                    "x_torch_rules": round(torch["rules"], 3),
-                    "x_torch": round(torch[variant], 3)}
-    return layer_sweep.write_summary(path, "grouped", out)
+    return layer_sweep.variant_summary(path, "grouped", ("g2", "g2 deep"))
 
 
 if __name__ == "__main__":

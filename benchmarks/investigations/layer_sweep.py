@@ -239,6 +239,31 @@ def sweep_variants(dev, problems: list, kernels, save) -> None:
     save(dev.gpu, rows)
 
 
+def variant_summary(path: str, key: str, variants) -> dict:
+    """Per set, M and variant of a sweep's file ``path``: the rows that timed the variant, the
+    geomean, worst and best of the rules' time over the variant's, and F.linear's time over
+    the rules' and over the variant's (geomeans); written into the file under ``key``."""
+    doc = json.loads(Path(path).read_text())
+    out: dict = {}
+    for which in ("train", "test"):
+        for m in sorted({r["M"] for r in doc["rows"]}):
+            rows = [r for r in doc["rows"] if r["set"] == which and r["M"] == m]
+            for variant in variants:
+                both = [r["candidates"] | {"torch": {"ms": r["torch_ms"]}} for r in rows
+                        if variant in r["candidates"]]
+                if not both:
+                    continue
+                gain = [c["rules"]["ms"] / c[variant]["ms"] for c in both]
+                torch = {v: small_m._geomean([c["torch"]["ms"] / c[v]["ms"] for c in both])
+                         for v in ("rules", variant)}
+                out.setdefault(f"{which} M={m}", {})[variant] = {
+                    "rows": len(gain), "geomean": round(small_m._geomean(gain), 3),
+                    "worst": round(min(gain), 3), "best": round(max(gain), 3),
+                    "x_torch_rules": round(torch["rules"], 3),
+                    "x_torch": round(torch[variant], 3)}
+    return write_summary(path, key, out)
+
+
 def write_summary(path: str, key: str, out: dict) -> dict:
     """``out`` written into the run's file ``path`` under ``key``, and printed."""
     doc = json.loads(Path(path).read_text())

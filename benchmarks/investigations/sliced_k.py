@@ -25,10 +25,8 @@ over the variant's (geomeans).
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
-from pathlib import Path
 
 import layer_sweep  # beside this script
 import small_m
@@ -69,25 +67,7 @@ save = layer_sweep.saver("sliced_k", __doc__,
 
 def report(path: str) -> dict:
     """The ``sliced`` summary of a run's file (see the module doc), written into it."""
-    doc = json.loads(Path(path).read_text())
-    out: dict = {}
-    for which in ("train", "test"):
-        for m in sorted({r["M"] for r in doc["rows"]}):
-            rows = [r for r in doc["rows"] if r["set"] == which and r["M"] == m]
-            for variant in VARIANTS:
-                both = [r for r in rows if variant in r["candidates"]]
-                if not both:
-                    continue
-                gain = [r["candidates"]["rules"]["ms"] / r["candidates"][variant]["ms"]
-                        for r in both]
-                torch = {c: small_m._geomean([r["torch_ms"] / r["candidates"][c]["ms"]
-                                              for r in both]) for c in ("rules", variant)}
-                out.setdefault(f"{which} M={m}", {})[variant] = {
-                    "rows": len(gain), "geomean": round(small_m._geomean(gain), 3),
-                    "worst": round(min(gain), 3), "best": round(max(gain), 3),
-                    "x_torch_rules": round(torch["rules"], 3),
-                    "x_torch": round(torch[variant], 3)}
-    return layer_sweep.write_summary(path, "sliced", out)
+    return layer_sweep.variant_summary(path, "sliced", VARIANTS)
 
 
 if __name__ == "__main__":
