@@ -249,13 +249,13 @@ def variant_summary(path: str, key: str, variants) -> dict:
         for m in sorted({r["M"] for r in doc["rows"]}):
             rows = [r for r in doc["rows"] if r["set"] == which and r["M"] == m]
             for variant in variants:
-                both = [r["candidates"] | {"torch": {"ms": r["torch_ms"]}} for r in rows
-                        if variant in r["candidates"]]
+                both = [r for r in rows if variant in r["candidates"]]
                 if not both:
                     continue
-                gain = [c["rules"]["ms"] / c[variant]["ms"] for c in both]
-                torch = {v: small_m._geomean([c["torch"]["ms"] / c[v]["ms"] for c in both])
-                         for v in ("rules", variant)}
+                ms = {v: [r["candidates"][v]["ms"] for r in both] for v in ("rules", variant)}
+                gain = [a / b for a, b in zip(ms["rules"], ms[variant])]
+                torch = {v: small_m._geomean([r["torch_ms"] / t for r, t in zip(both, ms[v])])
+                         for v in ms}
                 out.setdefault(f"{which} M={m}", {})[variant] = {
                     "rows": len(gain), "geomean": round(small_m._geomean(gain), 3),
                     "worst": round(min(gain), 3), "best": round(max(gain), 3),

@@ -67,11 +67,12 @@ KERNEL = r"""
 template <int N, int WGS, int G, int MODE, int W>
 __global__ void __launch_bounds__(256, 1) stages(int count, long long* cyc, float* out) {
     extern __shared__ __align__(1024) unsigned char smem[];
-    const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem) + 1023) & ~1023u;
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem);
+    const uint32_t base = (raw + 1023) & ~1023u;  // A and B from a 1024-byte swizzle atom
+    __nv_bfloat16* operands = (__nv_bfloat16*)(smem + (base - raw));
     for (int i = threadIdx.x; i < 32768; i += blockDim.x) {  // random bf16 A and B
         unsigned h = i * 2654435761u + 12345u; h ^= h >> 13; h *= 0x5bd1e995u; h ^= h >> 15;
-        ((__nv_bfloat16*)(smem + (base - (uint32_t)__cvta_generic_to_shared(smem))))[i] =
-            __float2bfloat16((h & 0xffff) / 65536.f - 0.5f);
+        operands[i] = __float2bfloat16((h & 0xffff) / 65536.f - 0.5f);
     }
     __shared__ __align__(8) unsigned long long bars[10];
     const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(bars);
