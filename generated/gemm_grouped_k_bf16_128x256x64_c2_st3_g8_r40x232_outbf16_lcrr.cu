@@ -72,6 +72,7 @@ namespace gemm_grouped_k_bf16_128x256x64_c2_st3_g8_r40x232_outbf16_lcrr_cfg {
 [[maybe_unused]] constexpr int THREADS = 384;
 [[maybe_unused]] constexpr int WARPGROUP = 128;
 [[maybe_unused]] constexpr int C_CHUNK = 64;
+[[maybe_unused]] constexpr int C_SWIZZLE_ROW = 128;
 [[maybe_unused]] constexpr int SMEM_BYTES = 214064;
 [[maybe_unused]] constexpr int SMEM_OPTIN = 232448;
 [[maybe_unused]] constexpr int SW_ELEMS = 64;
@@ -477,11 +478,12 @@ gemm_grouped_k_bf16_128x256x64_c2_st3_g8_r40x232_outbf16_lcrr(
         const uint32_t cs_addr = smem_u32(cs);
         if (wtid == 0) bulk_wait_read();            // the previous tile's TMA store has read it
         named_sync(BAR_STORE_BASE + cw, WARPGROUP);  // ... and every thread's guarded copy too
-        // Row-major staging: chunk c / C_CHUNK holds rows [CONSUMER_ROWS][C_CHUNK]; the 16-byte
-        // unit u of row r sits at u ^ (r % 8).
+        // Row-major staging: chunk c / C_CHUNK holds rows [CONSUMER_ROWS][C_CHUNK] of
+        // C_SWIZZLE_ROW bytes; the 16-byte unit u of row r sits at u ^ (r % 8) in 128-byte rows.
         auto staged = [&](int r, int c) -> uint32_t {
-            return cs_addr + (c / C_CHUNK) * C_CHUNK_BYTES + r * 128
-                   + ((((c % C_CHUNK) * OUT_BYTES) / 16) ^ (r % 8)) * 16 + ((c % C_CHUNK) * OUT_BYTES) % 16;
+            return cs_addr + (c / C_CHUNK) * C_CHUNK_BYTES + r * C_SWIZZLE_ROW
+                   + ((((c % C_CHUNK) * OUT_BYTES) / 16) ^ ((r / (128 / C_SWIZZLE_ROW)) % (C_SWIZZLE_ROW / 16))) * 16
+                   + ((c % C_CHUNK) * OUT_BYTES) % 16;
         };
         // Accumulator i of slice mi holds C(row, col) with row = mi*64 + warp*16 + lane/4 +
         // 8*((i%4)/2) and col = 8*(i/4) + 2*(lane%4) + i%2 (the wgmma D fragment layout).

@@ -85,6 +85,7 @@ namespace gemm_wgmma_fp16_128x128x64_c1co_nows_st1_sw128_cl1x1_npg8_r0x0_direct_
 [[maybe_unused]] constexpr int THREADS = 128;
 [[maybe_unused]] constexpr int WARPGROUP = 128;
 [[maybe_unused]] constexpr int C_CHUNK = 64;
+[[maybe_unused]] constexpr int C_SWIZZLE_ROW = 128;
 [[maybe_unused]] constexpr int SMEM_BYTES = 33808;
 [[maybe_unused]] constexpr int SMEM_OPTIN = 232448;
 [[maybe_unused]] constexpr int PINGPONG = 0;

@@ -86,6 +86,7 @@ namespace gemm_wgmma_fp16_128x128x64_c1co_ws_st5_sw128_cl1x1_npg8_r0x0_direct_ou
 [[maybe_unused]] constexpr int THREADS = 256;
 [[maybe_unused]] constexpr int WARPGROUP = 128;
 [[maybe_unused]] constexpr int C_CHUNK = 64;
+[[maybe_unused]] constexpr int C_SWIZZLE_ROW = 128;
 [[maybe_unused]] constexpr int SMEM_BYTES = 164944;
 [[maybe_unused]] constexpr int SMEM_OPTIN = 232448;
 [[maybe_unused]] constexpr int PINGPONG = 0;

@@ -86,6 +86,7 @@ namespace gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_out
 [[maybe_unused]] constexpr int THREADS = 384;
 [[maybe_unused]] constexpr int WARPGROUP = 128;
 [[maybe_unused]] constexpr int C_CHUNK = 64;
+[[maybe_unused]] constexpr int C_SWIZZLE_ROW = 128;
 [[maybe_unused]] constexpr int SMEM_BYTES = 214064;
 [[maybe_unused]] constexpr int SMEM_OPTIN = 232448;
 [[maybe_unused]] constexpr int PINGPONG = 0;
@@ -548,11 +549,12 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_outfp16(
         const uint32_t cs_addr = smem_u32(cs);
         if (wtid == 0) bulk_wait_read();            // the previous tile's store has read it
         named_sync(BAR_STORE_BASE + cw, WARPGROUP);
-        // Row-major staging: chunk c / C_CHUNK holds rows [CONSUMER_ROWS][C_CHUNK]; the 16-byte
-        // unit u of row r sits at u ^ (r % 8).
+        // Row-major staging: chunk c / C_CHUNK holds rows [CONSUMER_ROWS][C_CHUNK] of
+        // C_SWIZZLE_ROW bytes; the 16-byte unit u of row r sits at u ^ (r % 8) in 128-byte rows.
         auto staged = [&](int r, int c) -> uint32_t {
-            return cs_addr + (c / C_CHUNK) * C_CHUNK_BYTES + r * 128
-                   + ((((c % C_CHUNK) * OUT_BYTES) / 16) ^ (r % 8)) * 16 + ((c % C_CHUNK) * OUT_BYTES) % 16;
+            return cs_addr + (c / C_CHUNK) * C_CHUNK_BYTES + r * C_SWIZZLE_ROW
+                   + ((((c % C_CHUNK) * OUT_BYTES) / 16) ^ ((r / (128 / C_SWIZZLE_ROW)) % (C_SWIZZLE_ROW / 16))) * 16
+                   + ((c % C_CHUNK) * OUT_BYTES) % 16;
         };
         // stmatrix.x4: four 8x8 matrices of 16-bit values; lane l gives the address of row
         // l % 8 of matrix l / 8, which are (rows 0-7 | 8-15) x (cols 0-7 | 8-15) of a 16x16 block.

@@ -86,6 +86,7 @@ namespace gemm_wgmma_tf32_128x128x32_c2co_ws_st6_sw128_cl1x1_pg8_r40x232_direct_
 [[maybe_unused]] constexpr int THREADS = 384;
 [[maybe_unused]] constexpr int WARPGROUP = 128;
 [[maybe_unused]] constexpr int C_CHUNK = 32;
+[[maybe_unused]] constexpr int C_SWIZZLE_ROW = 128;
 [[maybe_unused]] constexpr int SMEM_BYTES = 197728;
 [[maybe_unused]] constexpr int SMEM_OPTIN = 232448;
 [[maybe_unused]] constexpr int PINGPONG = 0;

@@ -69,7 +69,7 @@ class WgmmaLaunch(HopperLaunch):
     def _c_map(self, ptr, m, n, ldc, batch, stride):
         cfg = self.config
         return operand_map(cfg.out, int(ptr), m, n, ldc, cfg.layout[2] == "c", batch, stride,
-                           *self._c_box, 128)
+                           *self._c_box, cfg.c_swizzle)
 
     def grid(self, args: KernelArgs, sms: int) -> tuple[int, int, int]:
         """(x, 1, z): every cluster tile (of every batch entry and split-K slice), or,

@@ -23,7 +23,7 @@ WARPGROUP = 4 * WARP_SIZE          # threads of one warpgroup
 WGMMA_M = 64                       # rows of one wgmma, per warpgroup
 WGMMA_K_BYTES = 32                 # one wgmma takes 32 bytes of K: k8 tf32, k16 16-bit, k32 FP8
 MAX_BOX = 256                      # cuTensorMapEncodeTiled: every box dimension <= 256
-C_SWIZZLE = 128                    # the C staging tile uses 128-byte swizzled rows
+C_SWIZZLE = 128                    # the C staging tile's rows: 128-byte swizzled unless narrower
 BARRIER_BYTES = 8                  # one mbarrier
 ALIGN_SLACK = 1024                 # dynamic shared memory is rounded up to a 1024-byte atom
 REGISTER_FILE = 65536              # 32-bit registers per SM (sm_90)
@@ -88,7 +88,8 @@ HOPPER_RULES: tuple[Rule, ...] = (
          "clusters of 1 or 2 CTAs (CLUSTER_M x CLUSTER_N)"),
     Rule("H30", "group-positive", at_least("GROUP", 1), "raster groups hold at least one tile"),
     Rule("H31", "c-store-chunks", multiple_of("BN", "C_CHUNK"),
-         "a TMA store writes row-major C in 128-byte swizzled column chunks",
+         "a TMA store writes row-major C in swizzled column chunks of one 128-, 64- or 32-byte "
+         "row (C_SWIZZLE_ROW)",
          when=equal("ROW_MAJOR_TMA_STORE", 1)),
     Rule("H34", "c-box", at_most("C_BOX_ROWS", MAX_BOX),
          "a TMA-store box dimension (a consumer's rows, or BN for a column-major C) is at most "
@@ -259,9 +260,15 @@ class HopperTile:
         return self.a_stage_bytes + self.b_stage_bytes
 
     @property
+    def c_swizzle(self) -> int:
+        """Bytes of one row of a C staging chunk, which is also the TMA store's swizzle: 128
+        (a family whose tiles may end in a narrower chunk overrides this)."""
+        return C_SWIZZLE
+
+    @property
     def c_chunk(self) -> int:
-        """Elements of C in one 128-byte staging row."""
-        return C_SWIZZLE // self.out_bytes
+        """Elements of C in one staging row (``c_swizzle`` bytes)."""
+        return self.c_swizzle // self.out_bytes
 
     @property
     def c_smem_offset(self) -> int:
@@ -331,7 +338,7 @@ class HopperTile:
             "WGMMA_M": WGMMA_M, "WGMMA_N": self.consumer_cols, "WGMMA_K": self.wgmma_k,
             "K_STEPS": div(self.bk, self.wgmma_k), "CONSUMER_ROWS": self.consumer_rows,
             "M_ITERS": self.m_iters, "ACC_REGS": self.acc_regs, "THREADS": self.threads,
-            "WARPGROUP": WARPGROUP, "C_CHUNK": self.c_chunk,
+            "WARPGROUP": WARPGROUP, "C_CHUNK": self.c_chunk, "C_SWIZZLE_ROW": self.c_swizzle,
             "SMEM_BYTES": self.smem_bytes, "SMEM_OPTIN": SMEM_OPTIN,
         }
 

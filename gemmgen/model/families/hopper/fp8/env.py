@@ -79,7 +79,7 @@ class Fp8Env:
                 "OUT_GROUPS": self.bn // BLOCK if self.quant == "1x128" else 0,
                 "B_SCALE_SPLIT": int(self.scaling == "block" and BLOCK % self.bn != 0),
                 "C_CHUNKS": div(self.bn, self.c_chunk) if self.store == "tma" else 0,
-                "C_CHUNK_BYTES": self.consumer_rows * C_SWIZZLE, "C_SWIZZLE_ROW": C_SWIZZLE,
+                "C_CHUNK_BYTES": self.consumer_rows * C_SWIZZLE,
                 "C_CONSUMER_BYTES": self.consumer_rows * self.bn * self.out_bytes,
                 "PACK_TILE": PACK_TILE, "PACK_THREADS": PACK_THREADS,
                 "BAR_CONSUMER_BASE": 1,

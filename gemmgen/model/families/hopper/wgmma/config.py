@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from ....config import LAYOUTS, ConfigBase, div
 from ....epilogue_rules import EPILOGUE_RULES
-from .. import BARRIER_BYTES, HopperTile, WARPGROUP
+from .. import BARRIER_BYTES, C_SWIZZLE, HopperTile, WARPGROUP
 from ..split import split_tail, split_workspace
 from .env import WgmmaEnv
 from .rules import MATHS, OVERLAP_RESERVE, STREAM_K_RULES, WGMMA_FEATURE_RULES, WGMMA_RULES
@@ -301,6 +301,18 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
     @property
     def b_part_bytes(self) -> int:
         return self.bn * self.bk * self.elem_bytes
+
+    @property
+    def c_swizzle(self) -> int:
+        """Bytes of one row of a C staging chunk (the TMA store's swizzle): 128, or for a
+        row-major C staged for the TMA store whose tile rows are not whole 128-byte rows, the
+        wider of 64 and 32 that divides them, so that tiles such as 128 x 144 (cuBLASLt's
+        widths in steps of 16, chosen to fill the SMs' waves) store through TMA too. The
+        overlap's deferred passes read 128-byte rows: it keeps 128."""
+        row = self.bn * self.out_bytes
+        if self.layout[2] == "c" or self.store != "tma" or self.overlap or row % C_SWIZZLE == 0:
+            return C_SWIZZLE
+        return next((s for s in (64, 32) if row % s == 0), C_SWIZZLE)
 
     @property
     def c_smem_bytes(self) -> int:
