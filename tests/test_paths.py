@@ -142,7 +142,7 @@ def test_tiles_past_the_last_whole_wave_split_k_where_the_estimate_says_so():
                 + TAIL_SPLIT["per_slice"] * split) * work
     tails = 0
     for m, n, k in ((1024, 4544, 18176), (1024, 14336, 4096), (4096, 1536, 7168),
-                    (2048, 4544, 4544), (4096, 4096, 4096)):
+                    (2048, 4544, 4544), (4096, 4096, 4096), (1024, 18944, 3584)):
         ch = decide(None, H, "bf16", m, n, k, cc=90, layout="rcr")
         c = ch.config
         got = estimate(m, n, k, c.bm, c.bn, c.split_k)

@@ -29,20 +29,19 @@ from . import cost
 FLIP = {"r": "c", "c": "r"}
 
 MAX_STAGES = 8
-"""The deepest ring the shape rules ask for (decode shapes measured 6 against 3 stages: 363
-against 220 TFLOP/s at 128 x 8192 x 8192 swapped; a 64-row tile with 8 stages, 128 CTAs,
-409 TFLOP/s; paths_NVIDIA_H200.json)."""
+"""The deepest ring the shape rules ask for (6 against 3 stages: 363 against 220 TFLOP/s at
+128 x 8192 x 8192 swapped; 8 stages, 409 TFLOP/s; paths_NVIDIA_H200.json)."""
 SWAP_M = 64
 """Swap operands when M is at most this (and N is larger): at M = 1 and 16 the swapped
-problem measured fastest on every LLM layer, at M = 128 the unswapped 64 x 128 or 128 x 192
-tile did (up to 2.6x)."""
+problem measured fastest on every LLM layer, at M = 128 the unswapped tile (up to 2.6x)."""
 TILE_EFFICIENCY = {(128, 256): 1.0, (256, 128): 0.94, (128, 192): 0.93, (128, 128): 0.84,
-                   (64, 256): 0.78, (64, 128): 0.60, (64, 64): 0.5}
+                   (64, 256): 0.78, (64, 128): 0.60, (64, 64): 0.5, (128, 144): 0.70,
+                   (128, 224): 0.97}
 """Block tiles weighed for problems of more than SWAP_M rows, with their throughput relative to
 128 x 256 per unit of work, fitted to 1950 timings of the LLM-layer suite (bf16 and fp16,
-three layouts, H200): time ~ waves x BM x BN x (K + K_OVERHEAD) / efficiency. 64 x 64 was
-fitted on the small-M sweep (any of 0.45 to 0.55 chose the same tiles there): at M = 128 and
-N <= 3584 its twice as many tiles measured up to 1.1x the 64 x 128 tile's speed."""
+three layouts, H200): time ~ waves x BM x BN x (K + K_OVERHEAD) / efficiency. 64 x 64 from
+the small-M sweep; 128 x 144 and 128 x 224, weighed above SMALL_M rows, fill waves that widths
+of 64 leave part empty (cuBLASLt's in steps of 16): odd_tiles.py ``fit``, M 1024 and 4096."""
 K_OVERHEAD = 768
 """A tile's fixed cost (prologue, epilogue) in units of K (fitted with TILE_EFFICIENCY)."""
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -265,7 +264,8 @@ def _tile(cfg, m, n, k, batch, changes, reasons, swap=False) -> tuple[int, int]:
     else:
         timed = {t: (_big_time(cfg, t, m, n, k, batch, _apart(cfg, changes, t) is None)[0]
                      if m > SMALL_M else _tile_time(t, m, n, k, batch))
-                 for t in TILE_EFFICIENCY if t != (64, 64) or m <= TILE64_M}
+                 for t in TILE_EFFICIENCY if (t != (64, 64) or m <= TILE64_M)
+                 and (t[1] % 64 == 0 or m > SMALL_M)}
         best = min(timed, key=timed.get)
         if best != (cfg.bm, cfg.bn):
             pre, tail = timed[cfg.bm, cfg.bn], " or a tail" * (m > SMALL_M)
