@@ -258,3 +258,25 @@ def test_staged_residual_in_place_of_c_with_ragged_tiles(cp, pingpong, pad):
                   R=R[:, :n])
     ref, _ = evaluate(tree, {**leaves, "alpha": 1.0, "beta": 0.0})
     assert _rel(out, ref) <= _tol(tree, k), (pingpong, pad, _rel(out, ref))
+
+
+@pytest.mark.parametrize("bn, tree, extra", [
+    (144, "none", {}), (160, "none", {}), (144, "acc + bias + R", {}), (160, "bias_gelu", {}),
+    (144, "none", {"split_k": 2, "split_inline": True}), (144, "bias_gelu", {"pingpong": True}),
+    (136, "none", {"out": "fp32"})])
+def test_narrow_c_chunks_store_through_tma(cp, bn, tree, extra):
+    """Tiles whose rows of C are not whole 128-byte rows stage C in 64- or 32-byte swizzled
+    chunks for the TMA store (128 x 144: 32 bytes, 128 x 160: 64, fp32 128 x 136: 32), plain,
+    with the staged residual, with GELU's epilogue, an inline split-K, ping-pong consumers;
+    ragged last tiles (N = 4104 is no multiple of the width) and several tiles per consumer."""
+    cfg = PRESETS["wgmma_tma_store"].config.replace(layout="rcr", bm=128, bn=bn, stages=4,
+                                                    epilogue=tree, **extra)
+    assert cfg.store == "tma" and cfg.c_swizzle == (64 if bn == 160 else 32)
+    m, n, k = 2056, 4104, 256
+    dev, leaves = _operands(cp, m, n, k, "rcr", seed=9)
+    C = cp.full((m, n), np.nan, dtype=cp.float32 if cfg.out == "fp32" else cp.float16)
+    epi = Epilogue.parse("acc" if tree == "none" else tree)
+    kw = {name: dev[name] for name in ("bias", "R") if epi.count(name)}
+    out = _kernel(cfg, dev["A"], dev["B"], C, **kw)  # C poisoned; beta = 0 never reads it
+    ref, _ = evaluate(epi, {**leaves, "alpha": 1.0, "beta": 0.0})
+    assert _rel(out, ref) <= _tol(str(tree), k, out=cfg.out), (cfg.name, _rel(out, ref))
