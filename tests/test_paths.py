@@ -93,8 +93,8 @@ def test_small_m_rules_split_long_k_and_say_where_the_slices_are_summed():
 def test_m_of_256_to_512_rows_takes_the_tile_and_split_of_least_estimated_time():
     """The mid-M rule: from MID_TILES and the splits up to 8, the least of whole waves x (K
     tiles per slice x time per K tile + time per tile) + split-K's cost, checked here against
-    the same sum written out; only with a K-major B and an N that is not narrow, and a C tile
-    that is not whole 64-column chunks is stored directly."""
+    the same sum written out; only with a K-major B and an N that is not narrow. An unsplit
+    tile stores C through TMA, in 32-byte swizzled chunks or wider (128 x 160: 64 bytes)."""
     from gemmgen.heuristics.shapes import MID_SPLIT, MID_TILES, mid_tile
 
     def estimate(m, n, k, bm, bn, split):
@@ -115,9 +115,9 @@ def test_m_of_256_to_512_rows_takes_the_tile_and_split_of_least_estimated_time()
                 units = -(-m // bm) * -(-n // bn) * split
                 if split == 1 or (-(-k // 64) / split >= 8 and units <= 2 * 132):
                     assert got <= estimate(m, n, k, bm, bn, split) + 1e-9, (m, n, k, bm, bn)
-        assert c.store == ("direct" if c.split_k > 1 or c.bn % 64 else "tma"), c.name
+        assert c.store == ("direct" if c.split_k > 1 else "tma"), c.name
     c = picked[512, 4544, 18176]
-    assert (c.bm, c.bn, c.store) == (128, 160, "direct")
+    assert (c.bm, c.bn, c.store, c.c_swizzle) == (128, 160, "tma", 64)
     for m, layout, n in ((256, "rrr", 4544), (128, "rcr", 4544), (1024, "rcr", 4544),
                          (256, "rcr", 8)):
         ch = decide(None, H, "bf16", m, n, 4544, cc=90, layout=layout)

@@ -24,7 +24,8 @@ rules' own.
 
 ``ODD_TILES_MS`` (comma-separated) times other M values (the file name then ends in ``_M``
 and them). ``ODD_TILES_AB=1`` times only the rules' kernel and, as "rules before", the one they
-chose before they weighed the widths that are not multiples of 64 (file name ``_ab``).
+chose before they weighed the widths that are not multiples of 64 and before the mid-M rule
+stored its tiles of such widths by TMA (file name ``_ab``).
 """
 from __future__ import annotations
 
@@ -47,15 +48,20 @@ AB = os.environ.get("ODD_TILES_AB") == "1"
 
 
 def _before(m: int, n: int, k: int):
-    """(config, swap) the rules chose without the widths that are not multiples of 64."""
+    """(config, swap) the rules chose before they weighed the widths that are not multiples of
+    64 above SMALL_M rows, and before the mid-M rule's tiles of such widths stored C by TMA:
+    those stored directly, with the ring as deep as that leaves room for."""
     table = shapes.TILE_EFFICIENCY
     odd = {t: e for t, e in table.items() if t[1] % 64}
     for t in odd:
         del table[t]
     try:
-        return small_m.candidates(m, n, k)["rules"]
+        cfg, swap = small_m.candidates(m, n, k)["rules"]
     finally:
         table.update(odd)
+    if shapes.MID_M[0] <= m <= shapes.MID_M[1] and cfg.bn % 64 and cfg.store == "tma":
+        cfg = small_m._deepest(cfg.replace(check=False, store="direct"), shapes.MAX_STAGES)
+    return cfg, swap
 
 
 def candidates(m: int, n: int, k: int) -> dict:

@@ -53,8 +53,7 @@ least this many K tiles that keep its tiles in one wave. Fitted on the small-M s
 and F.linear's 7.8 (H200, graph-captured)."""
 BIG_SPLIT_TILES = 16
 """A problem of more than SWAP_M and at most SMALL_M rows whose tiles fill less than half the
-SMs splits K into the most SPLITS slices of at least this many K tiles that keep one wave (8,
-16 and 32 tried)."""
+SMs splits K into the most SPLITS slices of this many K tiles or more in a wave (8-32 tried)."""
 SMALL_M = 256
 """The most rows the small-M sweep measured: BIG_SPLIT_TILES applies up to here; above, splits
 of 2 or 4 where the tiles leave half or three quarters of the SMs idle over a K of at least
@@ -136,7 +135,8 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
         best = _tile(cfg, m, n, k, batch, changes, reasons, swap)
         tiles = cost.tiles_of(m, n, *best, batch)
         split = _split(cfg, m, n, k, batch, best, tiles, changes, reasons)
-    odd = bool(mid) and best[1] % 64 != 0  # as the mid-M rule's tiles were timed
+    odd = bool(mid) and (best[1] % 64 if layout[2] == "c"  # C staged in 64 columns, or rows
+                         else best[1] * cfg.out_bytes % 32) != 0  # of 32, 64 or 128 bytes
     # an inline split of the tail past whole waves stores C as the whole tiles do
     parts = split > 1 and not (changes.get("split_inline") and tiles > cost.SMS)
     if cfg.store == "tma" and (swap or narrow or parts or not c_aligned or best[1] < 64
@@ -144,7 +144,7 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
         changes["store"] = "direct"
         why = ("split-K stores partial sums" if parts else
                "C is not 16-byte aligned" if not c_aligned else
-               f"a C tile {best[1]} columns wide, not whole 64-column chunks" if odd else
+               f"a C tile {best[1]} columns wide, not whole staging chunks" if odd else
                "a narrow or transposed C tile")
         reasons.append(f"direct stores: {why}")
     _deepen(cfg, changes, reasons)
