@@ -12,8 +12,9 @@ replays); every output poisoned first and checked against float64.
     python3 benchmarks/investigations/odd_tiles.py run DIR         # GPU: $OUT/odd_tiles_<GPU>.json
     python3 benchmarks/investigations/odd_tiles.py widths FILE     # CPU: per-width report
     python3 benchmarks/investigations/odd_tiles.py fit FILE ...    # CPU: the widths' efficiency
+    python3 benchmarks/investigations/odd_tiles.py ab FILE         # CPU: an _ab run's report
 
-``fit`` chooses, for each width the shape rules do not weigh yet, its efficiency in
+``fit`` chooses, for each width that is not a multiple of 64, its efficiency in
 ``shapes.TILE_EFFICIENCY`` (throughput per unit of work relative to 128 x 256; a grid of 0.60
 to 1.10 by 0.01, coordinate descent from 0 (never chosen), three passes) of best geomean x
 F.linear of the rules' picks over the training rows of the files given (one per GPU, pooled),
@@ -127,6 +128,30 @@ def widths(path: str) -> dict:
     return layer_sweep.write_summary(path, "widths", out)
 
 
+def ab(path: str) -> dict:
+    """Writes ``ab`` into an ODD_TILES_AB run's file: over the problems whose kernel changed,
+    their count and the geomean, lowest and highest of the time before over the time after;
+    the same geomean over the unchanged ones (the run's noise); and per set and M the geomean
+    x F.linear before and after."""
+    import json
+    from pathlib import Path
+    doc = json.loads(Path(path).read_text())
+    changed, same, per = [], [], {}
+    for r in doc["rows"]:
+        now, was = r["candidates"]["rules"], r["candidates"]["rules before"]
+        (same if now["config"] == was["config"] else changed).append(was["ms"] / now["ms"])
+        key = f"{r['set']} M={r['M']}"
+        per.setdefault(key, ([], []))
+        per[key][0].append(r["torch_ms"] / was["ms"])
+        per[key][1].append(r["torch_ms"] / now["ms"])
+    out = {"changed": len(changed), "changed_speedup": round(small_m._geomean(changed), 3),
+           "changed_lowest": round(min(changed), 3), "changed_highest": round(max(changed), 3),
+           "unchanged": len(same), "unchanged_speedup": round(small_m._geomean(same), 3),
+           "x_torch_before_after": {k: [round(small_m._geomean(v), 3) for v in vs]
+                                    for k, vs in per.items()}}
+    return layer_sweep.write_summary(path, "ab", out)
+
+
 def _pick(m: int, n: int, k: int) -> str:
     """The config name this checkout's shape rules pick (with shapes' tables as they stand)."""
     from gemmgen.heuristics.select import decide
@@ -162,6 +187,9 @@ def fit(paths: list) -> dict:
     from pathlib import Path
     docs = [json.loads(Path(p).read_text()) for p in paths]
     table = shapes.TILE_EFFICIENCY
+    shipped = {t: e for t, e in table.items() if t[1] % 64}  # fitted again from none
+    for t in shipped:
+        del table[t]
     before = {w: _score(docs, w, True)[0] for w in ("train", "test")}
     new = [(128, bn) for bn in WIDTHS if (128, bn) not in table]
     grid = [0] + [round(0.60 + 0.01 * i, 2) for i in range(51)]
@@ -181,6 +209,9 @@ def fit(paths: list) -> dict:
             else:
                 table.pop(t, None)
     after = {w: _score(docs, w, True) for w in ("train", "test")}
+    for t in new:  # the shipped table back
+        table.pop(t, None)
+    table.update(shipped)
     out = {"efficiency": {f"{t[0]}x{t[1]}": e for t, e in chosen.items()},
            "per_file": {f"{g} {w} M={m}": [round(before[w][g, m], 3), round(v, 3)]
                         for w in ("train", "test") for (g, m), v in after[w][0].items()},
@@ -191,4 +222,4 @@ def fit(paths: list) -> dict:
 
 if __name__ == "__main__":
     layer_sweep.main(sys.argv, MS, candidates, REPLAYS, save, fit,
-                     reports={"widths": widths})
+                     reports={"widths": widths, "ab": ab})
