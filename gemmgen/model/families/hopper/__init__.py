@@ -346,7 +346,9 @@ class HopperTile:
         """The derived figures the emitted header and ``gemmgen list`` report."""
         return {"threads": self.threads, "warpgroups": self.threads // WARPGROUP,
                 "smem_bytes_dynamic": self.smem_bytes, "stage_bytes": self.stage_bytes,
-                "c_staging_bytes": self.c_smem_bytes, "acc_regs_per_consumer": self.acc_regs,
+                "c_staging_bytes": self.c_smem_bytes,
+                **({"c_chunk_row_bytes": self.c_swizzle} if self.c_swizzle != C_SWIZZLE else {}),
+                "acc_regs_per_consumer": self.acc_regs,
                 "consumer_registers": self.consumer_regs, "entry_registers": self.entry_regs,
                 "wgmma": f"m64n{self.consumer_cols}k{self.wgmma_k} x {self.m_iters} per consumer",
                 "flops_per_byte": {k: round(v, 3) for k, v in self.flops_per_byte.items()},
