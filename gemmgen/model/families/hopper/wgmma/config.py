@@ -171,7 +171,7 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
                 f"{self.swizzle}  cluster {self.cluster_m}x{self.cluster_n}  "
                 f"{'persistent ' + self.raster if self.persistent else 'one tile per CTA'}  "
                 f"store {self.store}"
-                f"{f' ({self.c_swizzle}-byte C chunks)' if self.c_swizzle != 128 else ''}"
+                f"{f' ({self.c_swizzle}-byte C chunks)' if self.c_swizzle != C_SWIZZLE else ''}"
                 f"  out {self.out}"
                 f"{f'  split-K {self.split_k}' if self.split_k > 1 else ''}"
                 f"{' inline' if self.split_inline else ''}"
@@ -311,10 +311,10 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
         wider of 64 and 32 that divides them, so that tiles such as 128 x 144 (cuBLASLt's
         widths in steps of 16, chosen to fill the SMs' waves) store through TMA too. The
         overlap's deferred passes read 128-byte rows: it keeps 128."""
-        row = self.bn * self.out_bytes
-        if self.layout[2] == "c" or self.store != "tma" or self.overlap or row % C_SWIZZLE == 0:
+        if self.layout[2] == "c" or self.store != "tma" or self.overlap:
             return C_SWIZZLE
-        return next((s for s in (64, 32) if row % s == 0), C_SWIZZLE)
+        return next((s for s in (C_SWIZZLE, 64, 32) if self.bn * self.out_bytes % s == 0),
+                    C_SWIZZLE)
 
     @property
     def c_smem_bytes(self) -> int:

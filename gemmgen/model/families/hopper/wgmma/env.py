@@ -16,7 +16,6 @@ from ....epilogue_rules import (
 )
 from .. import (
     ALIGN_SLACK,
-    C_SWIZZLE,
     WARPGROUP,
     WGMMA_K_BYTES,
     WGMMA_M,
@@ -136,8 +135,7 @@ class WgmmaEnv:
                 "SWIZZLE_MODE": {128: 1, 64: 2, 32: 3}.get(self.swizzle, 0),
                 "ACC_PER_WGMMA": self.bn // 2,
                 "C_CONSUMER_BYTES": c_rows * self.bn * self.out_bytes if self.store == "tma" else 0,
-                "C_CHUNK_BYTES": (c_rows * self.c_swizzle if self.layout[2] == "r"
-                                  else self.bn * C_SWIZZLE),
+                "C_CHUNK_BYTES": (c_rows if self.layout[2] == "r" else self.bn) * self.c_swizzle,
                 "BAR_STORE_BASE": 1, "BAR_ORDER_BASE": 1 + self.consumers,
                 **(self._feature_constants(e) if self.extended else {}),
                 **self._vector_constants(bar_off + self.barrier_bytes)}
