@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from contextlib import contextmanager
 
 import layer_sweep  # beside this script
 import small_m
@@ -48,18 +49,34 @@ SMS = 132
 AB = os.environ.get("ODD_TILES_AB") == "1"
 
 
+@contextmanager
+def _odd_widths(efficiency: dict):
+    """``shapes.TILE_EFFICIENCY`` with ``efficiency`` ({(128, BN): e}) as its only widths that
+    are not multiples of 64 for the duration, the shipped table back after."""
+    table = shapes.TILE_EFFICIENCY
+    shipped = {t: e for t, e in table.items() if t[1] % 64}
+    for t in shipped:
+        del table[t]
+    table.update(efficiency)
+    try:
+        yield
+    finally:
+        for t in efficiency:
+            del table[t]
+        table.update(shipped)
+
+
+def _width(label: str) -> int:
+    """BN of a "128xBN store" candidate label."""
+    return int(label.split()[0].split("x")[1])
+
+
 def _before(m: int, n: int, k: int):
     """(config, swap) the rules chose before they weighed the widths that are not multiples of
     64 above SMALL_M rows, and before the mid-M rule's tiles of such widths stored C by TMA:
     those stored directly, with the ring as deep as that leaves room for."""
-    table = shapes.TILE_EFFICIENCY
-    odd = {t: e for t, e in table.items() if t[1] % 64}
-    for t in odd:
-        del table[t]
-    try:
+    with _odd_widths({}):
         cfg, swap = small_m.candidates(m, n, k)["rules"]
-    finally:
-        table.update(odd)
     if shapes.MID_M[0] <= m <= shapes.MID_M[1] and cfg.bn % 64 and cfg.store == "tma":
         cfg = small_m._deepest(cfg.replace(check=False, store="direct"), shapes.MAX_STAGES)
     return cfg, swap
@@ -99,16 +116,16 @@ def widths(path: str) -> dict:
     from pathlib import Path
     doc = json.loads(Path(path).read_text())
     out = {}
+
+    def best(r, keep):
+        return min(v["ms"] for x, v in r["candidates"].items() if keep(x))
     for which in ("train", "test"):
         for m in MS:
             rows = [r for r in doc["rows"] if r["set"] == which and r["M"] == m]
             if not rows:
                 continue
-
-            def best(r, keep):
-                return min(v["ms"] for x, v in r["candidates"].items() if keep(x))
             keeps = {"rules": lambda x: x == "rules",
-                     "best_64": lambda x: x.endswith("tma") and int(x[4:7]) % 64 == 0,
+                     "best_64": lambda x: x.endswith("tma") and _width(x) % 64 == 0,
                      "best_128": lambda x: x != "rules", "best_or_rules": lambda x: True}
             keeps.update({x: (lambda y, x=x: y == x) for x in rows[0]["candidates"]
                           if x != "rules"})
@@ -122,7 +139,7 @@ def widths(path: str) -> dict:
     for r in doc["rows"]:
         for x, v in r["candidates"].items():
             if x.endswith("tma"):
-                tiles = math.ceil(r["M"] / 128) * math.ceil(r["N"] / int(x[4:7]))
+                tiles = math.ceil(r["M"] / 128) * math.ceil(r["N"] / _width(x))
                 waves.setdefault(x, []).append(tiles / (SMS * math.ceil(tiles / SMS)))
     out["mean_wave_fill"] = {x: round(sum(w) / len(w), 3) for x, w in waves.items()}
     return layer_sweep.write_summary(path, "widths", out)
@@ -186,32 +203,23 @@ def fit(paths: list) -> dict:
     import json
     from pathlib import Path
     docs = [json.loads(Path(p).read_text()) for p in paths]
-    table = shapes.TILE_EFFICIENCY
-    shipped = {t: e for t, e in table.items() if t[1] % 64}  # fitted again from none
-    for t in shipped:
-        del table[t]
-    before = {w: _score(docs, w, True)[0] for w in ("train", "test")}
-    new = [(128, bn) for bn in WIDTHS if (128, bn) not in table]
+    with _odd_widths({}):
+        before = {w: _score(docs, w, True)[0] for w in ("train", "test")}
+    new = [(128, bn) for bn in WIDTHS if bn % 64]
     grid = [0] + [round(0.60 + 0.01 * i, 2) for i in range(51)]
     chosen = {t: 0 for t in new}
+
+    def kept(trial: dict) -> dict:  # the widths given an efficiency (0: not weighed)
+        return {t: e for t, e in trial.items() if e}
     for _ in range(3):
         for t in new:
             scores = {}
             for e in grid:
-                if e:
-                    table[t] = e
-                else:
-                    table.pop(t, None)
-                scores[e] = _score(docs, "train")[0]["all"]
+                with _odd_widths(kept({**chosen, t: e})):
+                    scores[e] = _score(docs, "train")[0]["all"]
             chosen[t] = max(grid, key=lambda e: (round(scores[e], 6), -e))
-            if chosen[t]:
-                table[t] = chosen[t]
-            else:
-                table.pop(t, None)
-    after = {w: _score(docs, w, True) for w in ("train", "test")}
-    for t in new:  # the shipped table back
-        table.pop(t, None)
-    table.update(shipped)
+    with _odd_widths(kept(chosen)):
+        after = {w: _score(docs, w, True) for w in ("train", "test")}
     out = {"efficiency": {f"{t[0]}x{t[1]}": e for t, e in chosen.items()},
            "per_file": {f"{g} {w} M={m}": [round(before[w][g, m], 3), round(v, 3)]
                         for w in ("train", "test") for (g, m), v in after[w][0].items()},
