@@ -135,8 +135,8 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
         best = _tile(cfg, m, n, k, batch, changes, reasons, swap)
         tiles = cost.tiles_of(m, n, *best, batch)
         split = _split(cfg, m, n, k, batch, best, tiles, changes, reasons)
-    odd = bool(mid) and (best[1] % 64 if layout[2] == "c"  # C staged in 64 columns, or rows
-                         else best[1] * cfg.out_bytes % 32) != 0  # of 32, 64 or 128 bytes
+    odd = bool(mid) and best[1] % (64 if layout[2] == "c"  # else the staging chunk's width
+                                   else cfg.replace(check=False, **changes).c_chunk) != 0
     # an inline split of the tail past whole waves stores C as the whole tiles do
     parts = split > 1 and not (changes.get("split_inline") and tiles > cost.SMS)
     if cfg.store == "tma" and (swap or narrow or parts or not c_aligned or best[1] < 64
