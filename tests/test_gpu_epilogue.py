@@ -280,3 +280,30 @@ def test_narrow_c_chunks_store_through_tma(cp, bn, tree, extra):
     out = _kernel(cfg, dev["A"], dev["B"], C, **kw)  # C poisoned; beta = 0 never reads it
     ref, _ = evaluate(epi, {**leaves, "alpha": 1.0, "beta": 0.0})
     assert _rel(out, ref) <= _tol(str(tree), k, out=cfg.out), (cfg.name, _rel(out, ref))
+
+
+@pytest.mark.parametrize("bn, stages, c_stages, tree, extra", [
+    (256, 4, 2, "none", {}), (256, 4, 1, "none", {}), (224, 4, 2, "none", {}),
+    (256, 4, 2, "bias_gelu", {}), (192, 5, 1, "silu(acc + bias)", {}),
+    (256, 4, 2, "none", {"split_k": 2, "split_inline": True}),
+    (256, 4, 2, "none", {"pingpong": True, "bm": 64}),
+    (128, 4, 2, "none", {"out": "fp32"}), (144, 6, 2, "bias", {})])
+def test_c_stages_store_chunk_by_chunk(cp, bn, stages, c_stages, tree, extra):
+    """C staged chunk by chunk through one or two buffers per consumer (c_stages), so that the
+    ring takes a stage more: 128 x 256 and 128 x 224 (64-byte chunks), plain, with the family's
+    bias + GELU and a tree's SiLU, an inline split-K, ping-pong consumers, fp32 C, 128 x 144
+    (32-byte chunks) with a bias; ragged last tiles (N = 4104), several tiles per consumer, C
+    poisoned first."""
+    cfg = PRESETS["wgmma_tma_store"].config.replace(
+        layout="rcr", bn=bn, stages=stages, c_stages=c_stages, epilogue=tree,
+        **{"bm": 128, **extra})
+    assert cfg.store == "tma" and cfg.c_stages == c_stages
+    m, n, k = 2056, 4104, 256
+    dev, leaves = _operands(cp, m, n, k, "rcr", seed=10)
+    C = cp.full((m, n), np.nan, dtype=cp.float32 if cfg.out == "fp32" else cp.float16)
+    epi = Epilogue.parse("acc" if tree == "none" else tree)
+    kw = {name: dev[name] for name in ("bias", "R") if epi.count(name)}
+    out = _kernel(cfg, dev["A"], dev["B"], C, **kw)  # C poisoned; beta = 0 never reads it
+    ref, _ = evaluate(epi, {**leaves, "alpha": 1.0, "beta": 0.0})
+    assert not np.isnan(cp_to_np(out)).any(), cfg.name
+    assert _rel(out, ref) <= _tol(str(tree), k, out=cfg.out), (cfg.name, _rel(out, ref))

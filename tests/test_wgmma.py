@@ -127,7 +127,8 @@ def _variants() -> list:
     return out + [base.replace(pingpong=True, bn=128, stages=4), base.replace(out="fp32", bn=128),
                   base.replace(store="direct", split_k=3, layout="crc", epilogue="bias_gelu"),
                   base.replace(store="direct", bn=8, split_k=4, stages=6, layout="ccc"),
-                  WGMMA["wgmma_3xtf32"].replace(split_k=2, layout="crr", epilogue="bias_relu")]
+                  WGMMA["wgmma_3xtf32"].replace(split_k=2, layout="crr", epilogue="bias_relu"),
+                  base.replace(layout="rcr", bn=224, stages=4, c_stages=2, epilogue="bias_gelu")]
 
 
 @pytest.fixture(scope="module")
@@ -214,7 +215,7 @@ WGMMA_VALUES = {
     "epilogue": ["none", "bias_gelu", "silu(acc*row_scale*col_scale + bias) + R", "silu(gate)*up"],
     "dual": [False, True], "overlap": [False, True],
     "store": ["tma", "direct"], "regs_consumer": [232, 240], "split_k": [1, 3],
-    "math": ["native", "3xtf32"],
+    "math": ["native", "3xtf32"], "c_stages": [0, 1, 2, 5],
 }
 
 
@@ -363,3 +364,26 @@ def test_which_residuals_are_staged():
     assert not staged(epilogue="acc + R", out="fp32", bn=128)  # the staging of a 16-bit C only
     assert not staged(epilogue="gelu(acc) + R", overlap=True)  # the overlap stages z there
     assert base.replace(epilogue="acc + R").smem_bytes == base.smem_bytes  # C's own staging
+
+
+def test_c_staged_in_chunk_buffers_leaves_room_for_a_stage():
+    """128 x 256 with the whole C tile staged (64 KB) fits 3 stages; staged chunk by chunk
+    through two 8 KB buffers per consumer it fits 4. The kernel declares C_STAGES and asserts
+    its rules only then; a kernel that stages whole tiles renders as before."""
+    base = WGMMA["wgmma_bf16"].replace(layout="rcr")
+    assert base.stages == 3 and base.c_stages == 0
+    with pytest.raises(ConfigError, match="H09 smem-limit"):
+        base.replace(stages=4)
+    cfg = base.replace(stages=4, c_stages=2)
+    assert cfg.c_smem_bytes == 2 * 64 * 2 * 128 < base.c_smem_bytes == 2 * 64 * 256 * 2
+    assert cfg.name.endswith("_tma_cs2_outbf16_lrcr") and "_cs" not in base.name
+    src, plain = render(cfg, ARCH), render(base, ARCH)
+    assert "constexpr int C_STAGES = 2;" in src and "H58 c-stages-chunks" in src
+    assert "bulk_wait_read_n<C_STAGES - 1>()" in src
+    assert "C_STAGES" not in plain and "H57" not in plain
+    for bad, rule in ((dict(store="direct"), "H57"), (dict(layout="rcc"), "H57"),
+                      (dict(c_stages=5), "H58"), (dict(epilogue="acc + R"), "H59"),
+                      (dict(epilogue="bias_gelu", overlap=True), "H59")):
+        trial = cfg.replace(check=False, **bad)
+        assert rule in {v.rule.id for v in trial.violations()}, (bad, trial.violations())
+

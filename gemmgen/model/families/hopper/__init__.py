@@ -206,6 +206,9 @@ class HopperTile:
     ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`` and that set-up, and the launch
     itself, overlap the previous kernel's last wave (CUDA programming guide, "Programmatic
     Dependent Launch and Synchronization")."""
+    c_stages = 0
+    """C staging buffers per consumer (the wgmma family's ``c_stages``); 0: the other Hopper
+    kernels stage each consumer's whole C tile."""
     split_n = False
     """Whether the consumers split a tile's columns (the grouped family's ``split`` "n"); the
     other Hopper kernels' consumers split its rows (the shared templates read ``split_n``)."""
@@ -348,6 +351,7 @@ class HopperTile:
                 "smem_bytes_dynamic": self.smem_bytes, "stage_bytes": self.stage_bytes,
                 "c_staging_bytes": self.c_smem_bytes,
                 **({"c_chunk_row_bytes": self.c_swizzle} if self.c_swizzle != C_SWIZZLE else {}),
+                **({"c_staging_buffers": self.c_stages} if self.c_stages else {}),
                 "acc_regs_per_consumer": self.acc_regs,
                 "consumer_registers": self.consumer_regs, "entry_registers": self.entry_regs,
                 "wgmma": f"m64n{self.consumer_cols}k{self.wgmma_k} x {self.m_iters} per consumer",

@@ -9,7 +9,8 @@ from ....epilogue_rules import EPILOGUE_RULES
 from .. import BARRIER_BYTES, C_SWIZZLE, HopperTile, WARPGROUP
 from ..split import split_tail, split_workspace
 from .env import WgmmaEnv
-from .rules import MATHS, OVERLAP_RESERVE, STREAM_K_RULES, WGMMA_FEATURE_RULES, WGMMA_RULES
+from .rules import (C_STAGES_RULES, MATHS, OVERLAP_RESERVE, STREAM_K_RULES,
+                    WGMMA_FEATURE_RULES, WGMMA_RULES)
 from .vectors import consumer_bytes, residual_staged, staged_vectors
 
 
@@ -38,6 +39,9 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
     - ``regs_producer, regs_consumer``: ``setmaxnreg`` counts (0, 0: none).
     - ``store``: "tma" (accumulators -> swizzled shared memory (stmatrix for 16-bit row-major
       C) -> ``cp.async.bulk.tensor`` store) or "direct" (guarded stores from registers).
+    - ``c_stages``: 0 stages a consumer's whole C tile for the TMA store; N > 0 (row-major C)
+      stages it chunk by chunk through N chunk buffers taken in turn, each chunk stored once
+      written (CUTLASS's epilogue StagesD): room for a deeper ring (128 x 256: 4 stages, not 3).
     - ``split_k``: slices of K (1: none). Each slice stores fp32 partial sums in a workspace
       (SPLIT_K x batch x M x N, in C's layout) and the module's ``<name>_reduce`` kernel sums
       them in slice order (deterministic) and applies alpha, beta, bias and the activation
@@ -118,6 +122,7 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
     dual: bool = False
     overlap: bool = False
     stream_k: bool = False
+    c_stages: int = 0
 
     family = "wgmma"
     template = "wgmma.cu.j2"
@@ -134,7 +139,8 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
     optional = frozenset({"m", "n", "k"})
     fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype", "out", "math", "dual",
                        "overlap", "stream_k")
-    quiet: ClassVar[dict[str, object]] = {"dual": False, "overlap": False, "stream_k": False}
+    quiet: ClassVar[dict[str, object]] = {"dual": False, "overlap": False, "stream_k": False,
+                                          "c_stages": 0}
     search_domain = {
         "bm": (64, 128, 192, 256), "bn": (64, 96, 128, 160, 192, 224, 256), "bk": (16, 32, 64),
         "consumers": (1, 2), "pingpong": (False, True), "producer": (False, True),
@@ -154,6 +160,7 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
         return (f"gemm_wgmma_{self.dtype}_{self.bm}x{self.bn}x{self.bk}_c{self.consumers}{kind}"
                 f"_{ws}_st{self.stages}_sw{self.swizzle}_cl{self.cluster_m}x{self.cluster_n}"
                 f"_{sched}_r{self.regs_producer}x{self.regs_consumer}_{self.store}"
+                f"{f'_cs{self.c_stages}' if self.c_stages else ''}"
                 f"_out{self.out}{f'_sk{self.split_k}' if self.split_k > 1 else ''}"
                 f"{'i' if self.split_inline else ''}{'_streamk' if self.stream_k else ''}"
                 f"{'_3xtf32' if self.math == '3xtf32' else ''}"
@@ -172,6 +179,7 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
                 f"{'persistent ' + self.raster if self.persistent else 'one tile per CTA'}  "
                 f"store {self.store}"
                 f"{f' ({self.c_swizzle}-byte C chunks)' if self.c_swizzle != C_SWIZZLE else ''}"
+                f"{f' (C through {self.c_stages} chunk buffers)' if self.c_stages else ''}"
                 f"  out {self.out}"
                 f"{f'  split-K {self.split_k}' if self.split_k > 1 else ''}"
                 f"{' inline' if self.split_inline else ''}"
@@ -195,10 +203,13 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
 
     def rendered_rules(self) -> tuple:
         """Every rule but H52 (c-col-scatter-rows) for a config that writes no column-major C
-        element by element, whose source then declares no C_COL_SCATTER: it cannot break it."""
-        if self.layout[2] == "c" and (self.store == "tma" or self.split_k > 1):
-            return self.rule_table()
-        return tuple(r for r in self.rule_table() if r.id != "H52")
+        element by element, whose source then declares no C_COL_SCATTER, and but the C
+        staging buffers' rules (C_STAGES_RULES) for a config that stages whole tiles, whose
+        source declares no C_STAGES: neither can break them."""
+        skip = {r.id for r in C_STAGES_RULES} if not self.c_stages else set()
+        if not (self.layout[2] == "c" and (self.store == "tma" or self.split_k > 1)):
+            skip.add("H52")
+        return tuple(r for r in self.rule_table() if r.id not in skip)
 
     # ---- derived figures ------------------------------------------------------------------
     @property
@@ -318,10 +329,10 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
 
     @property
     def c_smem_bytes(self) -> int:
-        """C staging for the TMA store: each consumer's rows x BN in C's dtype (0 for direct)."""
-        if self.store != "tma":
-            return 0
-        return self.consumers * self.consumer_rows * self.bn * self.out_bytes
+        """C staging for the TMA store: each consumer's rows x BN in C's dtype, or with
+        ``c_stages`` its rows x that many chunks of ``c_swizzle`` bytes (0 for direct)."""
+        row = self.c_stages * self.c_swizzle if self.c_stages else self.bn * self.out_bytes
+        return self.consumers * self.consumer_rows * row if self.store == "tma" else 0
 
     @property
     def c_chunks(self) -> int:

@@ -63,6 +63,8 @@ class WgmmaEnv:
             "A_SPLIT_UNITS": a["split_units"], "B_SPLIT_UNITS": b["split_units"],
             "A_STAGE_BYTES": self.a_stage_bytes, "B_STAGE_BYTES": self.b_stage_bytes,
             "STAGE_BYTES": self.stage_bytes, "C_CHUNKS": self.c_chunks,
+            "C_STAGES": self.c_stages,
+            "C_WHOLE_TILE": int(self.overlap or self.residual_staged),
             "C_SMEM_BYTES": self.c_smem_bytes,
             "C_BOX_ROWS": self.consumer_rows if self.layout[2] == "r" else self.bn,
             **self.feature_env(),
@@ -119,6 +121,8 @@ class WgmmaEnv:
         c_rows = self.consumer_rows
         if not e["C_COL_SCATTER"]:  # a kernel that cannot break H52 keeps its source
             del e["C_COL_SCATTER"]
+        if not self.c_stages:  # nor one that stages whole tiles the C_STAGES_RULES
+            del e["C_STAGES"], e["C_WHOLE_TILE"]
         return {**e, "A_SMEM_OFFSET": a_off, "B_SMEM_OFFSET": b_off, "C_SMEM_OFFSET": c_off,
                 "BAR_OFFSET": bar_off, "ALIGN_SLACK": ALIGN_SLACK,
                 "SPLIT_FLAG_OFFSET": bar_off + 2 * self.stages * 8,
@@ -134,7 +138,7 @@ class WgmmaEnv:
                 "A_M64_BYTES": WGMMA_M * self.bk * self.elem_bytes,
                 "SWIZZLE_MODE": {128: 1, 64: 2, 32: 3}.get(self.swizzle, 0),
                 "ACC_PER_WGMMA": self.bn // 2,
-                "C_CONSUMER_BYTES": c_rows * self.bn * self.out_bytes if self.store == "tma" else 0,
+                "C_CONSUMER_BYTES": self.c_smem_bytes // self.consumers,
                 "C_CHUNK_BYTES": (c_rows if self.layout[2] == "r" else self.bn) * self.c_swizzle,
                 "BAR_STORE_BASE": 1, "BAR_ORDER_BASE": 1 + self.consumers,
                 **(self._feature_constants(e) if self.extended else {}),

@@ -13,6 +13,19 @@ PTX_TYPES = {"fp16": "f16", "bf16": "bf16", "tf32": "tf32"}
 DEFER_UNITS = 2                    # overlap: 16-byte units of the staged tile per thread per pass
 OVERLAP_RESERVE = 24               # overlap: registers of a deferred pass beside the accumulators
 
+_C_STAGED = at_least("C_STAGES", 1)
+C_STAGES_RULES: tuple[Rule, ...] = (
+    Rule("H57", "c-stages-store", equal("ROW_MAJOR_TMA_STORE", 1),
+         "C staged chunk by chunk through buffers (c_stages) is a row-major C stored through "
+         "TMA", when=_C_STAGED),
+    Rule("H58", "c-stages-chunks", at_most("C_STAGES", "C_CHUNKS"),
+         "no more C staging buffers than a consumer's tile has chunks", when=_C_STAGED),
+    Rule("H59", "c-stages-whole-tile", equal("C_WHOLE_TILE", 0),
+         "the overlap's deferred passes and a staged residual read the whole staged tile: "
+         "c_stages 0", when=_C_STAGED),
+)
+"""The rules of C staged in chunk buffers (``c_stages``), which only such kernels assert."""
+
 WGMMA_RULES: tuple[Rule, ...] = HOPPER_RULES + OUTPUT_RULES + (
     Rule("H18", "a-mn-major-16bit", equal("A_MN_MAJOR", 0),
          "an MN-major (column-major) A exists only for 16-bit wgmma inputs, not tf32",
@@ -64,7 +77,7 @@ WGMMA_RULES: tuple[Rule, ...] = HOPPER_RULES + OUTPUT_RULES + (
          "rows) ptxas spills, whatever the registers (72 bytes of stack at 256x128 "
          "cooperative, TMA store, cluster 2x1; 32 at split-K 2)",
          when=equal("C_COL_SCATTER", 1)),
-)
+) + C_STAGES_RULES
 
 _DUAL = equal("DUAL", 1)
 _OVERLAP = equal("OVERLAP", 1)
