@@ -387,3 +387,22 @@ def test_c_staged_in_chunk_buffers_leaves_room_for_a_stage():
         trial = cfg.replace(check=False, **bad)
         assert rule in {v.rule.id for v in trial.violations()}, (bad, trial.violations())
 
+
+def test_shape_rules_stage_c_in_buffers_where_that_deepens_the_ring():
+    """The shape rules take C staging buffers where the whole staged tile limits the ring:
+    128 x 256 tiles at 4096^3 get 4 stages and two buffers; 128 x 128 tiles (6 stages either
+    way) and direct stores keep the whole tile (or none)."""
+    from gemmgen.heuristics.select import decide
+    from gemmgen.heuristics.tunedb import TuneDB
+
+    def pick(m, n, k):
+        return decide(TuneDB(None), "NVIDIA H200", "bf16", m, n, k, 90, "rcr", "none", True,
+                      "native", 1, table=False)
+    big = pick(4096, 4096, 4096)
+    assert (big.config.bm, big.config.bn, big.config.stages, big.config.c_stages) == (
+        128, 256, 4, 2), big.config.name
+    assert any("2 chunk buffers (3 with the whole tile staged)" in r for r in big.reasons)
+    for m, n, k in ((4096, 512, 2048), (1, 4096, 4096)):
+        cfg = pick(m, n, k).config
+        assert cfg.c_stages == 0 or cfg.stages > 3, cfg.name
+    assert pick(1, 4096, 4096).config.c_stages == 0  # direct stores

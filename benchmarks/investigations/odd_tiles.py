@@ -37,7 +37,7 @@ from contextlib import contextmanager
 
 import layer_sweep  # beside this script
 import small_m
-from gemmgen.heuristics import shapes
+from gemmgen.heuristics import ring, shapes
 
 MS = tuple(int(m) for m in os.environ.get("ODD_TILES_MS", "1024,4096").split(","))
 WIDTHS = tuple(range(96, 257, 16))
@@ -78,7 +78,7 @@ def _before(m: int, n: int, k: int):
     with _odd_widths({}):
         cfg, swap = small_m.candidates(m, n, k)["rules"]
     if shapes.MID_M[0] <= m <= shapes.MID_M[1] and cfg.bn % 64 and cfg.store == "tma":
-        cfg = small_m._deepest(cfg.replace(check=False, store="direct"), shapes.MAX_STAGES)
+        cfg = small_m._deepest(cfg.replace(check=False, store="direct"), ring.MAX_STAGES)
     return cfg, swap
 
 
@@ -146,27 +146,8 @@ def widths(path: str) -> dict:
 
 
 def ab(path: str) -> dict:
-    """Writes ``ab`` into an ODD_TILES_AB run's file: over the problems whose kernel changed,
-    their count and the geomean, lowest and highest of the time before over the time after;
-    the same geomean over the unchanged ones (the run's noise); and per set and M the geomean
-    x F.linear before and after."""
-    import json
-    from pathlib import Path
-    doc = json.loads(Path(path).read_text())
-    changed, same, per = [], [], {}
-    for r in doc["rows"]:
-        now, was = r["candidates"]["rules"], r["candidates"]["rules before"]
-        (same if now["config"] == was["config"] else changed).append(was["ms"] / now["ms"])
-        key = f"{r['set']} M={r['M']}"
-        per.setdefault(key, ([], []))
-        per[key][0].append(r["torch_ms"] / was["ms"])
-        per[key][1].append(r["torch_ms"] / now["ms"])
-    out = {"changed": len(changed), "changed_speedup": round(small_m._geomean(changed), 3),
-           "changed_lowest": round(min(changed), 3), "changed_highest": round(max(changed), 3),
-           "unchanged": len(same), "unchanged_speedup": round(small_m._geomean(same), 3),
-           "x_torch_before_after": {k: [round(small_m._geomean(v), 3) for v in vs]
-                                    for k, vs in per.items()}}
-    return layer_sweep.write_summary(path, "ab", out)
+    """Writes ``ab`` into an ODD_TILES_AB run's file (``layer_sweep.ab_summary``)."""
+    return layer_sweep.ab_summary(path, "rules before")
 
 
 def _pick(m: int, n: int, k: int) -> str:

@@ -25,12 +25,10 @@ import math
 
 from ..model.epilogue import Epilogue
 from . import cost
+from .ring import ONE_CONSUMER, deepen, settle
 
 FLIP = {"r": "c", "c": "r"}
 
-MAX_STAGES = 8
-"""The deepest ring the shape rules ask for (6 against 3 stages: 363 against 220 TFLOP/s at
-128 x 8192 x 8192 swapped; 8 stages, 409 TFLOP/s; paths_NVIDIA_H200.json)."""
 SWAP_M = 64
 """Swap operands when M is at most this (and N is larger): at M = 1 and 16 the swapped
 problem measured fastest on every LLM layer, at M = 128 the unswapped tile (up to 2.6x)."""
@@ -77,8 +75,6 @@ split 0-2048, per_slice 0-256) with the best geomean x F.linear over both GPUs' 
 layers of seven other families were scored after (benchmarks/investigations/narrow_m.py
 ``fit``). Refitted once the inline reduction took one round trip per pass: its fixed cost fell
 from 1024 to 512, its cost per slice from 128 to 32."""
-ONE_CONSUMER = {"consumers": 1, "regs_producer": 0, "regs_consumer": 0}
-"""A 64-row tile's warpgroups: one consumer, no setmaxnreg split."""
 
 
 def narrow_tile(bn: int) -> dict:
@@ -147,8 +143,8 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
                f"a C tile {best[1]} columns wide, not whole staging chunks" if odd else
                "a narrow or transposed C tile")
         reasons.append(f"direct stores: {why}")
-    _deepen(cfg, changes, reasons)
-    out = _settle(cfg, changes, reasons)
+    deepen(cfg, changes, reasons)
+    out = settle(cfg, changes, reasons)
     if out is None:
         return cfg.replace(layout=layout) if swap else cfg, "default", swap, reasons
     return out, "default, shaped" if changes else "default", swap, reasons
@@ -360,41 +356,3 @@ def _record_split(cfg, split, tiles, best, changes, reasons) -> None:
     else:
         reasons.append(f"{tiles} tiles: {tiles / cost.SMS:.2f} waves on {cost.SMS} SMs, "
                        f"K not split")
-
-
-def _deepen(cfg, changes, reasons) -> None:
-    """The deepest ring (up to MAX_STAGES) the shaped config's shared memory allows: every
-    candidate of the table builder measured fastest at its deepest ring."""
-    deepest = next((st for st in range(MAX_STAGES, cfg.stages, -1)
-                    if not cfg.replace(check=False, **{**changes, "stages": st}).violations()),
-                   cfg.stages)
-    if deepest != cfg.stages:
-        changes["stages"] = deepest
-        reasons.append(f"{deepest} stages: the ring as deep as shared memory allows")
-
-
-def _settle(cfg, changes, reasons):
-    """``cfg`` with ``changes``, its tile N rounded up to whole swizzle blocks where a rule asks;
-    None (with the reason) when the shaped config still breaks a rule."""
-    out = cfg.replace(check=False, **changes)
-    broken = out.violations()
-    if broken and "bn" in changes:  # e.g. a row-major B loads whole 128-byte blocks
-        sw = out.sw_elems
-        out = out.replace(check=False, bn=min(cfg.bn, -(-out.bn // sw) * sw))
-        reasons.append(f"tile N rounded up to {out.bn}: "
-                       f"{', '.join(v.rule.name for v in broken)}")
-        # the wider tile may no longer fit its rows' registers or its ring: fewer rows, then
-        # the deepest ring that fits
-        for rows in (out.bm, 128, 64):
-            one = ONE_CONSUMER if rows == 64 else {}
-            trial = out.replace(check=False, bm=min(rows, out.bm), **one)
-            fit = next((trial.replace(check=False, stages=st) for st in range(trial.stages, 0, -1)
-                        if not trial.replace(check=False, stages=st).violations()), None)
-            if fit is not None:
-                out = fit
-                break
-    if out.violations():
-        broken = ", ".join(f"{v.rule.id} {v.rule.name}" for v in out.violations())
-        reasons.append(f"shaping the preset broke {broken}: the preset runs as it is")
-        return None
-    return out

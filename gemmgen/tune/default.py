@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from ..heuristics import cost
 from ..heuristics.select import decide
-from ..heuristics.shapes import FLIP, MAX_STAGES
+from ..heuristics.ring import MAX_STAGES
+from ..heuristics.shapes import FLIP
 from ..heuristics.tunedb import MARGIN, settle  # noqa: F401 - the tuner's names for them
 from ..model.presets import PRESETS
 

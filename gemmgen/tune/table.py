@@ -21,7 +21,8 @@ import numpy as np
 
 from ..compile.cache import compile_many
 from ..heuristics.select import decide
-from ..heuristics.shapes import FLIP, MAX_STAGES
+from ..heuristics.ring import MAX_STAGES
+from ..heuristics.shapes import FLIP
 from ..heuristics.tunedb import TuneDB, key
 from ..model.dtypes import stored_as
 from ..model.presets import PRESETS

@@ -1,0 +1,61 @@
+"""The shape rules' last step: the shaped config's ring of shared-memory stages made as deep as
+shared memory allows, staging C through chunk buffers where that leaves room for a deeper ring
+(``deepen``), and the config settled into the family's rules (``settle``)."""
+from __future__ import annotations
+
+MAX_STAGES = 8
+"""The deepest ring the shape rules ask for (6 against 3 stages: 363 against 220 TFLOP/s at
+128 x 8192 x 8192 swapped; 8 stages, 409 TFLOP/s; paths_NVIDIA_H200.json)."""
+C_STAGES = (2, 1)
+"""C staging buffers the rules try where the whole staged tile limits the ring (``deepen``):
+a fourth stage at 128 x 192 ran 1.06-1.09x the third's speed on an H100 (M = 4096, 8192;
+stages_probe_NVIDIA_H100_80GB_HBM3.json)."""
+ONE_CONSUMER = {"consumers": 1, "regs_producer": 0, "regs_consumer": 0}
+"""A 64-row tile's warpgroups: one consumer, no setmaxnreg split."""
+
+
+def deepen(cfg, changes, reasons) -> None:
+    """The deepest ring (up to MAX_STAGES) the shaped config's shared memory allows: every
+    candidate of the table builder measured fastest at its deepest ring. Where staging C
+    through C_STAGES chunk buffers instead of the whole tile leaves room for a deeper ring,
+    it does so, with the most buffers that give that ring."""
+    def deepest(**c_stages) -> int:
+        return next((st for st in range(MAX_STAGES, 0, -1) if not cfg.replace(
+            check=False, **{**changes, **c_stages, "stages": st}).violations()), 0)
+    whole = max(deepest(), cfg.stages)
+    ring, buffers = max(((deepest(c_stages=b), b) for b in C_STAGES), default=(0, 0))
+    if ring > whole:
+        changes.update(stages=ring, c_stages=buffers)
+        reasons.append(f"{ring} stages: the ring as deep as shared memory allows with C "
+                       f"staged through {buffers} chunk buffer{'s' if buffers > 1 else ''} "
+                       f"({whole} with the whole tile staged)")
+    elif whole != cfg.stages:
+        changes["stages"] = whole
+        reasons.append(f"{whole} stages: the ring as deep as shared memory allows")
+
+
+def settle(cfg, changes, reasons):
+    """``cfg`` with ``changes``, its tile N rounded up to whole swizzle blocks where a rule asks;
+    None (with the reason) when the shaped config still breaks a rule."""
+    out = cfg.replace(check=False, **changes)
+    broken = out.violations()
+    if broken and "bn" in changes:  # e.g. a row-major B loads whole 128-byte blocks
+        sw = out.sw_elems
+        out = out.replace(check=False, bn=min(cfg.bn, -(-out.bn // sw) * sw))
+        reasons.append(f"tile N rounded up to {out.bn}: "
+                       f"{', '.join(v.rule.name for v in broken)}")
+        # the wider tile may no longer fit its rows' registers or its ring: fewer rows, then
+        # the deepest ring that fits
+        for rows in (out.bm, 128, 64):
+            one = ONE_CONSUMER if rows == 64 else {}
+            trial = out.replace(check=False, bm=min(rows, out.bm), **one)
+            fit = next((trial.replace(check=False, stages=st) for st in range(trial.stages, 0, -1)
+                        if not trial.replace(check=False, stages=st).violations()), None)
+            if fit is not None:
+                out = fit
+                break
+    if out.violations():
+        broken = ", ".join(f"{v.rule.id} {v.rule.name}" for v in out.violations())
+        reasons.append(f"shaping the preset broke {broken}: the preset runs as it is")
+        return None
+    return out
