@@ -239,17 +239,22 @@ def sweep_variants(dev, problems: list, kernels, save) -> None:
     save(dev.gpu, rows)
 
 
-def variant_summary(path: str, key: str, variants) -> dict:
-    """Per set, M and variant of a sweep's file ``path``: the rows that timed the variant, the
-    geomean, worst and best of the rules' time over the variant's, and F.linear's time over
-    the rules' and over the variant's (geomeans); written into the file under ``key``."""
+def variant_summary(path: str, key: str, variants, changed_only: bool = False) -> dict:
+    """Per set, M and variant of a sweep's file ``path``: the rows that timed the variant (with
+    ``changed_only``, those where it is another kernel than the rules'), the geomean, worst and
+    best of the rules' time over the variant's, and F.linear's time over the rules' and over
+    the variant's (geomeans); written into the file under ``key``."""
     doc = json.loads(Path(path).read_text())
     out: dict = {}
+
+    def timed(r, variant):
+        c = r["candidates"]
+        return variant in c and not (changed_only and c[variant]["config"] == c["rules"]["config"])
     for which in ("train", "test"):
         for m in sorted({r["M"] for r in doc["rows"]}):
             rows = [r for r in doc["rows"] if r["set"] == which and r["M"] == m]
             for variant in variants:
-                both = [r for r in rows if variant in r["candidates"]]
+                both = [r for r in rows if timed(r, variant)]
                 if not both:
                     continue
                 ms = {v: [r["candidates"][v]["ms"] for r in both] for v in ("rules", variant)}
@@ -290,3 +295,26 @@ def time_variants(dev, launch: dict, sets: int, reps: int, xs, ws, ys, ref,
     for v in launch:
         row[f"x_torch_{v}"] = round(min(row["torch_us"]) / min(row[f"{v}_us"]), 4)
     return row
+
+
+def ab_summary(path: str, before: str, key: str = "ab") -> dict:
+    """Writes ``key`` into a run's file that timed the rules' kernel ("rules") beside the one
+    they chose before a change (candidate ``before``): over the problems whose kernel changed,
+    their count and the geomean, lowest and highest of the time before over the time after;
+    the same geomean over the unchanged ones (the run's noise); and per set and M the geomean
+    x F.linear before and after."""
+    doc = json.loads(Path(path).read_text())
+    changed, same, per = [], [], {}
+    for r in doc["rows"]:
+        now, was = r["candidates"]["rules"], r["candidates"][before]
+        (same if now["config"] == was["config"] else changed).append(was["ms"] / now["ms"])
+        key_ = f"{r['set']} M={r['M']}"
+        per.setdefault(key_, ([], []))
+        per[key_][0].append(r["torch_ms"] / was["ms"])
+        per[key_][1].append(r["torch_ms"] / now["ms"])
+    out = {"changed": len(changed), "changed_speedup": round(small_m._geomean(changed), 3),
+           "changed_lowest": round(min(changed), 3), "changed_highest": round(max(changed), 3),
+           "unchanged": len(same), "unchanged_speedup": round(small_m._geomean(same), 3),
+           "x_torch_before_after": {k: [round(small_m._geomean(v), 3) for v in vs]
+                                    for k, vs in per.items()}}
+    return write_summary(path, key, out)
