@@ -57,14 +57,17 @@ REPS, ROUNDS, REPLAYS = 20, 6, 15
 
 def configs(gpu: str, cc: int):
     """{(shape, variant): config}: decide's plain kernel for each shape on ``gpu`` (compute
-    capability ``cc`` x 10) with each epilogue."""
+    capability ``cc`` x 10) with each epilogue (decide's own kernel for an epilogue the plain
+    one's config cannot take: a staged residual needs the whole C tile staged)."""
     out = {}
     for m, n, k in SHAPES:
         base = decide(TuneDB(None), gpu, "bf16", m, n, k, cc, "rcr", "none", True,
                       "native", 1)
         assert not base.swap, base
-        for e in EPILOGUES:
-            out[(m, n, k), e] = base.config.replace(epilogue=e)
+        for e in EPILOGUES:  # where the plain kernel cannot take e, decide's kernel for e
+            trial = base.config.replace(check=False, epilogue=e)
+            out[(m, n, k), e] = trial if not trial.violations() else decide(
+                TuneDB(None), gpu, "bf16", m, n, k, cc, "rcr", e, True, "native", 1).config
         for name, e in OVERLAP.items():
             if os.environ.get("EPILOGUE_OVERLAP") and e in EPILOGUES:
                 out[(m, n, k), name] = base.config.replace(epilogue=e, overlap=True)
