@@ -272,13 +272,20 @@ def test_narrow_c_chunks_store_through_tma(cp, bn, tree, extra):
     cfg = PRESETS["wgmma_tma_store"].config.replace(layout="rcr", bm=128, bn=bn, stages=4,
                                                     epilogue=tree, **extra)
     assert cfg.store == "tma" and cfg.c_swizzle == (64 if bn == 160 else 32)
+    _check_ragged_rcr(cp, cfg, tree, seed=9)
+
+
+def _check_ragged_rcr(cp, cfg, tree: str, seed: int) -> None:
+    """``cfg`` (layout rcr) with epilogue ``tree`` on 2056 x 4104 x 256 (ragged last tiles,
+    several tiles per consumer), C poisoned (NaN) first, against float64."""
     m, n, k = 2056, 4104, 256
-    dev, leaves = _operands(cp, m, n, k, "rcr", seed=9)
+    dev, leaves = _operands(cp, m, n, k, "rcr", seed=seed)
     C = cp.full((m, n), np.nan, dtype=cp.float32 if cfg.out == "fp32" else cp.float16)
     epi = Epilogue.parse("acc" if tree == "none" else tree)
     kw = {name: dev[name] for name in ("bias", "R") if epi.count(name)}
     out = _kernel(cfg, dev["A"], dev["B"], C, **kw)  # C poisoned; beta = 0 never reads it
     ref, _ = evaluate(epi, {**leaves, "alpha": 1.0, "beta": 0.0})
+    assert not np.isnan(cp_to_np(out)).any(), cfg.name
     assert _rel(out, ref) <= _tol(str(tree), k, out=cfg.out), (cfg.name, _rel(out, ref))
 
 
@@ -298,12 +305,4 @@ def test_c_stages_store_chunk_by_chunk(cp, bn, stages, c_stages, tree, extra):
         layout="rcr", bn=bn, stages=stages, c_stages=c_stages, epilogue=tree,
         **{"bm": 128, **extra})
     assert cfg.store == "tma" and cfg.c_stages == c_stages
-    m, n, k = 2056, 4104, 256
-    dev, leaves = _operands(cp, m, n, k, "rcr", seed=10)
-    C = cp.full((m, n), np.nan, dtype=cp.float32 if cfg.out == "fp32" else cp.float16)
-    epi = Epilogue.parse("acc" if tree == "none" else tree)
-    kw = {name: dev[name] for name in ("bias", "R") if epi.count(name)}
-    out = _kernel(cfg, dev["A"], dev["B"], C, **kw)  # C poisoned; beta = 0 never reads it
-    ref, _ = evaluate(epi, {**leaves, "alpha": 1.0, "beta": 0.0})
-    assert not np.isnan(cp_to_np(out)).any(), cfg.name
-    assert _rel(out, ref) <= _tol(str(tree), k, out=cfg.out), (cfg.name, _rel(out, ref))
+    _check_ragged_rcr(cp, cfg, tree, seed=10)
