@@ -390,8 +390,9 @@ def test_c_staged_in_chunk_buffers_leaves_room_for_a_stage():
 
 def test_shape_rules_stage_c_in_buffers_where_that_deepens_the_ring():
     """The shape rules take C staging buffers where the whole staged tile limits the ring:
-    128 x 256 tiles at 4096^3 get 4 stages and two buffers; 128 x 128 tiles (6 stages either
-    way), direct stores and epilogue trees keep the whole tile (or none)."""
+    128 x 256 tiles at 4096^3 get 4 stages and two buffers, or one where two would leave no
+    room for the staged bias; 128 x 128 tiles (6 stages either way), direct stores and
+    epilogue trees keep the whole tile (or none)."""
     from gemmgen.heuristics.select import decide
     from gemmgen.heuristics.tunedb import TuneDB
 
@@ -406,6 +407,13 @@ def test_shape_rules_stage_c_in_buffers_where_that_deepens_the_ring():
         cfg = pick(m, n, k).config
         assert cfg.c_stages == 0 or cfg.stages > 3, cfg.name
     assert pick(1, 4096, 4096).config.c_stages == 0  # direct stores
-    tree = decide(TuneDB(None), "NVIDIA H200", "bf16", 4096, 4096, 4096, 90, "rcr",
-                  "acc*col_scale + bias", True, "native", 1, table=False).config
+    def with_epilogue(e):
+        return decide(TuneDB(None), "NVIDIA H200", "bf16", 4096, 4096, 4096, 90, "rcr", e,
+                      True, "native", 1, table=False).config
+    tree = with_epilogue("acc*col_scale + bias")
     assert (tree.stages, tree.c_stages) == (3, 0), tree.name  # a tree stages the whole tile
+    for e in ("bias", "bias_gelu"):  # one buffer leaves room for the staged bias, two do not
+        cfg = with_epilogue(e)
+        assert (cfg.stages, cfg.c_stages) == (4, 1), cfg.name
+        assert [v.leaf for v in cfg.vectors] == ["bias"], cfg.name
+        assert not cfg.replace(c_stages=2).vectors
