@@ -275,10 +275,10 @@ def test_narrow_c_chunks_store_through_tma(cp, bn, tree, extra):
     _check_ragged_rcr(cp, cfg, tree, seed=9)
 
 
-def _check_ragged_rcr(cp, cfg, tree: str, seed: int) -> None:
-    """``cfg`` (layout rcr) with epilogue ``tree`` on 2056 x 4104 x 256 (ragged last tiles,
+def _check_ragged_rcr(cp, cfg, tree: str, seed: int, k: int = 256) -> None:
+    """``cfg`` (layout rcr) with epilogue ``tree`` on 2056 x 4104 x ``k`` (ragged last tiles,
     several tiles per consumer), C poisoned (NaN) first, against float64."""
-    m, n, k = 2056, 4104, 256
+    m, n = 2056, 4104
     dev, leaves = _operands(cp, m, n, k, "rcr", seed=seed)
     C = cp.full((m, n), np.nan, dtype=cp.float32 if cfg.out == "fp32" else cp.float16)
     epi = Epilogue.parse("acc" if tree == "none" else tree)
@@ -306,3 +306,14 @@ def test_c_stages_store_chunk_by_chunk(cp, bn, stages, c_stages, tree, extra):
         **{"bm": 128, **extra})
     assert cfg.store == "tma" and cfg.c_stages == c_stages
     _check_ragged_rcr(cp, cfg, tree, seed=10)
+
+
+@pytest.mark.parametrize("bn, stages", [(144, 6), (224, 4)])
+def test_c_stage_buffers_reused_across_tiles(cp, bn, stages):
+    """Two C staging buffers and an odd number of chunks (128 x 144: 9, 128 x 224: 7), so
+    that a tile's first chunk takes the buffer its previous tile's last chunk was stored
+    from; with K = 64 one K block separates the two stores."""
+    cfg = PRESETS["wgmma_tma_store"].config.replace(layout="rcr", bm=128, bn=bn,
+                                                    stages=stages, c_stages=2)
+    assert cfg.c_chunks % cfg.c_stages == 1
+    _check_ragged_rcr(cp, cfg, "none", seed=11, k=64)

@@ -388,6 +388,22 @@ def test_c_staged_in_chunk_buffers_leaves_room_for_a_stage():
         assert rule in {v.rule.id for v in trial.violations()}, (bad, trial.violations())
 
 
+def test_c_stage_buffers_wait_for_the_store_that_last_read_them(nvcc):
+    """Chunk ch of a tile reuses the buffer of chunk ch - C_STAGES, so its wait lets at most
+    C_STAGES - 1 stores still read (SASS ``DEPBAR.LE SB0, 0x1`` with two buffers). Where
+    C_STAGES does not divide C_CHUNKS (128 x 144: 9 chunks; 128 x 224: 7), the previous tile's
+    last chunk used buffer 0, so the first chunk waits for every store (``0x0``), as the
+    kernel's last wait does; with 4 chunks only that last wait is a full one."""
+    base = WGMMA["wgmma_bf16"].replace(layout="rcr", c_stages=2)
+    configs = [base.replace(bn=bn, stages=st) for bn, st in ((256, 4), (144, 6), (224, 4))]
+    for cfg, _, text in _compiled_sass(configs):
+        chunks = cfg.c_chunks
+        odd = chunks % cfg.c_stages != 0
+        assert chunks == {256: 4, 144: 9, 224: 7}[cfg.bn], cfg.name
+        assert len(re.findall(r"DEPBAR\.LE SB0, 0x1\b", text)) == chunks - odd, cfg.name
+        assert len(re.findall(r"DEPBAR\.LE SB0, 0x0\b", text)) == 1 + odd, cfg.name
+
+
 def test_shape_rules_stage_c_in_buffers_where_that_deepens_the_ring():
     """The shape rules take C staging buffers where the whole staged tile limits the ring:
     128 x 256 tiles at 4096^3 get 4 stages and two buffers, or one where two would leave no
