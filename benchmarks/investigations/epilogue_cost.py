@@ -18,6 +18,7 @@ EPILOGUE_ONLY (names, comma-separated) and EPILOGUE_SHAPES (MxNxK, comma-separat
 EPILOGUE_CUBINS=DIR runs the cubins found there instead of compiling on the GPU machine (the
 compile step chooses for EPILOGUE_GPU, by default "NVIDIA H200"; a kernel of another GPU's
 choice is built there).
+EPILOGUE_BUFFERS=1 adds each epilogue with C staged whole or through chunk buffers (BUFFERS).
 EPILOGUE_NCU=1 only checks each kernel and launches it twice more, for ncu (no timing)."""
 import json
 import os
@@ -52,6 +53,12 @@ if os.environ.get("EPILOGUE_SHAPES"):  # e.g. "4096x4096x14336"
     SHAPES = [tuple(int(x) for x in s.split("x")) for s in os.environ["EPILOGUE_SHAPES"].split(",")]
 OVERLAP = {"bias_gelu overlapped": "bias_gelu", "silu(acc + bias) overlapped": "silu(acc + bias)"}
 """The same epilogue with the activation deferred into the next tile's main loop (overlap)."""
+BUFFERS = (0, 1, 2)
+"""EPILOGUE_BUFFERS=1 adds each epilogue on the plain kernel's tile with C staged whole (0) or
+through 1 or 2 chunk buffers, each at the deepest ring that fits (``e [cs1 st4 v1]``: one buffer,
+4 stages, one vector staged in shared memory)."""
+VARIANT_OF = dict(OVERLAP)
+"""Each timed variant's epilogue, where its name is not the epilogue's own."""
 REPS, ROUNDS, REPLAYS = 20, 6, 15
 
 
@@ -65,12 +72,22 @@ def configs(gpu: str, cc: int):
                       "native", 1)
         assert not base.swap, base
         for e in EPILOGUES:  # where the plain kernel cannot take e, decide's kernel for e
+            if os.environ.get("EPILOGUE_BUFFERS") and e != "none":
+                continue  # each epilogue's variants below instead
             trial = base.config.replace(check=False, epilogue=e)
             out[(m, n, k), e] = trial if not trial.violations() else decide(
                 TuneDB(None), gpu, "bf16", m, n, k, cc, "rcr", e, True, "native", 1).config
         for name, e in OVERLAP.items():
             if os.environ.get("EPILOGUE_OVERLAP") and e in EPILOGUES:
                 out[(m, n, k), name] = base.config.replace(epilogue=e, overlap=True)
+        for e in EPILOGUES if os.environ.get("EPILOGUE_BUFFERS") else ():
+            for b in BUFFERS if e != "none" else ():
+                fit = next((t for st in range(8, 1, -1) if not (t := base.config.replace(
+                    check=False, epilogue=e, c_stages=b, stages=st)).violations()), None)
+                if fit is not None:
+                    name = f"{e} [cs{b} st{fit.stages} v{len(fit.vectors)}]"
+                    VARIANT_OF[name] = e
+                    out[(m, n, k), name] = fit
     return out
 
 
@@ -128,7 +145,7 @@ def main(tag):
         row = {"M": m, "N": n, "K": k, "config": chosen[(m, n, k), "none"].name, "sets": sets}
         ref0 = xs[0].double() @ ws[0].double().t()
         for e in kernels:  # correctness, poisoned output first
-            names, unfused = EPILOGUES[OVERLAP.get(e, e)]
+            names, unfused = EPILOGUES[VARIANT_OF.get(e, e)]
             cs[0].fill_(float("nan"))
             kernels[e](xs[0], ws[0].t(), cs[0], **{o: ops[o] for o in names})
             want = unfused(ref0, {o: ops[o].double() for o in names})
@@ -140,7 +157,7 @@ def main(tag):
         del ref0
         if os.environ.get("EPILOGUE_NCU"):  # two more launches of each, in order, for ncu
             for e in kernels:
-                names = EPILOGUES[OVERLAP.get(e, e)][0]
+                names = EPILOGUES[VARIANT_OF.get(e, e)][0]
                 for _ in range(2):
                     kernels[e](xs[1], ws[1].t(), cs[1], **{o: ops[o] for o in names})
             torch.cuda.synchronize()
@@ -149,7 +166,7 @@ def main(tag):
         times, cost = {}, {}
         for rnd in range(ROUNDS):  # each variant beside a plain run adjacent to it
             for e in kernels:
-                names, unfused = EPILOGUES[OVERLAP.get(e, e)]
+                names, unfused = EPILOGUES[VARIANT_OF.get(e, e)]
                 kw = {o: ops[o] for o in names}
                 kw_t = {o: ops_t[o] for o in names}
                 pair = ("none", e) if rnd % 2 == 0 else (e, "none")
