@@ -89,7 +89,13 @@ def test_header_states_scaling_and_promotion():
     assert "// Scaling block: DeepSeek-V3" in head
     assert "// Accumulation promoted: every 128 K elements" in head
     assert "2 partial sets" in head and "scaling        = block" in head
-    assert src.count("static_assert(") == len(FP8["fp8_block_prom2"].rules)
+    # every rule but those of D staging buffers, which a kernel that stages none cannot break
+    staged = {"H57", "H58", "F31"}
+    assert src.count("static_assert(") == len(FP8["fp8_block_prom2"].rules) - len(staged)
+    assert not any(f'"{rule} ' in src for rule in staged) and "C_STAGES" not in src
+    buffered = render(FP8["fp8_tensor_cluster"].replace(stages=4, c_stages=2), ARCH)
+    assert buffered.count("static_assert(") == len(FP8["fp8_tensor_cluster"].rules)
+    assert "constexpr int C_STAGES = 2;" in buffered and '"F31 c-stages-wide-d' in buffered
     assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in src
     e5 = render(FP8["fp8_grad_e5m2"], ARCH)
     assert ".f32.e5m2.e4m3" in e5 and "Accumulation fast" in e5

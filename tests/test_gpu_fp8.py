@@ -115,6 +115,29 @@ def test_split_tail_past_the_last_whole_wave(hopper, variant):
     assert "none split" in results[2].path and "on the last" in results[0].path, results
 
 
+# D staged chunk by chunk through buffers (c_stages): 128 x 256 with a fourth stage (two buffers,
+# one; row scales), 128 x 192 (3 chunks, two buffers: a unit's first chunk takes the buffer its
+# previous unit's last chunk used), an fp32 D with split-K over the tail, the overlapped
+# blockwise loop (the store in its deferred epilogue), each on shapes of several units per CTA.
+C_STAGES_VARIANTS = {
+    "cluster_cs2": ("fp8_tensor_cluster", dict(stages=4, c_stages=2)),
+    "row_cs1": ("fp8_row_fast", dict(store="tma", stages=4, c_stages=1)),
+    "odd_chunks": ("fp8_tensor_cluster", dict(bn=192, stages=4, c_stages=2)),
+    "fp32_split_tail": ("fp8_tensor_cluster", dict(out="fp32", c_stages=2, split_k=4)),
+    "block_overlap": ("fp8_block_overlap", dict(c_stages=1)),
+}
+
+
+@pytest.mark.parametrize("variant", C_STAGES_VARIANTS)
+def test_d_staged_through_chunk_buffers(hopper, variant):
+    from gemmgen.runtime.build import build
+    name, changes = C_STAGES_VARIANTS[variant]
+    cfg = PRESETS[name].config.replace(**changes)
+    assert cfg.store == "tma" and cfg.c_stages and cfg.c_smem_bytes < cfg.bm * cfg.bn * 2
+    results = sweep_fp8(variant, build(cfg), OVERLAP_CASES, seed=5)
+    assert all(r.passed for r in results), [r for r in results if not r.passed]
+
+
 # ---- PyTorch tensors through gemmgen.gemm and gemmgen.torch.scaled_mm ----------------------
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 OUT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

@@ -20,7 +20,7 @@ import math
 
 from ..model.families.hopper.split import split_tail
 from ..model.presets import PRESETS
-from . import cost
+from . import cost, ring
 from .select import Choice
 from .tunedb import TuneDB
 
@@ -190,8 +190,7 @@ def prefill_options(cfg, m: int, n: int, k: int, sms: int) -> list:
         tail = split_tail(tm * tn, wave)
         for split in (1, *(s for s in PREFILL_SPLITS if tail and tail * s <= wave
                            and kb / s >= PREFILL_MIN_SLICE)):
-            c = t.replace(check=False, split_k=split)
-            c = c.replace(check=False, stages=_deepest(c))
+            c = _deepen(t.replace(check=False, split_k=split))
             if not c.violations():
                 out.append((label, c))
     return out
@@ -253,8 +252,12 @@ def _prefill(cfg, m: int, n: int, k: int, sms: int, reasons: list) -> dict:
                    f"({tm * tn} for {sms // c.cluster} {'clusters' if c.cluster > 1 else 'SMs'})"
                    + (f", K split {c.split_k} ways over the last {split}" if split else "")
                    + ": the least modelled time of the tiles and tail splits weighed")
+    if c.c_stages:
+        reasons.append(f"{c.stages} stages: D staged through {c.c_stages} chunk buffer"
+                       f"{'s' if c.c_stages > 1 else ''} instead of the whole tile, a deeper ring")
     return {f: getattr(c, f) for f in ("bm", "bn", "consumers", "cluster_m", "cluster_n",
-                                       "regs_consumer", "store", "split_k", "stages")}
+                                       "regs_consumer", "store", "split_k", "stages",
+                                       "c_stages")}
 
 
 def _tma_store(cfg, reasons: list) -> dict:
@@ -298,6 +301,25 @@ def _deepest(cfg, most: int = 9) -> int:
         if not cfg.replace(check=False, stages=stages).violations():
             return stages
     return cfg.stages
+
+
+C_STAGES = ring.C_STAGES
+"""D staging buffers ``_deepen`` tries where the whole staged tile limits the ring."""
+
+
+def _deepen(cfg):
+    """``cfg`` with the deepest ring that fits (``_deepest``) and, where staging D through
+    C_STAGES chunk buffers instead of the whole tile leaves room for a deeper one (a TMA
+    store of a 16- or 32-bit D: 4 stages instead of 3 at 128 x 256), the most buffers that
+    give it, as the wgmma family's shape rules do (``ring.deepen``)."""
+    whole = cfg.replace(check=False, stages=_deepest(cfg))
+    best = whole
+    for buffers in C_STAGES if cfg.store == "tma" and not cfg.c_stages else ():
+        trial = cfg.replace(check=False, c_stages=buffers)
+        trial = trial.replace(check=False, stages=_deepest(trial))
+        if not trial.violations() and trial.stages > best.stages:
+            best = trial
+    return best
 
 
 def choose_fp8(m: int, n: int, k: int, scaling: str, fast: bool, a_dtype: str = "e4m3",

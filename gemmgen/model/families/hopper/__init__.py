@@ -99,6 +99,17 @@ HOPPER_RULES: tuple[Rule, ...] = (
 )
 """The rules of every Hopper kernel, in the order ``violations`` reports them."""
 
+C_STAGED = at_least("C_STAGES", 1)
+C_STAGES_RULES: tuple[Rule, ...] = (
+    Rule("H57", "c-stages-store", equal("ROW_MAJOR_TMA_STORE", 1),
+         "C staged chunk by chunk through buffers (c_stages) is a row-major C stored through "
+         "TMA", when=C_STAGED),
+    Rule("H58", "c-stages-chunks", at_most("C_STAGES", "C_CHUNKS"),
+         "no more C staging buffers than a consumer's tile has chunks", when=C_STAGED),
+)
+"""The rules of C staged chunk by chunk through buffers (``c_stages``: the wgmma and fp8
+families), which only such kernels assert; a family adds those of its own axes."""
+
 OUTPUT_RULES: tuple[Rule, ...] = (
     Rule("H32", "fp16-output", equal("DTYPE_FP16", 1), "an fp16 C needs fp16 inputs",
          when=equal("OUT_FP16", 1)),

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from ....config import EPILOGUES, LAYOUTS, ConfigBase, div
 from ....dtypes import FP8_DTYPES
-from .. import ALIGN_SLACK, HopperTile, REGISTER_FILE
+from .. import ALIGN_SLACK, C_STAGED, HopperTile, REGISTER_FILE
 from ..split import split_tail, split_workspace
 from .env import Fp8Env
 from .rules import FLAG_BYTES, FP8_RULES, QUANTS, REG_RESERVE, SCALINGS, STORES
@@ -51,6 +51,10 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
     - ``store``: "direct" (guarded stores from registers) or "tma" (each consumer stages its
       rows in 128-byte-swizzled shared memory and one TMA store per 128-byte column chunk
       writes them while the next tile's main loop runs).
+    - ``c_stages``: 0 stages a consumer's whole D tile for the TMA store; N > 0 (16- or
+      32-bit D) stages it one 128-byte column chunk at a time through N chunk buffers, each
+      chunk stored as soon as it is written (CUTLASS's epilogue StagesD), so that the
+      staging takes N chunks of shared memory instead of the tile: room for a deeper ring.
     - ``split_k``: slices of K. Where the tiles fit one wave of the persistent grid every tile
       is split; else only the tiles past its last whole wave (``split_tiles``; the hybrid of
       data-parallel tiles and split-K in Stream-K, Osama et al., PPoPP 2023). Each slice writes
@@ -85,6 +89,7 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
     regs_producer: int = 40
     regs_consumer: int = 232
     store: str = "direct"
+    c_stages: int = 0
     split_k: int = 1
     overlap: bool = False
     layout: str = "rcr"
@@ -106,14 +111,15 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
                "quant": QUANTS,
                "scaling": SCALINGS, "store": STORES, "layout": LAYOUTS, "epilogue": EPILOGUES}
     optional = frozenset({"m", "n", "k"})
-    quiet: ClassVar[dict[str, object]] = {"overlap": False}
+    quiet: ClassVar[dict[str, object]] = {"overlap": False, "c_stages": 0}
     fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype", "b_dtype", "out",
                        "quant", "scaling", "promote")
     search_domain: ClassVar[dict] = {
         "bm": (64, 128, 256), "bn": (64, 96, 112, 128, 160, 192, 256), "consumers": (1, 2),
         "stages": (3, 4, 5, 6, 7, 8, 9), "cluster_m": (1, 2), "cluster_n": (1, 2),
         "partials": (1, 2), "group": (1, 8, 16), "regs_producer": (24, 40),
-        "regs_consumer": (232, 240), "store": STORES, "split_k": (1, 2, 4, 7, 8),
+        "regs_consumer": (232, 240), "store": STORES, "c_stages": (0, 1, 2),
+        "split_k": (1, 2, 4, 7, 8),
         "overlap": (False, True),
     }
 
@@ -139,7 +145,8 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
         return (f"gemm_fp8_{self.dtype}{self.b_dtype}_{SCALE_TAGS.get(self.scaling, 'x')}_{acc}"
                 f"_{self.bm}x{self.bn}x{self.bk}_c{self.consumers}_st{self.stages}"
                 f"_cl{self.cluster_m}x{self.cluster_n}_g{self.group}"
-                f"_r{self.regs_producer}x{self.regs_consumer}_{self.store}_out{self.out}"
+                f"_r{self.regs_producer}x{self.regs_consumer}_{self.store}"
+                f"{f'_cs{self.c_stages}' if self.c_stages else ''}_out{self.out}"
                 f"{'' if self.quant == 'none' else '_q' + self.quant}"
                 f"{f'_sk{self.split_k}' if self.split_k > 1 else ''}"
                 f"{'_ov' if self.overlap else ''}{self.feature_suffix()}")
@@ -162,7 +169,9 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
                 f"{'' if self.quant == 'none' else f' ({self.quant} scaled)'}"
                 f"  {self.scaling} scaling  {self.accumulation}  {self.consumers} consumer WG"
                 f"  stages {self.stages}  cluster {self.cluster_m}x{self.cluster_n}  "
-                f"store {self.store}{f'  split-K {self.split_k}' if self.split_k > 1 else ''}"
+                f"store {self.store}"
+                f"{f' (D through {self.c_stages} chunk buffers)' if self.c_stages else ''}"
+                f"{f'  split-K {self.split_k}' if self.split_k > 1 else ''}"
                 f"{'  overlap' if self.overlap else ''}")
 
     @property
@@ -197,8 +206,17 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
 
     @property
     def c_smem_bytes(self) -> int:
-        """The TMA store's staging tile (BM x BN of D), 0 for direct stores."""
-        return self.bm * self.bn * self.out_bytes if self.store == "tma" else 0
+        """The TMA store's staging (BM x BN of D; with ``c_stages``, BM rows of that many
+        128-byte chunks), 0 for direct stores."""
+        row = self.c_stages * self.c_swizzle if self.c_stages else self.bn * self.out_bytes
+        return self.bm * row if self.store == "tma" else 0
+
+    def rendered_rules(self) -> tuple:
+        """Every rule but those of C staging buffers (C_STAGES_RULES, F31) for a config that
+        stages whole tiles, whose source declares no C_STAGES: it cannot break them."""
+        if self.c_stages:
+            return self.rule_table()
+        return tuple(r for r in self.rule_table() if r.when is not C_STAGED)
 
     @property
     def smem_bytes(self) -> int:

@@ -34,7 +34,8 @@ class Fp8Env:
             # byte per element, a producer warpgroup with setmaxnreg, K-major B, row-major C
             "M_SPLIT": self.consumers, "PRODUCER": 1, "B_MN_MAJOR": 0, "SW_ELEMS": SWIZZLE,
             "ROW_MAJOR_TMA_STORE": int(self.store == "tma"), "C_BOX_ROWS": self.consumer_rows,
-            "OVERLAP": int(self.overlap),
+            "OVERLAP": int(self.overlap), "C_STAGES": self.c_stages,
+            **({"C_CHUNKS": self.c_chunks} if self.c_stages else {}),
             **self.feature_env(),
         }
 
@@ -63,6 +64,8 @@ class Fp8Env:
         """Every compile-time constant the kernel declares: the env plus shared-memory offsets,
         descriptor strides and wgmma shape figures (bytes)."""
         e = self.env()
+        if not self.c_stages:  # a kernel that stages whole tiles keeps its source
+            del e["C_STAGES"]
         bar = self.c_smem_offset + self.c_smem_bytes
         return {**e, "ACC": self.bn // 2, "K_STEPS": div(self.bk, WGMMA_K),
                 "A_STAGE_BYTES": self.a_stage_bytes, "B_STAGE_BYTES": self.b_stage_bytes,
@@ -78,9 +81,10 @@ class Fp8Env:
                 "FAST": int(self.promote == 0),
                 "OUT_GROUPS": self.bn // BLOCK if self.quant == "1x128" else 0,
                 "B_SCALE_SPLIT": int(self.scaling == "block" and BLOCK % self.bn != 0),
-                "C_CHUNKS": div(self.bn, self.c_chunk) if self.store == "tma" else 0,
+                "C_CHUNKS": self.c_chunks if self.store == "tma" or self.c_stages else 0,
                 "C_CHUNK_BYTES": self.consumer_rows * C_SWIZZLE,
-                "C_CONSUMER_BYTES": self.consumer_rows * self.bn * self.out_bytes,
+                "C_CONSUMER_BYTES": self.c_smem_bytes // self.consumers if self.c_stages
+                                    else self.consumer_rows * self.bn * self.out_bytes,
                 "PACK_TILE": PACK_TILE, "PACK_THREADS": PACK_THREADS,
                 "BAR_CONSUMER_BASE": 1,
                 **({"BAR_STAGGER": 1 + self.consumers} if self.stagger else {})}
@@ -96,6 +100,11 @@ class Fp8Env:
                 "ptx_b": PTX_TYPES.get(self.b_dtype, "e4m3")}
 
     @property
+    def c_chunks(self) -> int:
+        """128-byte column chunks of a consumer's D tile (the TMA store's, one per chunk)."""
+        return div(self.bn, self.c_chunk)
+
+    @property
     def flops_per_byte(self) -> dict[str, float]:
         """FLOP per byte of A and B moved into shared memory, per CTA (global; multicast
         shares count once per cluster) and per consumer (shared)."""
@@ -109,7 +118,9 @@ class Fp8Env:
         """The derived figures the emitted header and ``gemmgen list`` report."""
         return {"threads": self.threads, "warpgroups": self.threads // WARPGROUP,
                 "smem_bytes_dynamic": self.smem_bytes, "stage_bytes": self.stage_bytes,
-                "c_staging_bytes": self.c_smem_bytes, "acc_regs_per_consumer": self.acc_regs,
+                "c_staging_bytes": self.c_smem_bytes,
+                **({"c_staging_buffers": self.c_stages} if self.c_stages else {}),
+                "acc_regs_per_consumer": self.acc_regs,
                 "consumer_registers": self.regs_consumer, "entry_registers": self.entry_regs,
                 "wgmma": f"m64n{self.bn}k32.f32.{self.dtype}.{self.b_dtype} x {self.m_iters} "
                          f"x 4 per consumer per stage",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ....rules import Rule, at_least, at_most, equal, multiple_of, one_of
-from .. import HOPPER_RULES
+from .. import C_STAGED, C_STAGES_RULES, HOPPER_RULES
 
 WGMMA_K = 32                       # one FP8 wgmma consumes 32 elements (32 bytes) of K
 SWIZZLE = 128                      # A and B stages: 128-byte swizzled K-major rows
@@ -78,4 +78,8 @@ FP8_RULES: tuple[Rule, ...] = HOPPER_RULES + (
          "the CTAs of a cluster along M each load an equal share (whole 8-row swizzle atoms) of "
          "the B tile they multicast (A's share is whole: BM is a multiple of 64)",
          when=at_least("CLUSTER_M", 2)),
+) + C_STAGES_RULES + (
+    Rule("F31", "c-stages-wide-d", equal("OUT_FP8", 0),
+         "C staged chunk by chunk writes 16- or 32-bit D values (stmatrix or float pairs); an "
+         "e4m3 D stages its whole tile: c_stages 0", when=C_STAGED),
 )

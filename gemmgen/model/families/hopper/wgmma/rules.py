@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ....rules import Rule, at_least, at_most, equal, multiple_of, one_of
-from .. import HOPPER_RULES, OUTPUT_RULES
+from .. import C_STAGED, HOPPER_RULES, OUTPUT_RULES
+from .. import C_STAGES_RULES as HOPPER_C_STAGES_RULES
 
 MATHS = ("native", "3xtf32")
 """``math``: the dtype's own products, or 3xTF32 (three tf32 products per float32 product)."""
@@ -13,16 +14,10 @@ PTX_TYPES = {"fp16": "f16", "bf16": "bf16", "tf32": "tf32"}
 DEFER_UNITS = 2                    # overlap: 16-byte units of the staged tile per thread per pass
 OVERLAP_RESERVE = 24               # overlap: registers of a deferred pass beside the accumulators
 
-_C_STAGED = at_least("C_STAGES", 1)
-C_STAGES_RULES: tuple[Rule, ...] = (
-    Rule("H57", "c-stages-store", equal("ROW_MAJOR_TMA_STORE", 1),
-         "C staged chunk by chunk through buffers (c_stages) is a row-major C stored through "
-         "TMA", when=_C_STAGED),
-    Rule("H58", "c-stages-chunks", at_most("C_STAGES", "C_CHUNKS"),
-         "no more C staging buffers than a consumer's tile has chunks", when=_C_STAGED),
+C_STAGES_RULES: tuple[Rule, ...] = HOPPER_C_STAGES_RULES + (
     Rule("H59", "c-stages-whole-tile", equal("C_WHOLE_TILE", 0),
          "the overlap's deferred passes and a staged residual read the whole staged tile: "
-         "c_stages 0", when=_C_STAGED),
+         "c_stages 0", when=C_STAGED),
 )
 """The rules of C staged in chunk buffers (``c_stages``), which only such kernels assert."""
 
