@@ -1,13 +1,13 @@
 """FP8 with D staged through chunk buffers (``c_stages``), so that 128 x 256 tiles stored through
-TMA keep a fourth stage: choose_fp8's kernel (per-tensor scales, fast accumulation, bf16 D) beside
-the one it chose before it weighed the buffers ("rules before": the whole tile staged, 3 stages)
-and, where the rules stage D through two buffers, the same kernel with one ("one buffer"), beside
-torch._scaled_mm on the same FP8 tensors and scales: the fp8 suite's squares and DeepGEMM's
-prefill shapes, and the forward layers of fp8_decode_sweep.py's training and held-out models at
-M = 512 to 8192. Timed as fp8_prefill_sweep.py's ``time_row`` times (graph-captured, kernel
-only; operand sets past twice the L2; two rounds in opposite orders, the mean kept; torch
-before, between and after); every output poisoned with NaN first and checked against float64
-of the dequantized operands.
+TMA keep a fourth stage: choose_fp8's kernel (per-tensor scales, fast accumulation, bf16 D;
+"rules") beside the one it chooses when it weighs the buffers as the wgmma family's rules do
+("buffers": ``fp8.C_STAGES`` = (2, 1), the most buffers that give the deepest ring) and, where
+that takes two buffers, the same kernel with one ("one buffer"), beside torch._scaled_mm on the
+same FP8 tensors and scales: the fp8 suite's squares and DeepGEMM's prefill shapes, and the
+forward layers of fp8_decode_sweep.py's training and held-out models at M = 512 to 8192. Timed
+as fp8_prefill_sweep.py's ``time_row`` times (graph-captured, kernel only; operand sets past
+twice the L2; two rounds in opposite orders, the mean kept; torch before, between and after);
+every output poisoned with NaN first and checked against float64 of the dequantized operands.
 
     python3 benchmarks/investigations/fp8_c_stages.py compile DIR   # CPU: the cubins
     python3 benchmarks/investigations/fp8_c_stages.py run DIR       # GPU: $OUT/fp8_c_stages_<GPU>.json
@@ -32,9 +32,9 @@ SUITE = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 7168, 16384), (4096, 409
 
 
 @contextmanager
-def _whole_tiles():
-    """choose_fp8 without D staging buffers for the duration (``fp8.C_STAGES`` empty)."""
-    shipped, fp8.C_STAGES = fp8.C_STAGES, ()
+def _buffers():
+    """choose_fp8 weighing D staging buffers for the duration (``fp8.C_STAGES`` = (2, 1))."""
+    shipped, fp8.C_STAGES = fp8.C_STAGES, (2, 1)
     try:
         yield
     finally:
@@ -42,16 +42,16 @@ def _whole_tiles():
 
 
 def candidates(m: int, n: int, k: int) -> dict:
-    """{label: config}: "rules" (this checkout's choose_fp8), "rules before" where it is
-    another kernel, "one buffer" where the rules take two."""
+    """{label: config}: "rules" (this checkout's choose_fp8), "buffers" where weighing the
+    buffers gives another kernel, "one buffer" where that takes two."""
     rules = choose_fp8(m, n, k, "tensor", True).config
-    with _whole_tiles():
-        before = choose_fp8(m, n, k, "tensor", True).config
+    with _buffers():
+        buffered = choose_fp8(m, n, k, "tensor", True).config
     out = {"rules": rules}
-    if before.name != rules.name:
-        out["rules before"] = before
-    if rules.c_stages == 2:
-        out["one buffer"] = rules.replace(c_stages=1)
+    if buffered.name != rules.name:
+        out["buffers"] = buffered
+    if buffered.c_stages == 2:
+        out["one buffer"] = buffered.replace(c_stages=1)
     return out
 
 
@@ -93,26 +93,27 @@ def _geo(xs: list) -> float | None:
 
 
 def report(path: str) -> dict:
-    """Per set: the rules' speed-up over "rules before" where the kernel changed (geomean,
-    lowest, highest) and over "one buffer"; torch's time over the rules' and over "rules
-    before" (geomean, lowest) on every row, and whether every output was correct. Written into
-    the file as ``summary``."""
+    """Per set: "buffers"' speed-up over the rules' whole-tile kernel where they differ
+    (geomean, lowest, highest) and over "one buffer"; torch's time over the rules' and over
+    "buffers"' (geomean, lowest) on every row, and whether every output was correct. Written
+    into the file as ``summary``."""
     doc = json.loads(Path(path).read_text())
     out = {}
     for which in dict.fromkeys(r["set"] for r in doc["rows"]):
         rows = [r for r in doc["rows"] if r["set"] == which]
         ms = lambda r, label: r["candidates"].get(label, r["candidates"]["rules"])["ms"]
-        gain = [ms(r, "rules before") / ms(r, "rules") for r in rows
-                if "rules before" in r["candidates"]]
-        one = [ms(r, "one buffer") / ms(r, "rules") for r in rows if "one buffer" in r["candidates"]]
-        after = [r["torch_ms"] / ms(r, "rules") for r in rows]
-        before = [r["torch_ms"] / ms(r, "rules before") for r in rows]
+        gain = [ms(r, "rules") / ms(r, "buffers") for r in rows if "buffers" in r["candidates"]]
+        one = [ms(r, "one buffer") / ms(r, "buffers") for r in rows
+               if "one buffer" in r["candidates"]]
+        rules = [r["torch_ms"] / ms(r, "rules") for r in rows]
+        buffered = [r["torch_ms"] / ms(r, "buffers") for r in rows]
         out[which] = {"rows": len(rows), "changed": len(gain),
-                      "x_rules_before": {"geomean": _geo(gain), "lowest": round(min(gain), 3),
-                                         "highest": round(max(gain), 3)} if gain else None,
-                      "x_one_buffer": _geo(one),
-                      "x_torch_after": {"geomean": _geo(after), "lowest": round(min(after), 3)},
-                      "x_torch_before": {"geomean": _geo(before), "lowest": round(min(before), 3)},
+                      "buffers_x_rules": {"geomean": _geo(gain), "lowest": round(min(gain), 3),
+                                          "highest": round(max(gain), 3)} if gain else None,
+                      "buffers_x_one_buffer": _geo(one),
+                      "rules_x_torch": {"geomean": _geo(rules), "lowest": round(min(rules), 3)},
+                      "buffers_x_torch": {"geomean": _geo(buffered),
+                                          "lowest": round(min(buffered), 3)},
                       "all_ok": all(v["ok"] for r in rows for v in r["candidates"].values())}
     doc["summary"] = out
     Path(path).write_text(json.dumps(doc, indent=1))

@@ -20,7 +20,7 @@ import math
 
 from ..model.families.hopper.split import split_tail
 from ..model.presets import PRESETS
-from . import cost, ring
+from . import cost
 from .select import Choice
 from .tunedb import TuneDB
 
@@ -303,19 +303,19 @@ def _deepest(cfg, most: int = 9) -> int:
     return cfg.stages
 
 
-C_STAGES = ring.C_STAGES
-"""D staging buffers ``_deepen`` tries where the whole staged tile limits the ring."""
+C_STAGES: tuple[int, ...] = ()
+"""D staging buffers ``_deepen`` tries: none. With (2, 1), as the wgmma family's rules take
+them, 128 x 256 tiles took 4 stages and two buffers (64 x 128: 9 and one) and ran 1.0x the
+whole-tile kernels on an H200 where they differed (0.95-1.069x: wide N lost up to 5%, short
+problems gained up to 3%; fp8_c_stages_NVIDIA_H200.json)."""
 
 
-def _deepen(cfg):
-    """``cfg`` with the deepest ring that fits (``_deepest``) and, where staging D through
-    C_STAGES chunk buffers instead of the whole tile leaves room for a deeper one (a TMA
-    store of a 16- or 32-bit D: 4 stages instead of 3 at 128 x 256), the most buffers that
-    give it, as the wgmma family's shape rules do (``ring.deepen``)."""
-    whole = cfg.replace(check=False, stages=_deepest(cfg))
-    best = whole
-    for buffers in C_STAGES if cfg.store == "tma" and not cfg.c_stages else ():
-        trial = cfg.replace(check=False, c_stages=buffers)
+def _deepen(cfg, buffers: tuple[int, ...] | None = None):
+    """``cfg`` with the deepest ring that fits and, where staging D through chunk buffers
+    (``buffers``, else C_STAGES) leaves room for a deeper one, the most buffers giving it."""
+    best = cfg.replace(check=False, stages=_deepest(cfg))
+    for n in (C_STAGES if buffers is None else buffers) if cfg.store == "tma" else ():
+        trial = cfg.replace(check=False, c_stages=n)
         trial = trial.replace(check=False, stages=_deepest(trial))
         if not trial.violations() and trial.stages > best.stages:
             best = trial
