@@ -18,7 +18,8 @@ EPILOGUE_ONLY (names, comma-separated) and EPILOGUE_SHAPES (MxNxK, comma-separat
 EPILOGUE_CUBINS=DIR runs the cubins found there instead of compiling on the GPU machine (the
 compile step chooses for EPILOGUE_GPU, by default "NVIDIA H200"; a kernel of another GPU's
 choice is built there).
-EPILOGUE_BUFFERS=1 adds each epilogue with C staged whole or through chunk buffers (BUFFERS).
+EPILOGUE_BUFFERS=1 adds each epilogue with C staged whole or through chunk buffers (BUFFERS;
+EPILOGUE_BUFFER_COUNTS, comma-separated, names others).
 EPILOGUE_NCU=1 only checks each kernel and launches it twice more, for ncu (no timing)."""
 import json
 import os
@@ -41,6 +42,7 @@ EPILOGUES = {  # gemmgen epilogue: (tree operands, PyTorch unfused on y = x @ W^
     "bias": (("bias",), lambda y, o: y + o["bias"]),
     "bias_gelu": (("bias",), lambda y, o: F.gelu(y + o["bias"], approximate="tanh")),
     "silu(acc + bias)": (("bias",), lambda y, o: F.silu(y + o["bias"])),
+    "gelu(acc + bias)": (("bias",), lambda y, o: F.gelu(y + o["bias"], approximate="tanh")),
     "acc*col_scale + bias": (("bias", "col_scale"), lambda y, o: y * o["col_scale"] + o["bias"]),
     "acc*row_scale + bias": (("bias", "row_scale"),
                              lambda y, o: y * o["row_scale"][:, None] + o["bias"]),
@@ -81,7 +83,9 @@ def configs(gpu: str, cc: int):
             if os.environ.get("EPILOGUE_OVERLAP") and e in EPILOGUES:
                 out[(m, n, k), name] = base.config.replace(epilogue=e, overlap=True)
         for e in EPILOGUES if os.environ.get("EPILOGUE_BUFFERS") else ():
-            for b in BUFFERS if e != "none" else ():
+            counts = os.environ.get("EPILOGUE_BUFFER_COUNTS")  # e.g. "0,1"
+            counts = tuple(map(int, counts.split(","))) if counts else BUFFERS
+            for b in counts if e != "none" else ():
                 fit = next((t for st in range(8, 1, -1) if not (t := base.config.replace(
                     check=False, epilogue=e, c_stages=b, stages=st)).violations()), None)
                 if fit is not None:

@@ -19,23 +19,21 @@ def deepen(cfg, changes, reasons) -> None:
     """The deepest ring (up to MAX_STAGES) the shaped config's shared memory allows: every
     candidate of the table builder measured fastest at its deepest ring. Where staging C
     through C_STAGES chunk buffers instead of the whole tile leaves room for a deeper ring,
-    it does so, with the most buffers that give that ring and still leave room for the
-    epilogue's staged vectors (a bias read from global memory in the epilogue costs more than
-    the stage gains); not for an epilogue tree (or the dual GEMM, or the overlap), which cost
-    more with buffers than without (acc*col_scale + bias: 26.8% over the plain kernel at
-    4096^3 against -1.5% with the whole tile staged, H200, epilogue_cost.py; its vectors were
-    not staged there)."""
-    def fits(vectors: int, **fields) -> bool:  # breaks no rule, stages as many vectors
-        trial = cfg.replace(check=False, **{**changes, **fields})
-        return not trial.violations() and len(trial.vectors) >= vectors
-
-    def deepest(vectors: int = 0, **c_stages) -> int:
-        return next((st for st in range(MAX_STAGES, 0, -1)
-                     if fits(vectors, stages=st, **c_stages)), 0)
+    it does so, with the most buffers that give that ring; not for an epilogue with vectors
+    (a bias, scales) nor a tree (or the dual GEMM, or the overlap). At 128 x 256 two buffers
+    leave no room for the vectors, which the epilogue then reads from global memory (acc *
+    col_scale + bias: 26.8% over the plain kernel at 4096^3 against -1.5% with the whole tile
+    staged), and one buffer, which room is left beside, serializes the chunks' stores: a bias
+    cost 2.3% and 5.2% over the plain kernel at 4096^3 and 4096 x 14336 x 4096 with one
+    buffer and 4 stages, 1.2% and 0.6% with the whole tile and 3 (H200, three runs of
+    epilogue_cost.py)."""
+    def deepest(**c_stages) -> int:
+        return next((st for st in range(MAX_STAGES, 0, -1) if not cfg.replace(
+            check=False, **{**changes, "stages": st, **c_stages}).violations()), 0)
     whole = max(deepest(), cfg.stages)
     trial = cfg.replace(check=False, **{**changes, "stages": whole})
-    ring, buffers = max(((deepest(len(trial.vectors), c_stages=b), b) for b in C_STAGES
-                         if not trial.extended), default=(0, 0))
+    ring, buffers = max(((deepest(c_stages=b), b) for b in C_STAGES
+                         if not trial.extended and not trial.vectors), default=(0, 0))
     if ring > whole:
         changes.update(stages=ring, c_stages=buffers)
         reasons.append(f"{ring} stages: the ring as deep as shared memory allows with C "
