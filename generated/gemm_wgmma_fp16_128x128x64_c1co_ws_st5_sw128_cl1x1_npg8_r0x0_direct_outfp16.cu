@@ -528,28 +528,11 @@ gemm_wgmma_fp16_128x128x64_c1co_ws_st5_sw128_cl1x1_npg8_r0x0_direct_outfp16(
         // Accumulator i of slice mi holds C(row, col) with row = mi*64 + warp*16 + lane/4 +
         // 8*((i%4)/2) and col = 8*(i/4) + 2*(lane%4) + i%2 (the wgmma D fragment layout).
         out_t* Cb = C + tile.batch * stride_c;
-        // C is read first, where beta != 0, into the sums (acc = alpha * acc + beta * C, rows
-        // and columns as the fragment layout above; outside C it reads 0), and the stores
-        // below then scale by 1: one copy of the epilogue's math and stores, where a test of
-        // beta per element made the compiler emit two (ptxas unswitches it).
-        float scale = alpha;
-        if (beta != 0.f) {
-#pragma unroll
-            for (int mi = 0; mi < M_ITERS; ++mi) {
-#pragma unroll
-                for (int i = 0; i < ACC_PER_WGMMA; ++i) {
-                    const int gm = tile.m0 + row0 + mi * 64 + warp * 16 + lane / 4 + 8 * ((i % 4) / 2);
-                    const int gn = tile.n0 + 8 * (i / 4) + 2 * (lane % 4) + i % 2;
-                    const bool in = gm < M && gn < N;
-                    acc[mi][i] = fmaf(beta, in ? to_f32(Cb[(size_t)gm * ldc + gn]) : 0.f, alpha * acc[mi][i]);
-                }
-            }
-            scale = 1.f;
-        }
-        // act(scale * a + bias) at (gm, gn): exactly what act(alpha * a + beta * C + bias) was
-        // with C read in place (fma(1, x, b) = x + b; GELU's halving is exact).
         auto value = [&](float a, int gm, int gn) -> float {
-            return apply_epilogue_scaled(a, scale, gn < N ? gn : 0, bias);
+            if (beta == 0.f) return apply_epilogue_scaled(a, alpha, gn < N ? gn : 0, bias);
+            const bool in = gm < M && gn < N;
+            const float v = fmaf(beta, in ? to_f32(Cb[(size_t)gm * ldc + gn]) : 0.f, alpha * a);
+            return apply_epilogue(v, gn < N ? gn : 0, bias);
         };
         const bool pair = ((reinterpret_cast<size_t>(Cb) | ((size_t)ldc * OUT_BYTES)) % (2 * OUT_BYTES)) == 0;
 #pragma unroll

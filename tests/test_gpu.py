@@ -59,13 +59,19 @@ def test_numpy_arrays_are_copied_and_c_updated_in_place(kernels):
 
 
 def test_gpuarrays_stay_on_the_gpu(kernels):
+    """PyCUDA GPUArrays in and out, made under a context of this thread's own (a test run
+    before it in the same worker may have left none current)."""
     from pycuda import gpuarray
+
+    from gemmgen.runtime.device import pycuda_context
     rng = np.random.default_rng()
     A, B, C = operands(rng)
-    c = gpuarray.to_gpu(C)
-    out = kernels["vectorized"](gpuarray.to_gpu(A), gpuarray.to_gpu(B), c, alpha=2.0, beta=0.5)
-    assert out is c
-    assert_close(c.get(), A, B, C, 2.0, 0.5)
+    with pycuda_context():
+        c = gpuarray.to_gpu(C)
+        out = kernels["vectorized"](gpuarray.to_gpu(A), gpuarray.to_gpu(B), c, alpha=2.0,
+                                    beta=0.5)
+        assert out is c
+        assert_close(c.get(), A, B, C, 2.0, 0.5)
 
 
 def test_cupy_arrays_without_copy_including_padded_leading_dimensions(kernels):

@@ -120,6 +120,18 @@ def test_fallback_takes_the_same_problem(layout):
             "wmma", cfg.dtype, cfg.out, cfg.layout, cfg.epilogue)
 
 
+def test_fallback_of_c_staged_in_buffers_stores_directly():
+    """An epilogue tree (or an fp8 kernel) with C staging buffers falls back to itself with
+    direct stores, which stage nothing: c_stages 0 (a valid config, not H57)."""
+    tree = WGMMA["wgmma_tma_store"].replace(layout="rcr", epilogue="silu(acc + bias)",
+                                            stages=4, c_stages=1)
+    fp8 = PRESETS["fp8_tensor_cluster"].config.replace(stages=4, c_stages=2)
+    for cfg in (tree, fp8):
+        fb = fallback_config(cfg)
+        assert (fb.family, fb.store, fb.c_stages, fb.epilogue) == (
+            cfg.family, "direct", 0, cfg.epilogue) and not fb.violations(), fb.name
+
+
 # ---- static evidence: every preset and each layout/epilogue path, compiled for sm_90a -------
 def _variants() -> list:
     base = WGMMA["wgmma_tma_store"]

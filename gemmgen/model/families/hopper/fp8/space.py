@@ -114,7 +114,7 @@ def fallback(cfg: Fp8Config) -> Fp8Config:
     """The same kernel with direct stores, for a D that a TMA store cannot take (an address or
     row stride off 16 bytes); A and B that TMA cannot read are repacked instead (FP8 wgmma has
     no other way to read them)."""
-    return cfg.replace(store="direct")
+    return cfg.replace(store="direct", c_stages=0)
 
 
 def _adjust(values: dict, given: set) -> dict:

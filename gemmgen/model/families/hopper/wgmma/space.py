@@ -114,7 +114,7 @@ def fallback(cfg: WgmmaConfig):
     epilogue tree, the dual GEMM or the overlap (which no other family renders) falls back to
     itself with direct stores and no overlap: its runtime repacks A and B instead."""
     if cfg.extended:
-        return cfg.replace(store="direct", overlap=False)
+        return cfg.replace(store="direct", overlap=False, c_stages=0)
     if cfg.math == "3xtf32":
         simt = next(p.config for p in SIMT_PRESETS if p.name == "warptile_tuned")
         return simt.replace(layout=cfg.layout, epilogue=cfg.epilogue, m=cfg.m, n=cfg.n, k=cfg.k)
