@@ -25,8 +25,8 @@ def deepen(cfg, changes, reasons) -> None:
     col_scale + bias: 26.8% over the plain kernel at 4096^3 against -1.5% with the whole tile
     staged), and one buffer, which room is left beside, serializes the chunks' stores: a bias
     cost 2.3% and 5.2% over the plain kernel at 4096^3 and 4096 x 14336 x 4096 with one
-    buffer and 4 stages, 1.2% and 0.6% with the whole tile and 3 (H200, three runs of
-    epilogue_cost.py)."""
+    buffer and 4 stages, 1.2% and 0.6% with the whole tile and 3 (H200, the mean of three
+    runs of epilogue_cost.py)."""
     def deepest(**c_stages) -> int:
         return next((st for st in range(MAX_STAGES, 0, -1) if not cfg.replace(
             check=False, **{**changes, "stages": st, **c_stages}).violations()), 0)
