@@ -27,12 +27,15 @@ def nearest(cfg, count: int = 3) -> list:
     domain = cls.search_domain
     fields_ = list(domain)
     found: dict[str, tuple[float, object]] = {}
+    # The rules ``cfg`` breaks are checked first: most trials still break one of them, and a
+    # trial is refused at its first broken rule (the same trials pass as with every rule).
+    broken = [v.rule for v in cfg.violations()]
     for changes in range(1, MAX_CHANGES + 1):
         for chosen in itertools.combinations(fields_, changes):
             options = [[v for v in domain[f] if v != base[f]] for f in chosen]
             for values in itertools.product(*options):
                 trial = cls.unchecked(**{**base, **dict(zip(chosen, values))})
-                if trial.violations() or spill_risk(trial):
+                if not _valid(trial, broken) or spill_risk(trial):
                     continue
                 dist = sum(_distance(f, base[f], v) for f, v in zip(chosen, values))
                 found.setdefault(trial.name, (dist, trial))
@@ -40,6 +43,15 @@ def nearest(cfg, count: int = 3) -> list:
             break
     ranked = sorted(found.values(), key=lambda item: (item[0], item[1].name))
     return [trial for _, trial in ranked[:count]]
+
+
+def _valid(trial, first) -> bool:
+    """Whether ``trial`` breaks no rule of its table, the rules ``first`` checked first and
+    the check stopping at the first broken one."""
+    env = trial.env()
+    rules = trial.rule_table()
+    return not any(rule.applies(env) and not rule.check.holds(env)
+                   for rule in (*[r for r in first if r in rules], *rules))
 
 
 def changed_fields(old, new) -> dict:
