@@ -285,6 +285,22 @@ class HopperTile:
         return self.c_swizzle // self.out_bytes
 
     @property
+    def c_smem_bytes(self) -> int:
+        """C staging for the TMA store: each consumer's rows x its columns in C's dtype, or
+        with ``c_stages`` its rows x that many chunks of ``c_swizzle`` bytes (0 for direct
+        stores)."""
+        row = (self.c_stages * self.c_swizzle if self.c_stages
+               else self.consumer_cols * self.out_bytes)
+        return self.consumers * self.consumer_rows * row if self.store == "tma" else 0
+
+    def rendered_rules(self) -> tuple:
+        """The rule table but, for a config that stages whole tiles (``c_stages`` 0), the rules
+        of C staging buffers (those asserted only ``when`` C_STAGED), which its source cannot
+        break and whose C_STAGES it does not declare."""
+        rules = self.rule_table()
+        return rules if self.c_stages else tuple(r for r in rules if r.when is not C_STAGED)
+
+    @property
     def c_smem_offset(self) -> int:
         """Where the C staging tile starts: after the stages, rounded up to a 1024-byte atom
         (the TMA store's 128-byte swizzle is a function of the address bits)."""

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from ....config import EPILOGUES, LAYOUTS, ConfigBase, div
 from ....dtypes import FP8_DTYPES
-from .. import ALIGN_SLACK, C_STAGED, HopperTile, REGISTER_FILE
+from .. import ALIGN_SLACK, HopperTile, REGISTER_FILE
 from ..split import split_tail, split_workspace
 from .env import Fp8Env
 from .rules import FLAG_BYTES, FP8_RULES, QUANTS, REG_RESERVE, SCALINGS, STORES
@@ -203,20 +203,6 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
     @property
     def b_stage_bytes(self) -> int:
         return self.bn * self.bk
-
-    @property
-    def c_smem_bytes(self) -> int:
-        """The TMA store's staging (BM x BN of D; with ``c_stages``, BM rows of that many
-        128-byte chunks), 0 for direct stores."""
-        row = self.c_stages * self.c_swizzle if self.c_stages else self.bn * self.out_bytes
-        return self.bm * row if self.store == "tma" else 0
-
-    def rendered_rules(self) -> tuple:
-        """Every rule but those of C staging buffers (C_STAGES_RULES, F31) for a config that
-        stages whole tiles, whose source declares no C_STAGES: it cannot break them."""
-        if self.c_stages:
-            return self.rule_table()
-        return tuple(r for r in self.rule_table() if r.when is not C_STAGED)
 
     @property
     def smem_bytes(self) -> int:

@@ -9,8 +9,7 @@ from ....epilogue_rules import EPILOGUE_RULES
 from .. import BARRIER_BYTES, C_SWIZZLE, HopperTile, WARPGROUP
 from ..split import split_tail, split_workspace
 from .env import WgmmaEnv
-from .rules import (C_STAGES_RULES, MATHS, OVERLAP_RESERVE, STREAM_K_RULES,
-                    WGMMA_FEATURE_RULES, WGMMA_RULES)
+from .rules import MATHS, OVERLAP_RESERVE, STREAM_K_RULES, WGMMA_FEATURE_RULES, WGMMA_RULES
 from .vectors import consumer_bytes, residual_staged, staged_vectors
 
 
@@ -202,14 +201,13 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
                 + (STREAM_K_RULES if self.stream_k else ()))
 
     def rendered_rules(self) -> tuple:
-        """Every rule but H52 (c-col-scatter-rows) for a config that writes no column-major C
-        element by element, whose source then declares no C_COL_SCATTER, and but the C
-        staging buffers' rules (C_STAGES_RULES) for a config that stages whole tiles, whose
-        source declares no C_STAGES: neither can break them."""
-        skip = {r.id for r in C_STAGES_RULES} if not self.c_stages else set()
-        if not (self.layout[2] == "c" and (self.store == "tma" or self.split_k > 1)):
-            skip.add("H52")
-        return tuple(r for r in self.rule_table() if r.id not in skip)
+        """The Hopper tile's rendered rules (``HopperTile.rendered_rules``) but H52
+        (c-col-scatter-rows) for a config that writes no column-major C element by element,
+        whose source then declares no C_COL_SCATTER: it cannot break it."""
+        rules = HopperTile.rendered_rules(self)  # slots=True: no zero-argument super()
+        if self.layout[2] == "c" and (self.store == "tma" or self.split_k > 1):
+            return rules
+        return tuple(r for r in rules if r.id != "H52")
 
     # ---- derived figures ------------------------------------------------------------------
     @property
@@ -326,13 +324,6 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
             return C_SWIZZLE
         return next((s for s in (C_SWIZZLE, 64, 32) if self.bn * self.out_bytes % s == 0),
                     C_SWIZZLE)
-
-    @property
-    def c_smem_bytes(self) -> int:
-        """C staging for the TMA store: each consumer's rows x BN in C's dtype, or with
-        ``c_stages`` its rows x that many chunks of ``c_swizzle`` bytes (0 for direct)."""
-        row = self.c_stages * self.c_swizzle if self.c_stages else self.bn * self.out_bytes
-        return self.consumers * self.consumer_rows * row if self.store == "tma" else 0
 
     @property
     def c_chunks(self) -> int:
