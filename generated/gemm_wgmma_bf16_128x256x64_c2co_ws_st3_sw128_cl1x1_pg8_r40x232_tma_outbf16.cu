@@ -248,13 +248,26 @@ __device__ __forceinline__ float apply_epilogue(float v, int col, const out_t* b
     if constexpr (EPI_ACT == 2) v = gelu_of(v);
     return v;
 }
-// act(alpha * a + bias[col]) (beta == 0) with alpha * a + bias in one FMA, and for GELU the
-// halving folded into it (h = fma(alpha / 2, a, bias / 2), exact): five FP32 operations and one
-// tanh per element where the separate scale, bias add and halving took seven.
-__device__ __forceinline__ float apply_epilogue_scaled(float a, float alpha, int col, const out_t* bias) {
-    const float b = EPI_BIAS ? to_f32(bias[col]) : 0.f;
-    if constexpr (EPI_ACT == 2) return gelu_of_half(fmaf(0.5f * alpha, a, 0.5f * b));
-    const float v = EPI_BIAS ? fmaf(alpha, a, b) : alpha * a;
+// The epilogue as act(alpha * a + t), t = bias[col] (epi_t), alpha * a + t in one FMA. For GELU,
+// t and alpha come halved (h = v / 2 = fma(alpha / 2, a, t / 2), exact): five FP32 operations
+// and one tanh per element where the separate scale, bias add and halving took seven.
+__device__ __forceinline__ float epi_t(int col, const out_t* bias) {
+    return EPI_BIAS ? (EPI_ACT == 2 ? 0.5f : 1.f) * to_f32(bias[col]) : 0.f;
+}
+// Elements p[0] and p[1] as fp32, in one load (p 8-byte aligned for fp32, 4-byte for 16-bit types).
+__device__ __forceinline__ float2 to_f32x2(const float* p) { return *reinterpret_cast<const float2*>(p); }
+__device__ __forceinline__ float2 to_f32x2(const half* p) { return __half22float2(*reinterpret_cast<const half2*>(p)); }
+__device__ __forceinline__ float2 to_f32x2(const __nv_bfloat16* p) { return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p)); }
+// t of columns col and col + 1 (col even, bias aligned there for to_f32x2: a staged slot).
+__device__ __forceinline__ float2 epi_t2(int col, const out_t* bias) {
+    if constexpr (!EPI_BIAS) return make_float2(0.f, 0.f);
+    const float s = EPI_ACT == 2 ? 0.5f : 1.f;
+    const float2 b = to_f32x2(bias + col);
+    return make_float2(s * b.x, s * b.y);
+}
+__device__ __forceinline__ float apply_epilogue_t(float a, float alpha, float t) {
+    if constexpr (EPI_ACT == 2) return gelu_of_half(fmaf(0.5f * alpha, a, t));
+    const float v = EPI_BIAS ? fmaf(alpha, a, t) : alpha * a;
     return EPI_ACT == 1 ? fmaxf(v, 0.f) : v;
 }
 
@@ -540,10 +553,13 @@ gemm_wgmma_bf16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_outbf16(
         // 8*((i%4)/2) and col = 8*(i/4) + 2*(lane%4) + i%2 (the wgmma D fragment layout).
         out_t* Cb = C + tile.batch * stride_c;
         auto value = [&](float a, int gm, int gn) -> float {
-            if (beta == 0.f) return apply_epilogue_scaled(a, alpha, gn < N ? gn : 0, bias);
+            if (beta == 0.f) return apply_epilogue_t(a, alpha, epi_t(gn < N ? gn : 0, bias));
             const bool in = gm < M && gn < N;
             const float v = fmaf(beta, in ? to_f32(Cb[(size_t)gm * ldc + gn]) : 0.f, alpha * a);
             return apply_epilogue(v, gn < N ? gn : 0, bias);
+        };
+        auto value2 = [&](float a0, float a1, int gm, int gn) -> float2 {
+            return make_float2(value(a0, gm, gn), value(a1, gm, gn + 1));
         };
         // Staged through this consumer's 128-byte-swizzled tile, then TMA-stored. The staging
         // tile holds C_CHUNKS chunks of C_CHUNK_BYTES along C's contiguous dimension.
@@ -560,18 +576,20 @@ gemm_wgmma_bf16_128x256x64_c2co_ws_st3_sw128_cl1x1_pg8_r40x232_tma_outbf16(
         };
         // stmatrix.x4: four 8x8 matrices of 16-bit values; lane l gives the address of row
         // l % 8 of matrix l / 8, which are (rows 0-7 | 8-15) x (cols 0-7 | 8-15) of a 16x16 block.
+        // Column blocks outside, 64-row slices inside: a column's bias serves every slice.
 #pragma unroll
-        for (int mi = 0; mi < M_ITERS; ++mi) {
-            const int r = mi * 64 + warp * 16 + lane / 4;       // this lane's first row
+        for (int j = 0; j < ACC_PER_WGMMA / 8; ++j) {           // 16-column blocks
 #pragma unroll
-            for (int j = 0; j < ACC_PER_WGMMA / 8; ++j) {       // 16-column blocks
+            for (int mi = 0; mi < M_ITERS; ++mi) {
+                const int r = mi * 64 + warp * 16 + lane / 4;   // this lane's first row
                 uint32_t packed[4];
 #pragma unroll
                 for (int q = 0; q < 4; ++q) {                   // matrix q: (row | row+8) x (cols 0-7 | 8-15)
                     const int gm = tile.m0 + row0 + r + 8 * (q % 2);
                     const int gn = tile.n0 + 16 * j + 8 * (q / 2) + 2 * (lane % 4);
                     const int src = 8 * j + 4 * (q / 2) + 2 * (q % 2);
-                    const __nv_bfloat162 h2 = __floats2bfloat162_rn(value(acc[mi][src], gm, gn), value(acc[mi][src + 1], gm, gn + 1));
+                    const float2 v = value2(acc[mi][src], acc[mi][src + 1], gm, gn);
+                    const __nv_bfloat162 h2 = __floats2bfloat162_rn(v.x, v.y);
                     packed[q] = *reinterpret_cast<const uint32_t*>(&h2);
                 }
                 const int sr = mi * 64 + warp * 16 + (lane % 8) + 8 * ((lane / 8) % 2);

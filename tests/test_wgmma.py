@@ -298,6 +298,23 @@ def test_staged_bias_takes_the_global_loads_out_of_the_epilogue(nvcc):
         assert copies_b == copies + 1, (plain, with_bias, counts)
 
 
+def test_bias_gelu_epilogue_is_emitted_once_and_reads_the_staged_bias_in_pairs(nvcc):
+    """Where beta != 0 the staged epilogues fold beta * C into the sums first, under one branch,
+    so the compiler emits the activation once: one MUFU.TANH per accumulator of a consumer
+    thread (a test of beta per value had it emit two copies, 256 at 128 x 256). The staged bias
+    is read a column pair per load (no LDS.U16), once for every 64-row slice. Row- and
+    column-major C, the whole tile staged or chunk buffers, one or two 64-row slices."""
+    base = WGMMA["wgmma_bf16"].replace(epilogue="bias_gelu", layout="rcr")
+    configs = [base.replace(stages=3), base.replace(layout="rrc", stages=3),
+               base.replace(c_stages=2, stages=4),
+               base.replace(bn=128, pingpong=True, stages=4)]
+    for cfg, res, text in _compiled_sass(configs):
+        assert len(re.findall(r"\bMUFU\.TANH\b", text)) == cfg.acc_regs, cfg.name
+        if cfg.vectors:
+            assert not re.search(r"\bLDS\.U16\b", text), cfg.name
+        assert res.spills == 0 and res.stack_bytes == 0, (cfg.name, res)
+
+
 def test_no_wait_between_a_tiles_copies_and_its_main_loop(nvcc):
     """The staged R and vectors are copied (LDGSTS) at a tile's start and waited for in its
     epilogue: no wait on scoreboard SB0 (DEPBAR) between the first copy and the first wgmma.

@@ -20,7 +20,9 @@ compile step chooses for EPILOGUE_GPU, by default "NVIDIA H200"; a kernel of ano
 choice is built there).
 EPILOGUE_BUFFERS=1 adds each epilogue with C staged whole or through chunk buffers (BUFFERS;
 EPILOGUE_BUFFER_COUNTS, comma-separated, names others).
-EPILOGUE_NCU=1 only checks each kernel and launches it twice more, for ncu (no timing)."""
+EPILOGUE_NCU=1 only checks each kernel and launches it twice more, for ncu (no timing).
+EPILOGUE_ALT=TAG:DIR[,TAG:DIR ...] adds each kernel found among DIR's cubins again (``e [TAG]``):
+the same configs built from other checkouts, timed in the same run."""
 import json
 import os
 import statistics
@@ -61,7 +63,9 @@ through 1 or 2 chunk buffers, each at the deepest ring that fits (``e [cs1 st4 v
 4 stages, one vector staged in shared memory)."""
 VARIANT_OF = dict(OVERLAP)
 """Each timed variant's epilogue, where its name is not the epilogue's own."""
-REPS, ROUNDS, REPLAYS = 20, 6, 15
+ALT = {}
+"""The variants loaded from EPILOGUE_ALT's cubins: {name: folder}."""
+REPS, ROUNDS, REPLAYS = 20, int(os.environ.get("EPILOGUE_ROUNDS", 6)), 15
 
 
 def configs(gpu: str, cc: int):
@@ -92,6 +96,14 @@ def configs(gpu: str, cc: int):
                     name = f"{e} [cs{b} st{fit.stages} v{len(fit.vectors)}]"
                     VARIANT_OF[name] = e
                     out[(m, n, k), name] = fit
+    for alt in filter(None, os.environ.get("EPILOGUE_ALT", "").split(",")):
+        tag, folder = alt.split(":", 1)  # every kernel again, from another checkout's cubins
+        for (shape, e), cfg in [(key, cfg) for key, cfg in out.items() if key[1] not in ALT]:
+            if not os.path.exists(os.path.join(folder, cfg.name + ".cubin")):
+                continue  # only the kernels found there
+            name = f"{e} [{tag}]"
+            VARIANT_OF[name], ALT[name] = VARIANT_OF.get(e, e), folder
+            out[shape, name] = cfg
     return out
 
 
@@ -105,11 +117,13 @@ def compile_to(folder):
     print(f"{len(todo)} cubins in {folder}")
 
 
-def load(cfg):
-    """The kernel of ``cfg``: from EPILOGUE_CUBINS's cubin where there is one, else built."""
+def load(cfg, folder=None):
+    """The kernel of ``cfg``: from the cubin in ``folder`` (by default EPILOGUE_CUBINS) where
+    there is one, else built."""
     from gemmgen.runtime.build import adopt_pycuda, from_cubin
-    path = os.path.join(os.environ.get("EPILOGUE_CUBINS", ""), cfg.name + ".cubin")
-    if os.environ.get("EPILOGUE_CUBINS") and os.path.exists(path):
+    folder = folder or os.environ.get("EPILOGUE_CUBINS")
+    path = os.path.join(folder or "", cfg.name + ".cubin")
+    if folder and os.path.exists(path):
         adopt_pycuda()
         with open(path, "rb") as f:
             return from_cubin(cfg, "sm_90a", f.read())
@@ -137,7 +151,8 @@ def main(tag):
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
     for m, n, k in SHAPES:
-        kernels = {e: load(cfg) for (shape, e), cfg in chosen.items() if shape == (m, n, k)}
+        kernels = {e: load(cfg, ALT.get(e))
+                   for (shape, e), cfg in chosen.items() if shape == (m, n, k)}
         per_set = (m * k + n * k + m * n) * 2
         sets = max(2, -(-2 * l2 // per_set))
         xs = [torch.randn(m, k, device="cuda", dtype=dt, generator=gen) for _ in range(sets)]
