@@ -211,6 +211,10 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(half x) { return __half2float(x); }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+// Elements p[0] and p[1] as fp32 in one load (p aligned to two elements).
+__device__ __forceinline__ float2 to_f32x2(const float* p) { return *reinterpret_cast<const float2*>(p); }
+__device__ __forceinline__ float2 to_f32x2(const half* p) { return __half22float2(*reinterpret_cast<const half2*>(p)); }
+__device__ __forceinline__ float2 to_f32x2(const __nv_bfloat16* p) { return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p)); }
 
 // Fused epilogue, in registers before the store: act(v + bias[col]).
 // GELU is the tanh form: 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))). With a 16-bit C
@@ -564,9 +568,9 @@ gemm_fp8_e4m3e4m3_tensor_fast_128x256x128_c2_st3_cl1x1_g8_r40x232_tma_outbf16(
                             const float v1 = apply_epilogue(F[mi][4 * j + 2 * h + 1], min(col + 1, N - 1), bias);
 
 
-                            const int byte = (c % C_CHUNK) * OUT_BYTES;
                             const uint32_t at = cs + (c / C_CHUNK) * C_CHUNK_BYTES + r * C_SWIZZLE_ROW
-                                                + (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
+                                               + ((((c % C_CHUNK) * OUT_BYTES) / 16) ^ ((r / (128 / C_SWIZZLE_ROW)) % (C_SWIZZLE_ROW / 16))) * 16
+                                               + ((c % C_CHUNK) * OUT_BYTES) % 16;
                             const __nv_bfloat162 pair = __floats2bfloat162_rn(v0, v1);
                             asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(at), "r"(*reinterpret_cast<const uint32_t*>(&pair)) : "memory");
                         }

@@ -281,6 +281,10 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(half x) { return __half2float(x); }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+// Elements p[0] and p[1] as fp32 in one load (p aligned to two elements).
+__device__ __forceinline__ float2 to_f32x2(const float* p) { return *reinterpret_cast<const float2*>(p); }
+__device__ __forceinline__ float2 to_f32x2(const half* p) { return __half22float2(*reinterpret_cast<const half2*>(p)); }
+__device__ __forceinline__ float2 to_f32x2(const __nv_bfloat16* p) { return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p)); }
 
 // Fused epilogue, in registers before the store: act(v + bias[col]).
 // GELU is the tanh form: 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))). With a 16-bit C
@@ -314,10 +318,6 @@ __device__ __forceinline__ float apply_epilogue(float v, int col, const out_t* b
 __device__ __forceinline__ float epi_t(int col, const out_t* bias) {
     return EPI_BIAS ? (EPI_ACT == 2 ? 0.5f : 1.f) * to_f32(bias[col]) : 0.f;
 }
-// Elements p[0] and p[1] as fp32, in one load (p 8-byte aligned for fp32, 4-byte for 16-bit types).
-__device__ __forceinline__ float2 to_f32x2(const float* p) { return *reinterpret_cast<const float2*>(p); }
-__device__ __forceinline__ float2 to_f32x2(const half* p) { return __half22float2(*reinterpret_cast<const half2*>(p)); }
-__device__ __forceinline__ float2 to_f32x2(const __nv_bfloat16* p) { return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p)); }
 // t of columns col and col + 1 (col even, bias aligned there for to_f32x2: a staged slot).
 __device__ __forceinline__ float2 epi_t2(int col, const out_t* bias) {
     if constexpr (!EPI_BIAS) return make_float2(0.f, 0.f);
@@ -337,10 +337,7 @@ __device__ __forceinline__ float apply_epilogue_t(float a, float alpha, float t)
 __device__ __forceinline__ float2 epi_splat(float x) { return make_float2(x, x); }
 __device__ __forceinline__ float2 epi_add(float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); }
 __device__ __forceinline__ float2 epi_mul(float2 a, float2 b) { return make_float2(a.x * b.x, a.y * b.y); }
-// Packed pairs: one 4- or 8-byte access and one conversion for two elements.
-__device__ __forceinline__ float2 epi_pair(const float* p) { return *reinterpret_cast<const float2*>(p); }
-__device__ __forceinline__ float2 epi_pair(const half* p) { return __half22float2(*reinterpret_cast<const half2*>(p)); }
-__device__ __forceinline__ float2 epi_pair(const __nv_bfloat16* p) { return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p)); }
+// Packed pairs: one 4- or 8-byte access and one conversion for two elements (loads: to_f32x2).
 __device__ __forceinline__ void epi_put(float* p, float2 v) { *reinterpret_cast<float2*>(p) = v; }
 __device__ __forceinline__ void epi_put(half* p, float2 v) { *reinterpret_cast<half2*>(p) = __floats2half2_rn(v.x, v.y); }
 __device__ __forceinline__ void epi_put(__nv_bfloat16* p, float2 v) { *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v.x, v.y); }
@@ -353,7 +350,7 @@ __device__ __forceinline__ bool epi_packs(const T* p, long long i0, long long i1
 template <class T>
 __device__ __forceinline__ float2 epi_ld2(const T* p, long long i0, long long i1, bool ok0, bool ok1) {
     if (i1 == i0) return epi_splat(ok0 ? to_f32(p[i0]) : 0.f);
-    if (ok0 && ok1 && epi_packs(p, i0, i1)) return epi_pair(p + i0);
+    if (ok0 && ok1 && epi_packs(p, i0, i1)) return to_f32x2(p + i0);
     return make_float2(ok0 ? to_f32(p[i0]) : 0.f, ok1 ? to_f32(p[i1]) : 0.f);
 }
 template <class T>
@@ -443,7 +440,7 @@ __device__ __forceinline__ void stage_vector(uint32_t dst, const T* src, int fir
 template <class T>
 __device__ __forceinline__ float2 epi_vec2(const T* v, int i, int d) {
     if (d == 0) return epi_splat(to_f32(v[i]));
-    if (d == 1 && (i & 1) == 0) return epi_pair(v + i);
+    if (d == 1 && (i & 1) == 0) return to_f32x2(v + i);
     return make_float2(to_f32(v[i]), to_f32(v[i + d]));
 }
 

@@ -221,6 +221,10 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(half x) { return __half2float(x); }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+// Elements p[0] and p[1] as fp32 in one load (p aligned to two elements).
+__device__ __forceinline__ float2 to_f32x2(const float* p) { return *reinterpret_cast<const float2*>(p); }
+__device__ __forceinline__ float2 to_f32x2(const half* p) { return __half22float2(*reinterpret_cast<const half2*>(p)); }
+__device__ __forceinline__ float2 to_f32x2(const __nv_bfloat16* p) { return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p)); }
 
 // Fused epilogue, in registers before the store: act(v + bias[col]).
 // GELU is the tanh form: 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))). With a 16-bit C
@@ -254,10 +258,6 @@ __device__ __forceinline__ float apply_epilogue(float v, int col, const out_t* b
 __device__ __forceinline__ float epi_t(int col, const out_t* bias) {
     return EPI_BIAS ? (EPI_ACT == 2 ? 0.5f : 1.f) * to_f32(bias[col]) : 0.f;
 }
-// Elements p[0] and p[1] as fp32, in one load (p 8-byte aligned for fp32, 4-byte for 16-bit types).
-__device__ __forceinline__ float2 to_f32x2(const float* p) { return *reinterpret_cast<const float2*>(p); }
-__device__ __forceinline__ float2 to_f32x2(const half* p) { return __half22float2(*reinterpret_cast<const half2*>(p)); }
-__device__ __forceinline__ float2 to_f32x2(const __nv_bfloat16* p) { return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p)); }
 // t of columns col and col + 1 (col even, bias aligned there for to_f32x2: a staged slot).
 __device__ __forceinline__ float2 epi_t2(int col, const out_t* bias) {
     if constexpr (!EPI_BIAS) return make_float2(0.f, 0.f);
