@@ -579,12 +579,11 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st3_sw128_cl2x1_pg8_r40x232_tma_outfp16(
         };
         // stmatrix.x4: four 8x8 matrices of 16-bit values; lane l gives the address of row
         // l % 8 of matrix l / 8, which are (rows 0-7 | 8-15) x (cols 0-7 | 8-15) of a 16x16 block.
-        // Column blocks outside, 64-row slices inside: a column's bias serves every slice.
 #pragma unroll
-        for (int j = 0; j < ACC_PER_WGMMA / 8; ++j) {           // 16-column blocks
+        for (int mi = 0; mi < M_ITERS; ++mi) {
+            const int r = mi * 64 + warp * 16 + lane / 4;       // this lane's first row
 #pragma unroll
-            for (int mi = 0; mi < M_ITERS; ++mi) {
-                const int r = mi * 64 + warp * 16 + lane / 4;   // this lane's first row
+            for (int j = 0; j < ACC_PER_WGMMA / 8; ++j) {       // 16-column blocks
                 uint32_t packed[4];
 #pragma unroll
                 for (int q = 0; q < 4; ++q) {                   // matrix q: (row | row+8) x (cols 0-7 | 8-15)

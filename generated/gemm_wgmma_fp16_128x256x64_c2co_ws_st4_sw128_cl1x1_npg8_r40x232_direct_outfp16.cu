@@ -563,11 +563,10 @@ gemm_wgmma_fp16_128x256x64_c2co_ws_st4_sw128_cl1x1_npg8_r40x232_direct_outfp16(
             return make_float2(value(a0, gm, gn), value(a1, gm, gn + 1));
         };
         const bool pair = ((reinterpret_cast<size_t>(Cb) | ((size_t)ldc * OUT_BYTES)) % (2 * OUT_BYTES)) == 0;
-        // Columns outside, 64-row slices inside: a column's bias serves every slice at once.
 #pragma unroll
-        for (int i = 0; i < ACC_PER_WGMMA; i += 2) {
+        for (int mi = 0; mi < M_ITERS; ++mi) {
 #pragma unroll
-            for (int mi = 0; mi < M_ITERS; ++mi) {
+            for (int i = 0; i < ACC_PER_WGMMA; i += 2) {
                 const int gm = tile.m0 + row0 + mi * 64 + warp * 16 + lane / 4 + 8 * ((i % 4) / 2);
                 const int gn = tile.n0 + 8 * (i / 4) + 2 * (lane % 4);
                 if (gm >= M) continue;
