@@ -21,6 +21,7 @@ import math
 from ..model.families.hopper.split import split_tail
 from ..model.presets import PRESETS
 from . import cost
+from .ring import deepest_buffered
 from .select import Choice
 from .tunedb import TuneDB
 
@@ -294,7 +295,10 @@ def _overlap(cfg, reasons: list) -> dict:
     return {"overlap": True}
 
 
-def _deepest(cfg, most: int = 9) -> int:
+MOST_STAGES = 9  # the deepest ring the fp8 rules ask for
+
+
+def _deepest(cfg, most: int = MOST_STAGES) -> int:
     """The most stages (up to ``most``) whose ring fits shared memory: a memory-bound kernel
     keeps as many loads in flight as it can."""
     for stages in range(most, 1, -1):
@@ -314,12 +318,9 @@ def _deepen(cfg, buffers: tuple[int, ...] | None = None):
     """``cfg`` with the deepest ring that fits and, where staging D through chunk buffers
     (``buffers``, else C_STAGES) leaves room for a deeper one, the most buffers giving it."""
     best = cfg.replace(check=False, stages=_deepest(cfg))
-    for n in (C_STAGES if buffers is None else buffers) if cfg.store == "tma" else ():
-        trial = cfg.replace(check=False, c_stages=n)
-        trial = trial.replace(check=False, stages=_deepest(trial))
-        if not trial.violations() and trial.stages > best.stages:
-            best = trial
-    return best
+    tried = (C_STAGES if buffers is None else buffers) if cfg.store == "tma" else ()
+    ring, n = deepest_buffered(cfg, tried, MOST_STAGES)
+    return cfg.replace(check=False, stages=ring, c_stages=n) if ring > best.stages else best
 
 
 def choose_fp8(m: int, n: int, k: int, scaling: str, fast: bool, a_dtype: str = "e4m3",

@@ -27,13 +27,10 @@ def deepen(cfg, changes, reasons) -> None:
     cost 2.3% and 5.2% over the plain kernel at 4096^3 and 4096 x 14336 x 4096 with one
     buffer and 4 stages, 1.2% and 0.6% with the whole tile and 3 (H200, the mean of three
     runs of epilogue_cost.py)."""
-    def deepest(**c_stages) -> int:
-        return next((st for st in range(MAX_STAGES, 0, -1) if not cfg.replace(
-            check=False, **{**changes, "stages": st, **c_stages}).violations()), 0)
-    whole = max(deepest(), cfg.stages)
-    trial = cfg.replace(check=False, **{**changes, "stages": whole})
-    ring, buffers = max(((deepest(c_stages=b), b) for b in C_STAGES
-                         if not trial.extended and not trial.vectors), default=(0, 0))
+    shaped = cfg.replace(check=False, **changes)
+    whole = max(deepest(shaped), cfg.stages)
+    trial = shaped.replace(check=False, stages=whole)
+    ring, buffers = deepest_buffered(shaped, () if trial.extended or trial.vectors else C_STAGES)
     if ring > whole:
         changes.update(stages=ring, c_stages=buffers)
         reasons.append(f"{ring} stages: the ring as deep as shared memory allows with C "
@@ -42,6 +39,21 @@ def deepen(cfg, changes, reasons) -> None:
     elif whole != cfg.stages:
         changes["stages"] = whole
         reasons.append(f"{whole} stages: the ring as deep as shared memory allows")
+
+
+def deepest(cfg, most: int = MAX_STAGES) -> int:
+    """The most stages, up to ``most``, at which ``cfg`` breaks no rule; 0 where none does."""
+    return next((st for st in range(most, 0, -1)
+                 if not cfg.replace(check=False, stages=st).violations()), 0)
+
+
+def deepest_buffered(cfg, buffers, most: int = MAX_STAGES) -> tuple[int, int]:
+    """(stages, c_stages): the deepest ring (up to ``most`` stages) that ``cfg`` fits with C
+    staged through one of ``buffers`` chunk buffers, with the most buffers among those giving
+    it; (0, 0) where none fits or ``buffers`` is empty. The wgmma shape rules' ``deepen`` and
+    the fp8 rules' weigh it against the whole staged tile."""
+    return max(((deepest(cfg.replace(check=False, c_stages=b), most), b) for b in buffers),
+               default=(0, 0))
 
 
 def settle(cfg, changes, reasons):

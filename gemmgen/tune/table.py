@@ -21,7 +21,7 @@ import numpy as np
 
 from ..compile.cache import compile_many
 from ..heuristics.select import decide
-from ..heuristics.ring import MAX_STAGES
+from ..heuristics.ring import deepest
 from ..heuristics.shapes import FLIP
 from ..heuristics.tunedb import TuneDB, key
 from ..model.dtypes import stored_as
@@ -42,11 +42,9 @@ SMS = 132
 
 
 def _deepest(cfg):
-    for st in range(MAX_STAGES, 0, -1):
-        trial = cfg.replace(check=False, stages=st)
-        if not trial.violations():
-            return trial
-    return None
+    """``cfg`` at the deepest ring that fits (ring.deepest), None where none does."""
+    stages = deepest(cfg)
+    return cfg.replace(check=False, stages=stages) if stages else None
 
 
 def variants(base, m: int, n: int, k: int, layout: str) -> list[tuple]:
