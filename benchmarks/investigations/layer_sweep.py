@@ -177,9 +177,10 @@ def saver(investigation: str, method: str, tag: str = ""):
 
 def summarize(path: str) -> None:
     """This checkout's rules scored on a sweep's timings (``summary_this_checkout``; a choice
-    not timed there is named in ``summary_this_checkout_unmeasured``)."""
+    not timed there is named in ``summary_this_checkout_unmeasured``; each row whose kernel
+    differs from the run's "rules" in ``changes_this_checkout``: F.linear's time over each)."""
     doc = json.loads(Path(path).read_text())
-    missing = []
+    missing, changes = [], []
 
     def pick(r):
         cfg = small_m.candidates(r["M"], r["N"], r["K"])["rules"][0]
@@ -189,6 +190,13 @@ def summarize(path: str) -> None:
         return found[0] if found else "rules"
     doc["summary_this_checkout"] = small_m.summary(doc["rows"], pick)
     doc["summary_this_checkout_unmeasured"] = missing
+    for r in doc["rows"]:
+        c, now = r["candidates"], pick(r)
+        if c[now]["config"] != c["rules"]["config"]:
+            changes.append({"set": r["set"], "M": r["M"], "N": r["N"], "K": r["K"], "now": now,
+                            "x_torch_before": round(r["torch_ms"] / c["rules"]["ms"], 3),
+                            "x_torch_now": round(r["torch_ms"] / c[now]["ms"], 3)})
+    doc["changes_this_checkout"] = changes
     Path(path).write_text(json.dumps(doc, indent=1))
     print(json.dumps(doc["summary_this_checkout"], indent=1), missing[:5])
 

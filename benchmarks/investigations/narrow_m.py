@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -28,7 +29,9 @@ import layer_sweep  # beside this script
 import small_m
 from gemmgen.heuristics.shapes import narrow_tile
 
-MS = (32, 64)
+MS = tuple(int(m) for m in os.environ.get("NARROW_M_MS", "32,64").split(","))
+"""The M values (``NARROW_M_MS``, comma-separated, to time others, such as 128 with two 64-row
+tiles over M; the file name then ends in ``_M`` and them)."""
 BNS = (16, 24, 32, 48, 64)
 SPLITS = (1, 2, 3, 4, 6, 8)
 
@@ -50,7 +53,8 @@ def candidates(m: int, n: int, k: int) -> dict:
     return out
 
 
-save = layer_sweep.saver("narrow_m", __doc__)
+save = layer_sweep.saver("narrow_m", __doc__,
+                         "_M" + "_".join(map(str, MS)) if "NARROW_M_MS" in os.environ else "")
 
 
 GRID = {"a_rows": (0, 16, 32, 64, 96, 128, 192, 256), "split": tuple(range(0, 2049, 128)),
