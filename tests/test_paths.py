@@ -180,6 +180,20 @@ def test_m_of_33_to_64_rows_takes_narrow_n_tiles_in_one_wave():
     assert decide(None, H, "bf16", 64, 3072, 768, cc=90, layout="rrr").config.bn >= 64
 
 
+def test_m_of_65_to_128_rows_takes_two_rows_of_narrow_tiles_where_the_sms_sit_idle():
+    """Two 64-row tiles over M and narrow N tiles where 64 x 64 tiles fill at most half the
+    SMs, unless the long-K swap's tiles and slices fill more than half."""
+    ch = decide(None, H, "bf16", 128, 2048, 2048, cc=90, layout="rcr")
+    c = ch.config
+    assert not ch.swap and (c.bm, c.bn, c.split_k, c.consumers) == (64, 32, 1, 1), c.name
+    assert any("two 64-row tiles over M" in r for r in ch.reasons)
+    short_k = decide(None, H, "bf16", 96, 512, 2048, cc=90, layout="rcr")  # swap: 16 units
+    assert not short_k.swap and short_k.config.bn < 64, short_k.config.name
+    assert decide(None, H, "bf16", 128, 576, 7168, cc=90, layout="rcr").swap  # 9 x 8 units
+    assert decide(None, H, "bf16", 128, 2304, 2048, cc=90, layout="rcr").config.bn >= 64
+    assert decide(None, H, "bf16", 256, 512, 2048, cc=90, layout="rcr").config.bn >= 64
+
+
 def test_a_bias_keeps_the_operands_and_splits_k_instead():
     ch = decide(None, H, "fp16", 8, 8192, 8192, cc=90, epilogue="bias_gelu")
     assert not ch.swap and ch.config.bm == 64 and ch.config.consumers == 1

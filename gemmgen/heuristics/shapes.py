@@ -64,6 +64,16 @@ NARROW_M = 32
 weights' stream is shared by as many CTAs as one wave holds, each reading a narrow slice of N
 and the whole (64-row) A tile, where the swapped kernel's 64-row tiles over N leave most SMs
 idle. At M = 32 it did not gain on the training layers (benchmarks/results/narrow_m_*.json)."""
+NARROW_TWO_ROWS_M = 128
+"""Above SWAP_M and up to this many rows (two 64-row tiles over M), the narrow-N rule applies too
+where the 64 x 64 tiles would fill at most half the SMs (an N of up to 2112 at M = 128), unless
+the long-K swap (SWAP_LONG_K_M) would run more than half the SMs' worth of tiles x K slices
+(``_swap_fills``): its tiles read the weights once, two rows of narrow tiles twice. At M = 128 on
+an H200 (benchmarks/results/narrow_m_NVIDIA_H200_M128.json, the rules before it in the same run)
+it changed 5 of the 13 training layers and 6 of the 28 held-out layers, every one faster:
+geomean x F.linear 0.966 to 0.993 (training) and 0.921 to 0.946 (held out); the swap kept 128
+x 576 x 7168 and the held-out layers of a K of 4864 to 8192, where it ran 4% to 7% faster than
+the narrow tiles."""
 NARROW_BNS = (16, 24, 32, 48, 64)
 """The tile widths (N) the narrow-N rule chooses from."""
 NARROW_COST = {"a_rows": 16, "split": 512, "per_slice": 32, "min_slice_tiles": 8}
@@ -116,8 +126,11 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
     """(config, how, swap, reasons): the wgmma default preset ``cfg`` fitted to an M x N x K
     problem by the rules of the module docstring; ``reasons`` (a list) gets one line per rule
     that fired."""
-    narrow = (_narrow(cfg, m, n, k, batch, reasons)
-              if NARROW_M < m <= SWAP_M and layout[1] == "c" else None)
+    narrow = (_narrow(cfg, m, n, k, batch, reasons) if layout[1] == "c" and (
+        NARROW_M < m <= SWAP_M or (SWAP_M < m <= NARROW_TWO_ROWS_M
+                                   and cost.tiles_of(m, n, 64, 64, batch) <= cost.SMS // 2
+                                   and not _swap_fills(cfg, m, n, k, layout, epilogue, batch)))
+        else None)
     mid = (_mid(cfg, m, n, k, batch, reasons) if MID_M[0] <= m <= MID_M[1] and layout[1] == "c"
            and cfg.dtype in ("fp16", "bf16") and max(8, -(-n // 8) * 8) >= cfg.bn else None)
     if narrow or mid:
@@ -175,6 +188,19 @@ def _swap(m, n, k, layout, epilogue, reasons) -> tuple:
     return False, m, n, layout
 
 
+def _swap_fills(cfg, m, n, k, layout, epilogue, batch) -> bool:
+    """Whether the swapped kernel (``_swap``: the long-K swap above SWAP_M) would run more
+    tiles x K slices than half the SMs: its 64-row tiles over N read the weights once, where
+    two rows of narrow tiles read them twice."""
+    swap, sm, sn, swapped = _swap(m, n, k, layout, epilogue, [])
+    if not swap:
+        return False
+    changes = {"layout": swapped}
+    best = _tile(cfg, sm, sn, k, batch, changes, [], True)
+    tiles = cost.tiles_of(sm, sn, *best, batch)
+    return tiles * _split(cfg, sm, sn, k, batch, best, tiles, changes, []) > cost.SMS // 2
+
+
 def _narrow(cfg, m, n, k, batch, reasons) -> tuple[int, int] | None:
     """(BN, split) of the narrow-N rule: of the NARROW_BNS widths and SPLITS (slices of at
     least NARROW_COST's min_slice_tiles K tiles) whose 64 x BN tiles run in one wave and break
@@ -199,7 +225,8 @@ def _narrow(cfg, m, n, k, batch, reasons) -> tuple[int, int] | None:
         return None
     _, bn, split, tiles = best
     units = f"{tiles} tiles x {split} K slices" if split > 1 else f"{tiles} tiles"
-    reasons.append(f"M = {m}: one 64-row tile over M and {bn}-column tiles over N, {units} in "
+    rows = "one 64-row tile" if m <= 64 else "two 64-row tiles"  # up to NARROW_TWO_ROWS_M
+    reasons.append(f"M = {m}: {rows} over M and {bn}-column tiles over N, {units} in "
                    f"one wave on {cost.SMS} SMs, so that many SMs share the stream of B (the "
                    f"least estimated time of the widths {NARROW_BNS} and K splits)")
     return bn, split
