@@ -180,14 +180,16 @@ def summarize(path: str) -> None:
     not timed there is named in ``summary_this_checkout_unmeasured``; each row whose kernel
     differs from the run's "rules" in ``changes_this_checkout``: F.linear's time over each)."""
     doc = json.loads(Path(path).read_text())
-    missing, changes = [], []
+    missing, changes, picks = [], [], {}
 
-    def pick(r):
-        cfg = small_m.candidates(r["M"], r["N"], r["K"])["rules"][0]
-        found = [c for c, v in r["candidates"].items() if v["config"] == cfg.name]
-        if not found:
-            missing.append([r["M"], r["N"], r["K"], cfg.name])
-        return found[0] if found else "rules"
+    def pick(r):  # once per row: the rules' kernel decided, an unmeasured one recorded
+        if id(r) not in picks:
+            cfg = small_m.candidates(r["M"], r["N"], r["K"])["rules"][0]
+            found = [c for c, v in r["candidates"].items() if v["config"] == cfg.name]
+            if not found:
+                missing.append([r["M"], r["N"], r["K"], cfg.name])
+            picks[id(r)] = found[0] if found else "rules"
+        return picks[id(r)]
     doc["summary_this_checkout"] = small_m.summary(doc["rows"], pick)
     doc["summary_this_checkout_unmeasured"] = missing
     for r in doc["rows"]:
