@@ -21,7 +21,7 @@ import math
 from ..model.families.hopper.split import split_tail
 from ..model.presets import PRESETS
 from . import cost
-from .ring import deepest_buffered
+from .ring import deepest, deepest_buffered
 from .select import Choice
 from .tunedb import TuneDB
 
@@ -299,12 +299,10 @@ MOST_STAGES = 9  # the deepest ring the fp8 rules ask for
 
 
 def _deepest(cfg, most: int = MOST_STAGES) -> int:
-    """The most stages (up to ``most``) whose ring fits shared memory: a memory-bound kernel
-    keeps as many loads in flight as it can."""
-    for stages in range(most, 1, -1):
-        if not cfg.replace(check=False, stages=stages).violations():
-            return stages
-    return cfg.stages
+    """The most stages, 2 to ``most``, whose ring fits shared memory (``ring.deepest``), else
+    ``cfg``'s own: a memory-bound kernel keeps as many loads in flight as it can."""
+    stages = deepest(cfg, most)
+    return stages if stages >= 2 else cfg.stages
 
 
 C_STAGES: tuple[int, ...] = ()
