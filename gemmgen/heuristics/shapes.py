@@ -126,11 +126,8 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
     """(config, how, swap, reasons): the wgmma default preset ``cfg`` fitted to an M x N x K
     problem by the rules of the module docstring; ``reasons`` (a list) gets one line per rule
     that fired."""
-    narrow = (_narrow(cfg, m, n, k, batch, reasons) if layout[1] == "c" and (
-        NARROW_M < m <= SWAP_M or (SWAP_M < m <= NARROW_TWO_ROWS_M
-                                   and cost.tiles_of(m, n, 64, 64, batch) <= cost.SMS // 2
-                                   and not _swap_fills(cfg, m, n, k, layout, epilogue, batch)))
-        else None)
+    narrow = (_narrow(cfg, m, n, k, batch, reasons)
+              if _narrow_applies(cfg, m, n, k, layout, epilogue, batch) else None)
     mid = (_mid(cfg, m, n, k, batch, reasons) if MID_M[0] <= m <= MID_M[1] and layout[1] == "c"
            and cfg.dtype in ("fp16", "bf16") and max(8, -(-n // 8) * 8) >= cfg.bn else None)
     if narrow or mid:
@@ -186,6 +183,18 @@ def _swap(m, n, k, layout, epilogue, reasons) -> tuple:
         reasons.append(f"M = {m} is small, but the bias runs along N (an epilogue tree's "
                        f"operands keep their sides too): operands not swapped")
     return False, m, n, layout
+
+
+def _narrow_applies(cfg, m, n, k, layout, epilogue, batch) -> bool:
+    """Whether the narrow-N rule weighs a problem: a K-major B and NARROW_M < M <= SWAP_M, or
+    up to NARROW_TWO_ROWS_M rows where 64 x 64 tiles fill at most half the SMs and the long-K
+    swap would not fill more than half (``_swap_fills``)."""
+    if layout[1] != "c":
+        return False
+    if NARROW_M < m <= SWAP_M:
+        return True
+    return (SWAP_M < m <= NARROW_TWO_ROWS_M and cost.tiles_of(m, n, 64, 64, batch) <= cost.SMS // 2
+            and not _swap_fills(cfg, m, n, k, layout, epilogue, batch))
 
 
 def _swap_fills(cfg, m, n, k, layout, epilogue, batch) -> bool:
