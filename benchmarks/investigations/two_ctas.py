@@ -129,6 +129,8 @@ def compile_all(folder: str) -> None:
 
 
 def _blocks_per_sm(kern, cfg) -> int:
+    """The blocks of ``kern`` the driver lets reside on an SM at once, after preferring the
+    largest shared-memory carveout for it (as every launch of it then runs)."""
     from gemmgen.runtime import driver
     fn = kern.function()
     lib = driver._lib()
