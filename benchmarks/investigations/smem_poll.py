@@ -9,6 +9,10 @@ with and without shared-memory traffic of its own between stages:
 - ``arrive``: the arrival only; ``try_wait``: the wait only;
 - ``test_wait``: the arrival and a ``mbarrier.test_wait`` loop;
 - ``ld_shared``: the arrival and a loop on a ``ld.volatile.shared`` flag.
+- ``waiter``: the arrival, then the warpgroup meets a fifth warp at a named barrier
+  (``bar.sync``); that warp, which issues no wgmma, polls the mbarrier before each meeting, so
+  the consumer itself reads no shared memory to learn that a stage is full;
+- ``named_bar``: the same meeting with a warp that does not poll (the barrier's own cost).
 
 Each kernel also runs with two warpgroups taking the stages in turn, with two stages a
 commit group (one wait for both), and with wait_group 0 in place of 1 (a warpgroup then holds
@@ -27,13 +31,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-POLLS = ("none", "mbarrier", "arrive", "try_wait", "test_wait", "ld_shared")
+POLLS = ("none", "mbarrier", "arrive", "try_wait", "test_wait", "ld_shared", "waiter",
+         "named_bar")
 CASES = [(n, 1, 1, p, 1) for n in (32, 64, 128) for p in POLLS] + [
     (n, wgs, g, "mbarrier", 1) for n in (32, 64, 128) for wgs in (1, 2) for g in (1, 2)
-    if (wgs, g) != (1, 1)] + [(n, wgs, 1, "mbarrier", 0) for n in (32, 64, 128) for wgs in (1, 2)]
+    if (wgs, g) != (1, 1)] + [(n, wgs, 1, "mbarrier", 0) for n in (32, 64, 128) for wgs in (1, 2)] + [
+    (n, 1, 2, p, 1) for n in (32, 64, 128) for p in ("waiter", "named_bar")]
 """(wgmma N, warpgroups, stages a commit group, poll, wgmma groups left in flight at the wait:
 1 as the kernel's consumer, or 0, where a warpgroup releases its stage as soon as its own
-wgmmas are done and so holds one stage, not two)."""
+wgmmas are done and so holds one stage, not two). ``waiter`` and ``named_bar`` need the fifth
+warp, so run with one consumer warpgroup only."""
 STAGES_TIMED = 4096
 
 HEAD = r"""#include <cstdio>
@@ -95,6 +102,9 @@ __global__ void __launch_bounds__(256, 1) stages(int count, long long* cyc, floa
                 const uint32_t bar = bar0 + 8 * ((it / G) & 7);
                 if (MODE != 3 && threadIdx.x % 128 == 0)
                     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+                if (MODE >= 6)  // a warp outside the warpgroup polled; meet it
+                    asm volatile("bar.sync 1, 160;" ::: "memory");
+                else
 #pragma unroll
                 for (int g = 0; g < G; ++g)
                     if (MODE != 2)
@@ -111,6 +121,15 @@ __global__ void __launch_bounds__(256, 1) stages(int count, long long* cyc, floa
         wait_group<0>();
 #pragma unroll
         for (int i = 0; i < N / 2; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+    }
+    else if (MODE >= 6 && threadIdx.x / 32 == 4) {  // the waiter warp: one meeting per group
+        for (int it = 0; it < count; it += G) {
+            if (MODE == 6)
+#pragma unroll
+                for (int g = 0; g < G; ++g)
+                    while (!poll(0, bar0 + 64, 0, bar0 + 72)) {}
+            asm volatile("bar.sync 1, 160;" ::: "memory");
+        }
     }
     __syncthreads();
     const long long t1 = clock64();
