@@ -38,6 +38,20 @@ PATHS = {
     "stream-K 8, 3xTF32 crr, bias+ReLU": PRESETS["wgmma_3xtf32"].config.replace(
         layout="crr", store="direct", split_k=8, split_inline=True, stream_k=True,
         epilogue="bias_relu"),
+    **{f"waiter, {label}": PRESETS["wgmma_bf16"].config.replace(
+        bm=64, consumers=1, regs_producer=0, regs_consumer=0, waiter=True, **kw)
+       for label, kw in {
+           "64x32, 16 stages, rcr": dict(bn=32, stages=16, store="direct", layout="rcr"),
+           "64x128, TMA store, rrr": dict(bn=128, stages=8),
+           "one tile per CTA, crr": dict(bn=64, stages=12, persistent=False, layout="crr"),
+           "inline split-K 4, decode 64x8, rcc": dict(
+               bn=8, stages=16, store="direct", split_k=4, split_inline=True, layout="rcc"),
+           "stream-K 4, 64x64, ccc, bias+GELU": dict(
+               bn=64, stages=12, store="direct", split_k=4, split_inline=True, stream_k=True,
+               layout="ccc", epilogue="bias_gelu")}.items()},
+    "waiter, 3xTF32 64x64 crr": PRESETS["wgmma_3xtf32"].config.replace(
+        bm=64, bn=64, consumers=1, regs_producer=0, regs_consumer=0, layout="crr",
+        stages=4, waiter=True),
 }
 
 

@@ -140,7 +140,13 @@ def _variants() -> list:
                   base.replace(store="direct", split_k=3, layout="crc", epilogue="bias_gelu"),
                   base.replace(store="direct", bn=8, split_k=4, stages=6, layout="ccc"),
                   WGMMA["wgmma_3xtf32"].replace(split_k=2, layout="crr", epilogue="bias_relu"),
-                  base.replace(layout="rcr", bn=224, stages=4, c_stages=2, epilogue="bias_gelu")]
+                  base.replace(layout="rcr", bn=224, stages=4, c_stages=2, epilogue="bias_gelu"),
+                  *(base.replace(bm=64, consumers=1, regs_producer=0, regs_consumer=0,
+                                 waiter=True, **kw) for kw in (
+                      dict(bn=32, stages=16, store="direct", layout="rcr", dtype="bf16",
+                           out="bf16"),
+                      dict(bn=64, stages=12, store="direct", split_k=4, split_inline=True,
+                           stream_k=True, layout="ccc", epilogue="bias_gelu")))]
 
 
 @pytest.fixture(scope="module")
@@ -205,6 +211,28 @@ def test_sass_has_wgmma_and_tma_and_no_local_memory(compiled):
         assert waits_before_global_access(cubin, name), f"{name}: global access before the PDL wait"
         assert (f"Function : {name}_split3" in text) == (cfg.math == "3xtf32"), name
         assert (f"Function : {name}_reduce" in text) == (cfg.split_k > 1), name
+
+
+def test_the_waiter_warp_polls_the_full_barriers_for_the_one_consumer():
+    """With ``waiter`` the consumer's K loop meets the producer warpgroup's second warp at
+    BAR_WAITER instead of polling the full barrier; that warp polls each stage in the
+    consumer's order. Only with a producer warpgroup and one consumer (H60, H61)."""
+    base = WGMMA["wgmma_tma_store"].replace(bm=64, bn=64, consumers=1, regs_producer=0,
+                                            regs_consumer=0, stages=12)
+    plain, waiter = render(base), render(base.replace(waiter=True))
+    meet = "named_sync(BAR_WAITER, WARPGROUP + 32);"
+    poll = "mbar_wait(full_bar + 8 * s, phase);"
+    assert meet not in plain and plain.count(poll) == 1
+    assert waiter.count(meet) == 2 and waiter.count(poll) == 1
+    warp = waiter.index("if (__shfl_sync(0xffffffffu, wtid / 32, 0) == 1) {")
+    consumer = waiter.index("// ---- consumer warpgroups ----")
+    assert warp < waiter.index(poll) < waiter.index(meet) < consumer < waiter.rindex(meet)
+    assert "constexpr int BAR_WAITER = 15;" in waiter and "BAR_WAITER" not in plain
+    assert base.name + "_wt" == base.replace(waiter=True).name
+    for bad, rule in ((dict(bm=128, consumers=2, regs_producer=40, regs_consumer=232), "H61"),
+                      (dict(producer=False, persistent=False), "H60")):
+        with pytest.raises(ConfigError, match=rule):
+            base.replace(waiter=True, **bad)
 
 
 def test_producer_warp_issues_tma_loads_from_uniform_registers(compiled):

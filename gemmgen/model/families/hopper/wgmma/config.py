@@ -9,7 +9,8 @@ from ....epilogue_rules import EPILOGUE_RULES
 from .. import BARRIER_BYTES, C_SWIZZLE, HopperTile, WARPGROUP
 from ..split import split_tail, split_workspace
 from .env import WgmmaEnv
-from .rules import MATHS, OVERLAP_RESERVE, STREAM_K_RULES, WGMMA_FEATURE_RULES, WGMMA_RULES
+from .rules import (MATHS, OVERLAP_RESERVE, STREAM_K_RULES, WAITER_RULES, WGMMA_FEATURE_RULES,
+                    WGMMA_RULES)
 from .vectors import consumer_bytes, residual_staged, staged_vectors
 
 
@@ -64,6 +65,10 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
       take part where that leaves too few) are summed in K order by the last to arrive,
       as the slices of the inline split-K are: reproducible from run to run on one GPU (the
       ranges depend on its SM count).
+    - ``waiter``: the producer warpgroup's second warp waits for each full stage, then meets
+      the one consumer at a named barrier: the consumer's own mbarrier poll would queue behind
+      its in-flight wgmmas' shared-memory reads (an m64n32k64 stage: 305 cycles with the poll,
+      139 with the waiter; smem_poll_NVIDIA_H200.json).
     - ``math``: "native", or "3xtf32" (dtype tf32): the module's ``<name>_split3`` kernel
       writes each float32 operand as tf32 big = rna(x) and small = rna(x - big) parts,
       K-major, per BK chunk of K (A: small, big, big; B: big, small, big), and the kernel
@@ -122,6 +127,7 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
     overlap: bool = False
     stream_k: bool = False
     c_stages: int = 0
+    waiter: bool = False
 
     family = "wgmma"
     template = "wgmma.cu.j2"
@@ -131,15 +137,16 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
     field_types = {"dtype": str, "out": str, "pingpong": bool, "producer": bool,
                    "split_inline": bool,
                    "persistent": bool, "raster": str, "store": str, "math": str, "layout": str,
-                   "epilogue": str, "dual": bool, "overlap": bool, "stream_k": bool}
+                   "epilogue": str, "dual": bool, "overlap": bool, "stream_k": bool,
+                   "waiter": bool}
     choices = {"dtype": ("fp16", "bf16", "tf32"), "out": ("fp16", "bf16", "fp32"),
                "raster": ("grouped", "snake"), "store": ("tma", "direct"), "math": MATHS,
                "layout": LAYOUTS}
     optional = frozenset({"m", "n", "k"})
     fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype", "out", "math", "dual",
-                       "overlap", "stream_k")
+                       "overlap", "stream_k", "waiter")
     quiet: ClassVar[dict[str, object]] = {"dual": False, "overlap": False, "stream_k": False,
-                                          "c_stages": 0}
+                                          "c_stages": 0, "waiter": False}
     search_domain = {
         "bm": (64, 128, 192, 256), "bn": (64, 96, 128, 160, 192, 224, 256), "bk": (16, 32, 64),
         "consumers": (1, 2), "pingpong": (False, True), "producer": (False, True),
@@ -164,7 +171,8 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
                 f"{'i' if self.split_inline else ''}{'_streamk' if self.stream_k else ''}"
                 f"{'_3xtf32' if self.math == '3xtf32' else ''}"
                 f"{f'_f{self.flush}' if self.flush != 1 else ''}{'_dual' if self.dual else ''}"
-                f"{'_ov' if self.overlap else ''}{self.feature_suffix()}")
+                f"{'_ov' if self.overlap else ''}{'_wt' if self.waiter else ''}"
+                f"{self.feature_suffix()}")
 
     def tile_shape(self) -> tuple:
         return (self.bm, self.bn, self.bk, self.consumers, self.pingpong, self.cluster_m,
@@ -184,7 +192,8 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
                 f"{' inline' if self.split_inline else ''}"
                 f"{'  stream-K' if self.stream_k else ''}"
                 f"{'  3xTF32' if self.math == '3xtf32' else ''}"
-                f"{'  dual' if self.dual else ''}{'  overlap' if self.overlap else ''}")
+                f"{'  dual' if self.dual else ''}{'  overlap' if self.overlap else ''}"
+                f"{'  waiter' if self.waiter else ''}")
 
     # ---- features beyond the family's table -------------------------------------------------
     @property
@@ -195,10 +204,11 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
 
     def feature_rules(self) -> tuple:
         """The epilogue rules (E01-E11) and the wgmma feature rules (H42-H51), for a config
-        that uses a feature (``extended``), and the stream-K rules (H54-H56) for a stream-K
-        config; none otherwise."""
+        that uses a feature (``extended``), the stream-K rules (H54-H56) for a stream-K config
+        and the waiter's (H60, H61) for one with the waiter; none otherwise."""
         return ((EPILOGUE_RULES + WGMMA_FEATURE_RULES if self.extended else ())
-                + (STREAM_K_RULES if self.stream_k else ()))
+                + (STREAM_K_RULES if self.stream_k else ())
+                + (WAITER_RULES if self.waiter else ()))
 
     def rendered_rules(self) -> tuple:
         """The Hopper tile's rendered rules (``HopperTile.rendered_rules``) but H52
