@@ -25,7 +25,10 @@ its release and loop back to the next wait. The medians over the CTAs.
     python3 benchmarks/investigations/k_step_timeline.py run DIR       # GPU: $OUT/k_step_timeline_*.json
 
 K_STEP_HOT=1 runs every launch on one input set, warm in the L2 (file suffix ``_hot``);
-K_STEP_ONLY=TEXT runs only the cases whose label holds TEXT.
+K_STEP_ONLY=TEXT runs only the cases whose label holds TEXT, and K_STEP_MODES (comma-separated)
+only those modes; K_STEP_WAITER=1 stamps the kernels with waiter.py's waiter warp patched in (the
+consumer stamps when it leaves the named barrier that stands for its full-barrier wait; file
+suffix ``_waiter``).
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ from pathlib import Path
 import layer_sweep  # beside this script
 import mid_m
 import small_m
+import waiter
 from gemmgen.heuristics import shapes
 
 CASES = (  # (M, N, K, BM, BN, stages (0: the deepest ring that fits), cluster M x N): unsplit
@@ -59,6 +63,7 @@ CASES = (  # (M, N, K, BM, BN, stages (0: the deepest ring that fits), cluster M
     (2048, 2048, 2048, 128, 128, 0, 1, 1),
 )
 HOT = os.environ.get("K_STEP_HOT") == "1"
+WAITER = os.environ.get("K_STEP_WAITER") == "1"
 MAX_CTAS, MAX_STEPS, FIELDS = 264, 128, 6
 """trace[cta][step][field]: fields 0 empty-free, 1 issued (producer), 2 wait begun, 3 full,
 4 wgmma done (consumer); step MAX_STEPS - 1 holds entry clock, smid, end clock."""
@@ -79,7 +84,8 @@ EXPECT = "                        mbar_expect_tx(full_bar + 8 * s, STAGE_BYTES);
 LOAD = "                        load_stage(s, tile, (kt0 + kt) * BK);\n"
 LOAD_A = "        tma_load(a_dst, &tmap_a, bar, k0, tile.m0, za);\n"
 LOAD_B = "        tma_load(b_dst, &tmap_b, bar, k0, tile.n0, zb);\n"
-FULL_WAIT = "                mbar_wait(full_bar + 8 * s, phase);\n"
+FULL_WAIT = (("\n                " + waiter.MEET if WAITER else  # not the waiter warp's
+              "                mbar_wait(full_bar + 8 * s, phase);") + "\n")
 MMA = "                mma_stage(acc, s, cw * M_ITERS, kt == 0);\n"
 WGMMA_WAIT = ("                wgmma_wait<1>();"
               "            // the previous stage's wgmma has finished reading\n")
@@ -106,7 +112,8 @@ def configs() -> dict:
     ring and cluster."""
     out = {}
     for m, n, k, bm, bn, stages, cm, cn in CASES:
-        base = mid_m.candidates(m, n, k)["64x64 sk1"][0].replace(
+        tiles = mid_m.candidates(m, n, k)  # no 64 x 64 tile among them at M = 2048: the rules'
+        base = (tiles.get("64x64 sk1") or tiles["rules"])[0].replace(
             check=False, **shapes.mid_tile(bm, bn), store="tma" if bn % 64 == 0 else "direct")
         base = base.replace(check=False, cluster_m=cm, cluster_n=cn)
         cfg = base.replace(check=False, stages=stages) if stages else small_m._deepest(base)
@@ -154,7 +161,7 @@ def instrumented(cfg, mode: str = "full") -> str:
     """The rendered source of ``cfg`` with ``TRACE`` and ``STAMPS`` put in, less ``mode``'s
     parts."""
     import gemmgen
-    src = gemmgen.render(cfg)
+    src = waiter.sources(cfg)["waiter"] if WAITER else gemmgen.render(cfg)
     for old, new in STAMPS + tuple((o, n.replace("STAGGER", STAGGER)) for o, n in MODES[mode]):
         if src.count(old) != 1:
             raise SystemExit(f"{cfg.name}: {old.strip()[:60]!r} occurs {src.count(old)} times")
@@ -168,14 +175,16 @@ def cases() -> list:
     unclustered ones in every other mode too, the box modes only for the 8-stage 64-row tiles;
     only those whose label holds K_STEP_ONLY, where it is set."""
     only = os.environ.get("K_STEP_ONLY")  # a label substring: run only those cases
-    return [(case, cfg, mode) for case, cfg in configs().items() for mode in MODES
+    modes = os.environ.get("K_STEP_MODES", ",".join(MODES)).split(",")
+    return [(case, cfg, mode) for case, cfg in configs().items() for mode in modes
             if (mode == "full" or cfg.cluster == 1 or mode == "no_mma")
             and (not only or only in case[3])
             and (not mode.startswith("no_mma_a") or "st8 cl1x1" in case[3])]
 
 
 def cubin_path(folder: str, cfg, mode: str) -> Path:
-    return Path(folder, f"{cfg.name}.{mode}{'.sparse' if SPARSE else ''}.trace.cubin")
+    return Path(folder, f"{cfg.name}.{mode}{'.sparse' if SPARSE else ''}"
+                        f"{'.waiter' if WAITER else ''}.trace.cubin")
 
 
 def compile_all(folder: str) -> None:
@@ -287,7 +296,7 @@ def run(folder: str) -> None:
            "method": __doc__, "rows": out}
     Path(os.environ.get("OUT", "."),
          f"k_step_timeline_{dev.gpu.replace(' ', '_')}{'_hot' if HOT else ''}"
-         f"{'_sparse' if SPARSE else ''}.json"
+         f"{'_sparse' if SPARSE else ''}{'_waiter' if WAITER else ''}.json"
          ).write_text(json.dumps(doc, indent=1))
 
 
