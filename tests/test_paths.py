@@ -194,6 +194,27 @@ def test_m_of_65_to_128_rows_takes_two_rows_of_narrow_tiles_where_the_sms_sit_id
     assert decide(None, H, "bf16", 256, 512, 2048, cc=90, layout="rcr").config.bn >= 64
 
 
+def test_one_consumer_meets_the_waiter_warp_and_takes_a_deeper_ring():
+    """Kernels of one consumer warpgroup (64-row tiles) take the waiter warp and a ring of up to
+    16 stages; those of two keep their own polls and at most 8."""
+    ones, twos = 0, 0
+    for m, n, k, layout in ((1, 4096, 4096, "rcr"), (64, 3072, 3072, "rcr"),
+                            (128, 2048, 2048, "rcr"), (256, 768, 3072, "rrr"),
+                            (512, 512, 2048, "crr"), (4096, 4096, 4096, "rcr"),
+                            (128, 14336, 4096, "rcr")):
+        ch = decide(None, H, "bf16", m, n, k, cc=90, layout=layout)
+        c = ch.config
+        if c.consumers == 1:
+            ones += 1
+            assert c.waiter and 8 < c.stages <= 16, c.name
+            assert c.stages == 16 or c.replace(check=False, stages=c.stages + 1).violations()
+            assert any("waiter warp" in r for r in ch.reasons), ch.reasons
+        else:
+            twos += 1
+            assert not c.waiter and c.stages <= 8, c.name
+    assert ones >= 4 and twos >= 1, (ones, twos)
+
+
 def test_a_bias_keeps_the_operands_and_splits_k_instead():
     ch = decide(None, H, "fp16", 8, 8192, 8192, cc=90, epilogue="bias_gelu")
     assert not ch.swap and ch.config.bm == 64 and ch.config.consumers == 1
@@ -250,7 +271,8 @@ def test_explain_command():
     run = CliRunner().invoke(main, ["explain", "1", "8192", "8192", "--dtype", "bf16"])
     assert run.exit_code == 0, run.output
     assert "swap" not in run.output or "C^T" in run.output
-    assert "gemm_wgmma_bf16_64x8x64" in run.output and "8 stages" in run.output
+    assert "gemm_wgmma_bf16_64x8x64" in run.output and "16 stages" in run.output
+    assert "a waiter warp tells the one consumer" in run.output
     sm80 = CliRunner().invoke(main, ["explain", "512", "512", "512", "--cc", "80"])
     assert sm80.exit_code == 0 and "- mma family" in sm80.output  # mma.sync below sm_90
 

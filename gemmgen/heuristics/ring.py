@@ -13,11 +13,18 @@ stages_probe_NVIDIA_H100_80GB_HBM3.json); the rules with them ran the layers who
 changed 1.029x (H100) and 1.013x (H200) faster than without (c_stages_*.json)."""
 ONE_CONSUMER = {"consumers": 1, "regs_producer": 0, "regs_consumer": 0}
 """A 64-row tile's warpgroups: one consumer, no setmaxnreg split."""
+MAX_STAGES_WAITER = 16
+"""The deepest ring the shape rules ask for where one consumer meets the waiter warp: with the
+consumer's own poll gone the loads set the pace, and more of them in flight keep it. The
+layers whose kernel changed with the waiter and this ring (241 of 328 at M = 1 to 512) ran
+1.025x / 1.022x (training / held-out geomean) as fast as before (waiter_ab_NVIDIA_H200.json);
+the waiter alone, 1.004x / 1.001x (waiter_NVIDIA_H200.json)."""
 
 
 def deepen(cfg, changes, reasons) -> None:
-    """The deepest ring (up to MAX_STAGES) the shaped config's shared memory allows: every
-    candidate of the table builder measured fastest at its deepest ring. Where staging C
+    """The deepest ring (up to MAX_STAGES; MAX_STAGES_WAITER for one consumer, which then
+    meets the waiter warp) the shaped config's shared memory allows: every candidate of the
+    table builder measured fastest at its deepest ring. Where staging C
     through C_STAGES chunk buffers instead of the whole tile leaves room for a deeper ring,
     it does so, with the most buffers that give that ring; not for an epilogue with vectors
     (a bias, scales) nor a tree (or the dual GEMM, or the overlap). At 128 x 256 two buffers
@@ -28,9 +35,15 @@ def deepen(cfg, changes, reasons) -> None:
     buffer and 4 stages, 1.2% and 0.6% with the whole tile and 3 (H200, the mean of three
     runs of epilogue_cost.py)."""
     shaped = cfg.replace(check=False, **changes)
-    whole = max(deepest(shaped), cfg.stages)
+    most = MAX_STAGES
+    if shaped.producer and shaped.consumers == 1:
+        changes["waiter"], most = True, MAX_STAGES_WAITER
+        shaped = shaped.replace(check=False, waiter=True)
+        reasons.append("a waiter warp tells the one consumer when a stage is full")
+    whole = max(deepest(shaped, most), cfg.stages)
     trial = shaped.replace(check=False, stages=whole)
-    ring, buffers = deepest_buffered(shaped, () if trial.extended or trial.vectors else C_STAGES)
+    ring, buffers = deepest_buffered(shaped, () if trial.extended or trial.vectors else C_STAGES,
+                                     most)
     if ring > whole:
         changes.update(stages=ring, c_stages=buffers)
         reasons.append(f"{ring} stages: the ring as deep as shared memory allows with C "

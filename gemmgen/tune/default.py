@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..heuristics import cost
 from ..heuristics.select import decide
-from ..heuristics.ring import MAX_STAGES
+from ..heuristics.ring import MAX_STAGES, MAX_STAGES_WAITER
 from ..heuristics.shapes import FLIP
 from ..heuristics.tunedb import MARGIN, settle  # noqa: F401 - the tuner's names for them
 from ..model.presets import PRESETS
@@ -81,8 +81,9 @@ def neighbours(base: Candidate, m: int, n: int, k: int, layout: str) -> list[Can
                    (64, min(narrow, cfg.bn)), (cfg.bm, 128), (cfg.bm, 64)):
         if (bm, bn) != (cfg.bm, cfg.bn) and not (bm > 64 and mm <= 64):
             trials.append((cfg.replace(check=False, bm=bm, bn=bn), swap))
-    for st in (cfg.stages - 1, cfg.stages + 1, MAX_STAGES):
-        if 2 <= st <= MAX_STAGES and st != cfg.stages:
+    most = MAX_STAGES_WAITER if getattr(cfg, "waiter", False) else MAX_STAGES
+    for st in (cfg.stages - 1, cfg.stages + 1, most):
+        if 2 <= st <= most and st != cfg.stages:
             trials.append((cfg.replace(check=False, stages=st), swap))
     seen, out = {base.name}, []
     for trial, sw in trials:
@@ -108,14 +109,16 @@ def _flipped(cfg, swap: bool, m: int, n: int, layout: str):
 
 
 def fit(cfg, swap: bool):
-    """``cfg`` made consistent: one consumer warpgroup (no register split) for 64 rows, the
-    preset's two otherwise; direct stores for split-K, a swapped problem or a tile under 64
-    columns; the tile N rounded up to whole swizzle blocks and the ring made shallower where a
-    rule asks. None when it still breaks a rule."""
+    """``cfg`` made consistent: one consumer warpgroup (no register split) for 64 rows, with
+    the waiter warp as the shape rules give it, the preset's two otherwise; direct stores for
+    split-K, a swapped problem or a tile under 64 columns; the tile N rounded up to whole
+    swizzle blocks and the ring made shallower where a rule asks. None when it still breaks
+    a rule."""
     preset = PRESETS[f"wgmma_{'bf16' if cfg.dtype == 'bf16' else 'tma_store'}"].config
-    rows = ({"consumers": 1, "regs_producer": 0, "regs_consumer": 0} if cfg.bm == 64 else
+    rows = ({"consumers": 1, "regs_producer": 0, "regs_consumer": 0,
+             "waiter": cfg.producer} if cfg.bm == 64 else
             {"consumers": preset.consumers, "regs_producer": preset.regs_producer,
-             "regs_consumer": preset.regs_consumer})
+             "regs_consumer": preset.regs_consumer, "waiter": False})
     out = cfg.replace(check=False, **rows)
     if out.split_k > 1 or swap or out.bn < 64:
         out = out.replace(check=False, store="direct")
