@@ -9,8 +9,8 @@ from ....epilogue_rules import EPILOGUE_RULES
 from .. import BARRIER_BYTES, C_SWIZZLE, HopperTile, WARPGROUP
 from ..split import split_tail, split_workspace
 from .env import WgmmaEnv
-from .rules import (MATHS, OVERLAP_RESERVE, STREAM_K_RULES, WAITER_RULES, WGMMA_FEATURE_RULES,
-                    WGMMA_RULES)
+from ..waiter import WAITER_RULES
+from .rules import MATHS, OVERLAP_RESERVE, STREAM_K_RULES, WGMMA_FEATURE_RULES, WGMMA_RULES
 from .vectors import consumer_bytes, residual_staged, staged_vectors
 
 

@@ -23,6 +23,7 @@ from .. import (
     ints,
     tensor_maps,
 )
+from ..waiter import BAR_WAITER
 from .rules import DEFER_UNITS, PACK_ROWS, PACK_TILE, PTX_TYPES
 from .vectors import consumer_bytes, slot_bytes
 
@@ -141,7 +142,7 @@ class WgmmaEnv:
                 "C_CONSUMER_BYTES": self.c_smem_bytes // self.consumers,
                 "C_CHUNK_BYTES": (c_rows if self.layout[2] == "r" else self.bn) * self.c_swizzle,
                 "BAR_STORE_BASE": 1, "BAR_ORDER_BASE": 1 + self.consumers,
-                **({"BAR_WAITER": 15} if self.waiter else {}),  # the last of 16 named barriers
+                **({"BAR_WAITER": BAR_WAITER} if self.waiter else {}),
                 **(self._feature_constants(e) if self.extended else {}),
                 **self._vector_constants(bar_off + self.barrier_bytes)}
 

@@ -121,13 +121,3 @@ STREAM_K_RULES: tuple[Rule, ...] = (
 )
 """Rules of stream-K (``stream_k``): part of a config's table, and its kernel's asserts, only
 when it uses it."""
-
-WAITER_RULES: tuple[Rule, ...] = (
-    Rule("H60", "waiter-producer", equal("PRODUCER", 1),
-         "the waiter is the producer warpgroup's second warp"),
-    Rule("H61", "waiter-one-consumer", equal("CONSUMERS", 1),
-         "the waiter meets one consumer warpgroup: two held in step at its barrier ran slower "
-         "than each polling its own (128 x 128 tiles: 546 cycles a stage against 527)"),
-)
-"""Rules of the waiter warp (``waiter``): part of a config's table, and its kernel's asserts,
-only when it uses it."""
