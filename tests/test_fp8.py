@@ -68,6 +68,8 @@ def test_prototype_figures():
     (dict(bn=120, cluster_m=2), "F26"),
     (dict(partials=1, overlap=True), "F30"),
     (dict(store="tma", bn=96, stages=4), "H31"),
+    (dict(waiter=True, bm=64, consumers=1, regs_consumer=240), "F32"),
+    (dict(waiter=True), "H61"),
 ])
 def test_each_rule_names_itself(change, rule):
     with pytest.raises(ConfigError) as info:
@@ -208,7 +210,9 @@ def _variants() -> list:
             FP8["fp8_block_overlap"].replace(out="e4m3", quant="1x128", epilogue="bias",
                                              stages=5),
             FP8["fp8_block_decode"].replace(overlap=True),
-            FP8["fp8_block_decode"].replace(overlap=True, bn=64, split_k=4)]
+            FP8["fp8_block_decode"].replace(overlap=True, bn=64, split_k=4),
+            # the waiter: one consumer, fast accumulation, split-K
+            FP8["fp8_row_decode"].replace(bn=64, stages=14, split_k=4, waiter=True)]
 
 
 @pytest.fixture(scope="module")

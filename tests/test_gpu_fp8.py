@@ -81,6 +81,25 @@ def test_overlapped_variants_on_odd_shapes(hopper, variant):
     assert all(r.passed for r in results), [r for r in results if not r.passed]
 
 
+# The waiter warp with one consumer and fast accumulation: per tensor and per row, split-K, a
+# TMA store, an e4m3 D (per-tensor quantized, with a bias), on shapes of several units per CTA.
+WAITER_VARIANTS = {
+    "tensor_64x64": dict(bn=64, stages=14),
+    "row_split_k": dict(scaling="row", bn=128, stages=9, split_k=4),
+    "tma_store": dict(bn=128, stages=8, store="tma"),
+    "e4m3_out": dict(bn=128, stages=9, out="e4m3", quant="tensor", epilogue="bias"),
+}
+
+
+@pytest.mark.parametrize("variant", WAITER_VARIANTS)
+def test_waiter_variants_on_odd_shapes(hopper, variant):
+    from gemmgen.runtime.build import build
+    cfg = PRESETS["fp8_row_decode"].config.replace(
+        scaling="tensor", split_k=1, waiter=True).replace(**WAITER_VARIANTS[variant])
+    results = sweep_fp8(variant, build(cfg), OVERLAP_CASES, seed=3)
+    assert all(r.passed for r in results), [r for r in results if not r.passed]
+
+
 # Split-K over the tail: more cluster tiles than a wave, so only those past the last whole wave
 # are split (with a cluster, a TMA store, fast and overlapped promoted loops); a shape of whole
 # waves (none split) and one of fewer tiles than a wave (all split).

@@ -9,7 +9,8 @@ from ....dtypes import FP8_DTYPES
 from .. import ALIGN_SLACK, HopperTile, REGISTER_FILE
 from ..split import split_tail, split_workspace
 from .env import Fp8Env
-from .rules import FLAG_BYTES, FP8_RULES, QUANTS, REG_RESERVE, SCALINGS, STORES
+from ..waiter import WAITER_RULES
+from .rules import FLAG_BYTES, FP8_RULES, FP8_WAITER_RULES, QUANTS, REG_RESERVE, SCALINGS, STORES
 
 SCALE_TAGS = {"tensor": "tensor", "row": "row", "block": "block"}
 
@@ -43,6 +44,8 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
     - ``consumers``: consumer warpgroups (1 or 2) splitting each tile's rows; a producer
       warpgroup issues the TMA loads (always).
     - ``stages``: depth of the shared-memory ring (full/empty mbarrier pairs).
+    - ``waiter``: (one consumer, fast accumulation) the producer warpgroup's second warp waits
+      for each full stage and meets the consumer at a named barrier, as in the wgmma family.
     - ``cluster_m, cluster_n``: CTAs per cluster along M (they share the B tile through TMA
       multicast) and along N (they share A).
     - ``group``: persistent grid, tiles in groups of ``group`` tile rows walked column by
@@ -92,6 +95,7 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
     c_stages: int = 0
     split_k: int = 1
     overlap: bool = False
+    waiter: bool = False
     layout: str = "rcr"
     epilogue: str = "none"
     m: int | None = None
@@ -105,15 +109,15 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
     acc = "fp32"
     min_blocks = 1
     field_types: ClassVar[dict] = {"dtype": str, "b_dtype": str, "out": str, "quant": str,
-                   "scaling": str, "store": str, "overlap": bool,
+                   "scaling": str, "store": str, "overlap": bool, "waiter": bool,
                    "layout": str, "epilogue": str}
     choices: ClassVar[dict] = {"dtype": FP8_DTYPES, "b_dtype": FP8_DTYPES, "out": ("bf16", "fp16", "fp32", "e4m3"),
                "quant": QUANTS,
                "scaling": SCALINGS, "store": STORES, "layout": LAYOUTS, "epilogue": EPILOGUES}
     optional = frozenset({"m", "n", "k"})
-    quiet: ClassVar[dict[str, object]] = {"overlap": False, "c_stages": 0}
+    quiet: ClassVar[dict[str, object]] = {"overlap": False, "c_stages": 0, "waiter": False}
     fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype", "b_dtype", "out",
-                       "quant", "scaling", "promote")
+                       "quant", "scaling", "promote", "waiter")
     search_domain: ClassVar[dict] = {
         "bm": (64, 128, 256), "bn": (64, 96, 112, 128, 160, 192, 256), "consumers": (1, 2),
         "stages": (3, 4, 5, 6, 7, 8, 9), "cluster_m": (1, 2), "cluster_n": (1, 2),
@@ -149,7 +153,8 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
                 f"{f'_cs{self.c_stages}' if self.c_stages else ''}_out{self.out}"
                 f"{'' if self.quant == 'none' else '_q' + self.quant}"
                 f"{f'_sk{self.split_k}' if self.split_k > 1 else ''}"
-                f"{'_ov' if self.overlap else ''}{self.feature_suffix()}")
+                f"{'_ov' if self.overlap else ''}{'_wt' if self.waiter else ''}"
+                f"{self.feature_suffix()}")
 
     def feature_suffix(self) -> str:
         """ConfigBase's suffix without the layout, which is always rcr here."""
@@ -164,6 +169,11 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
     def tile_shape(self) -> tuple:
         return (self.bm, self.bn, self.consumers, self.cluster_m, self.cluster_n)
 
+    def feature_rules(self) -> tuple:
+        """ConfigBase's, and the waiter's (H60, H61, F32) for a config with the waiter."""
+        return (ConfigBase.feature_rules(self)
+                + (WAITER_RULES + FP8_WAITER_RULES if self.waiter else ()))
+
     def brief(self) -> str:
         return (f"block {self.bm}x{self.bn}x{self.bk}  {self.dtype} x {self.b_dtype} -> {self.out}"
                 f"{'' if self.quant == 'none' else f' ({self.quant} scaled)'}"
@@ -172,7 +182,7 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
                 f"store {self.store}"
                 f"{f' (D through {self.c_stages} chunk buffers)' if self.c_stages else ''}"
                 f"{f'  split-K {self.split_k}' if self.split_k > 1 else ''}"
-                f"{'  overlap' if self.overlap else ''}")
+                f"{'  overlap' if self.overlap else ''}{'  waiter' if self.waiter else ''}")
 
     @property
     def overlap_summary(self) -> str:

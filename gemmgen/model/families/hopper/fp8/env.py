@@ -7,6 +7,7 @@ from ....arch import get_arch
 from ....config import div
 from ....dtypes import CTYPES
 from .. import ALIGN_SLACK, C_SWIZZLE, WARPGROUP, WGMMA_M, Param, ints, tensor_maps
+from ..waiter import BAR_WAITER
 from .rules import BLOCK, PACK_THREADS, b_scale_span, PACK_TILE, PTX_TYPES, SWIZZLE, WGMMA_K
 
 
@@ -87,7 +88,8 @@ class Fp8Env:
                                     else self.consumer_rows * self.bn * self.out_bytes,
                 "PACK_TILE": PACK_TILE, "PACK_THREADS": PACK_THREADS,
                 "BAR_CONSUMER_BASE": 1,
-                **({"BAR_STAGGER": 1 + self.consumers} if self.stagger else {})}
+                **({"BAR_STAGGER": 1 + self.consumers} if self.stagger else {}),
+                **({"BAR_WAITER": BAR_WAITER} if self.waiter else {})}
 
     def ctypes(self) -> dict[str, str]:
         """C++ types of A, B, D and bias (bf16 for an e4m3 D) and the PTX types of the wgmma

@@ -83,3 +83,10 @@ FP8_RULES: tuple[Rule, ...] = HOPPER_RULES + (
          "C staged chunk by chunk writes 16- or 32-bit D values (stmatrix or float pairs); an "
          "e4m3 D stages its whole tile: c_stages 0", when=C_STAGED),
 )
+
+FP8_WAITER_RULES: tuple[Rule, ...] = (
+    Rule("F32", "waiter-fast", equal("PROMOTE", 0),
+         "the waiter meets the fast-accumulation loop, whose one wait a stage it stands for"),
+)
+"""The fp8 family's own rule of the waiter (beside the shared ``hopper.waiter`` rules): part
+of a config's table, and its kernel's asserts, only when it uses it."""
