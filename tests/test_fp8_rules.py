@@ -125,3 +125,15 @@ def test_cost_model_and_explain():
     assert "split 4 ways" in text and "B not K-major" in text and "predicted: repack" in text
 
 
+def test_one_consumer_fast_kernels_meet_the_waiter_warp_with_a_deeper_ring():
+    """Decode picks of one consumer with fast accumulation take the waiter warp and their ring
+    as deep as fits up to 16 stages; promoted or two-consumer picks do not."""
+    for m, n, k in ((16, 57344, 8192), (64, 8192, 8192), (128, 4096, 4096)):
+        for scaling in ("tensor", "row"):
+            ch = choose_fp8(m, n, k, scaling, True)
+            c = ch.config
+            assert c.consumers == 1 and c.waiter, c.name
+            assert c.stages == 16 or c.replace(check=False, stages=c.stages + 1).violations()
+            assert any("waiter warp" in r for r in ch.reasons), ch.reasons
+        assert not choose_fp8(m, n, k, "block", False).config.waiter
+    assert not choose_fp8(4096, 4096, 4096, "tensor", True).config.waiter

@@ -21,7 +21,7 @@ import math
 from ..model.families.hopper.split import split_tail
 from ..model.presets import PRESETS
 from . import cost
-from .ring import deepest, deepest_buffered
+from .ring import deepest, deepest_buffered, waited
 from .select import Choice
 from .tunedb import TuneDB
 
@@ -362,6 +362,8 @@ def choose_fp8(m: int, n: int, k: int, scaling: str, fast: bool, a_dtype: str = 
     if not fast:
         changes.update(_overlap(base.replace(check=False, **changes), reasons))
     cfg = base.replace(check=False, **changes)
+    if cfg.consumers == 1 and not cfg.promote:  # one consumer, fast: the waiter (ring.waited)
+        cfg = waited(cfg, reasons)
     if cfg.violations() and name == "fp8_tensor_cluster":  # e.g. an epilogue it cannot take
         name = "fp8_row_fast" if scaling == "row" else "fp8_tensor_fast"
         cfg = PRESETS[name].config.replace(check=False, **changes)

@@ -54,6 +54,18 @@ def deepen(cfg, changes, reasons) -> None:
         reasons.append(f"{whole} stages: the ring as deep as shared memory allows")
 
 
+def waited(cfg, reasons):
+    """``cfg`` (one consumer warpgroup beside a producer) with the waiter warp and the deepest
+    ring of up to MAX_STAGES_WAITER stages that fits: the fp8 rules' one-consumer kernels with
+    fast accumulation (M = 16 to 128: the 64 x 64 tiles, whose ring deepens, 1.048x as fast
+    on both sets of layers; the waiter alone 1.003x and 1.006x; fp8_waiter_NVIDIA_H200.json)."""
+    out = cfg.replace(check=False, waiter=True)
+    out = out.replace(check=False, stages=max(deepest(out, MAX_STAGES_WAITER), cfg.stages))
+    reasons.append(f"a waiter warp tells the one consumer when a stage is full: {out.stages} "
+                   "stages")
+    return out
+
+
 def deepest(cfg, most: int = MAX_STAGES) -> int:
     """The most stages, up to ``most``, at which ``cfg`` breaks no rule; 0 where none does."""
     return next((st for st in range(most, 0, -1)
