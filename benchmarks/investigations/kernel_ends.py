@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import layer_sweep  # beside this script
@@ -63,18 +62,7 @@ def sources(cfg) -> dict:
 
 def compile_to(folder: str) -> None:
     """NAME.VARIANT.cubin per config and variant."""
-    from gemmgen.compile.cache import compile_cached
-    os.makedirs(folder, exist_ok=True)
-    unique = {cfg.name: cfg for *_, cfg, _ in problems()}
-
-    def one(cfg):
-        for v, text in sources(cfg).items():
-            path = Path(folder, f"{cfg.name}.{v}.cubin")
-            if not path.exists():
-                path.write_bytes(compile_cached(text, "sm_90a", cfg.name)[0])
-    with ThreadPoolExecutor(os.cpu_count()) as pool:
-        list(pool.map(one, unique.values()))
-    print(len(unique), "kernels")
+    layer_sweep.compile_sources(folder, [cfg for *_, cfg, _ in problems()], sources)
 
 
 def main_run(folder: str) -> None:

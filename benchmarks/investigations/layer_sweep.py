@@ -30,6 +30,26 @@ def compile_to(folder: str, configs) -> None:
     print(len(unique), "kernels")
 
 
+def compile_sources(folder: str, configs, sources) -> None:
+    """FOLDER/NAME.VARIANT.cubin for each config of ``configs`` (each once, by name) and each
+    {variant: source text} of ``sources(config)``, for sm_90a, in parallel, skipping those
+    already there (kernel_ends.py, waiter.py: rendered sources patched)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gemmgen.compile.cache import compile_cached
+    os.makedirs(folder, exist_ok=True)
+    unique = {cfg.name: cfg for cfg in configs}
+
+    def one(cfg):
+        for v, text in sources(cfg).items():
+            path = Path(folder, f"{cfg.name}.{v}.cubin")
+            if not path.exists():
+                path.write_bytes(compile_cached(text, "sm_90a", cfg.name)[0])
+    with ThreadPoolExecutor(os.cpu_count()) as pool:
+        list(pool.map(one, unique.values()))
+    print(len(unique), "kernels")
+
+
 def problems(ms, sets=("train", "test")) -> list:
     """[(set, N, K, M)]: small_m.py's layers of ``sets`` at each M of ``ms``."""
     return [(which, n, k, m) for which in sets for (n, k) in small_m.layers()[which]

@@ -43,7 +43,6 @@ import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import layer_sweep  # beside this script
@@ -111,18 +110,8 @@ def variants(cfg) -> dict:
 
 def compile_to(folder: str) -> None:
     """NAME.rendered.cubin and NAME.waiter.cubin per config of ``variants``."""
-    from gemmgen.compile.cache import compile_cached
-    os.makedirs(folder, exist_ok=True)
-    unique = {c.name: c for *_, cfg, _ in problems() for c, _ in variants(cfg).values()}
-
-    def one(cfg):
-        for v, text in sources(cfg).items():
-            path = Path(folder, f"{cfg.name}.{v}.cubin")
-            if not path.exists():
-                path.write_bytes(compile_cached(text, "sm_90a", cfg.name)[0])
-    with ThreadPoolExecutor(os.cpu_count()) as pool:
-        list(pool.map(one, unique.values()))
-    print(len(unique), "kernels")
+    layer_sweep.compile_sources(
+        folder, [c for *_, cfg, _ in problems() for c, _ in variants(cfg).values()], sources)
 
 
 def main_run(folder: str) -> None:
