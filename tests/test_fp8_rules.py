@@ -137,3 +137,10 @@ def test_one_consumer_fast_kernels_meet_the_waiter_warp_with_a_deeper_ring():
             assert any("waiter warp" in r for r in ch.reasons), ch.reasons
         assert not choose_fp8(m, n, k, "block", False).config.waiter
     assert not choose_fp8(4096, 4096, 4096, "tensor", True).config.waiter
+    # measured at decode only: a one-consumer pick above it keeps the plain wait
+    above = choose_fp8(200, 1000, 512, "tensor", True).config
+    assert above.consumers == 1 and not above.waiter, above.name
+    # the e4m3 D of the GPU output tests runs with the waiter at these shapes
+    for m, n, k in ((1, 2112, 1024), (64, 2112, 7168)):
+        for quant in ("tensor", "1x128"):
+            assert choose_fp8(m, n, k, "row", True, out="e4m3", quant=quant).config.waiter

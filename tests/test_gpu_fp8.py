@@ -83,7 +83,7 @@ def test_overlapped_variants_on_odd_shapes(hopper, variant):
 
 # The waiter warp with one consumer and fast accumulation: per tensor and per row, split-K, a
 # TMA store, an fp16 D, on shapes of several units per CTA (an e4m3 D and a bias with the
-# waiter: the rules' picks at M <= 129 with fast accumulation in test_gpu_fp8_out.py).
+# waiter: the rules' picks at M <= 128 with fast accumulation in test_gpu_fp8_out.py).
 WAITER_VARIANTS = {
     "tensor_64x64": dict(bn=64, stages=14),
     "row_split_k": dict(scaling="row", bn=128, stages=9, split_k=4),

@@ -14,6 +14,14 @@ consumer's fast-accumulation loop waits instead of polling the mbarrier itself.
 
     python3 benchmarks/investigations/fp8_waiter.py compile DIR   # CPU: the cubins, into DIR
     python3 benchmarks/investigations/fp8_waiter.py run DIR       # GPU: $OUT/fp8_waiter_<GPU>.json
+    python3 benchmarks/investigations/fp8_waiter.py rules FILE    # CPU: ``rules`` in FILE
+
+It times the rules' kernels of a checkout from before the waiter (f02a0c6's): the rules of
+later ones give these kernels the waiter themselves, and it then finds none to patch.
+``rules`` writes into the run's file, per set, the kernel those later rules pick (the waiter,
+and the deeper ring where one fits: ``deep_waiter``, else ``waiter``) against the one as
+rendered: the geomean and lowest of the time before over the time after, and
+torch._scaled_mm's time over each (geomeans).
 """
 from __future__ import annotations
 
@@ -25,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from gemmgen.heuristics.fp8 import _deepest, choose_fp8
+from gemmgen.heuristics.ring import MAX_STAGES_WAITER
 
 import fp8_decode_sweep as sweep  # beside this script: the layers
 
@@ -59,14 +68,14 @@ def problems() -> list:
                 for m in MS:
                     for sc in SCALINGS:
                         cfg = choose_fp8(m, n, k, sc, True).config
-                        if cfg.consumers == 1 and not cfg.promote:
+                        if cfg.consumers == 1 and not cfg.promote and not cfg.waiter:
                             out.append((which, n, k, m, sc, cfg))
     return out
 
 
 def variants(cfg) -> dict:
     """{variant: (config, patched)}."""
-    deep = cfg.replace(check=False, stages=_deepest(cfg, 16))
+    deep = cfg.replace(check=False, stages=_deepest(cfg, MAX_STAGES_WAITER))
     out = {"rendered": (cfg, False), "waiter": (cfg, True)}
     if deep.stages > cfg.stages:
         out.update(deep=(deep, False), deep_waiter=(deep, True))
@@ -192,5 +201,24 @@ def summary(rows) -> dict:
     return out
 
 
+def rules(path: str) -> dict:
+    """``rules`` in a run's file (see the module doc), written into it and printed."""
+    doc = json.loads(Path(path).read_text())
+    gm = lambda xs: round(math.exp(sum(map(math.log, xs)) / len(xs)), 3)  # noqa: E731
+    out = {}
+    for which in ("train", "test"):
+        sel = [r for r in doc["rows"] if r["set"] == which]
+        now = ["deep_waiter" if "deep_waiter_us" in r else "waiter" for r in sel]
+        gain = [min(r["rendered_us"]) / min(r[f"{v}_us"]) for r, v in zip(sel, now)]
+        out[which] = {"rows": len(sel), "after_over_before": gm(gain),
+                      "lowest": round(min(gain), 3), "highest": round(max(gain), 3),
+                      "before_x_torch": gm([r["x_torch_rendered"] for r in sel]),
+                      "after_x_torch": gm([r[f"x_torch_{v}"] for r, v in zip(sel, now)])}
+    doc["rules"] = out
+    Path(path).write_text(json.dumps(doc, indent=1))
+    print(json.dumps(out, indent=1))
+    return out
+
+
 if __name__ == "__main__":
-    {"compile": compile_to, "run": run}[sys.argv[1]](sys.argv[2])
+    {"compile": compile_to, "run": run, "rules": rules}[sys.argv[1]](sys.argv[2])

@@ -362,7 +362,7 @@ def choose_fp8(m: int, n: int, k: int, scaling: str, fast: bool, a_dtype: str = 
     if not fast:
         changes.update(_overlap(base.replace(check=False, **changes), reasons))
     cfg = base.replace(check=False, **changes)
-    if cfg.consumers == 1 and not cfg.promote:  # one consumer, fast: the waiter (ring.waited)
+    if m <= DECODE_M:  # where it was measured: the waiter, if the kernel takes it (ring.waited)
         cfg = waited(cfg, reasons)
     if cfg.violations() and name == "fp8_tensor_cluster":  # e.g. an epilogue it cannot take
         name = "fp8_row_fast" if scaling == "row" else "fp8_tensor_fast"

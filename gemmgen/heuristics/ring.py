@@ -3,6 +3,8 @@ shared memory allows, staging C through chunk buffers where that leaves room for
 (``deepen``), and the config settled into the family's rules (``settle``)."""
 from __future__ import annotations
 
+from ..model.families.hopper.waiter import takes_waiter
+
 MAX_STAGES = 8
 """The deepest ring the shape rules ask for (6 against 3 stages: 363 against 220 TFLOP/s at
 128 x 8192 x 8192 swapped; 8 stages, 409 TFLOP/s; paths_NVIDIA_H200.json)."""
@@ -34,12 +36,10 @@ def deepen(cfg, changes, reasons) -> None:
     cost 2.3% and 5.2% over the plain kernel at 4096^3 and 4096 x 14336 x 4096 with one
     buffer and 4 stages, 1.2% and 0.6% with the whole tile and 3 (H200, the mean of three
     runs of epilogue_cost.py)."""
-    shaped = cfg.replace(check=False, **changes)
+    shaped = waited(cfg.replace(check=False, **changes), reasons)
     most = MAX_STAGES
-    if shaped.producer and shaped.consumers == 1:
+    if shaped.waiter:
         changes["waiter"], most = True, MAX_STAGES_WAITER
-        shaped = shaped.replace(check=False, waiter=True)
-        reasons.append("a waiter warp tells the one consumer when a stage is full")
     whole = max(deepest(shaped, most), cfg.stages)
     trial = shaped.replace(check=False, stages=whole)
     ring, buffers = deepest_buffered(shaped, () if trial.extended or trial.vectors else C_STAGES,
@@ -55,15 +55,16 @@ def deepen(cfg, changes, reasons) -> None:
 
 
 def waited(cfg, reasons):
-    """``cfg`` (one consumer warpgroup beside a producer) with the waiter warp and the deepest
-    ring of up to MAX_STAGES_WAITER stages that fits: the fp8 rules' one-consumer kernels with
-    fast accumulation (M = 16 to 128: the 64 x 64 tiles, whose ring deepens, 1.048x as fast
-    on both sets of layers; the waiter alone 1.003x and 1.006x; fp8_waiter_NVIDIA_H200.json)."""
+    """``cfg`` with the waiter warp and the deepest ring of up to MAX_STAGES_WAITER stages that
+    fits where its rules allow the waiter (``takes_waiter``: one consumer warpgroup beside a
+    producer; for the fp8 family, fast accumulation), else ``cfg`` as it is. The wgmma rules
+    (``deepen``) and the fp8 decode rules ask it (fp8_waiter_NVIDIA_H200.json: see the fp8
+    family's docs)."""
+    if not takes_waiter(cfg):
+        return cfg
     out = cfg.replace(check=False, waiter=True)
-    out = out.replace(check=False, stages=max(deepest(out, MAX_STAGES_WAITER), cfg.stages))
-    reasons.append(f"a waiter warp tells the one consumer when a stage is full: {out.stages} "
-                   "stages")
-    return out
+    reasons.append("a waiter warp tells the one consumer when a stage is full")
+    return out.replace(check=False, stages=max(deepest(out, MAX_STAGES_WAITER), cfg.stages))
 
 
 def deepest(cfg, most: int = MAX_STAGES) -> int:

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from ..heuristics import cost
 from ..heuristics.select import decide
-from ..heuristics.ring import MAX_STAGES, MAX_STAGES_WAITER
+from ..heuristics.ring import MAX_STAGES, MAX_STAGES_WAITER, ONE_CONSUMER
 from ..heuristics.shapes import FLIP
 from ..heuristics.tunedb import MARGIN, settle  # noqa: F401 - the tuner's names for them
+from ..model.families.hopper.waiter import takes_waiter
 from ..model.presets import PRESETS
 
 SPLITS = (1, 2, 4, 8)
@@ -115,11 +116,11 @@ def fit(cfg, swap: bool):
     swizzle blocks and the ring made shallower where a rule asks. None when it still breaks
     a rule."""
     preset = PRESETS[f"wgmma_{'bf16' if cfg.dtype == 'bf16' else 'tma_store'}"].config
-    rows = ({"consumers": 1, "regs_producer": 0, "regs_consumer": 0,
-             "waiter": cfg.producer} if cfg.bm == 64 else
+    rows = (dict(ONE_CONSUMER) if cfg.bm == 64 else
             {"consumers": preset.consumers, "regs_producer": preset.regs_producer,
-             "regs_consumer": preset.regs_consumer, "waiter": False})
-    out = cfg.replace(check=False, **rows)
+             "regs_consumer": preset.regs_consumer})
+    out = cfg.replace(check=False, **rows, waiter=False)
+    out = out.replace(check=False, waiter=takes_waiter(out))
     if out.split_k > 1 or swap or out.bn < 64:
         out = out.replace(check=False, store="direct")
     if out.split_k > 1 and out.layout[2] == "c" and out.bn >= 128:
@@ -127,7 +128,8 @@ def fit(cfg, swap: bool):
     if out.violations():  # where it compiles clean
         sw = out.sw_elems
         out = out.replace(check=False, bn=-(-out.bn // sw) * sw)
-    for st in range(out.stages, 0, -1):
+    most = MAX_STAGES_WAITER if out.waiter else MAX_STAGES  # the rules' deepest for the kind
+    for st in range(min(out.stages, most), 0, -1):
         trial = out.replace(check=False, stages=st)
         if not trial.violations():
             return trial

@@ -3,6 +3,8 @@ producer warpgroup's second warp waits for each full stage and meets the one con
 warpgroup at a named barrier, so the consumer does not poll the stage's mbarrier itself."""
 from __future__ import annotations
 
+from dataclasses import fields
+
 from ...rules import Rule, equal
 
 BAR_WAITER = 15
@@ -17,3 +19,14 @@ WAITER_RULES: tuple[Rule, ...] = (
 )
 """Rules of the waiter (a config's ``waiter``): part of a config's table, and its kernel's
 asserts, only when it uses it."""
+
+
+def takes_waiter(cfg) -> bool:
+    """Whether ``cfg`` can take the waiter: its family has the field and none of the rules the
+    waiter brings (H60, H61 and the family's own, e.g. the fp8 family's F32) breaks with it.
+    The other rules are not asked: the ring is chosen after."""
+    if "waiter" not in {f.name for f in fields(cfg)}:
+        return False
+    trial, plain = cfg.replace(check=False, waiter=True), cfg.replace(check=False, waiter=False)
+    own = {r.id for r in trial.feature_rules()} - {r.id for r in plain.feature_rules()}
+    return not any(v.rule.id in own for v in trial.violations())

@@ -70,6 +70,7 @@ class GroupedConfig(GroupedEnv, HopperTile, ConfigBase):
     min_blocks = 1
     m = n = k = None           # groups differ in an extent: no shape specialization
     epilogue = "none"          # C = A @ B per group
+    waiter = False             # not an axis here: the shared FP8 loop it reads always promotes
     field_types: ClassVar[dict] = {"dtype": str, "out": str, "grouping": str, "layout": str,
                                    "order": str, "scaling": str, "partials": int,
                                    "split": str}
