@@ -38,12 +38,12 @@ def deepen(cfg, changes, reasons) -> None:
     runs of epilogue_cost.py)."""
     shaped = waited(cfg.replace(check=False, **changes), reasons)
     most = MAX_STAGES
-    if shaped.waiter:
+    if shaped.waiter:  # its ring already as deep as fits, up to MAX_STAGES_WAITER
         changes["waiter"], most = True, MAX_STAGES_WAITER
-    whole = max(deepest(shaped, most), cfg.stages)
+    whole = shaped.stages if shaped.waiter else max(deepest(shaped, most), cfg.stages)
     trial = shaped.replace(check=False, stages=whole)
-    ring, buffers = deepest_buffered(shaped, () if trial.extended or trial.vectors else C_STAGES,
-                                     most)
+    ring, buffers = deepest_buffered(  # none deeper than the deepest there is
+        shaped, () if trial.extended or trial.vectors or whole >= most else C_STAGES, most)
     if ring > whole:
         changes.update(stages=ring, c_stages=buffers)
         reasons.append(f"{ring} stages: the ring as deep as shared memory allows with C "
@@ -68,7 +68,13 @@ def waited(cfg, reasons):
 
 
 def deepest(cfg, most: int = MAX_STAGES) -> int:
-    """The most stages, up to ``most``, at which ``cfg`` breaks no rule; 0 where none does."""
+    """The most stages, up to ``most``, at which ``cfg`` breaks no rule; 0 where none does.
+    The search starts at the most stages whose shared memory fits (a Hopper config's bytes
+    grow by one stage's with each stage: H09), where a deeper ring would break that rule."""
+    one, two = (cfg.replace(check=False, stages=st).env() for st in (1, 2))
+    if "SMEM_OPTIN" in one and two["SMEM_BYTES"] > one["SMEM_BYTES"]:
+        stage = two["SMEM_BYTES"] - one["SMEM_BYTES"]
+        most = min(most, max(1 + (one["SMEM_OPTIN"] - one["SMEM_BYTES"]) // stage, 0))
     return next((st for st in range(most, 0, -1)
                  if not cfg.replace(check=False, stages=st).violations()), 0)
 

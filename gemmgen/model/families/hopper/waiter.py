@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from ...rules import Rule, equal
+from ...rules import Rule, equal, violations
 
 BAR_WAITER = 15
 """The named barrier the waiter and the consumer meet at: the last of the SM's 16."""
@@ -28,5 +28,5 @@ def takes_waiter(cfg) -> bool:
     if "waiter" not in {f.name for f in fields(cfg)}:
         return False
     trial, plain = cfg.replace(check=False, waiter=True), cfg.replace(check=False, waiter=False)
-    own = {r.id for r in trial.feature_rules()} - {r.id for r in plain.feature_rules()}
-    return not any(v.rule.id in own for v in trial.violations())
+    brought = set(trial.feature_rules()) - set(plain.feature_rules())
+    return not violations(tuple(brought), trial.env())
