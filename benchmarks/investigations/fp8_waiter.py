@@ -26,7 +26,6 @@ torch._scaled_mm's time over each (geomeans).
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +35,8 @@ from gemmgen.heuristics.fp8 import _deepest, choose_fp8
 from gemmgen.heuristics.ring import MAX_STAGES_WAITER
 
 import fp8_decode_sweep as sweep  # beside this script: the layers
+import layer_sweep
+import small_m
 
 MS = (16, 64, 128)
 SCALINGS = ("tensor", "row")
@@ -182,29 +183,20 @@ def run(folder: str) -> None:
 def summary(rows) -> dict:
     """Per set and M: geomean x torch._scaled_mm as rendered, and each variant's speed-up over
     the rendered kernel (geomean, worst, best); whether every output was right."""
-    gm = lambda xs: round(math.exp(sum(map(math.log, xs)) / len(xs)), 3)  # noqa: E731
     out = {}
-    for which in ("train", "test"):
-        for m in list(MS) + ["all"]:
-            sel = [r for r in rows if r["set"] == which and m in ("all", r["M"])]
-            if not sel:
-                continue
-            s = out[f"{which} M={m}"] = {"rows": len(sel),
-                                         "rendered_x_torch": gm([r["x_torch_rendered"] for r in sel])}
-            for v in VARIANTS[1:]:
-                gain = [min(r["rendered_us"]) / min(r[f"{v}_us"]) for r in sel if f"{v}_us" in r]
-                if gain:
-                    s[v] = {"rows": len(gain), "over_rendered": gm(gain),
-                            "worst": round(min(gain), 3), "best": round(max(gain), 3)}
-            s["errors_ok"] = all(r[f"{v}_error"] <= 2e-2 for r in sel for v in VARIANTS
-                                 if f"{v}_error" in r)
+    for key, sel in layer_sweep.by_set_and_m(rows, MS):
+        s = out[key] = {"rows": len(sel), "rendered_x_torch": round(
+            small_m._geomean([r["x_torch_rendered"] for r in sel]), 3)}
+        s.update(layer_sweep.speedups(sel, "rendered", VARIANTS[1:]))
+        s["errors_ok"] = all(r[f"{v}_error"] <= 2e-2 for r in sel for v in VARIANTS
+                             if f"{v}_error" in r)
     return out
 
 
 def rules(path: str) -> dict:
     """``rules`` in a run's file (see the module doc), written into it and printed."""
     doc = json.loads(Path(path).read_text())
-    gm = lambda xs: round(math.exp(sum(map(math.log, xs)) / len(xs)), 3)  # noqa: E731
+    gm = lambda xs: round(small_m._geomean(xs), 3)  # noqa: E731
     out = {}
     for which in ("train", "test"):
         sel = [r for r in doc["rows"] if r["set"] == which]

@@ -78,20 +78,12 @@ def summary(rows) -> dict:
     """Per set and M: geomean x F.linear as rendered, and each variant's speed-up over it
     (geomean and worst) on the rows it was timed."""
     out = {}
-    for which in ("train", "test"):
-        for m in list(MS) + ["all"]:
-            sel = [r for r in rows if r["set"] == which and m in ("all", r["M"])]
-            if not sel:
-                continue
-            s = out[f"{which} M={m}"] = {"rows": len(sel), "rendered_x_torch": round(
-                small_m._geomean([r["x_torch_rendered"] for r in sel]), 3)}
-            for v in PATCHES:
-                gain = [min(r["rendered_us"]) / min(r[f"{v}_us"]) for r in sel if f"{v}_us" in r]
-                if gain:
-                    s[v] = {"rows": len(gain), "over_rendered": round(small_m._geomean(gain), 3),
-                            "worst": round(min(gain), 3), "best": round(max(gain), 3)}
-            s["errors_ok"] = all(r[f"{v}_error"] < 2e-2 for r in sel for v in VARIANTS
-                                 if f"{v}_error" in r)
+    for key, sel in layer_sweep.by_set_and_m(rows, MS):
+        s = out[key] = {"rows": len(sel), "rendered_x_torch": round(
+            small_m._geomean([r["x_torch_rendered"] for r in sel]), 3)}
+        s.update(layer_sweep.speedups(sel, "rendered", PATCHES))
+        s["errors_ok"] = all(r[f"{v}_error"] < 2e-2 for r in sel for v in VARIANTS
+                             if f"{v}_error" in r)
     return out
 
 

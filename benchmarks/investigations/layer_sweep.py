@@ -50,6 +50,28 @@ def compile_sources(folder: str, configs, sources) -> None:
     print(len(unique), "kernels")
 
 
+def by_set_and_m(rows: list, ms):
+    """("SET M=m", rows) for each set, each M of ``ms`` and all of them together ("M=all"),
+    leaving out the empty ones: the selection every per-set-and-M summary makes."""
+    for which in ("train", "test"):
+        for m in list(ms) + ["all"]:
+            sel = [r for r in rows if r["set"] == which and m in ("all", r["M"])]
+            if sel:
+                yield f"{which} M={m}", sel
+
+
+def speedups(rows: list, base: str, variants) -> dict:
+    """{variant: its rows, and the geomean ("over_BASE"), worst and best of BASE's time over
+    its time}, from rows holding "V_us" lists of each one's rounds, for the variants timed."""
+    out = {}
+    for v in variants:
+        gain = [min(r[f"{base}_us"]) / min(r[f"{v}_us"]) for r in rows if f"{v}_us" in r]
+        if gain:
+            out[v] = {"rows": len(gain), f"over_{base}": round(small_m._geomean(gain), 3),
+                      "worst": round(min(gain), 3), "best": round(max(gain), 3)}
+    return out
+
+
 def problems(ms, sets=("train", "test")) -> list:
     """[(set, N, K, M)]: small_m.py's layers of ``sets`` at each M of ``ms``."""
     return [(which, n, k, m) for which in sets for (n, k) in small_m.layers()[which]

@@ -70,17 +70,14 @@ def summary(rows) -> dict:
     def gm(xs):
         return round(math.exp(sum(map(math.log, xs)) / len(xs)), 3)
     out = {}
-    for which in ("train", "test"):
-        for m in list(MS) + ["all"]:
-            sel = [r for r in rows if r["set"] == which and m in ("all", r["M"])]
-            if sel:
-                out[f"{which} M={m}"] = {
-                    "rows": len(sel),
-                    "pdl_x_torch": gm([r["x_torch_pdl"] for r in sel]),
-                    "plain_x_torch": gm([r["x_torch_plain"] for r in sel]),
-                    "pdl_over_plain": gm([min(r["plain_us"]) / min(r["pdl_us"]) for r in sel]),
-                    "worst_pdl_over_plain": round(min(min(r["plain_us"]) / min(r["pdl_us"])
-                                                      for r in sel), 3)}
+    for key, sel in layer_sweep.by_set_and_m(rows, MS):
+        out[key] = {
+            "rows": len(sel),
+            "pdl_x_torch": gm([r["x_torch_pdl"] for r in sel]),
+            "plain_x_torch": gm([r["x_torch_plain"] for r in sel]),
+            "pdl_over_plain": gm([min(r["plain_us"]) / min(r["pdl_us"]) for r in sel]),
+            "worst_pdl_over_plain": round(min(min(r["plain_us"]) / min(r["pdl_us"])
+                                              for r in sel), 3)}
     return out
 
 

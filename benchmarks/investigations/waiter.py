@@ -129,22 +129,14 @@ def summary(rows) -> dict:
     variant's speed-up over the rendered kernel (geomean, worst, best) on the rows it was
     timed."""
     out = {}
-    for which in ("train", "test"):
-        for m in list(MS) + ["all"]:
-            sel = [r for r in rows if r["set"] == which and m in ("all", r["M"])]
-            if not sel:
-                continue
-            s = out[f"{which} M={m}"] = {"rows": len(sel), "rendered_x_torch": round(
-                small_m._geomean([r["x_torch_rendered"] for r in sel]), 3)}
-            best = [max(r.get(f"x_torch_{v}", 0) for v in VARIANTS) for r in sel]
-            s["best_x_torch"] = round(small_m._geomean(best), 3)
-            for v in VARIANTS[1:]:
-                gain = [min(r["rendered_us"]) / min(r[f"{v}_us"]) for r in sel if f"{v}_us" in r]
-                if gain:
-                    s[v] = {"rows": len(gain), "over_rendered": round(small_m._geomean(gain), 3),
-                            "worst": round(min(gain), 3), "best": round(max(gain), 3)}
-            s["errors_ok"] = all(r[f"{v}_error"] < 2e-2 for r in sel for v in VARIANTS
-                                 if f"{v}_error" in r)
+    for key, sel in layer_sweep.by_set_and_m(rows, MS):
+        s = out[key] = {"rows": len(sel), "rendered_x_torch": round(
+            small_m._geomean([r["x_torch_rendered"] for r in sel]), 3)}
+        best = [max(r.get(f"x_torch_{v}", 0) for v in VARIANTS) for r in sel]
+        s["best_x_torch"] = round(small_m._geomean(best), 3)
+        s.update(layer_sweep.speedups(sel, "rendered", VARIANTS[1:]))
+        s["errors_ok"] = all(r[f"{v}_error"] < 2e-2 for r in sel for v in VARIANTS
+                             if f"{v}_error" in r)
     return out
 
 
@@ -208,18 +200,14 @@ def ab_summary(rows: list, problems: int) -> dict:
     """Per set and M (and over all M): the changed rows, the geomean, lowest and highest of
     the time before over the time after, and F.linear's time over each side's (geomean)."""
     out = {"problems": problems, "changed": len(rows)}
-    for which in ("train", "test"):
-        for m in list(AB_MS) + ["all"]:
-            sel = [r for r in rows if r["set"] == which and m in ("all", r["M"])]
-            if not sel:
-                continue
-            gain = [min(r["before_us"]) / min(r["rules_us"]) for r in sel]
-            out[f"{which} M={m}"] = {
-                "rows": len(sel), "after_over_before": round(small_m._geomean(gain), 3),
-                "lowest": round(min(gain), 3), "highest": round(max(gain), 3),
-                "before_x_torch": round(small_m._geomean([r["x_torch_before"] for r in sel]), 3),
-                "after_x_torch": round(small_m._geomean([r["x_torch_rules"] for r in sel]), 3),
-                "errors_ok": all(r[f"{v}_error"] < 2e-2 for r in sel for v in ("before", "rules"))}
+    for key, sel in layer_sweep.by_set_and_m(rows, AB_MS):
+        gain = [min(r["before_us"]) / min(r["rules_us"]) for r in sel]
+        out[key] = {
+            "rows": len(sel), "after_over_before": round(small_m._geomean(gain), 3),
+            "lowest": round(min(gain), 3), "highest": round(max(gain), 3),
+            "before_x_torch": round(small_m._geomean([r["x_torch_before"] for r in sel]), 3),
+            "after_x_torch": round(small_m._geomean([r["x_torch_rules"] for r in sel]), 3),
+            "errors_ok": all(r[f"{v}_error"] < 2e-2 for r in sel for v in ("before", "rules"))}
     return out
 
 
