@@ -37,9 +37,9 @@ def deepen(cfg, changes, reasons) -> None:
     buffer and 4 stages, 1.2% and 0.6% with the whole tile and 3 (H200, the mean of three
     runs of epilogue_cost.py)."""
     shaped = waited(cfg.replace(check=False, **changes), reasons)
-    most = MAX_STAGES
+    most = most_stages(shaped)
     if shaped.waiter:  # its ring already as deep as fits, up to MAX_STAGES_WAITER
-        changes["waiter"], most = True, MAX_STAGES_WAITER
+        changes["waiter"] = True
     whole = shaped.stages if shaped.waiter else max(deepest(shaped, most), cfg.stages)
     trial = shaped.replace(check=False, stages=whole)
     ring, buffers = deepest_buffered(  # none deeper than the deepest there is
@@ -52,6 +52,12 @@ def deepen(cfg, changes, reasons) -> None:
     elif whole != cfg.stages:
         changes["stages"] = whole
         reasons.append(f"{whole} stages: the ring as deep as shared memory allows")
+
+
+def most_stages(cfg) -> int:
+    """The deepest ring the shape rules ask for ``cfg``'s kind: MAX_STAGES_WAITER with the
+    waiter warp, else MAX_STAGES."""
+    return MAX_STAGES_WAITER if getattr(cfg, "waiter", False) else MAX_STAGES
 
 
 def waited(cfg, reasons):

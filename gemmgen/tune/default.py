@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..heuristics import cost
 from ..heuristics.select import decide
-from ..heuristics.ring import MAX_STAGES, MAX_STAGES_WAITER, ONE_CONSUMER
+from ..heuristics.ring import ONE_CONSUMER, most_stages
 from ..heuristics.shapes import FLIP
 from ..heuristics.tunedb import MARGIN, settle  # noqa: F401 - the tuner's names for them
 from ..model.families.hopper.waiter import takes_waiter
@@ -82,7 +82,7 @@ def neighbours(base: Candidate, m: int, n: int, k: int, layout: str) -> list[Can
                    (64, min(narrow, cfg.bn)), (cfg.bm, 128), (cfg.bm, 64)):
         if (bm, bn) != (cfg.bm, cfg.bn) and not (bm > 64 and mm <= 64):
             trials.append((cfg.replace(check=False, bm=bm, bn=bn), swap))
-    most = MAX_STAGES_WAITER if getattr(cfg, "waiter", False) else MAX_STAGES
+    most = most_stages(cfg)
     for st in (cfg.stages - 1, cfg.stages + 1, most):
         if 2 <= st <= most and st != cfg.stages:
             trials.append((cfg.replace(check=False, stages=st), swap))
@@ -128,8 +128,7 @@ def fit(cfg, swap: bool):
     if out.violations():  # where it compiles clean
         sw = out.sw_elems
         out = out.replace(check=False, bn=-(-out.bn // sw) * sw)
-    most = MAX_STAGES_WAITER if out.waiter else MAX_STAGES  # the rules' deepest for the kind
-    for st in range(min(out.stages, most), 0, -1):
+    for st in range(min(out.stages, most_stages(out)), 0, -1):
         trial = out.replace(check=False, stages=st)
         if not trial.violations():
             return trial
