@@ -52,6 +52,17 @@ PATHS = {
     "waiter, 3xTF32 64x64 crr": PRESETS["wgmma_3xtf32"].config.replace(
         bm=64, bn=64, consumers=1, regs_producer=0, regs_consumer=0, layout="crr",
         stages=4, waiter=True),
+    **{f"cluster split-K {label}": PRESETS["wgmma_bf16"].config.replace(
+        store="direct", persistent=False, split_cluster=True, **kw)
+       for label, kw in {
+           "2, 128x128, rcr": dict(bn=128, stages=6, split_k=2, layout="rcr"),
+           "3, 128x64, crr, bias": dict(bn=64, stages=8, split_k=3, layout="crr",
+                                        epilogue="bias"),
+           "4, waiter 64x128, ccc, bias+GELU": dict(
+               bm=64, bn=128, consumers=1, regs_producer=0, regs_consumer=0, waiter=True,
+               stages=8, split_k=4, layout="ccc", epilogue="bias_gelu"),
+           "8, 64x64, rrc": dict(bm=64, bn=64, consumers=1, regs_producer=0,
+                                 regs_consumer=0, stages=8, split_k=8, layout="rrc")}.items()},
 }
 
 
@@ -128,6 +139,36 @@ def test_stream_k_is_reproducible_and_matches_the_unsplit_kernel(hopper):
     err = ((outs[0].double() - ref).norm() / ref.norm()).item()
     assert err <= tolerance(k, "fp16", "fp32", "fp16"), err
     assert ((outs[0].double() - outs[2].double()).norm() / ref.norm()).item() < 1e-3
+
+
+@pytest.mark.parametrize("label", [x for x in PATHS if x.startswith("cluster split-K")])
+def test_a_cluster_split_k_gives_the_inline_split_k_bits(hopper, label):
+    """The cluster split-K sums a tile's slices in slice order, as the inline split-K's last
+    slice does: the same bits, launch after launch, with alpha, beta and the epilogue."""
+    torch = pytest.importorskip("torch")
+    cfg = PATHS[label]
+    kern = build(cfg)
+    inline = build(cfg.replace(split_cluster=False, split_inline=True, persistent=True,
+                               waiter=False, stages=min(cfg.stages, 6)))
+    gen = torch.Generator(device="cuda").manual_seed(2)
+
+    def operand(rows, cols, col_major):  # rows x cols, in the layout's order
+        x = torch.randn(*((cols, rows) if col_major else (rows, cols)), device="cuda",
+                        generator=gen).bfloat16()
+        return x.t() if col_major else x
+    for m, n, k in ((256, 576, 7168), (333, 1000, 2050), (64, 4096, 4096)):
+        a, b = operand(m, k, cfg.layout[0] == "c"), operand(k, n, cfg.layout[1] == "c")
+        c0 = operand(m, n, cfg.layout[2] == "c")
+        bias = torch.randn(n, device="cuda", generator=gen).bfloat16()
+        outs = []
+        for kernel in (kern, kern, inline):
+            c = c0.clone()
+            kernel(a, b, c, alpha=1.5, beta=-0.5,
+                   bias=bias if cfg.epilogue.startswith("bias") else None)
+            torch.cuda.synchronize()
+            outs.append(c)
+        assert not outs[0].isnan().any()
+        assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2]), (m, n, k)
 
 
 def test_large_odd_operands_are_repacked_not_sent_to_the_fallback(hopper):

@@ -233,6 +233,62 @@ def test_the_waiter_warp_polls_the_full_barriers_for_the_one_consumer():
             base.replace(waiter=True, **bad)
 
 
+def _cluster_split(**kw):
+    """A 64 x 128 one-consumer kernel (the waiter's) with a cluster split-K of ``kw``."""
+    fields = dict(bm=64, bn=128, consumers=1, regs_producer=0, regs_consumer=0, stages=8,
+                  waiter=True, store="direct", persistent=False, layout="rcr", split_k=4,
+                  split_cluster=True)
+    return WGMMA["wgmma_tma_store"].replace(**{**fields, **kw})
+
+
+def test_a_cluster_split_k_sums_its_slices_through_distributed_shared_memory():
+    """With ``split_cluster`` a tile's slices are one 1 x 1 x SPLIT_K cluster: each CTA leaves
+    its partials in its ring, arrives on every CTA's barrier and sums its share of the elements
+    from every slice (DSMEM loads) before storing it; nothing of it in a kernel without it.
+    Each of its rules breaks on its own (H62-H71)."""
+    cfg = _cluster_split()
+    plain = render(cfg.replace(split_cluster=False, split_k=1))
+    src = render(cfg)
+    assert cfg.name.endswith("_sk4c_wt_lrcr") and "split-K 4 in a cluster" in cfg.brief()
+    assert "__cluster_dims__(1, 1, " in src and "ld.shared::cluster.f32" in src
+    assert src.index("mbar_arrive_cluster_relaxed(split_bar, r)") < src.index(
+        "mbar_wait_acquire_cluster(split_bar, 0);") < src.index("if (!owned(e)) continue;")
+    assert "tile.split = blockIdx.z % SPLIT_K;" in src
+    for word in ("split_bar", "ld_cluster", "__cluster_dims__", "owned(", "SPLIT_CLUSTER"):
+        assert word not in plain, word
+    base = cfg.replace(waiter=False)
+    for bad, rule in ((dict(split_k=9), "H62"), (dict(cluster_m=2, persistent=True), "H63"),
+                      (dict(persistent=True), "H64"), (dict(split_inline=True), "H65"),
+                      (dict(store="tma"), "H66"), (dict(epilogue="silu(acc) + R"), "H67"),
+                      (dict(stages=1, bn=256), "H68"),
+                      (dict(bm=128, consumers=2, pingpong=True, regs_producer=40,
+                            regs_consumer=232), "H69"),
+                      (dict(producer=False), "H70")):
+        with pytest.raises(ConfigError, match=rule):
+            base.replace(**bad)
+    with pytest.raises(ConfigError, match="H71"):
+        WGMMA["wgmma_3xtf32"].replace(store="direct", persistent=False, split_k=2,
+                                      split_cluster=True)
+
+
+def test_a_cluster_split_k_loads_every_slice_of_its_share_before_adding(nvcc):
+    """The cluster split-K's sum issues each element's loads from every CTA of the cluster
+    (LD through the cluster's shared-memory window) before its additions, waits on its
+    barrier once and leaves the kernel through the cluster barrier; no spills, at 64 x 128
+    with one consumer and at 128 x 128 with two, 2 to 8 slices."""
+    two = WGMMA["wgmma_tma_store"].replace(bn=128, stages=6, store="direct", persistent=False,
+                                           split_k=3, split_cluster=True)
+    configs = [_cluster_split(), _cluster_split(split_k=8, bn=64, layout="rcc"), two,
+               two.replace(split_k=2, epilogue="bias_gelu", layout="crr")]
+    for cfg, res, text in _compiled_sass(configs):
+        assert res.spills == 0 and res.stack_bytes == 0, (cfg.name, res)
+        share = -(-cfg.m_iters * cfg.bn // 2 // (2 * cfg.split_k)) * 2
+        first_add = text.index("FADD")
+        assert text.count("LD.E ", 0, first_add) >= cfg.split_k, cfg.name
+        assert len(re.findall(r"\bLD\.E\b", text)) >= share * cfg.split_k, cfg.name
+        assert "UCGABAR_WAIT" in text and "SYNCS.PHASECHK" in text, cfg.name
+
+
 def test_producer_warp_issues_tma_loads_from_uniform_registers(compiled):
     """The producer warp walks the tiles in step (one elected lane issues), so no TMA load of
     a kernel with a producer warpgroup sits in a waterfall loop (R2UR of every operand before

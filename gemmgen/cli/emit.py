@@ -21,7 +21,9 @@ from ..model.dtypes import FP8_DTYPES
 from ..model.epilogue import Epilogue, EpilogueError
 from ..model.epilogue_rules import EPILOGUE_RULES
 from ..model.families import FAMILIES
-from ..model.families.hopper.wgmma.rules import STREAM_K_RULES, WGMMA_FEATURE_RULES
+from ..model.families.hopper.waiter import WAITER_RULES
+from ..model.families.hopper.wgmma.rules import (SPLIT_CLUSTER_RULES, STREAM_K_RULES,
+                                                 WGMMA_FEATURE_RULES)
 from ..model.presets import PRESETS
 from ..model.registers import register_cap, registers_needed
 from ..model.suggest import changed_fields
@@ -288,7 +290,9 @@ def rules() -> None:
     tables = [(f"{family}:", fam.config.rules) for family, fam in FAMILIES.items()]
     tables += [("epilogue trees (wgmma; other families: E00):", EPILOGUE_RULES),
                ("wgmma features (dual, overlap; with a tree or either feature):",
-                WGMMA_FEATURE_RULES), ("wgmma stream-K (with stream_k):", STREAM_K_RULES)]
+                WGMMA_FEATURE_RULES), ("wgmma stream-K (with stream_k):", STREAM_K_RULES),
+               ("wgmma cluster split-K (with split_cluster):", SPLIT_CLUSTER_RULES),
+               ("Hopper waiter warp (wgmma, fp8; with waiter):", WAITER_RULES)]
     for title, table in tables:
         click.echo(title)
         for rule in table:

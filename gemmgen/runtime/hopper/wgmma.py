@@ -32,7 +32,9 @@ class WgmmaLaunch(HopperLaunch):
       same dtypes, layout and epilogue), else the fallback runs. A C that TMA cannot store to
       (a ``store="tma"`` kernel) always takes the fallback.
     - ``split_k > 1``: the GEMM stores fp32 partial sums per slice into a workspace and
-      ``<name>_reduce`` sums them in order and applies alpha, beta, bias and the activation.
+      ``<name>_reduce`` sums them in order and applies alpha, beta, bias and the activation;
+      an inline split-K sums them in the GEMM kernel (a workspace and counters), a cluster
+      split-K (``split_cluster``) through distributed shared memory (nothing more).
 
     ``last_path`` says what the last ``launch_raw`` ran: "tma", or "tma" with "+repack A",
     "+repack B", "+3xtf32", "+split-K <n>", or "fallback: <reason>" (a recipe's ``path``
@@ -127,6 +129,8 @@ class WgmmaLaunch(HopperLaunch):
         extra = ()
         if cfg.split_k > 1 and cfg.split_inline:
             extra = self._split_inline(dev, work, path, m, n, batch)
+        elif cfg.split_k > 1 and cfg.split_cluster:  # summed in the cluster: no workspace
+            path.append(f"split-K {cfg.split_k} in a cluster")
         elif cfg.split_k > 1:
             c_ptr, ldc, stride_c = self._split_k(dev, after, work, m, n, batch, alpha, out,
                                                  args.epi)

@@ -7,10 +7,10 @@ from typing import ClassVar
 from ....config import LAYOUTS, ConfigBase, div
 from ....epilogue_rules import EPILOGUE_RULES
 from .. import BARRIER_BYTES, C_SWIZZLE, HopperTile, WARPGROUP
-from ..split import split_tail, split_workspace
 from .env import WgmmaEnv
 from ..waiter import WAITER_RULES
-from .rules import MATHS, OVERLAP_RESERVE, STREAM_K_RULES, WGMMA_FEATURE_RULES, WGMMA_RULES
+from .rules import (MATHS, OVERLAP_RESERVE, SPLIT_CLUSTER_RULES, STREAM_K_RULES,
+                    WGMMA_FEATURE_RULES, WGMMA_RULES)
 from .vectors import consumer_bytes, residual_staged, staged_vectors
 
 
@@ -43,10 +43,14 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
       stages it chunk by chunk through N chunk buffers taken in turn, each chunk stored once
       written (CUTLASS's epilogue StagesD): room for a deeper ring (128 x 256: 4 stages, not 3).
     - ``split_k``: slices of K (1: none). Each slice stores fp32 partial sums in a workspace
-      (SPLIT_K x batch x M x N, in C's layout) and the module's ``<name>_reduce`` kernel sums
-      them in slice order (deterministic) and applies alpha, beta, bias and the activation
-      once. For skinny problems whose tiles cannot fill the SMs (CUTLASS's split-K serial
-      reduction, with a separate pass as in its "parallel" split-K).
+      (SPLIT_K x batch x M x N, in C's layout); ``<name>_reduce`` sums them in slice order
+      (deterministic) and applies alpha, beta, bias and the activation once (CUTLASS's
+      "parallel" split-K). For skinny problems whose tiles cannot fill the SMs.
+    - ``split_cluster``: with split-K, the slices of a tile are the CTAs of one cluster
+      (1 x 1 x SPLIT_K, one tile per CTA); each leaves its fp32 partials in its own shared
+      memory and every CTA sums a 1/SPLIT_K share of the tile's elements over the cluster's
+      slices, in slice order, through distributed shared memory, then stores that share of C:
+      no workspace, counter or second launch (DeepGEMM PR #186 reduces split-K so).
     - ``split_inline``: with split-K, the reduction runs in the GEMM kernel itself instead of
       ``<name>_reduce``: each slice stores its partial sums (in the accumulators' fragment
       order, per tile) and bumps a counter of its tile; the slice that arrives last sums every
@@ -116,6 +120,7 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
     store: str = "tma"
     split_k: int = 1
     split_inline: bool = False
+    split_cluster: bool = False
     math: str = "native"
     flush: int = 1
     layout: str = "rrr"
@@ -135,7 +140,7 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
     acc = "fp32"
     min_blocks = 1
     field_types = {"dtype": str, "out": str, "pingpong": bool, "producer": bool,
-                   "split_inline": bool,
+                   "split_inline": bool, "split_cluster": bool,
                    "persistent": bool, "raster": str, "store": str, "math": str, "layout": str,
                    "epilogue": str, "dual": bool, "overlap": bool, "stream_k": bool,
                    "waiter": bool}
@@ -144,9 +149,10 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
                "layout": LAYOUTS}
     optional = frozenset({"m", "n", "k"})
     fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype", "out", "math", "dual",
-                       "overlap", "stream_k", "waiter")
+                       "overlap", "stream_k", "waiter", "split_cluster")
     quiet: ClassVar[dict[str, object]] = {"dual": False, "overlap": False, "stream_k": False,
-                                          "c_stages": 0, "waiter": False}
+                                          "c_stages": 0, "waiter": False,
+                                          "split_cluster": False}
     search_domain = {
         "bm": (64, 128, 192, 256), "bn": (64, 96, 128, 160, 192, 224, 256), "bk": (16, 32, 64),
         "consumers": (1, 2), "pingpong": (False, True), "producer": (False, True),
@@ -168,7 +174,8 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
                 f"_{sched}_r{self.regs_producer}x{self.regs_consumer}_{self.store}"
                 f"{f'_cs{self.c_stages}' if self.c_stages else ''}"
                 f"_out{self.out}{f'_sk{self.split_k}' if self.split_k > 1 else ''}"
-                f"{'i' if self.split_inline else ''}{'_streamk' if self.stream_k else ''}"
+                f"{'i' if self.split_inline else 'c' * self.split_cluster}"
+                f"{'_streamk' if self.stream_k else ''}"
                 f"{'_3xtf32' if self.math == '3xtf32' else ''}"
                 f"{f'_f{self.flush}' if self.flush != 1 else ''}{'_dual' if self.dual else ''}"
                 f"{'_ov' if self.overlap else ''}{'_wt' if self.waiter else ''}"
@@ -189,7 +196,7 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
                 f"{f' (C through {self.c_stages} chunk buffers)' if self.c_stages else ''}"
                 f"  out {self.out}"
                 f"{f'  split-K {self.split_k}' if self.split_k > 1 else ''}"
-                f"{' inline' if self.split_inline else ''}"
+                f"{' inline' if self.split_inline else ' in a cluster' * self.split_cluster}"
                 f"{'  stream-K' if self.stream_k else ''}"
                 f"{'  3xTF32' if self.math == '3xtf32' else ''}"
                 f"{'  dual' if self.dual else ''}{'  overlap' if self.overlap else ''}"
@@ -205,10 +212,12 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
     def feature_rules(self) -> tuple:
         """The epilogue rules (E01-E11) and the wgmma feature rules (H42-H51), for a config
         that uses a feature (``extended``), the stream-K rules (H54-H56) for a stream-K config
-        and the waiter's (H60, H61) for one with the waiter; none otherwise."""
+        the waiter's (H60, H61) for one with the waiter and the cluster split-K's (H62-H68)
+        for one with ``split_cluster``; none otherwise."""
         return ((EPILOGUE_RULES + WGMMA_FEATURE_RULES if self.extended else ())
                 + (STREAM_K_RULES if self.stream_k else ())
-                + (WAITER_RULES if self.waiter else ()))
+                + (WAITER_RULES if self.waiter else ())
+                + (SPLIT_CLUSTER_RULES if self.split_cluster else ()))
 
     def rendered_rules(self) -> tuple:
         """The Hopper tile's rendered rules (``HopperTile.rendered_rules``) but H52
@@ -261,41 +270,6 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
             return k
         return 3 * -(-k // self.bk) * self.bk
 
-    def split_slices(self, k: int) -> list[tuple[int, int]]:
-        """(first K tile, K tiles) of each split-K slice for a K of ``k``: ceil(K tiles /
-        SPLIT_K) tiles each, the last slices shorter or empty (an empty slice stores zeros)."""
-        tiles = -(-self.packed_k(k) // self.bk)
-        per = -(-tiles // self.split_k)
-        return [(min(tiles, s * per), max(0, min(tiles, (s + 1) * per) - s * per))
-                for s in range(self.split_k)]
-
-    def split_tiles(self, tiles: int, sms: int) -> int:
-        """How many of a launch's ``tiles`` C tiles (over the batch) an inline split-K splits,
-        on a GPU of ``sms`` SMs: every tile when they fit one wave of the persistent grid (or
-        the kernel is not persistent), else only those past its last whole wave (none when the
-        waves are whole), so whole tiles fill the waves and the split slices the tail. 0
-        without an inline split-K."""
-        if self.split_k == 1 or not self.split_inline:
-            return 0
-        return split_tail(tiles, sms) if self.persistent else tiles
-
-    def workspace_bytes(self, tiles: int, sms: int) -> tuple[int, int]:
-        """An inline split-K's workspace (fp32 partials of every slice of each split tile, in
-        fragment order) and counters (one int per split tile and consumer), in bytes, for a
-        launch of ``tiles`` C tiles on ``sms`` SMs; (0, 0) without one."""
-        if not self.split_inline:
-            return 0, 0
-        return split_workspace(self.split_tiles(tiles, sms), self.split_k, self.bm * self.bn,
-                               self.consumers)
-
-    def work_units(self, tiles: int, sms: int) -> int:
-        """The work units (whole tiles and slices of split tiles) of a launch of ``tiles``
-        C tiles on ``sms`` SMs: the persistent grid's CTAs take them in turn."""
-        if not self.split_inline:
-            return tiles * self.split_k
-        split = self.split_tiles(tiles, sms)
-        return tiles - split + split * self.split_k
-
     def _box(self, rows: int, mn_major: bool, split: int) -> dict:
         """TMA boxes of one operand's stage: K-major: BK x rows/split (one box per CTA
         share); MN-major: sw_elems x BK column blocks."""
@@ -344,8 +318,10 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
     @property
     def barrier_bytes(self) -> int:
         """The full/empty mbarriers, and with an inline split-K one word per consumer (the
-        flag that says its tile's slices are all in)."""
-        return 2 * self.stages * BARRIER_BYTES + (16 if self.split_inline else 0)
+        flag that says its tile's slices are all in), with a cluster split-K the mbarrier that
+        says every slice's partials are in."""
+        return 2 * self.stages * BARRIER_BYTES + (16 if self.split_inline or self.split_cluster
+                                                   else 0)
 
     @property
     def vectors(self) -> tuple:

@@ -23,11 +23,14 @@ from .. import (
     ints,
     tensor_maps,
 )
+from ..split import split_tail, split_workspace
 from ..waiter import BAR_WAITER
 from .rules import DEFER_UNITS, PACK_ROWS, PACK_TILE, PTX_TYPES
 from .vectors import consumer_bytes, slot_bytes
 
 SPLIT_LOADS = 64
+BAR_SPLIT = 14
+"""The named barrier a cluster split-K's consumers meet at before they overwrite the ring."""
 """Registers an inline split-K's last slice gives to one pass of its reduction: every slice's
 loads of SPLIT_LOADS / SPLIT_K elements go out together, one round trip to L2 per pass."""
 
@@ -56,7 +59,8 @@ class WgmmaEnv:
             "OUT_BF16": int(self.out == "bf16"), "OUT_16BIT": int(self.out_bytes == 2),
             "A_MN_MAJOR": int(self.a_mn_major), "B_MN_MAJOR": int(self.b_mn_major),
             "SPLIT_K": self.split_k, "SPLIT_INLINE": int(self.split_inline),
-            "SPLIT_APART": int(self.split_k > 1 and not self.split_inline),
+            "SPLIT_APART": int(self.split_k > 1 and not self.split_inline
+                               and not self.split_cluster),
             "MATH_3XTF32": int(self.math == "3xtf32"), "FLUSH": self.flush,
             "FLUSH_TILES": 3 * self.flush, "PACK_TILE": PACK_TILE, "PACK_ROWS": PACK_ROWS,
             "A_BOX_INNER": a["box"][0], "A_BOX_ROWS": a["box"][1], "A_BOXES": a["count"],
@@ -71,7 +75,43 @@ class WgmmaEnv:
             **self.feature_env(),
             **({"K_SPEC": self.packed_k(self.k)} if self.k and self.math == "3xtf32" else {}),
             **(self._feature_env() if self.extended else {}),
+            **(self._split_cluster_env() if self.split_cluster else {}),
         }
+
+    def split_slices(self, k: int) -> list[tuple[int, int]]:
+        """(first K tile, K tiles) of each split-K slice for a K of ``k``: ceil(K tiles /
+        SPLIT_K) tiles each, the last slices shorter or empty (an empty slice stores zeros)."""
+        tiles = -(-self.packed_k(k) // self.bk)
+        per = -(-tiles // self.split_k)
+        return [(min(tiles, s * per), max(0, min(tiles, (s + 1) * per) - s * per))
+                for s in range(self.split_k)]
+
+    def split_tiles(self, tiles: int, sms: int) -> int:
+        """How many of a launch's ``tiles`` C tiles (over the batch) an inline split-K splits,
+        on a GPU of ``sms`` SMs: every tile when they fit one wave of the persistent grid (or
+        the kernel is not persistent), else only those past its last whole wave (none when the
+        waves are whole), so whole tiles fill the waves and the split slices the tail. 0
+        without an inline split-K."""
+        if self.split_k == 1 or not self.split_inline:
+            return 0
+        return split_tail(tiles, sms) if self.persistent else tiles
+
+    def workspace_bytes(self, tiles: int, sms: int) -> tuple[int, int]:
+        """An inline split-K's workspace (fp32 partials of every slice of each split tile, in
+        fragment order) and counters (one int per split tile and consumer), in bytes, for a
+        launch of ``tiles`` C tiles on ``sms`` SMs; (0, 0) without one."""
+        if not self.split_inline:
+            return 0, 0
+        return split_workspace(self.split_tiles(tiles, sms), self.split_k, self.bm * self.bn,
+                               self.consumers)
+
+    def work_units(self, tiles: int, sms: int) -> int:
+        """The work units (whole tiles and slices of split tiles) of a launch of ``tiles``
+        C tiles on ``sms`` SMs: the persistent grid's CTAs take them in turn."""
+        if not self.split_inline:
+            return tiles * self.split_k
+        split = self.split_tiles(tiles, sms)
+        return tiles - split + split * self.split_k
 
     def params(self) -> tuple[Param, ...]:
         """The GEMM kernel's parameters, in order: tensor maps of A, B and C; M, N, K, alpha, A,
@@ -93,6 +133,20 @@ class WgmmaEnv:
             out += (Param("epi", "const __grid_constant__ {ns}::EpilogueArgs",
                           f"{EPILOGUE_ARGS_BYTES}s"),)
         return out
+
+    @property
+    def cta_cluster(self) -> int:
+        """CTAs of one launched cluster: the multicast cluster, or a cluster split-K's slices."""
+        return self.split_k if self.split_cluster else self.cluster
+
+    def _split_cluster_env(self) -> dict[str, int]:
+        """Named quantities of a cluster split-K (only for configs with one): whether the
+        epilogue is a tree (or the dual GEMM, or the overlap), the bytes of a tile's fp32
+        partials and of the ring they are left in, and the named barrier the consumers meet
+        at before either overwrites the ring."""
+        return {"SPLIT_CLUSTER": 1, "EXTENDED": int(self.extended),
+                "SPLIT_PARTIAL_BYTES": self.bm * self.bn * 4,
+                "RING_BYTES": self.stages * self.stage_bytes, "BAR_SPLIT": BAR_SPLIT}
 
     def _feature_env(self) -> dict[str, int]:
         """Named quantities of the features beyond the family's table (only for configs
@@ -194,12 +248,14 @@ class WgmmaEnv:
                 "shared": tile(self.consumer_rows, self.bn)}
 
     def launch_summary(self) -> str:
-        cl = f", cluster = ({self.cluster}, 1, 1)" if self.cluster > 1 else ""
+        cl = (f", cluster = (1, 1, {self.split_k}): a tile's slices" if self.split_cluster
+              else f", cluster = ({self.cluster}, 1, 1)" if self.cluster > 1 else "")
         if self.persistent:
             grid = (f"grid = (min(tiles, SMs / {self.cluster} * {self.cluster}), 1, 1) over "
                     f"tiles = ceil(M/{self.bm * self.cluster_m}) * ceil(N/{self.bn * self.cluster_n}) "
                     f"* {self.cluster} * batch")
         else:
-            grid = (f"grid = (ceil(M/{self.bm}) * ceil(N/{self.bn}), 1, batch)")
+            grid = (f"grid = (ceil(M/{self.bm}) * ceil(N/{self.bn}), 1, batch"
+                    f"{f' * {self.split_k}' if self.split_k > 1 else ''})")
         return (f"{grid}{cl}, block = ({self.threads}, 1, 1); tensor maps of A, B and C are "
                 f"the first three parameters")

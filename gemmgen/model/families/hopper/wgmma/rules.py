@@ -121,3 +121,32 @@ STREAM_K_RULES: tuple[Rule, ...] = (
 )
 """Rules of stream-K (``stream_k``): part of a config's table, and its kernel's asserts, only
 when it uses it."""
+
+_SPLIT_CLUSTER = "a cluster split-K"
+SPLIT_CLUSTER_RULES: tuple[Rule, ...] = (
+    Rule("H62", "split-cluster-slices", one_of("SPLIT_K", tuple(range(2, 9))),
+         f"{_SPLIT_CLUSTER} runs each tile's slices as one cluster: 2 to 8 slices (the portable "
+         "cluster size)"),
+    Rule("H63", "split-cluster-alone", equal("CLUSTER", 1),
+         f"{_SPLIT_CLUSTER}'s cluster holds the slices of one tile: no multicast cluster"),
+    Rule("H64", "split-cluster-one-tile", equal("PERSISTENT", 0),
+         f"{_SPLIT_CLUSTER} leaves the partials in the ring, free once the CTA's only tile is "
+         "done: one tile per CTA (not persistent)"),
+    Rule("H65", "split-cluster-apart", equal("SPLIT_INLINE", 0),
+         f"{_SPLIT_CLUSTER} and the inline split-K are two ways of one reduction: one of them"),
+    Rule("H66", "split-cluster-direct", equal("STORE_TMA", 0),
+         f"{_SPLIT_CLUSTER} stores each CTA's share of the tile from registers (store direct)"),
+    Rule("H67", "split-cluster-plain", equal("EXTENDED", 0),
+         f"{_SPLIT_CLUSTER} sums and stores in the family's epilogue: not an epilogue tree, the "
+         "dual GEMM or the overlap"),
+    Rule("H68", "split-cluster-ring", at_most("SPLIT_PARTIAL_BYTES", "RING_BYTES"),
+         f"{_SPLIT_CLUSTER} leaves the tile's fp32 partials (BM x BN x 4 bytes) in the ring"),
+    Rule("H69", "split-cluster-cooperative", equal("PINGPONG", 0),
+         f"{_SPLIT_CLUSTER} sums a tile whose rows the consumers split (cooperative)"),
+    Rule("H70", "split-cluster-producer", equal("PRODUCER", 1),
+         f"{_SPLIT_CLUSTER} runs beside a producer warpgroup"),
+    Rule("H71", "split-cluster-native", equal("MATH_3XTF32", 0),
+         f"{_SPLIT_CLUSTER} sums the inputs' own products (no 3xTF32)"),
+)
+"""Rules of the cluster split-K (``split_cluster``): part of a config's table, and its
+kernel's asserts, only when it uses it."""

@@ -157,6 +157,9 @@ FAMILY = hopper_family(
         "raster": "tile order: grouped or snake",
         "store": "epilogue: tma (stmatrix + TMA store) or direct",
         "split_k": "slices of K, reduced by a second kernel (1: none)",
+        "split_inline": "split-K summed in the kernel by the last slice of each tile",
+        "split_cluster": "split-K with a tile's slices one cluster, summed through "
+                         "distributed shared memory (one tile per CTA)",
         "math": "native, or 3xtf32 (FP32-accurate tf32 products; dtype tf32)",
         "flush": "3xTF32: K chunks summed in the tensor core per FP32 add",
     },
