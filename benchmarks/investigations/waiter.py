@@ -39,13 +39,12 @@ layers where the two differ, at M = 1 to 512 (``WAITER_AB_MS``):
 """
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import layer_sweep  # beside this script
+import rules_ab
 import small_m
 
 MS = tuple(int(m) for m in os.environ.get("WAITER_MS", "16,64,128,256,512").split(","))
@@ -147,76 +146,7 @@ def save(gpu, rows, quiet=False) -> None:
 
 AB_MS = tuple(int(m) for m in os.environ.get("WAITER_AB_MS", "1,8,16,32,64,128,256,512")
               .split(","))
-PICKS = """import json, sys
-import layer_sweep
-print(json.dumps([[w, n, k, m, c.as_dict(), sw] for w, n, k, m, c, sw
-                  in layer_sweep.rule_problems(tuple(map(int, sys.argv[1].split(","))))]))"""
-
-
-def ab_compile(folder: str, old: str) -> None:
-    """The rules' kernels of this checkout and of the checkout in ``old`` (its picks made by
-    its own code, in a subprocess), where they differ, into ``folder``, with the pairs in
-    ``folder``/ab.json."""
-    from gemmgen.model.families.hopper.wgmma.config import WgmmaConfig
-    env = {**os.environ, "PYTHONPATH": f"{old}:{old}/benchmarks/investigations"}
-    was = json.loads(subprocess.run([sys.executable, "-c", PICKS, ",".join(map(str, AB_MS))],
-                                    env=env, check=True, capture_output=True, text=True).stdout)
-    pairs = []
-    for (which, n, k, m, cfg, swap), (*_, d, old_swap) in zip(layer_sweep.rule_problems(AB_MS),
-                                                              was):
-        d.pop("family")
-        before = WgmmaConfig(**d)
-        if before.name != cfg.name:
-            assert swap == old_swap, (m, n, k)
-            pairs.append([which, n, k, m, before.as_dict(), cfg.as_dict(), swap])
-    layer_sweep.compile_to(folder, [WgmmaConfig(**{k_: v for k_, v in d.items() if k_ != "family"})
-                                    for p in pairs for d in p[4:6]])
-    Path(folder, "ab.json").write_text(json.dumps({"rows": len(was), "pairs": pairs}))
-    print(len(pairs), "of", len(was), "problems change kernel")
-
-
-def ab_run(folder: str) -> None:
-    """Both sides' kernels on each changed problem (``time_variants``), saved per row."""
-    from gemmgen.model.families.hopper.wgmma.config import WgmmaConfig
-    doc = json.loads(Path(folder, "ab.json").read_text())
-    dev = layer_sweep.Device(folder)
-    rows = []
-    for which, n, k, m, before, after, swap in layer_sweep.limited(doc["pairs"]):
-        cfgs = {v: WgmmaConfig(**{k_: x for k_, x in d.items() if k_ != "family"})
-                for v, d in (("before", before), ("rules", after))}
-        sets, reps, xs, ws, ys, ref = small_m.layer_inputs(m, n, k, dev.gen, dev.l2)
-        launch = {v: layer_sweep.launcher(dev.kernel(c), swap, xs, ws, ys, sets)
-                  for v, c in cfgs.items()}
-        row = {"set": which, "M": m, "N": n, "K": k, "swap": swap,
-               **{f"{v}_config": c.name for v, c in cfgs.items()},
-               **layer_sweep.time_variants(dev, launch, sets, reps, xs, ws, ys, ref)}
-        print(json.dumps({k_: v_ for k_, v_ in row.items() if k_ in ("M", "N", "K")
-                          or k_.startswith("x_torch")}), flush=True)
-        rows.append(row)
-        ab_save(dev.gpu, rows, doc["rows"])
-
-
-def ab_summary(rows: list, problems: int) -> dict:
-    """Per set and M (and over all M): the changed rows, the geomean, lowest and highest of
-    the time before over the time after, and F.linear's time over each side's (geomean)."""
-    out = {"problems": problems, "changed": len(rows)}
-    for key, sel in layer_sweep.by_set_and_m(rows, AB_MS):
-        gain = [min(r["before_us"]) / min(r["rules_us"]) for r in sel]
-        out[key] = {
-            "rows": len(sel), "after_over_before": round(small_m._geomean(gain), 3),
-            "lowest": round(min(gain), 3), "highest": round(max(gain), 3),
-            "before_x_torch": round(small_m._geomean([r["x_torch_before"] for r in sel]), 3),
-            "after_x_torch": round(small_m._geomean([r["x_torch_rules"] for r in sel]), 3),
-            "errors_ok": all(r[f"{v}_error"] < 2e-2 for r in sel for v in ("before", "rules"))}
-    return out
-
-
-def ab_save(gpu, rows, problems) -> None:
-    layer_sweep.save_rows("waiter_ab", __doc__, gpu, rows, ab_summary(rows, problems), "",
-                          quiet=True)
-
-
 if __name__ == "__main__":
     {"compile": lambda: compile_to(sys.argv[2]), "run": lambda: main_run(sys.argv[2]),
-     "ab-compile": lambda: ab_compile(sys.argv[2], sys.argv[3]),
-     "ab-run": lambda: ab_run(sys.argv[2])}[sys.argv[1]]()
+     "ab-compile": lambda: rules_ab.compile(sys.argv[2], sys.argv[3], AB_MS),
+     "ab-run": lambda: rules_ab.run(sys.argv[2], "waiter_ab", __doc__, AB_MS)}[sys.argv[1]]()

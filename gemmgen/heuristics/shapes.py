@@ -26,6 +26,7 @@ import math
 from ..model.epilogue import Epilogue
 from . import cost
 from .ring import ONE_CONSUMER, deepen, settle
+from .splitk import apart as _apart, record_split as _record_split
 
 FLIP = {"r": "c", "c": "r"}
 
@@ -363,32 +364,3 @@ def _split(cfg, m, n, k, batch, best, tiles, changes, reasons) -> int:
             2 if tiles * 2 <= cost.SMS and k >= 8192 else 1
     _record_split(cfg, split, tiles, best, changes, reasons)
     return split
-
-
-def _apart(cfg, changes, tile) -> str | None:
-    """Why a split-K of ``cfg`` with ``changes`` in ``tile``s would be summed by a second kernel
-    (None: inline, where it compiles clean: not ping-pong, not a wide column-major C)."""
-    wide_col = changes.get("layout", cfg.layout)[2] == "c" and tile[1] >= 128
-    return ("an epilogue tree" if getattr(cfg, "extended", False) else  # H51
-            "ping-pong consumers" if cfg.pingpong else
-            f"a column-major C tile {tile[1]} wide (an inline sum would spill)" if wide_col
-            else None)
-
-
-def _record_split(cfg, split, tiles, best, changes, reasons) -> None:
-    """Record ``split`` slices in ``changes`` (inline where it compiles clean) and say why."""
-    if split > 1:
-        apart = _apart(cfg, changes, best)
-        changes.update(split_k=split, split_inline=apart is None)
-        how = ("the last slice of each tile to finish sums them in order (deterministic) in "
-               "the same launch" if apart is None else "a second kernel sums them in order "
-               f"(deterministic): {apart}")
-        waves, tail = divmod(tiles, cost.SMS)
-        what = (f"{tiles} tiles fill {100 * tiles / cost.SMS:.0f}% of {cost.SMS} SMs: K split "
-                f"into {split} slices" if tiles <= cost.SMS else
-                f"{tiles} tiles: {waves} whole wave{'s' * (waves > 1)} on {cost.SMS} SMs and "
-                f"{tail} more, whose K is split into {split} slices (the others are not split)")
-        reasons.append(f"{what}; {how}")
-    else:
-        reasons.append(f"{tiles} tiles: {tiles / cost.SMS:.2f} waves on {cost.SMS} SMs, "
-                       f"K not split")
