@@ -61,7 +61,7 @@ def defaults(gpu: str, cc: int | None, dtype: str, m: int, n: int, k: int,
 
 def neighbours(base: Candidate, m: int, n: int, k: int, layout: str) -> list[Candidate]:
     """Configurations one step from the wgmma candidate ``base`` for an M x N x K problem in
-    ``layout``: the problem swapped (or unswapped), inline split-K factors, 64-row,
+    ``layout``: the problem swapped (or unswapped), inline (or cluster) split-K factors, 64-row,
     128-row and narrow-N tiles, and a ring one stage shallower or deeper. Each is fitted to
     the rules (one consumer for 64 rows, direct stores for split-K, swapped or narrow tiles,
     fewer stages where shared memory runs out); those that still break one are left out.
@@ -76,7 +76,9 @@ def neighbours(base: Candidate, m: int, n: int, k: int, layout: str) -> list[Can
         trials.append((other, not swap))
     for s in SPLITS:
         if s != cfg.split_k and k // s >= cost.MIN_SLICE_TILES * cfg.bk:
-            trials.append((cfg.replace(check=False, split_k=s, split_inline=s > 1), swap))
+            cluster = s > 1 and cfg.split_cluster  # a cluster split keeps its kind
+            trials.append((cfg.replace(check=False, split_k=s, split_inline=s > 1 and not cluster,
+                                       split_cluster=cluster), swap))
     narrow = max(8, -(-nn // 8) * 8)
     for bm, bn in ((64, cfg.bn), (128, cfg.bn), (cfg.bm, min(narrow, cfg.bn)),
                    (64, min(narrow, cfg.bn)), (cfg.bm, 128), (cfg.bm, 64)):
