@@ -68,13 +68,18 @@ def test_decode_shapes_swap_operands_onto_wgmma_n():
 
 
 def test_small_m_rules_split_long_k_and_say_where_the_slices_are_summed():
-    """Decode tiles split K into slices of at least 12 K tiles within one wave; an M of 128
+    """Decode tiles split K into the most slices (up to 8) whose tiles x slices are at most
+    96 CTAs, each tile's slices one cluster, and not at all where none fits; an M of 128
     over a K at least twice N is swapped too, its wide column-major C summed by a second
     kernel (an inline sum would spill); at 256 and 512 rows the mid-M rule splits; at 1024
     rows 64 x 64 tiles are weighed, never with a split tail."""
-    decode = decide(None, H, "bf16", 1, 576, 7168, cc=90, layout="rcr")
-    assert decode.swap and decode.config.split_k == 8 and decode.config.split_inline
-    assert any("in the same launch" in r for r in decode.reasons)
+    decode = decide(None, H, "bf16", 1, 576, 7168, cc=90, layout="rcr")  # 9 tiles x 8
+    assert decode.swap and decode.config.split_k == 8 and decode.config.split_cluster
+    assert not decode.config.persistent and not decode.config.split_inline
+    assert any("one cluster of 8 CTAs" in r for r in decode.reasons)
+    wide = decide(None, H, "bf16", 1, 4096, 4096, cc=90, layout="rcr")  # 64 tiles: 2 x 64 > 96
+    assert wide.swap and wide.config.split_k == 1
+    assert any("no split of at most 96 CTAs" in r for r in wide.reasons)
     long_k = decide(None, H, "bf16", 128, 576, 7168, cc=90, layout="rcr")
     assert long_k.swap and long_k.config.bn == 128 and long_k.config.split_k == 8
     assert not long_k.config.split_inline
@@ -172,7 +177,7 @@ def test_m_of_33_to_64_rows_takes_narrow_n_tiles_in_one_wave():
     assert c.store == "direct" and c.layout == "rcr"
     assert any("share the stream of B" in r for r in ch.reasons)
     long_k = decide(None, H, "bf16", 48, 576, 7168, cc=90, layout="rcr").config
-    assert (long_k.bn, long_k.split_k, long_k.split_inline) == (32, 6, True)  # 18 x 6 units
+    assert (long_k.bn, long_k.split_k, long_k.split_cluster) == (32, 4, True)  # 18 x 4 CTAs
     biased = decide(None, H, "bf16", 64, 3072, 768, cc=90, layout="rcr", epilogue="bias")
     assert not biased.swap and biased.config.bn == 24
     assert decide(None, H, "bf16", 64, 14336, 4096, cc=90, layout="rcr").swap  # 224 tiles

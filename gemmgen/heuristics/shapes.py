@@ -26,7 +26,7 @@ import math
 from ..model.epilogue import Epilogue
 from . import cost
 from .ring import ONE_CONSUMER, deepen, settle
-from .splitk import apart as _apart, record_split as _record_split
+from .splitk import apart as _apart, record_split as _record_split, small_split
 
 FLIP = {"r": "c", "c": "r"}
 
@@ -135,13 +135,16 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
         swap, best, split = False, (64, narrow[0]) if narrow else mid[:2], (narrow or mid)[-1]
         changes: dict = narrow_tile(narrow[0]) if narrow else mid_tile(*best)
         tiles = cost.tiles_of(m, n, *best, batch)
-        _record_split(cfg, split, tiles, best, changes, reasons)
+        split = _record_split(cfg, small_split(cfg, m <= SWAP_M, split, tiles, k, changes,
+                                               reasons), tiles, best, changes, reasons,
+                              small=m <= SWAP_M)
     else:
+        m0 = m  # the caller's M
         swap, m, n, layout = _swap(m, n, k, layout, epilogue, reasons)
         changes = {"layout": layout} if swap else {}
         best = _tile(cfg, m, n, k, batch, changes, reasons, swap)
         tiles = cost.tiles_of(m, n, *best, batch)
-        split = _split(cfg, m, n, k, batch, best, tiles, changes, reasons)
+        split = _split(cfg, m, n, k, batch, best, tiles, changes, reasons, small=m0 <= SWAP_M)
     odd = bool(mid) and best[1] % (64 if layout[2] == "c"  # else the staging chunk's width
                                    else cfg.replace(check=False, **changes).c_chunk) != 0
     # an inline split of the tail past whole waves stores C as the whole tiles do
@@ -337,13 +340,14 @@ def _big_time(cfg, tile, m, n, k, batch, tail_ok=True) -> tuple[float, int]:
     return best
 
 
-def _split(cfg, m, n, k, batch, best, tiles, changes, reasons) -> int:
+def _split(cfg, m, n, k, batch, best, tiles, changes, reasons, small=False) -> int:
     """Split-K slices (1: none), recorded in ``changes``: a narrow (decode) tile, the most SPLITS
     in one wave with slices of at least DECODE_SLICE_TILES K tiles; a small M (unswapped by a
     bias), ``cost.split_k_for``; up to SMALL_M rows, where the tiles leave half the SMs idle,
     the most SPLITS in one wave with slices of at least BIG_SPLIT_TILES K tiles; above, the
     split tail of ``_big_time`` where the tiles outnumber the SMs, else 2 or 4 where they leave
-    half or three quarters of the SMs idle over a K of at least 8192 or 16384."""
+    half or three quarters of the SMs idle over a K of at least 8192 or 16384; for a caller's
+    M of at most SWAP_M rows (``small``), ``splitk.small_split`` of that."""
     k_tiles = math.ceil(k / cfg.bk)
 
     def most(min_tiles):
@@ -362,5 +366,5 @@ def _split(cfg, m, n, k, batch, best, tiles, changes, reasons) -> int:
     else:
         split = 4 if tiles * 4 <= cost.SMS and k >= 16384 else \
             2 if tiles * 2 <= cost.SMS and k >= 8192 else 1
-    _record_split(cfg, split, tiles, best, changes, reasons)
-    return split
+    return _record_split(cfg, small_split(cfg, small, split, tiles, k, changes, reasons), tiles,
+                         best, changes, reasons, small=small)

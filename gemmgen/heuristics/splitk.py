@@ -14,6 +14,34 @@ to 1024, 64 x 64 to 128 x 128 tiles, 2 to 8 slices, H200; split_cost_NVIDIA_H200
 more CTAs 0.754 and 0.939, the clusters' launch costing more than the inline reduction."""
 
 
+SMALL_CLUSTER = {"ctas": 96, "min_slice_tiles": 6}
+"""Where the rules split K for a caller's M of at most 64 rows (decode tiles and the narrow-N
+rule's), the split becomes the most slices (up to 8) whose tiles x slices are at most
+``ctas`` CTAs and whose slices hold at least ``min_slice_tiles`` K tiles, summed in a cluster;
+K is not split where none fits. The point of a grid (``ctas`` 64 to 112, ``min_slice_tiles`` 2
+to 12, unsplit or the rules' inline split where none fits) of best training geomean x
+F.linear (ties to the fewest slices), the other families scored after (split_count.py ``fit``,
+H200, bf16 rcr, M = 1 to 64, the 74 layer shapes where the rules split;
+split_count_NVIDIA_H200.json): training 1.12 -> 1.2, held out 1.032 -> 1.082."""
+
+
+def small_split(cfg, small: bool, split: int, tiles: int, k: int, changes, reasons) -> int:
+    """The slices of a split-K the rules chose (``split``, of ``tiles`` tiles over a K of
+    ``k``): for a caller's small M (``small``), SMALL_CLUSTER's (saying so in ``reasons``);
+    else ``split``."""
+    if not small or split == 1 or _clustered(cfg, 2, tiles, changes, 10 ** 9) is None:
+        return split
+    c, k_tiles = SMALL_CLUSTER, -(-k // cfg.bk)
+    out = next((s for s in (8, 6, 4, 3, 2) if tiles * s <= c["ctas"]
+                and k_tiles / s >= c["min_slice_tiles"]), 1)
+    reasons.append(f"a small M: {out} slices, the most whose tiles x slices are at most "
+                   f"{c['ctas']} CTAs (one cluster a tile) with {c['min_slice_tiles']} K tiles "
+                   f"a slice or more" if out > 1 else
+                   f"a small M: no split of at most {c['ctas']} CTAs (one cluster a tile) fits, "
+                   f"and a split summed inline costs more than it gains: K not split")
+    return out
+
+
 def apart(cfg, changes, tile) -> str | None:
     """Why a split-K of ``cfg`` with ``changes`` in ``tile``s would be summed by a second kernel
     (None: inline, where it compiles clean: not ping-pong, not a wide column-major C)."""
@@ -24,27 +52,29 @@ def apart(cfg, changes, tile) -> str | None:
             else None)
 
 
-def _clustered(cfg, split, tiles, changes) -> dict | None:
+def _clustered(cfg, split, tiles, changes, ctas) -> dict | None:
     """The changes of a cluster split-K into ``split`` slices where ``tiles`` x ``split`` is at
-    most CLUSTER_SPLIT_CTAS and the shaped kernel takes it (a wgmma kernel, one tile per CTA,
-    direct stores), else None."""
-    if "split_cluster" not in type(cfg).__dataclass_fields__ or tiles * split > CLUSTER_SPLIT_CTAS:
+    most ``ctas`` and the shaped kernel takes it (a wgmma kernel, one tile per CTA, direct
+    stores), else None."""
+    if "split_cluster" not in type(cfg).__dataclass_fields__ or tiles * split > ctas:
         return None
     ours = {"split_k": split, "split_inline": False, "split_cluster": True,
             "persistent": False, "store": "direct"}
     return ours if not cfg.replace(check=False, **{**changes, **ours}).violations() else None
 
 
-def record_split(cfg, split, tiles, best, changes, reasons) -> None:
-    """Record ``split`` slices in ``changes`` (in a cluster, else inline where it compiles
-    clean, else apart) and say why."""
+def record_split(cfg, split, tiles, best, changes, reasons, small=False) -> int:
+    """Record ``split`` slices in ``changes`` (in a cluster where the tiles x slices are at
+    most CLUSTER_SPLIT_CTAS, or SMALL_CLUSTER's for a caller's ``small`` M; else inline where it
+    compiles clean, else apart), say why and return ``split``."""
     if split > 1:
         why_apart = apart(cfg, changes, best)
-        cluster = _clustered(cfg, split, tiles, changes) if why_apart is None else None
+        ctas = SMALL_CLUSTER["ctas"] if small else CLUSTER_SPLIT_CTAS
+        cluster = _clustered(cfg, split, tiles, changes, ctas) if why_apart is None else None
         changes.update(cluster or {"split_k": split, "split_inline": why_apart is None})
         how = (f"each tile's slices are one cluster of {split} CTAs, which sum them in order "
                f"through distributed shared memory, each storing a share of the tile (at most "
-               f"{CLUSTER_SPLIT_CTAS} CTAs)" if cluster else
+               f"{ctas} CTAs)" if cluster else
                "the last slice of each tile to finish sums them in order (deterministic) in "
                "the same launch" if why_apart is None else "a second kernel sums them in "
                f"order (deterministic): {why_apart}")
@@ -57,3 +87,4 @@ def record_split(cfg, split, tiles, best, changes, reasons) -> None:
     else:
         reasons.append(f"{tiles} tiles: {tiles / cost.SMS:.2f} waves on {cost.SMS} SMs, "
                        f"K not split")
+    return split
