@@ -135,9 +135,10 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
         swap, best, split = False, (64, narrow[0]) if narrow else mid[:2], (narrow or mid)[-1]
         changes: dict = narrow_tile(narrow[0]) if narrow else mid_tile(*best)
         tiles = cost.tiles_of(m, n, *best, batch)
-        split = _record_split(cfg, small_split(cfg, m <= SWAP_M, split, tiles, k, changes,
+        small = bool(narrow) and m <= SWAP_M
+        split = _record_split(cfg, small_split(cfg, small, split, tiles, best, k, changes,
                                                reasons), tiles, best, changes, reasons,
-                              small=m <= SWAP_M)
+                              small=small)
     else:
         m0 = m  # the caller's M
         swap, m, n, layout = _swap(m, n, k, layout, epilogue, reasons)
@@ -347,13 +348,15 @@ def _split(cfg, m, n, k, batch, best, tiles, changes, reasons, small=False) -> i
     the most SPLITS in one wave with slices of at least BIG_SPLIT_TILES K tiles; above, the
     split tail of ``_big_time`` where the tiles outnumber the SMs, else 2 or 4 where they leave
     half or three quarters of the SMs idle over a K of at least 8192 or 16384; for a caller's
-    M of at most SWAP_M rows (``small``), ``splitk.small_split`` of that."""
+    M of at most SWAP_M rows (``small``) in a decode tile, ``splitk.small_split`` of that."""
     k_tiles = math.ceil(k / cfg.bk)
 
     def most(min_tiles):
         return max([s for s in SPLITS if tiles * s <= cost.SMS and k_tiles / s >= min_tiles]
                    or [1])
-    if max(8, -(-n // 8) * 8) < cfg.bn:  # the narrow-N (decode) tile of ``_tile``
+    decode = max(8, -(-n // 8) * 8) < cfg.bn  # the narrow-N (decode) tile of ``_tile``
+    small = small and decode
+    if decode:
         split = most(DECODE_SLICE_TILES)
     elif m <= SWAP_M:
         split = cost.split_k_for(m, n, k, batch, best[0], best[1], cfg.bk)
@@ -366,5 +369,5 @@ def _split(cfg, m, n, k, batch, best, tiles, changes, reasons, small=False) -> i
     else:
         split = 4 if tiles * 4 <= cost.SMS and k >= 16384 else \
             2 if tiles * 2 <= cost.SMS and k >= 8192 else 1
-    return _record_split(cfg, small_split(cfg, small, split, tiles, k, changes, reasons), tiles,
-                         best, changes, reasons, small=small)
+    return _record_split(cfg, small_split(cfg, small, split, tiles, best, k, changes, reasons),
+                         tiles, best, changes, reasons, small=small)

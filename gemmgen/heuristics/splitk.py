@@ -15,8 +15,8 @@ more CTAs 0.754 and 0.939, the clusters' launch costing more than the inline red
 
 
 SMALL_CLUSTER = {"ctas": 96, "min_slice_tiles": 6}
-"""Where the rules split K for a caller's M of at most 64 rows (decode tiles and the narrow-N
-rule's), the split becomes the most slices (up to 8) whose tiles x slices are at most
+"""Where the rules split K for a caller's M of at most 64 rows in a decode tile or the narrow-N
+rule's (not the block tiles of an M that keeps its operands: unmeasured), the split becomes the most slices (up to 8) whose tiles x slices are at most
 ``ctas`` CTAs and whose slices hold at least ``min_slice_tiles`` K tiles, summed in a cluster;
 K is not split where none fits. The point of a grid (``ctas`` 64 to 112, ``min_slice_tiles`` 2
 to 12, unsplit or the rules' inline split where none fits) of best training geomean x
@@ -25,11 +25,13 @@ H200, bf16 rcr, M = 1 to 64, the 74 layer shapes where the rules split;
 split_count_NVIDIA_H200.json): training 1.12 -> 1.2, held out 1.032 -> 1.082."""
 
 
-def small_split(cfg, small: bool, split: int, tiles: int, k: int, changes, reasons) -> int:
-    """The slices of a split-K the rules chose (``split``, of ``tiles`` tiles over a K of
-    ``k``): for a caller's small M (``small``), SMALL_CLUSTER's (saying so in ``reasons``);
-    else ``split``."""
-    if not small or split == 1 or _clustered(cfg, 2, tiles, changes, 10 ** 9) is None:
+def small_split(cfg, small: bool, split: int, tiles: int, best, k: int, changes,
+                reasons) -> int:
+    """The slices of a split-K the rules chose (``split``, of ``tiles`` ``best`` tiles over a
+    K of ``k``): for a caller's small M (``small``: a decode or narrow-N tile) that a cluster
+    can sum, SMALL_CLUSTER's (saying so in ``reasons``); else ``split``."""
+    if (not small or split == 1 or apart(cfg, changes, best) is not None
+            or _clustered(cfg, 2, tiles, changes, 10 ** 9) is None):
         return split
     c, k_tiles = SMALL_CLUSTER, -(-k // cfg.bk)
     out = next((s for s in (8, 6, 4, 3, 2) if tiles * s <= c["ctas"]

@@ -126,7 +126,9 @@ def fit(cfg, swap: bool):
     if out.split_k > 1 or swap or out.bn < 64:
         out = out.replace(check=False, store="direct")
     if out.split_k > 1 and out.layout[2] == "c" and out.bn >= 128:
-        out = out.replace(check=False, split_inline=False)  # as the shape rules: inline only
+        # as the shape rules: inline or in a cluster only where it compiles clean
+        out = out.replace(check=False, split_inline=False, split_cluster=False,
+                          persistent=cfg.persistent or cfg.split_cluster)
     if out.violations():  # where it compiles clean
         sw = out.sw_elems
         out = out.replace(check=False, bn=-(-out.bn // sw) * sw)

@@ -212,7 +212,7 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
     def feature_rules(self) -> tuple:
         """The epilogue rules (E01-E11) and the wgmma feature rules (H42-H51), for a config
         that uses a feature (``extended``), the stream-K rules (H54-H56) for a stream-K config
-        the waiter's (H60, H61) for one with the waiter and the cluster split-K's (H62-H68)
+        the waiter's (H60, H61) for one with the waiter and the cluster split-K's (H62-H71)
         for one with ``split_cluster``; none otherwise."""
         return ((EPILOGUE_RULES + WGMMA_FEATURE_RULES if self.extended else ())
                 + (STREAM_K_RULES if self.stream_k else ())

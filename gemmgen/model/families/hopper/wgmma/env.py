@@ -29,10 +29,10 @@ from .rules import DEFER_UNITS, PACK_ROWS, PACK_TILE, PTX_TYPES
 from .vectors import consumer_bytes, slot_bytes
 
 SPLIT_LOADS = 64
-BAR_SPLIT = 14
-"""The named barrier a cluster split-K's consumers meet at before they overwrite the ring."""
 """Registers an inline split-K's last slice gives to one pass of its reduction: every slice's
 loads of SPLIT_LOADS / SPLIT_K elements go out together, one round trip to L2 per pass."""
+BAR_SPLIT = 14
+"""The named barrier a cluster split-K's consumers meet at before they overwrite the ring."""
 
 
 class WgmmaEnv:
