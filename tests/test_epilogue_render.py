@@ -125,7 +125,7 @@ def test_no_spills_and_the_epilogue_args_sit_last_in_the_parameter_block(compile
         assert len(layout.offsets) == 19 + wants_args, name
         if wants_args:
             assert layout.sizes[-1] == EPILOGUE_ARGS_BYTES and layout.offsets[-1] % 8 == 0
-        if cfg.split_k > 1:
+        if cfg.split_apart:
             reduce = param_layout(cubin, name + "_reduce")
             assert reduce.sizes[-1] == EPILOGUE_ARGS_BYTES and len(reduce.offsets) == 13
 

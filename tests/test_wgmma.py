@@ -208,7 +208,7 @@ def test_sass_has_wgmma_and_tma_and_no_local_memory(compiled):
         assert f"Function : {name}_pack" in text, name
         assert waits_before_global_access(cubin, name), f"{name}: global access before the PDL wait"
         assert (f"Function : {name}_split3" in text) == (cfg.math == "3xtf32"), name
-        assert (f"Function : {name}_reduce" in text) == (cfg.split_k > 1), name
+        assert (f"Function : {name}_reduce" in text) == cfg.split_apart, name
 
 
 def test_the_waiter_warp_polls_the_full_barriers_for_the_one_consumer():
@@ -250,12 +250,12 @@ def test_a_cluster_split_k_sums_its_slices_through_distributed_shared_memory():
     plain = render(cfg.replace(split_cluster=False, split_k=1))
     src = render(cfg)
     assert cfg.name.endswith("_sk4c_wt_lrcr") and "split-K 4 in a cluster" in cfg.brief()
-    assert "__cluster_dims__(1, 1, " in src and "ld.shared::cluster.f32" in src
+    assert "__cluster_dims__(1, 1, " in src and "ld.shared::cluster.v4.f32" in src
     assert src.index("mbar_arrive_cluster_relaxed(split_bar, r)") < src.index(
         "mbar_wait_acquire_cluster(split_bar, 0);") < src.index("if (!owned(e)) continue;")
     assert "tile.split = blockIdx.z % SPLIT_K;" in src
-    for word in ("split_bar", "ld_cluster", "__cluster_dims__", "owned(", "SPLIT_CLUSTER"):
-        assert word not in plain, word
+    for word in ("split_bar", "ld_cluster4", "__cluster_dims__", "owned(", "SPLIT_CLUSTER"):
+        assert word in src and word not in plain, word
     base = cfg.replace(waiter=False)
     for bad, rule in ((dict(split_k=9), "H62"), (dict(cluster_m=2, persistent=True), "H63"),
                       (dict(persistent=True), "H64"), (dict(split_inline=True), "H65"),
@@ -271,22 +271,37 @@ def test_a_cluster_split_k_sums_its_slices_through_distributed_shared_memory():
                                       split_cluster=True)
 
 
+def test_a_non_persistent_split_k_counts_its_slices_against_the_grid_limit():
+    """A non-persistent split-K launches batch x split_k CTAs in z: a batch that fits alone
+    but not in 4 slices is refused before any launch, naming both."""
+    from types import SimpleNamespace
+
+    from gemmgen.runtime.launch import check_launch
+    from gemmgen.runtime.operands import OperandError
+    kernel = SimpleNamespace(config=_cluster_split())
+    check_launch(kernel, SimpleNamespace(m=64, n=128, k=4096, batch=16383))
+    with pytest.raises(OperandError, match="a batch of 16384 in 4 split-K slices, exceeds"):
+        check_launch(kernel, SimpleNamespace(m=64, n=128, k=4096, batch=16384))
+
+
 def test_a_cluster_split_k_loads_every_slice_of_its_share_before_adding(nvcc):
-    """The cluster split-K's sum issues each element's loads from every CTA of the cluster
-    (LD through the cluster's shared-memory window) before its additions, waits on its
-    barrier once and leaves the kernel through the cluster barrier; no spills, at 64 x 64
-    with one consumer and 8 slices, and at 128 x 128 with two consumers, 3 slices and GELU
-    (4 slices of 64 x 128 and 2 of 128 x 128 compiled clean too when this was written)."""
+    """The cluster split-K's sum loads 16 bytes at a time (LD.E.128 through the cluster's
+    shared-memory window), issues a quad's loads from every CTA of the cluster before its
+    additions, waits on its barrier once and leaves the kernel through the cluster barrier;
+    no spills, at 64 x 64 with one consumer and 8 slices, and at 128 x 128 with two
+    consumers, 3 slices and GELU (4 slices of 64 x 128 and 2 of 128 x 128 compiled clean too
+    when this was written)."""
     configs = [_cluster_split(split_k=8, bn=64, layout="rcc"),
                WGMMA["wgmma_tma_store"].replace(bn=128, stages=6, store="direct",
                                                 persistent=False, split_k=3, split_cluster=True,
                                                 epilogue="bias_gelu", layout="crr")]
     for cfg, res, text in _compiled_sass(configs):
         assert res.spills == 0 and res.stack_bytes == 0, (cfg.name, res)
-        share = -(-cfg.m_iters * cfg.bn // 2 // (2 * cfg.split_k)) * 2
+        quads = -(-cfg.m_iters * cfg.bn // 2 // 4 // cfg.split_k)  # of a thread's share
         first_add = text.index("FADD")
-        assert text.count("LD.E ", 0, first_add) >= cfg.split_k, cfg.name
-        assert len(re.findall(r"\bLD\.E\b", text)) >= share * cfg.split_k, cfg.name
+        assert text.count("LD.E.128 ", 0, first_add) >= cfg.split_k, cfg.name
+        assert text.count("LD.E.128 ") >= quads * cfg.split_k, cfg.name
+        assert not re.search(r"\bLD\.E\.?(32|64)?\s", text), f"{cfg.name}: a narrower DSMEM load"
         assert "UCGABAR_WAIT" in text and "SYNCS.PHASECHK" in text, cfg.name
 
 

@@ -124,9 +124,11 @@ def check_launch(kernel, args: GemmArgs) -> None:
                                f"M, N, K = {cfg.m}, {cfg.n}, {cfg.k} (None: any)")
     if getattr(cfg, "persistent", False):
         return
-    if -(-args.m // cfg.bm) > GRID_LIMIT_YZ or (args.batch or 1) > GRID_LIMIT_YZ:
-        raise OperandError(f"{args.m} rows in blocks of {cfg.bm}, or a batch of {args.batch}, "
-                           f"exceeds the grid limit of {GRID_LIMIT_YZ}")
+    split = getattr(cfg, "split_k", 1)  # a non-persistent split-K launches batch x slices in z
+    if -(-args.m // cfg.bm) > GRID_LIMIT_YZ or (args.batch or 1) * split > GRID_LIMIT_YZ:
+        raise OperandError(f"{args.m} rows in blocks of {cfg.bm}, or a batch of {args.batch}"
+                           + (f" in {split} split-K slices" if split > 1 else "")
+                           + f", exceeds the grid limit of {GRID_LIMIT_YZ}")
 
 
 def batch_stride(op) -> int:

@@ -48,7 +48,7 @@ class WgmmaLaunch(HopperLaunch):
         self._tree = tree_of(self.config)
         epi_kind = (f"{EPI_STRUCT.size}s",) if takes_args(self.config) else ()
         self._epi = bool(epi_kind)
-        if self._epi and self.config.split_k > 1:  # <name>_reduce takes the struct too
+        if self._epi and self.config.split_apart:  # <name>_reduce takes the struct too
             reduce = param_layout(kernel.cubin, self.config.name + "_reduce")
             self._reduce = ParamPacker(reduce, tuple(HELPER_SIGNATURES["reduce"].replace(
                 "P", "Q")) + epi_kind), reduce.offsets

@@ -59,8 +59,7 @@ class WgmmaEnv:
             "OUT_BF16": int(self.out == "bf16"), "OUT_16BIT": int(self.out_bytes == 2),
             "A_MN_MAJOR": int(self.a_mn_major), "B_MN_MAJOR": int(self.b_mn_major),
             "SPLIT_K": self.split_k, "SPLIT_INLINE": int(self.split_inline),
-            "SPLIT_APART": int(self.split_k > 1 and not self.split_inline
-                               and not self.split_cluster),
+            "SPLIT_APART": int(self.split_apart),
             "MATH_3XTF32": int(self.math == "3xtf32"), "FLUSH": self.flush,
             "FLUSH_TILES": 3 * self.flush, "PACK_TILE": PACK_TILE, "PACK_ROWS": PACK_ROWS,
             "A_BOX_INNER": a["box"][0], "A_BOX_ROWS": a["box"][1], "A_BOXES": a["count"],
@@ -133,6 +132,12 @@ class WgmmaEnv:
             out += (Param("epi", "const __grid_constant__ {ns}::EpilogueArgs",
                           f"{EPILOGUE_ARGS_BYTES}s"),)
         return out
+
+    @property
+    def split_apart(self) -> bool:
+        """Whether a split-K's slices are summed apart: partials to a workspace laid out as C,
+        then ``<name>_reduce`` (neither inline by the last slice nor in a cluster)."""
+        return self.split_k > 1 and not self.split_inline and not self.split_cluster
 
     @property
     def cta_cluster(self) -> int:
