@@ -6,6 +6,10 @@ run it under their own names.
 
     compile(DIR, OLD, ms)            # CPU: both sides' cubins and DIR/ab.json (OLD: a tree)
     run(DIR, investigation, doc, ms) # GPU: $OUT/<investigation>_<GPU>.json
+
+``compile_sources`` instead keeps this checkout's picks on both sides and renders the ones
+``select`` takes with the older tree's templates too (a template change, same configs); ``run``
+then times NAME.before.cubin against NAME.rules.cubin.
 """
 from __future__ import annotations
 
@@ -47,6 +51,34 @@ def compile(folder: str, old: str, ms) -> None:
     print(len(pairs), "of", len(was), "problems change kernel")
 
 
+RENDER = """import json, sys
+from gemmgen import render
+from gemmgen.model.families.hopper.wgmma.config import WgmmaConfig
+print(json.dumps({d["name"]: render(WgmmaConfig(**{k: v for k, v in d.items()
+                                                   if k not in ("family", "name")}), "sm_90a")
+                  for d in json.load(sys.stdin)}))"""
+
+
+def compile_sources(folder: str, old: str, ms, select) -> None:
+    """This checkout's rules' kernels that ``select(config)`` takes, rendered by the tree in
+    ``old`` (NAME.before.cubin) and by this checkout (NAME.rules.cubin), into ``folder``, with
+    the rows in ``folder``/ab.json."""
+    from gemmgen import render
+    picks = [p for p in layer_sweep.rule_problems(ms) if select(p[4])]
+    unique = {p[4].name: p[4] for p in picks}
+    env = {**os.environ, "PYTHONPATH": old}
+    was = json.loads(subprocess.run(
+        [sys.executable, "-c", RENDER], env=env, check=True, capture_output=True, text=True,
+        input=json.dumps([{**c.as_dict(), "name": n} for n, c in unique.items()])).stdout)
+    layer_sweep.compile_sources(folder, unique.values(), lambda c: {
+        "before": was[c.name], "rules": render(c, "sm_90a")})
+    pairs = [[w, n, k, m, c.as_dict(), c.as_dict(), swap] for w, n, k, m, c, swap in picks]
+    Path(folder, "ab.json").write_text(json.dumps({"rows": len(picks), "pairs": pairs,
+                                                   "sources": True}))
+    print(len(picks), "problems,", len(unique), "kernels,",
+          sum(was[n] != render(c, "sm_90a") for n, c in unique.items()), "sources differ")
+
+
 def run(folder: str, investigation: str, doc: str, ms) -> None:
     """Both sides' kernels on each changed problem (``time_variants``), saved per row."""
     pairs = json.loads(Path(folder, "ab.json").read_text())
@@ -55,7 +87,9 @@ def run(folder: str, investigation: str, doc: str, ms) -> None:
     for which, n, k, m, before, after, swap in layer_sweep.limited(pairs["pairs"]):
         cfgs = {"before": _config(before), "rules": _config(after)}
         sets, reps, xs, ws, ys, ref = small_m.layer_inputs(m, n, k, dev.gen, dev.l2)
-        launch = {v: layer_sweep.launcher(dev.kernel(c), swap, xs, ws, ys, sets)
+        kern = (lambda v, c: _variant(dev, c, v)) if pairs.get("sources") else (
+            lambda v, c: dev.kernel(c))
+        launch = {v: layer_sweep.launcher(kern(v, c), swap, xs, ws, ys, sets)
                   for v, c in cfgs.items()}
         row = {"set": which, "M": m, "N": n, "K": k, "swap": swap,
                **{f"{v}_config": c.name for v, c in cfgs.items()},
@@ -65,6 +99,15 @@ def run(folder: str, investigation: str, doc: str, ms) -> None:
         rows.append(row)
         layer_sweep.save_rows(investigation, doc, dev.gpu, rows,
                               summary(rows, pairs["rows"], ms), "", quiet=True)
+
+
+def _variant(dev, cfg, variant: str):
+    """``cfg``'s kernel from FOLDER/NAME.VARIANT.cubin (``compile_sources``), loaded once."""
+    from gemmgen.runtime.build import from_cubin
+    key = f"{cfg.name}.{variant}"
+    if key not in dev.kernels:
+        dev.kernels[key] = from_cubin(cfg, "sm_90a", Path(dev.folder, key + ".cubin").read_bytes())
+    return dev.kernels[key]
 
 
 def summary(rows: list, problems: int, ms) -> dict:

@@ -35,6 +35,12 @@ its tree) chose, on every layer of both sets where they differ, at M = 1 to 1024
 
     python3 benchmarks/investigations/split_cost.py ab-compile DIR OLD  # CPU: both sides
     python3 benchmarks/investigations/split_cost.py ab-run DIR          # GPU: $OUT/split_cluster_ab_<GPU>.json
+
+The rules' cluster split-K kernels at the same M, as an older tree's templates render them
+against this checkout's (a change to the cluster sum, same configs):
+
+    python3 benchmarks/investigations/split_cost.py sum-ab-compile DIR OLD  # CPU: both sides
+    python3 benchmarks/investigations/split_cost.py sum-ab-run DIR          # GPU: $OUT/cluster_sum_ab_<GPU>.json
 """
 from __future__ import annotations
 
@@ -151,12 +157,12 @@ PATCHES = {
     .replace("if (arrived == SPLIT_K - 1) atomicExch(sem, 0);", "")
     .replace(FENCE_AFTER, "        if (finish) {\n"),
 }
-CLUSTER_LOAD = "v += ld_cluster(map_cluster(own + 4 * e * WARPGROUP, r));"
+CLUSTER_LOAD = "const float4 p = ld_cluster4(map_cluster(own + 16 * (e / 4) * WARPGROUP, r));"
 CLUSTER_WAIT = "mbar_wait_acquire_cluster(split_bar, 0);  // every slice's partials are in"
+OWN_QUAD = "const float4 p = r == 0 ? mine[e / 4 * WARPGROUP] : make_float4(0.f, 0.f, 0.f, 0.f);"
 CLUSTER_PATCHES = {
-    "c_noload": lambda s: s.replace(CLUSTER_LOAD, "v += r == 0 ? mine[e * WARPGROUP] : 0.f;"),
-    "c_nowait": lambda s: s.replace(CLUSTER_LOAD, "v += r == 0 ? mine[e * WARPGROUP] : 0.f;")
-    .replace(CLUSTER_WAIT, ""),
+    "c_noload": lambda s: s.replace(CLUSTER_LOAD, OWN_QUAD),
+    "c_nowait": lambda s: s.replace(CLUSTER_LOAD, OWN_QUAD).replace(CLUSTER_WAIT, ""),
 }
 """Bounds of a cluster split-K (wrong sums): no loads from the other CTAs (each sums its own
 partials only), and besides no wait for the other slices."""
@@ -278,5 +284,9 @@ if __name__ == "__main__":
         rules_ab.compile(sys.argv[2], sys.argv[3], AB_MS)
     elif sys.argv[1] == "ab-run":
         rules_ab.run(sys.argv[2], "split_cluster_ab", __doc__, AB_MS)
+    elif sys.argv[1] == "sum-ab-compile":
+        rules_ab.compile_sources(sys.argv[2], sys.argv[3], AB_MS, lambda c: c.split_cluster)
+    elif sys.argv[1] == "sum-ab-run":
+        rules_ab.run(sys.argv[2], "cluster_sum_ab", __doc__, AB_MS)
     else:
         main_run(sys.argv[2])
