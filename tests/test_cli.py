@@ -73,14 +73,17 @@ def test_rules_lists_the_tables(run):
     out = run("rules").output.splitlines()
     from gemmgen.model.epilogue_rules import EPILOGUE_RULES
     from gemmgen.model.families.hopper.waiter import WAITER_RULES
+    from gemmgen.model.families.hopper.fp8.rules import FP8_A_ROWS_RULES, FP8_WAITER_RULES
     from gemmgen.model.families.hopper.wgmma.rules import (SPLIT_CLUSTER_RULES, STREAM_K_RULES,
                                                            WGMMA_FEATURE_RULES)
     features = (EPILOGUE_RULES, WGMMA_FEATURE_RULES, STREAM_K_RULES, SPLIT_CLUSTER_RULES,
-                WAITER_RULES)
+                WAITER_RULES, FP8_WAITER_RULES, FP8_A_ROWS_RULES)
     assert len(out) == sum(len(f.config.rules) + 1 for f in FAMILIES.values()) + sum(
         len(t) + 1 for t in features)
-    assert out[-1].split()[:2] == ["H61", "waiter-one-consumer"]
-    assert "H62" in out[-len(WAITER_RULES) - len(SPLIT_CLUSTER_RULES) - 1]
+    assert out[-1].split()[:2] == ["F36", "a-rows-fast"]
+    tail = len(FP8_A_ROWS_RULES) + len(FP8_WAITER_RULES) + 2
+    assert out[-tail - 1].split()[:2] == ["H61", "waiter-one-consumer"]
+    assert "H62" in out[-tail - len(WAITER_RULES) - len(SPLIT_CLUSTER_RULES) - 1]
     assert out[22].split()[:2] == ["R22", "a-tile-loads"]
     assert "W08" in out[len(SIMT_RULES) + 9]
 

@@ -11,6 +11,7 @@ import gemmgen
 from gemmgen import FAMILIES, PRESETS, BuildError, ConfigError, render
 from gemmgen.compile.nvcc import compile_source, tool_path
 from gemmgen.runtime.arrays import dtype_name_of, numpy_dtype
+from gemmgen.heuristics.fp8 import choose_fp8
 from gemmgen.model.families.hopper.fp8 import Fp8Config, space
 from gemmgen.runtime.hopper import TRANSPOSE_OFFSETS
 from gemmgen.runtime.operands.scales import check_fp8, scaling_of
@@ -70,11 +71,45 @@ def test_prototype_figures():
     (dict(store="tma", bn=96, stages=4), "H31"),
     (dict(waiter=True, bm=64, consumers=1, regs_consumer=240), "F32"),
     (dict(waiter=True), "H61"),
+    (dict(bm=64, consumers=1, regs_consumer=240, a_rows=24), "F33"),
+    (dict(a_rows=16), "F34"),
+    (dict(bm=64, consumers=1, regs_consumer=240, a_rows=16, cluster_n=2), "F35"),
+    (dict(bm=64, consumers=1, regs_consumer=240, a_rows=16), "F36"),
 ])
 def test_each_rule_names_itself(change, rule):
     with pytest.raises(ConfigError) as info:
         FP8["fp8_block_prom2"].replace(**change)
     assert rule in {v.rule.id for v in info.value.violations}, str(info.value)
+
+
+def test_a_rows_loads_only_the_rows_of_a_decode_m():
+    """Fast decode loads the fewest of 16 or 32 rows of A that hold M (a_rows): the stage
+    expects those rows and B, and A's box is that tall; the rows past M, which the stage no
+    longer zeroes, stay out of an e4m3 D's amax; a kernel with it refuses a larger M. Nothing
+    of it in a kernel that loads the whole tile."""
+    from types import SimpleNamespace
+
+    from gemmgen.runtime.plans import check_scaled_kernel
+    pick = {m: choose_fp8(m, 4096, 4096, "tensor", True).config for m in (1, 16, 17, 32, 33)}
+    assert [c.a_rows for c in pick.values()] == [16, 16, 32, 32, 0]
+    assert choose_fp8(16, 4096, 4096, "block", False).config.a_rows == 0  # promoted: unmeasured
+    cfg = pick[16]
+    assert cfg.name.endswith("_wt_ar16") and "A rows 16" in cfg.brief()
+    env = cfg.template_constants()
+    assert env["A_BOX_ROWS"] == 16 and env["STAGE_TX_BYTES"] == 16 * 128 + env["B_STAGE_BYTES"]
+    assert env["STAGE_BYTES"] == env["A_STAGE_BYTES"] + env["B_STAGE_BYTES"]  # the ring's
+    src, whole = render(cfg), render(cfg.replace(a_rows=0))
+    assert "mbar_expect_tx(full_bar + 8 * s, STAGE_TX_BYTES);" in src
+    assert "mbar_expect_tx(full_bar + 8 * s, STAGE_BYTES);" in whole
+    for word in ("A_ROWS", "STAGE_TX_BYTES"):
+        assert word in src and word not in whole, word
+    out8 = dict(out="e4m3", quant="tensor")
+    assert "row < M ? fmaxf(col < N" in render(cfg.replace(**out8))  # amax: rows past M left out
+    assert "row < M ? fmaxf(col < N" not in render(cfg.replace(a_rows=0, **out8))
+    A, B = _ab()
+    with pytest.raises(OperandError, match="A has 257 rows; this kernel loads 16 rows of A"):
+        check_scaled_kernel(SimpleNamespace(config=cfg.replace(scaling="tensor")),
+                            check_fp8(A, B, 1.0, 1.0))
 
 
 def test_promoted_wide_tiles_exceed_the_register_budget():
@@ -210,7 +245,9 @@ def _variants() -> list:
             FP8["fp8_block_overlap"].replace(out="e4m3", quant="1x128", epilogue="bias",
                                              stages=5),
             FP8["fp8_block_decode"].replace(overlap=True),
-            FP8["fp8_block_decode"].replace(overlap=True, bn=64, split_k=4)]
+            FP8["fp8_block_decode"].replace(overlap=True, bn=64, split_k=4),
+            # decode loading 16 rows of A a tile (the rules' kernel at M = 16)
+            choose_fp8(16, 4096, 4096, "tensor", True).config]
 
 
 @pytest.fixture(scope="module")

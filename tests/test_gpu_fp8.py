@@ -101,6 +101,33 @@ def test_waiter_variants_on_odd_shapes(hopper, variant):
     assert all(r.passed for r in results), [r for r in results if not r.passed]
 
 
+# Decode kernels loading a_rows rows of A a tile: M up to a_rows (K tails, one row, N = 1),
+# with split-K, row scales and a TMA store; the rows past a_rows are zeros in every stage. A
+# larger M is refused.
+A_ROWS_CASES = ((1, 2112, 1024), (16, 131, 300), (13, 1031, 777), (8, 2112, 7168), (1, 1, 1),
+                (32, 520, 1000), (29, 257, 4100))
+A_ROWS_VARIANTS = {
+    "rows16": dict(a_rows=16),
+    "rows8_split": dict(a_rows=8, split_k=2),
+    "rows32_row_tma": dict(a_rows=32, scaling="row", bn=128, stages=8, store="tma"),
+}
+
+
+@pytest.mark.parametrize("variant", A_ROWS_VARIANTS)
+def test_a_rows_variants_on_decode_shapes(hopper, variant):
+    from gemmgen.runtime.build import build
+    from gemmgen.runtime.operands import OperandError
+    cfg = PRESETS["fp8_row_decode"].config.replace(
+        scaling="tensor", split_k=1, waiter=True, bn=64, stages=14).replace(
+        **A_ROWS_VARIANTS[variant])
+    kernel = build(cfg)
+    cases = [c for c in A_ROWS_CASES if c[0] <= cfg.a_rows]
+    results = sweep_fp8(variant, kernel, cases, seed=4)
+    assert all(r.passed for r in results), [r for r in results if not r.passed]
+    with pytest.raises(OperandError, match=f"loads {cfg.a_rows} rows of A"):
+        sweep_fp8(variant, kernel, ((cfg.a_rows + 1, 64, 128),), seed=5)
+
+
 # Split-K over the tail: more cluster tiles than a wave, so only those past the last whole wave
 # are split (with a cluster, a TMA store, fast and overlapped promoted loops); a shape of whole
 # waves (none split) and one of fewer tiles than a wave (all split).

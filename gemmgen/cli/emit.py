@@ -22,6 +22,7 @@ from ..model.epilogue import Epilogue, EpilogueError
 from ..model.epilogue_rules import EPILOGUE_RULES
 from ..model.families import FAMILIES
 from ..model.families.hopper.waiter import WAITER_RULES
+from ..model.families.hopper.fp8.rules import FP8_A_ROWS_RULES, FP8_WAITER_RULES
 from ..model.families.hopper.wgmma.rules import (SPLIT_CLUSTER_RULES, STREAM_K_RULES,
                                                  WGMMA_FEATURE_RULES)
 from ..model.presets import PRESETS
@@ -292,7 +293,9 @@ def rules() -> None:
                ("wgmma features (dual, overlap; with a tree or either feature):",
                 WGMMA_FEATURE_RULES), ("wgmma stream-K (with stream_k):", STREAM_K_RULES),
                ("wgmma cluster split-K (with split_cluster):", SPLIT_CLUSTER_RULES),
-               ("Hopper waiter warp (wgmma, fp8; with waiter):", WAITER_RULES)]
+               ("Hopper waiter warp (wgmma, fp8; with waiter):", WAITER_RULES),
+               ("fp8 waiter warp (with waiter):", FP8_WAITER_RULES),
+               ("fp8 A rows a tile (with a_rows):", FP8_A_ROWS_RULES)]
     for title, table in tables:
         click.echo(title)
         for rule in table:

@@ -43,10 +43,8 @@ def base_preset(m: int, scaling: str, fast: bool) -> str:
     return "fp8_block_prom2" if scaling == "block" else "fp8_tensor_promoted"
 
 
-FAST_DECODE_FILL = 0.5
-"""Fast decode: the fraction of the SMs the tiles (then the tiles x split) should reach."""
-FAST_DECODE_SLICE_BLOCKS = 24
-"""Fast decode: K blocks (of 128) a split-K slice keeps at least."""
+FAST_DECODE_FILL = 0.5  # fast decode: the share of the SMs tiles (then tiles x split) reach
+FAST_DECODE_SLICE_BLOCKS = 24  # fast decode: K blocks (of 128) a split-K slice keeps at least
 
 
 def _fast_decode(cfg, m: int, n: int, k: int, sms: int) -> tuple[int, int, int]:
@@ -71,6 +69,7 @@ def _fast_decode(cfg, m: int, n: int, k: int, sms: int) -> tuple[int, int, int]:
     return bn, split, tiles
 
 
+A_ROWS = (16, 32)  # fast decode: the rows of A a 64-row tile loads (a_rows), fewest holding M
 BLOCK_DECODE = {"slice_blocks": 8, "unit": 512, "split": 8 * 128, "bm128": 2.0}
 """Blockwise decode's cost model (``_block_decode``): K blocks a split-K slice keeps at least;
 a work unit's fixed cost (fill, drain, epilogue) and a split's (its reduction), in the units of
@@ -108,11 +107,10 @@ def _block_decode(cfg, m: int, n: int, k: int, sms: int) -> tuple[int, int, int,
 
 
 def _decode(cfg, m: int, n: int, k: int, sms: int, reasons: list):
-    """The decode preset fitted to M, N and K. Fast accumulation: ``_fast_decode``; promoted
-    (blockwise, per tensor or row): ``_block_decode``, the model fitted on blockwise timings.
-    Per tensor (its plain loop) the same model ran 0.828x-0.97x torch._scaled_mm on the
-    training layers at M = 16 to 128 on an H200 where the rule before (64 or 128 rows by 128
-    columns, K split to fill the SMs) ran 0.726x-0.808x: fp8_prefill_sweep_promoted_*.json."""
+    """The decode preset fitted to M, N and K. Fast accumulation: ``_fast_decode``, A loaded
+    A_ROWS rows a tile where M fits; promoted (blockwise, per tensor or row): ``_block_decode``
+    (per tensor, its plain loop ran 0.828x-0.97x torch._scaled_mm at M = 16 to 128 on an H200,
+    the rule before 0.726x-0.808x: fp8_prefill_sweep_promoted_*.json)."""
     if cfg.promote == 0:
         bm, cons = 64, 1
         bn, split, tiles = _fast_decode(cfg, m, n, k, sms)
@@ -120,11 +118,13 @@ def _decode(cfg, m: int, n: int, k: int, sms: int, reasons: list):
         bm, bn, split, tiles = _block_decode(cfg, m, n, k, sms)
         cons = 1 if bm == 64 else 2
     changes = {"bm": bm, "bn": bn, "consumers": cons, "split_k": split,
-                   "regs_consumer": 240 if cons == 1 else 232}
+               "regs_consumer": 240 if cons == 1 else 232,
+               "a_rows": next((r for r in A_ROWS if m <= r), 0) if cfg.promote == 0 else 0}
     changes["stages"] = _deepest(cfg.replace(check=False, **changes))
     units = cfg.replace(check=False, **changes).work_units(m, n, sms)
+    rows = f"; A loaded {changes['a_rows']} rows a tile" if changes["a_rows"] else ""
     reasons.append(f"M = {m} <= {DECODE_M}: memory-bound; {bm} x {bn} tiles ({tiles}), K split "
-                   f"{split} ways -> {units} work units for {sms} SMs")
+                   f"{split} ways -> {units} work units for {sms} SMs{rows}")
     return changes
 
 

@@ -229,7 +229,8 @@ scalars)."""
 
 def check_scaled_kernel(kernel, args: Fp8Args, quant: tuple | None = None) -> None:
     """An fp8-family ``kernel`` computes these arguments: dtypes, D's dtype, scaling and bias,
-    and an e4m3 D has its ``quant`` operands. Raises ``OperandError`` naming the mismatch."""
+    an e4m3 D has its ``quant`` operands, and M is at most the kernel's ``a_rows`` where it
+    has one. Raises ``OperandError`` naming the mismatch."""
     cfg = kernel.config
     if (args.a_dtype, args.b_dtype, args.out) != (cfg.dtype, cfg.b_dtype, cfg.out):
         raise OperandError(f"this kernel takes A {cfg.dtype}, B {cfg.b_dtype}, D {cfg.out}; got "
@@ -246,6 +247,9 @@ def check_scaled_kernel(kernel, args: Fp8Args, quant: tuple | None = None) -> No
     if cfg.epilogue.startswith("bias") != (args.bias is not None):
         raise OperandError("bias " + ("is required by" if args.bias is None else "given, but")
                            + f" this kernel's epilogue {cfg.epilogue!r}")
+    if getattr(cfg, "a_rows", 0) and args.m > cfg.a_rows:
+        raise OperandError(f"A has {args.m} rows; this kernel loads {cfg.a_rows} rows of A a "
+                           f"tile (a_rows {cfg.a_rows}): M of {cfg.a_rows} or less only")
 
 
 def plan_scaled(kernel, args: Fp8Args, device: int, quant: tuple | None = None) -> Plan:

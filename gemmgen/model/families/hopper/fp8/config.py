@@ -10,7 +10,8 @@ from .. import ALIGN_SLACK, HopperTile, REGISTER_FILE
 from ..split import split_tail, split_workspace
 from .env import Fp8Env
 from ..waiter import WAITER_RULES
-from .rules import FLAG_BYTES, FP8_RULES, FP8_WAITER_RULES, QUANTS, REG_RESERVE, SCALINGS, STORES
+from .rules import (FLAG_BYTES, FP8_A_ROWS_RULES, FP8_RULES, FP8_WAITER_RULES, QUANTS,
+                    REG_RESERVE, SCALINGS, STORES)
 
 SCALE_TAGS = {"tensor": "tensor", "row": "row", "block": "block"}
 
@@ -46,6 +47,11 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
     - ``stages``: depth of the shared-memory ring (full/empty mbarrier pairs).
     - ``waiter``: (one consumer, fast accumulation) the producer warpgroup's second warp waits
       for each full stage and meets the consumer at a named barrier, as in the wgmma family.
+    - ``a_rows``: 0 loads A's whole BM-row tile each stage; 8, 16 or 32 (a 64-row tile, one
+      consumer, fast accumulation) loads that many rows, for an M of at most ``a_rows``
+      (decode), where a whole tile's box would write zeros past M into every stage. The rows
+      past it keep what the stage held: the rows of D they give are neither stored nor
+      counted in amax. A kernel with it refuses a larger M (fp8_a_rows_*.json).
     - ``cluster_m, cluster_n``: CTAs per cluster along M (they share the B tile through TMA
       multicast) and along N (they share A).
     - ``group``: persistent grid, tiles in groups of ``group`` tile rows walked column by
@@ -96,6 +102,7 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
     split_k: int = 1
     overlap: bool = False
     waiter: bool = False
+    a_rows: int = 0
     layout: str = "rcr"
     epilogue: str = "none"
     m: int | None = None
@@ -115,9 +122,10 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
                "quant": QUANTS,
                "scaling": SCALINGS, "store": STORES, "layout": LAYOUTS, "epilogue": EPILOGUES}
     optional = frozenset({"m", "n", "k"})
-    quiet: ClassVar[dict[str, object]] = {"overlap": False, "c_stages": 0, "waiter": False}
+    quiet: ClassVar[dict[str, object]] = {"overlap": False, "c_stages": 0, "waiter": False,
+                                          "a_rows": 0}
     fixed_in_search = ("layout", "epilogue", "m", "n", "k", "dtype", "b_dtype", "out",
-                       "quant", "scaling", "promote", "waiter")
+                       "quant", "scaling", "promote", "waiter", "a_rows")
     search_domain: ClassVar[dict] = {
         "bm": (64, 128, 256), "bn": (64, 96, 112, 128, 160, 192, 256), "consumers": (1, 2),
         "stages": (3, 4, 5, 6, 7, 8, 9), "cluster_m": (1, 2), "cluster_n": (1, 2),
@@ -154,7 +162,7 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
                 f"{'' if self.quant == 'none' else '_q' + self.quant}"
                 f"{f'_sk{self.split_k}' if self.split_k > 1 else ''}"
                 f"{'_ov' if self.overlap else ''}{'_wt' if self.waiter else ''}"
-                f"{self.feature_suffix()}")
+                f"{f'_ar{self.a_rows}' if self.a_rows else ''}{self.feature_suffix()}")
 
     def feature_suffix(self) -> str:
         """ConfigBase's suffix without the layout, which is always rcr here."""
@@ -170,9 +178,11 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
         return (self.bm, self.bn, self.consumers, self.cluster_m, self.cluster_n)
 
     def feature_rules(self) -> tuple:
-        """ConfigBase's, and the waiter's (H60, H61, F32) for a config with the waiter."""
+        """ConfigBase's, the waiter's (H60, H61, F32) for a config with the waiter and
+        ``a_rows``'s (F33-F35) for one with it."""
         return (ConfigBase.feature_rules(self)
-                + (WAITER_RULES + FP8_WAITER_RULES if self.waiter else ()))
+                + (WAITER_RULES + FP8_WAITER_RULES if self.waiter else ())
+                + (FP8_A_ROWS_RULES if self.a_rows else ()))
 
     def brief(self) -> str:
         return (f"block {self.bm}x{self.bn}x{self.bk}  {self.dtype} x {self.b_dtype} -> {self.out}"
@@ -182,7 +192,8 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
                 f"store {self.store}"
                 f"{f' (D through {self.c_stages} chunk buffers)' if self.c_stages else ''}"
                 f"{f'  split-K {self.split_k}' if self.split_k > 1 else ''}"
-                f"{'  overlap' if self.overlap else ''}{'  waiter' if self.waiter else ''}")
+                f"{'  overlap' if self.overlap else ''}{'  waiter' if self.waiter else ''}"
+                f"{f'  A rows {self.a_rows}' if self.a_rows else ''}")
 
     @property
     def overlap_summary(self) -> str:

@@ -30,13 +30,15 @@ class Fp8Env:
             "QUANT": {"none": 0, "tensor": 1, "1x128": 2}.get(self.quant, -1),
             "SPLIT_K": self.split_k, "CLUSTER_M": self.cluster_m, "CLUSTER_N": self.cluster_n,
             "CLUSTER": self.cluster, "STORE_TMA": int(self.store == "tma"),
-            "A_BOX_ROWS": div(self.bm, self.cluster_n), "B_BOX_ROWS": div(self.bn, self.cluster_m),
+            "A_BOX_ROWS": self.a_rows or div(self.bm, self.cluster_n),
+            "B_BOX_ROWS": div(self.bn, self.cluster_m),
             # the Hopper rules' names for what this family fixes: cooperative consumers, one
             # byte per element, a producer warpgroup with setmaxnreg, K-major B, row-major C
             "M_SPLIT": self.consumers, "PRODUCER": 1, "B_MN_MAJOR": 0, "SW_ELEMS": SWIZZLE,
             "ROW_MAJOR_TMA_STORE": int(self.store == "tma"), "C_BOX_ROWS": self.consumer_rows,
             "OVERLAP": int(self.overlap), "C_STAGES": self.c_stages,
             **({"C_CHUNKS": self.c_chunks} if self.c_stages else {}),
+            **({"A_ROWS": self.a_rows} if self.a_rows else {}),
             **self.feature_env(),
         }
 
@@ -89,7 +91,10 @@ class Fp8Env:
                 "PACK_TILE": PACK_TILE, "PACK_THREADS": PACK_THREADS,
                 "BAR_CONSUMER_BASE": 1,
                 **({"BAR_STAGGER": 1 + self.consumers} if self.stagger else {}),
-                **({"BAR_WAITER": BAR_WAITER} if self.waiter else {})}
+                **({"BAR_WAITER": BAR_WAITER} if self.waiter else {}),
+                # a_rows: a stage expects A_ROWS rows of A and B's tile
+                **({"STAGE_TX_BYTES": self.a_rows * self.bk + self.b_stage_bytes}
+                   if self.a_rows else {})}
 
     def ctypes(self) -> dict[str, str]:
         """C++ types of A, B, D and bias (bf16 for an e4m3 D) and the PTX types of the wgmma

@@ -90,3 +90,15 @@ FP8_WAITER_RULES: tuple[Rule, ...] = (
 )
 """The fp8 family's own rule of the waiter (beside the shared ``hopper.waiter`` rules): part
 of a config's table, and its kernel's asserts, only when it uses it."""
+
+FP8_A_ROWS_RULES: tuple[Rule, ...] = (
+    Rule("F33", "a-rows-range", one_of("A_ROWS", (8, 16, 32)),
+         "a_rows loads 8, 16 or 32 rows of A a tile (a decode M), or 0 for the whole tile"),
+    Rule("F34", "a-rows-one-tile", equal("BM", 64),
+         "a_rows loads part of one consumer's 64-row tile: BM 64"),
+    Rule("F35", "a-rows-no-a-multicast", equal("CLUSTER_N", 1),
+         "a_rows loads A in one box per CTA: no cluster along N sharing A's tile"),
+    Rule("F36", "a-rows-fast", equal("PROMOTE", 0),
+         "a_rows is measured with fast accumulation (the decode rules' loop) only"),
+)
+"""The rules of ``a_rows`` (part of a config's table, and its asserts, only when it uses it)."""
