@@ -15,6 +15,11 @@ by gemmgen.torch.quantize), promoted accumulation with two partial sets and the 
 loop, BN in {64, 128} (a promoted 256-column tile does not fit the registers), against
 torch._scaled_mm's blockwise call on the same tensors.
 
+With the argument `narrow`: per-tensor fast accumulation at M = 16 and 64 only, 64-row tiles
+BN in {16, 32, 64, 128} and split-K in {1, 2, 4}, each as the decode rules build their kernel
+(the waiter warp and the deepest ring up to 16 stages): whether tiles narrower than 64 columns,
+which run more CTAs over N, stream the weights faster (fp8_decode_sweep_narrow_<GPU>.json).
+
 Usage on the GPU machine, from the repository root:
     PYTHONPATH=$PWD python3 benchmarks/investigations/fp8_decode_sweep.py [block]
 writes $OUT/fp8_decode_sweep_<GPU>.json (fp8_decode_sweep_block_<GPU>.json) when $OUT is set;
@@ -29,6 +34,7 @@ import os
 import sys
 
 from gemmgen.heuristics.fp8 import _deepest, choose_fp8
+from gemmgen.heuristics.ring import waited
 
 TRAIN = {"llama3_8b": [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336)],
          "mistral_7b_mlp": [(28672, 4096)],
@@ -42,6 +48,9 @@ TILES = ((64, 1), (128, 2))
 BNS = (64, 128, 256)
 SPLITS = (1, 2, 4, 8)
 BLOCK = "block" in sys.argv[1:2]
+NARROW = "narrow" in sys.argv[1:2]
+if NARROW:
+    MS, TILES, BNS, SPLITS = (16, 64), ((64, 1),), (16, 32, 64, 128), (1, 2, 4)
 SCALING = "block" if BLOCK else "tensor"
 A_BLOCK, W_BLOCK = ((1, 128), (128, 128)) if BLOCK else (None, None)
 
@@ -57,6 +66,8 @@ def candidates(base):
                                    regs_consumer=240 if cons == 1 else 232, store="direct",
                                    cluster_m=1, cluster_n=1, overlap=BLOCK)
                 c = cfg.replace(check=False, stages=_deepest(cfg))
+                if NARROW:  # as the decode rules finish theirs: the waiter and a deep ring
+                    c = waited(cfg.replace(check=False, waiter=False, stages=2), [])
                 if not c.violations():
                     out[(bm, bn, split)] = c
     return out
@@ -98,7 +109,7 @@ def main():
     name = torch.cuda.get_device_name()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     sms = sm_count()
-    base = choose_fp8(4096, 4096, 4096, SCALING, not BLOCK).config
+    base = choose_fp8(16 if NARROW else 4096, 4096, 4096, SCALING, not BLOCK).config
     grid = candidates(base)
     kernels = dict(zip(grid, build_many(list(grid.values()))))
     rows = []
@@ -153,7 +164,7 @@ def main():
                     rows.append(row)
     out = os.environ.get("OUT")
     if out:
-        tag = "block_" if BLOCK else ""
+        tag = "block_" if BLOCK else "narrow_" if NARROW else ""
         with open(os.path.join(out, f"fp8_decode_sweep_{tag}{name.replace(' ', '_')}.json"),
                   "w") as f:
             json.dump({"gpu": name, "torch": torch.__version__, "sms": sms, "scaling": SCALING,
