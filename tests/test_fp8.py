@@ -434,3 +434,13 @@ def test_a_cluster_ctas_b_scale_block_stays_inside_the_scales():
     assert clamp in render(cfg.replace(cluster_n=2), "sm_90a")
     assert clamp not in render(cfg, "sm_90a") and "const int nb0 = n0 / BLOCK;" in render(cfg)
     assert cfg.replace(cluster_n=2).tiles(256, 384)[1] * 2 * cfg.bn > 384   # a CTA past N
+
+
+def test_a_tuned_a_rows_kernel_loads_every_row_of_a_larger_m():
+    """A tuned decode kernel that loads 16 rows of A (a_rows) taken for a nearby shape with
+    more rows loads the whole tile there instead of refusing the call."""
+    from types import SimpleNamespace
+    tuned = choose_fp8(16, 4096, 4096, "tensor", True).config
+    db = SimpleNamespace(lookup=lambda *a, **k: ({"config": tuned.as_dict()}, "nearby"))
+    assert choose_fp8(16, 4096, 4096, "tensor", True, db=db).config.a_rows == 16
+    assert choose_fp8(24, 4096, 4096, "tensor", True, db=db).config.a_rows == 0

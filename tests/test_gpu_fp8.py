@@ -102,8 +102,8 @@ def test_waiter_variants_on_odd_shapes(hopper, variant):
 
 
 # Decode kernels loading a_rows rows of A a tile: M up to a_rows (K tails, one row, N = 1),
-# with split-K, row scales and a TMA store; the rows past a_rows are zeros in every stage. A
-# larger M is refused.
+# with split-K, row scales and a TMA store; the rows past a_rows keep what the stage held and
+# never reach D. A larger M is refused.
 A_ROWS_CASES = ((1, 2112, 1024), (16, 131, 300), (13, 1031, 777), (8, 2112, 7168), (1, 1, 1),
                 (32, 520, 1000), (29, 257, 4100))
 A_ROWS_VARIANTS = {

@@ -25,8 +25,7 @@ from .ring import deepest, deepest_buffered, waited
 from .select import Choice
 from .tunedb import TuneDB
 
-DECODE_M = 128
-"""M up to which the problem is treated as memory-bound (decode shapes)."""
+DECODE_M = 128  # M up to which the problem is treated as memory-bound (decode shapes)
 
 def tune_dtype(a: str, b: str, scaling: str, fast: bool) -> str:
     """The tuning database's dtype field of an FP8 problem: ``e4m3e4m3:block:promoted``."""
@@ -43,8 +42,7 @@ def base_preset(m: int, scaling: str, fast: bool) -> str:
     return "fp8_block_prom2" if scaling == "block" else "fp8_tensor_promoted"
 
 
-FAST_DECODE_FILL = 0.5  # fast decode: the share of the SMs tiles (then tiles x split) reach
-FAST_DECODE_SLICE_BLOCKS = 24  # fast decode: K blocks (of 128) a split-K slice keeps at least
+FAST_DECODE_FILL, FAST_DECODE_SLICE_BLOCKS = 0.5, 24  # share of SMs reached; K blocks a slice
 
 
 def _fast_decode(cfg, m: int, n: int, k: int, sms: int) -> tuple[int, int, int]:
@@ -340,6 +338,8 @@ def choose_fp8(m: int, n: int, k: int, scaling: str, fast: bool, a_dtype: str = 
         if row is not None:
             from ..model.families import config_from_dict
             cfg = config_from_dict(row["config"]).replace(check=False, **fields)
+            if cfg.a_rows and m > cfg.a_rows:  # a nearby shape's rows of A: all of them here
+                cfg = cfg.replace(check=False, a_rows=0)
             if not cfg.violations():
                 return Choice(cfg, how, False, [f"fp8 family, tuned ({how} shape)"])
     name = base_preset(m, scaling, fast)
