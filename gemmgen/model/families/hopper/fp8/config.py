@@ -179,7 +179,7 @@ class Fp8Config(Fp8Env, HopperTile, ConfigBase):
 
     def feature_rules(self) -> tuple:
         """ConfigBase's, the waiter's (H60, H61, F32) for a config with the waiter and
-        ``a_rows``'s (F33-F35) for one with it."""
+        ``a_rows``'s (F33-F36) for one with it."""
         return (ConfigBase.feature_rules(self)
                 + (WAITER_RULES + FP8_WAITER_RULES if self.waiter else ())
                 + (FP8_A_ROWS_RULES if self.a_rows else ()))

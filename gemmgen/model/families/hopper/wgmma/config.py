@@ -367,7 +367,7 @@ class WgmmaConfig(WgmmaEnv, HopperTile, ConfigBase):
     def grid(self, m: int, n: int) -> tuple[int, int, int]:
         """CTAs for every tile of an M x N output, in whole clusters:
         (ceil(M/(BM*CLUSTER_M)) * ceil(N/(BN*CLUSTER_N)) * CLUSTER, 1, 1). A non-persistent
-        launch uses it as is (z = batch x split_k); a persistent one (``WgmmaLaunch.grid``) caps x at the
-        SMs, rounded down to whole clusters. Block = (threads, 1, 1)."""
+        launch uses it as is (z = batch x split_k); a persistent one (``WgmmaLaunch.grid``) caps
+        x at the SMs, rounded down to whole clusters. Block = (threads, 1, 1)."""
         tiles = (-(-m // (self.bm * self.cluster_m))) * (-(-n // (self.bn * self.cluster_n)))
         return (tiles * self.cluster, 1, 1)
