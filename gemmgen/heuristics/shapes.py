@@ -97,13 +97,18 @@ MID_M = (256, 512)
 """From this many rows to this many (operands kept, a K-major B, 16-bit inputs, N not narrow),
 the block tile and split-K come from MID_TILES and MID_SPLIT: the choice of least estimated
 time (``_mid``)."""
-MID_TILES = {(64, 64): (0.1731, 1.75), (64, 128): (0.1969, 2.48), (64, 192): (0.2336, 3.51),
+MID_TILES = {(64, 64): (0.1279, 1.99), (64, 80): (0.1384, 2.74), (64, 96): (0.1441, 3.0),
+             (64, 112): (0.1569, 3.41), (64, 128): (0.1729, 2.95), (64, 144): (0.1888, 3.89),
+             (64, 160): (0.2107, 3.02), (64, 176): (0.2174, 4.27), (64, 192): (0.2334, 3.5),
              (64, 256): (0.3315, 3.76), (128, 64): (0.2131, 2.49), (128, 96): (0.228, 4.79),
              (128, 128): (0.3001, 3.73), (128, 160): (0.3734, 5.89), (128, 192): (0.4422, 4.13),
              (128, 224): (0.5142, 7.11), (128, 256): (0.5915, 4.53)}
 """Per block tile (64 rows: one consumer; 128: two): microseconds of one wave per K tile and
-per tile, least squares of the relative error over the unsplit timings of the training layers
-at M = 128 to 512 on the H100 and the H200 (benchmarks/investigations/mid_m.py ``fit``)."""
+per tile, least squares of the relative error over unsplit timings of the training layers. The
+64-row tiles of 64 to 192 columns in steps of 16 (cuBLASLt runs such layers in one wave of
+64-row tiles of such widths: 72, 96 or 48 columns) from their timings at M = 256 to 1024 on the
+H200 (benchmarks/investigations/mid_widths.py ``fit``); the rest from M = 128 to 512 on the
+H100 and the H200 (mid_m.py ``fit``)."""
 MID_SPLIT = {"split": 2.5, "per_slice": 0.8, "min_slice_tiles": 8, "max_waves": 2}
 """Split-K in the mid-M rule: it costs split + per_slice x slices microseconds; slices keep at
 least min_slice_tiles K tiles, and the tiles' slices at most max_waves waves. split and
