@@ -99,7 +99,8 @@ def test_m_of_256_to_512_rows_takes_the_tile_and_split_of_least_estimated_time()
     """The mid-M rule: from MID_TILES and the splits up to 8, the least of whole waves x (K
     tiles per slice x time per K tile + time per tile) + split-K's cost, checked here against
     the same sum written out; only with a K-major B and an N that is not narrow. An unsplit
-    tile stores C through TMA, in 32-byte swizzled chunks or wider (128 x 160: 64 bytes)."""
+    tile stores C through TMA, in 32-byte swizzled chunks or wider (128 x 160 and 64 x 96: 64
+    bytes)."""
     from gemmgen.heuristics.shapes import MID_SPLIT, MID_TILES, mid_tile
 
     def estimate(m, n, k, bm, bn, split):
@@ -108,7 +109,8 @@ def test_m_of_256_to_512_rows_takes_the_tile_and_split_of_least_estimated_time()
         extra = MID_SPLIT["split"] + MID_SPLIT["per_slice"] * split if split > 1 else 0
         return waves * (-(-(-(-k // 64)) // split) * step + fixed) + extra
     picked = {}
-    for m, n, k in ((256, 4544, 4544), (512, 18176, 4544), (512, 4544, 18176), (384, 4096, 4096)):
+    for m, n, k in ((256, 4544, 4544), (512, 18176, 4544), (512, 4544, 18176), (384, 4096, 4096),
+                    (256, 3072, 3072)):
         ch = decide(None, H, "bf16", m, n, k, cc=90, layout="rcr")
         picked[m, n, k] = ch.config
         c = ch.config
@@ -123,6 +125,8 @@ def test_m_of_256_to_512_rows_takes_the_tile_and_split_of_least_estimated_time()
         assert c.store == ("direct" if c.split_k > 1 else "tma"), c.name
     c = picked[512, 4544, 18176]
     assert (c.bm, c.bn, c.store, c.c_swizzle) == (128, 160, "tma", 64)
+    c = picked[256, 3072, 3072]  # 4 x 32 tiles of 64 x 96: one wave of 128 CTAs, as cuBLASLt
+    assert (c.bm, c.bn, c.split_k, c.store, c.c_swizzle) == (64, 96, 1, "tma", 64), c.name
     for m, layout, n in ((256, "rrr", 4544), (128, "rcr", 4544), (1024, "rcr", 4544),
                          (256, "rcr", 8)):
         ch = decide(None, H, "bf16", m, n, 4544, cc=90, layout=layout)

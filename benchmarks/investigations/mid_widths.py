@@ -14,9 +14,12 @@ output poisoned first and checked against float64.
     python3 benchmarks/investigations/mid_widths.py fit FILE     # CPU: the widths' cost model
 
 ``fit`` fits, per width, microseconds per wave = K tiles x a + b on the training rows' unsplit
-timings (mid_m.py's model, least squares of the relative error) and reports what the mid-M
-rule picks with those widths added to ``shapes.MID_TILES``: the training and held-out
-geomeans x F.linear per M (a pick that was not timed counts with the rules' time).
+timings (mid_m.py's model, least squares of the relative error), then the mid-M rule's split
+cost ``shapes.MID_SPLIT`` (split + per_slice x slices: a grid, 0 to 4 us by 0.5 and 0 to 0.8 us
+by 0.2, of best training geomean at M = 256 and 512, ties to the earliest point; a few minutes
+of CPU), and reports what the mid-M rule picks with the tables as shipped and with those
+(``fitted``): the training and held-out geomeans x F.linear per M (a pick that was not timed
+counts with the rules' time, and is counted).
 ``MID_WIDTHS_MS`` (comma-separated) times other M values.
 
 The shape rules of this checkout against an older tree's (OLD) where their kernels differ at
@@ -100,14 +103,26 @@ def fit(paths: list) -> dict:
         coef = np.linalg.lstsq(a, np.ones(len(pts)), rcond=None)[0]
         model[64, bn] = (round(float(coef[0]), 4), round(float(coef[1]), 2))
     out = {"model": {f"{t[0]}x{t[1]}": v for t, v in model.items()}}
-    for label, extra in (("shipped", {}), ("with widths", model)):
-        saved = dict(shapes.MID_TILES)
-        shapes.MID_TILES.update(extra)
-        try:
-            out[label] = _score(rows)
-        finally:
-            shapes.MID_TILES.clear()
-            shapes.MID_TILES.update(saved)
+    saved, saved_split = dict(shapes.MID_TILES), dict(shapes.MID_SPLIT)
+    try:
+        out["as_shipped"] = _score(rows)
+        shapes.MID_TILES.update(model)
+        mid = [r for r in rows if r["M"] in (256, 512)]
+        grid = {}
+        for split in (x / 2 for x in range(9)):
+            for per_slice in (round(x / 5, 1) for x in range(5)):
+                shapes.MID_SPLIT.update(split=split, per_slice=per_slice)
+                grid[split, per_slice] = _score(mid)["train M=all"][0]
+        best = max(grid, key=lambda p: grid[p])  # the first of the best
+        out["split"] = {"split": best[0], "per_slice": best[1]}
+        shapes.MID_SPLIT.update(out["split"])
+        out["fitted"] = _score(rows)
+    finally:
+        shapes.MID_TILES.clear()
+        shapes.MID_TILES.update(saved)
+        shapes.MID_SPLIT.update(saved_split)
+    if len(paths) == 1:
+        return layer_sweep.write_summary(paths[0], "fit", out)
     print(json.dumps(out, indent=1))
     return out
 

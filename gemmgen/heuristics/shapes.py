@@ -109,11 +109,12 @@ per tile, least squares of the relative error over unsplit timings of the traini
 64-row tiles of such widths: 72, 96 or 48 columns) from their timings at M = 256 to 1024 on the
 H200 (benchmarks/investigations/mid_widths.py ``fit``); the rest from M = 128 to 512 on the
 H100 and the H200 (mid_m.py ``fit``)."""
-MID_SPLIT = {"split": 2.5, "per_slice": 0.8, "min_slice_tiles": 8, "max_waves": 2}
+MID_SPLIT = {"split": 1.5, "per_slice": 0.8, "min_slice_tiles": 8, "max_waves": 2}
 """Split-K in the mid-M rule: it costs split + per_slice x slices microseconds; slices keep at
 least min_slice_tiles K tiles, and the tiles' slices at most max_waves waves. split and
-per_slice are the point of a grid (0 to 4 by 0.25, 0 to 0.8 by 0.1) of best training geomean
-x F.linear over both GPUs at M = 256 and 512; held-out layers were scored after."""
+per_slice are the point of a grid (0 to 4 by 0.5, 0 to 0.8 by 0.2) of best training geomean
+x F.linear at M = 256 and 512 with the 64-row tiles' cost model above (mid_widths.py ``fit``,
+H200); held-out layers were scored after."""
 TAIL_SPLIT = {"split": 0, "per_slice": 128, "min_slice_tiles": 4}
 """Above SMALL_M rows, where a tile's tiles outnumber the SMs and the last wave is part full,
 the tiles past the last whole wave may split K (their slices in one wave, of at least
