@@ -5,6 +5,7 @@ import pytest
 
 import gemmgen
 from gemmgen import PRESETS, build
+from gemmgen.heuristics.select import decide
 from gemmgen.tune.verify import BATCH_CASES, CASES, compare, reference, sweep_kernel, tolerance
 
 pytestmark = pytest.mark.gpu
@@ -52,6 +53,13 @@ PATHS = {
     "waiter, 3xTF32 64x64 crr": PRESETS["wgmma_3xtf32"].config.replace(
         bm=64, bn=64, consumers=1, regs_producer=0, regs_consumer=0, layout="crr",
         stages=4, waiter=True),
+    # the mid-M rule's one wave of 64-row tiles of widths that are not multiples of 64, C
+    # stored through TMA in 64- and 32-byte swizzled chunks
+    "mid-M 64x96, waiter, TMA store in 64-byte chunks": decide(
+        None, "NVIDIA H200", "bf16", 256, 3072, 3072, cc=90, layout="rcr").config,
+    "64x80, waiter, TMA store in 32-byte chunks, ccr, bias+GELU": PRESETS["wgmma_bf16"].config
+    .replace(bm=64, bn=80, consumers=1, regs_producer=0, regs_consumer=0, waiter=True,
+             stages=10, layout="ccr", epilogue="bias_gelu"),
     **{f"cluster split-K {label}": PRESETS["wgmma_bf16"].config.replace(
         store="direct", persistent=False, split_cluster=True, **kw)
        for label, kw in {
