@@ -20,7 +20,8 @@ by 0.2, of best training geomean at M = 256 and 512, ties to the earliest point;
 of CPU), and reports what the mid-M rule picks with the tables as shipped and with those
 (``fitted``): the training and held-out geomeans x F.linear per M (a pick that was not timed
 counts with the rules' time, and is counted).
-``MID_WIDTHS_MS`` (comma-separated) times other M values.
+``MID_WIDTHS_MS`` (comma-separated) times other M values; ``MID_WIDTHS_TALL=1`` adds the
+mid-M rule's 128-row tiles (``shapes.MID_TILES``), built the same way (file name ``_tall``).
 
 The shape rules of this checkout against an older tree's (OLD) where their kernels differ at
 M = 256 and 512 (rules_ab.py; ``MID_WIDTHS_AB_MS`` for other M values):
@@ -46,6 +47,7 @@ SPLITS = (1, 2, 3, 4)
 REPLAYS = 7
 SMS = 132
 MIN_SLICE = 8
+TALL = os.environ.get("MID_WIDTHS_TALL") == "1"
 AB_MS = tuple(int(m) for m in os.environ.get("MID_WIDTHS_AB_MS", "256,512").split(","))
 
 
@@ -63,24 +65,26 @@ def _forced(bm: int, bn: int, split: int):
 
 
 def candidates(m: int, n: int, k: int) -> dict:
-    """{label: (config, swap)}: "rules" (this checkout's ``decide``) and "64xBN skS" for each
-    width and split that fits: unsplit up to two waves, split in one."""
+    """{label: (config, swap)}: "rules" (this checkout's ``decide``) and "BMxBN skS" for each
+    tile and split that fits: unsplit up to two waves, split in one."""
     out = {"rules": small_m.candidates(m, n, k)["rules"]}
     k_tiles = math.ceil(k / 64)
-    for bn in WIDTHS:
-        tiles = math.ceil(m / 64) * math.ceil(n / bn)
+    tall = [(128, bn) for bm, bn in shapes.MID_TILES if bm == 128] if TALL else []
+    for bm, bn in [(64, bn) for bn in WIDTHS] + tall:
+        tiles = math.ceil(m / bm) * math.ceil(n / bn)
         for split in SPLITS:
             if tiles * split > (2 if split == 1 else 1) * SMS or k_tiles / split < MIN_SLICE:
                 continue
-            with _forced(64, bn, split):
+            with _forced(bm, bn, split):
                 cfg, swap = small_m.candidates(m, n, k)["rules"]
-            if (cfg.bm, cfg.bn, max(cfg.split_k, 1)) == (64, bn, split) and not swap:
-                out[f"64x{bn} sk{split}"] = (cfg, False)
+            if (cfg.bm, cfg.bn, max(cfg.split_k, 1)) == (bm, bn, split) and not swap:
+                out[f"{bm}x{bn} sk{split}"] = (cfg, False)
     return out
 
 
 save = layer_sweep.saver("mid_widths", __doc__,
-                         "_M" + "_".join(map(str, MS)) if "MID_WIDTHS_MS" in os.environ else "")
+                         ("_M" + "_".join(map(str, MS)) if "MID_WIDTHS_MS" in os.environ else "")
+                         + ("_tall" if TALL else ""))
 
 
 def fit(paths: list) -> dict:
