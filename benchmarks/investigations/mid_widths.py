@@ -12,6 +12,7 @@ output poisoned first and checked against float64.
     python3 benchmarks/investigations/mid_widths.py compile DIR  # CPU: the cubins
     python3 benchmarks/investigations/mid_widths.py run DIR      # GPU: $OUT/mid_widths_<GPU>.json
     python3 benchmarks/investigations/mid_widths.py fit FILE     # CPU: the widths' cost model
+    python3 benchmarks/investigations/mid_widths.py lower FILE   # CPU: the rule from the run's M
 
 ``fit`` fits, per width, microseconds per wave = K tiles x a + b on the training rows' unsplit
 timings (mid_m.py's model, least squares of the relative error), then the mid-M rule's split
@@ -20,7 +21,9 @@ by 0.2, of best training geomean at M = 256 and 512, ties to the earliest point;
 of CPU), and reports what the mid-M rule picks with the tables as shipped and with those
 (``fitted``): the training and held-out geomeans x F.linear per M (a pick that was not timed
 counts with the rules' time, and is counted).
-``MID_WIDTHS_MS`` (comma-separated) times other M values; ``MID_WIDTHS_TALL=1`` adds the
+``lower`` scores the rules' picks on a run's rows as shipped and with the mid-M rule starting at
+the run's smallest M (``lower`` in the file: geomeans x F.linear per set and M, and the picks
+not timed). ``MID_WIDTHS_MS`` (comma-separated) times other M values; ``MID_WIDTHS_TALL=1`` adds the
 mid-M rule's 128-row tiles (``shapes.MID_TILES``), built the same way (file name ``_tall``).
 
 The shape rules of this checkout against an older tree's (OLD) where their kernels differ at
@@ -131,6 +134,22 @@ def fit(paths: list) -> dict:
     return out
 
 
+def lower(path: str) -> dict:
+    """The rules' picks on ``path``'s rows as shipped and with the mid-M rule from the run's
+    smallest M (see the module doc), written into the file."""
+    import json
+    from pathlib import Path
+    rows = json.loads(Path(path).read_text())["rows"]
+    low, saved = min(r["M"] for r in rows), shapes.MID_M
+    out = {"as_shipped": _score(rows)}
+    shapes.MID_M = (low, saved[1])
+    try:
+        out[f"from M = {low}"] = _score(rows)
+    finally:
+        shapes.MID_M = saved
+    return layer_sweep.write_summary(path, "lower", out)
+
+
 def _score(rows: list) -> dict:
     """{"SET M=m": [geomean x F.linear, picks not timed]} of this checkout's rules (with
     shapes' tables as they stand) over ``rows``."""
@@ -142,7 +161,7 @@ def _score(rows: list) -> dict:
                         not found)
     return {key: [round(small_m._geomean([picks[id(r)][0] for r in sel]), 3),
                   sum(picks[id(r)][1] for r in sel)]
-            for key, sel in layer_sweep.by_set_and_m(rows, MS)}
+            for key, sel in layer_sweep.by_set_and_m(rows, sorted({r["M"] for r in rows}))}
 
 
 if __name__ == "__main__":
@@ -151,4 +170,4 @@ if __name__ == "__main__":
     elif sys.argv[1] == "ab-run":
         rules_ab.run(sys.argv[2], "mid_widths_ab", __doc__, AB_MS)
     else:
-        layer_sweep.main(sys.argv, MS, candidates, REPLAYS, save, fit)
+        layer_sweep.main(sys.argv, MS, candidates, REPLAYS, save, fit, reports={"lower": lower})
