@@ -173,8 +173,8 @@ def test_tiles_past_the_last_whole_wave_split_k_where_the_estimate_says_so():
 
 def test_m_of_33_to_64_rows_takes_narrow_n_tiles_in_one_wave():
     """One 64-row tile over M, the narrow N tiles and K split of least estimated time among
-    those that run in one wave (132 SMs), with a K-major B; not at M = 32, not where even
-    64-column tiles overflow the wave, not with a row-major B."""
+    those that run in one wave (132 SMs), with a K-major B; not at M = 32, not with a row-major
+    B; where even 64-column tiles overflow the wave, the mid-M rule's wider 64-row tiles."""
     ch = decide(None, H, "bf16", 64, 3072, 768, cc=90, layout="rcr")
     c = ch.config
     assert not ch.swap and (c.bm, c.bn, c.split_k, c.consumers) == (64, 24, 1, 1)
@@ -184,7 +184,9 @@ def test_m_of_33_to_64_rows_takes_narrow_n_tiles_in_one_wave():
     assert (long_k.bn, long_k.split_k, long_k.split_cluster) == (32, 4, True)  # 18 x 4 CTAs
     biased = decide(None, H, "bf16", 64, 3072, 768, cc=90, layout="rcr", epilogue="bias")
     assert not biased.swap and biased.config.bn == 24
-    assert decide(None, H, "bf16", 64, 14336, 4096, cc=90, layout="rcr").swap  # 224 tiles
+    wide = decide(None, H, "bf16", 64, 14336, 4096, cc=90, layout="rcr")  # 224 tiles of 64
+    assert not wide.swap and any("mid-M rule" in r for r in wide.reasons), wide.reasons
+    assert wide.config.bm == 64 and -(-14336 // wide.config.bn) <= 132, wide.config.name
     assert decide(None, H, "bf16", 32, 3072, 768, cc=90, layout="rcr").swap
     assert decide(None, H, "bf16", 64, 3072, 768, cc=90, layout="rrr").config.bn >= 64
 

@@ -4,7 +4,8 @@ F.linear, graph-captured as layer_sweep.py times (two rounds in opposite orders,
 kept), every output poisoned first and checked against float64. waiter.py and split_cost.py
 run it under their own names.
 
-    compile(DIR, OLD, ms)            # CPU: both sides' cubins and DIR/ab.json (OLD: a tree)
+    compile(DIR, OLD, ms)            # CPU: both sides' cubins and DIR/ab.json (OLD: a tree;
+                                     # the sides may differ in kernel or in operand swap)
     run(DIR, investigation, doc, ms) # GPU: $OUT/<investigation>_<GPU>.json
 
 ``compile_sources`` instead keeps this checkout's picks on both sides and renders the ones
@@ -43,9 +44,8 @@ def compile(folder: str, old: str, ms) -> None:
     pairs = []
     for (which, n, k, m, cfg, swap), (*_, d, old_swap) in zip(layer_sweep.rule_problems(ms), was):
         before = _config(d)
-        if before.name != cfg.name:
-            assert swap == old_swap, (m, n, k)
-            pairs.append([which, n, k, m, before.as_dict(), cfg.as_dict(), swap])
+        if before.name != cfg.name or swap != old_swap:  # the last field: the older side's swap
+            pairs.append([which, n, k, m, before.as_dict(), cfg.as_dict(), swap, old_swap])
     layer_sweep.compile_to(folder, [_config(d) for p in pairs for d in p[4:6]])
     Path(folder, "ab.json").write_text(json.dumps({"rows": len(was), "pairs": pairs}))
     print(len(pairs), "of", len(was), "problems change kernel")
@@ -84,14 +84,15 @@ def run(folder: str, investigation: str, doc: str, ms) -> None:
     pairs = json.loads(Path(folder, "ab.json").read_text())
     dev = layer_sweep.Device(folder)
     rows = []
-    for which, n, k, m, before, after, swap in layer_sweep.limited(pairs["pairs"]):
+    for which, n, k, m, before, after, swap, *was in layer_sweep.limited(pairs["pairs"]):
         cfgs = {"before": _config(before), "rules": _config(after)}
+        swaps = {"before": was[0] if was else swap, "rules": swap}
         sets, reps, xs, ws, ys, ref = small_m.layer_inputs(m, n, k, dev.gen, dev.l2)
         kern = (lambda v, c: _variant(dev, c, v)) if pairs.get("sources") else (
             lambda v, c: dev.kernel(c))
-        launch = {v: layer_sweep.launcher(kern(v, c), swap, xs, ws, ys, sets)
+        launch = {v: layer_sweep.launcher(kern(v, c), swaps[v], xs, ws, ys, sets)
                   for v, c in cfgs.items()}
-        row = {"set": which, "M": m, "N": n, "K": k, "swap": swap,
+        row = {"set": which, "M": m, "N": n, "K": k, "swap": swap, "swap_before": swaps["before"],
                **{f"{v}_config": c.name for v, c in cfgs.items()},
                **layer_sweep.time_variants(dev, launch, sets, reps, xs, ws, ys, ref)}
         print(json.dumps({k_: v_ for k_, v_ in row.items() if k_ in ("M", "N", "K")
