@@ -27,7 +27,8 @@ not timed). ``MID_WIDTHS_MS`` (comma-separated) times other M values; ``MID_WIDT
 mid-M rule's 128-row tiles (``shapes.MID_TILES``), built the same way (file name ``_tall``).
 
 The shape rules of this checkout against an older tree's (OLD) where their kernels differ at
-M = 256 and 512 (rules_ab.py; ``MID_WIDTHS_AB_MS`` for other M values):
+M = 256 and 512 (rules_ab.py; ``MID_WIDTHS_AB_MS`` for other M values, the file name then
+ending in ``_M`` and them):
 
     python3 benchmarks/investigations/mid_widths.py ab-compile DIR OLD  # CPU: both sides
     python3 benchmarks/investigations/mid_widths.py ab-run DIR          # GPU: $OUT/mid_widths_ab_<GPU>.json
@@ -168,6 +169,7 @@ if __name__ == "__main__":
     if sys.argv[1] == "ab-compile":
         rules_ab.compile(sys.argv[2], sys.argv[3], AB_MS)
     elif sys.argv[1] == "ab-run":
-        rules_ab.run(sys.argv[2], "mid_widths_ab", __doc__, AB_MS)
+        rules_ab.run(sys.argv[2], "mid_widths_ab", __doc__, AB_MS, "_M" + "_".join(
+            map(str, AB_MS)) if "MID_WIDTHS_AB_MS" in os.environ else "")
     else:
         layer_sweep.main(sys.argv, MS, candidates, REPLAYS, save, fit, reports={"lower": lower})

@@ -79,8 +79,9 @@ def compile_sources(folder: str, old: str, ms, select) -> None:
           sum(was[n] != render(c, "sm_90a") for n, c in unique.items()), "sources differ")
 
 
-def run(folder: str, investigation: str, doc: str, ms) -> None:
-    """Both sides' kernels on each changed problem (``time_variants``), saved per row."""
+def run(folder: str, investigation: str, doc: str, ms, tag: str = "") -> None:
+    """Both sides' kernels on each changed problem (``time_variants``), saved per row (into
+    $OUT/<investigation>_<GPU><tag>.json)."""
     pairs = json.loads(Path(folder, "ab.json").read_text())
     dev = layer_sweep.Device(folder)
     rows = []
@@ -99,7 +100,7 @@ def run(folder: str, investigation: str, doc: str, ms) -> None:
                           or k_.startswith("x_torch")}), flush=True)
         rows.append(row)
         layer_sweep.save_rows(investigation, doc, dev.gpu, rows,
-                              summary(rows, pairs["rows"], ms), "", quiet=True)
+                              summary(rows, pairs["rows"], ms), tag, quiet=True)
 
 
 def _variant(dev, cfg, variant: str):

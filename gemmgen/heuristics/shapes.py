@@ -99,9 +99,10 @@ MID_M = (256, 512)
 """From this many rows to this many (operands kept, a K-major B, 16-bit inputs, N not narrow),
 the block tile and split-K come from MID_TILES and MID_SPLIT: the choice of least estimated
 time (``_mid``). So too from NARROW_M to SWAP_M rows where the narrow-N rule finds no tiles that
-run in one wave (a wide N), instead of the swap: on mid_widths.py's M = 64 sweep (H200) the
-layers whose kernel this changes ran 1.064 against 1.056 x F.linear (training) and 0.976
-against 0.96 (held out), all 9 faster."""
+run in one wave (a wide N), instead of the swap: on mid_widths.py's M = 64 sweep (H200) its
+picks ran 1.064 against 1.056 x F.linear over the training layers and 0.976 against 0.96 over
+the held-out ones; beside the swap in one run at M = 48 and 64, each of the 18 layers it
+changes ran 1.028x to 1.201x as fast (mid_widths_ab_NVIDIA_H200_M48_64.json)."""
 MID_TILES = {(64, 64): (0.1279, 1.99), (64, 80): (0.1384, 2.74), (64, 96): (0.1441, 3.0),
              (64, 112): (0.1569, 3.41), (64, 128): (0.1729, 2.95), (64, 144): (0.1888, 3.89),
              (64, 160): (0.2107, 3.02), (64, 176): (0.2174, 4.27), (64, 192): (0.2334, 3.5),
