@@ -141,10 +141,15 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
     that fired."""
     applies = _narrow_applies(cfg, m, n, k, layout, epilogue, batch)
     narrow = _narrow(cfg, m, n, k, batch, reasons) if applies else None
-    wide = applies and narrow is None and m <= SWAP_M  # no narrow tiles in one wave
-    mid = (_mid(cfg, m, n, k, batch, reasons) if (MID_M[0] <= m <= MID_M[1] or wide)
-           and layout[1] == "c" and cfg.dtype in ("fp16", "bf16")
-           and max(8, -(-n // 8) * 8) >= cfg.bn else None)
+    mid_ok = (layout[1] == "c" and cfg.dtype in ("fp16", "bf16")
+              and max(8, -(-n // 8) * 8) >= cfg.bn)
+    wide = applies and narrow is None and m <= SWAP_M and mid_ok  # no narrow tiles in one wave
+    if wide:
+        reasons.append(f"M = {m}: no narrow tiles ({'/'.join(map(str, NARROW_BNS))} columns) "
+                       f"over N = {n} run in one wave on {cost.SMS} SMs: the mid-M rule's "
+                       f"64-row tiles, operands not swapped")
+    mid = (_mid(cfg, m, n, k, batch, reasons) if (MID_M[0] <= m <= MID_M[1] or wide) and mid_ok
+           else None)
     if narrow or mid:
         swap, best, split = False, (64, narrow[0]) if narrow else mid[:2], (narrow or mid)[-1]
         changes: dict = narrow_tile(narrow[0]) if narrow else mid_tile(*best)
