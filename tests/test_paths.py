@@ -188,6 +188,9 @@ def test_m_of_33_to_64_rows_takes_narrow_n_tiles_in_one_wave():
     assert not wide.swap and any("mid-M rule" in r for r in wide.reasons), wide.reasons
     assert any("no narrow tiles" in r and "one wave" in r for r in wide.reasons), wide.reasons
     assert wide.config.bm == 64 and -(-14336 // wide.config.bn) <= 132, wide.config.name
+    for kw in (dict(epilogue="bias"), dict(batch=4)):  # not measured: the tile as before
+        kept = decide(None, H, "bf16", 64, 14336, 4096, cc=90, layout="rcr", **kw)
+        assert not any("mid-M rule" in r for r in kept.reasons), (kw, kept.reasons)
     assert decide(None, H, "bf16", 32, 3072, 768, cc=90, layout="rcr").swap
     assert decide(None, H, "bf16", 64, 3072, 768, cc=90, layout="rrr").config.bn >= 64
 

@@ -27,11 +27,11 @@ not timed). ``MID_WIDTHS_MS`` (comma-separated) times other M values; ``MID_WIDT
 mid-M rule's 128-row tiles (``shapes.MID_TILES``), built the same way (file name ``_tall``).
 
 The shape rules of this checkout against an older tree's (OLD) where their kernels differ at
-M = 256 and 512 (rules_ab.py; ``MID_WIDTHS_AB_MS`` for other M values, the file name then
-ending in ``_M`` and them):
+M = 256 and 512, $OUT/mid_widths_ab_<GPU>.json (rules_ab.py; ``MID_WIDTHS_AB_MS`` for other M
+values, the file name then ending in ``_M`` and them):
 
     python3 benchmarks/investigations/mid_widths.py ab-compile DIR OLD  # CPU: both sides
-    python3 benchmarks/investigations/mid_widths.py ab-run DIR          # GPU: $OUT/mid_widths_ab_<GPU>.json
+    python3 benchmarks/investigations/mid_widths.py ab-run DIR          # GPU: into $OUT
 """
 from __future__ import annotations
 
@@ -117,13 +117,14 @@ def fit(paths: list) -> dict:
         shapes.MID_TILES.update(model)
         mid = [r for r in rows if r["M"] in (256, 512)]
         grid = {}
-        for split in (x / 2 for x in range(9)):
+        for split in (x / 2 for x in range(9)) if any(r["set"] == "train" for r in mid) else ():
             for per_slice in (round(x / 5, 1) for x in range(5)):
                 shapes.MID_SPLIT.update(split=split, per_slice=per_slice)
                 grid[split, per_slice] = _score(mid)["train M=all"][0]
-        best = max(grid, key=lambda p: grid[p])  # the first of the best
-        out["split"] = {"split": best[0], "per_slice": best[1]}
-        shapes.MID_SPLIT.update(out["split"])
+        if grid:  # none without training rows at M = 256 or 512: the shipped split cost
+            best = max(grid, key=lambda p: grid[p])  # the first of the best
+            out["split"] = {"split": best[0], "per_slice": best[1]}
+            shapes.MID_SPLIT.update(out["split"])
         out["fitted"] = _score(rows)
     finally:
         shapes.MID_TILES.clear()

@@ -1,25 +1,25 @@
 """Shape rules: the wgmma family's default preset fitted to an M x N x K problem.
 
 In order: an M of more than NARROW_M and at most SWAP_M rows with a K-major B (``nn.Linear``'s
-weight) takes one 64-row tile over M and narrow tiles over N (NARROW_BNS) with the K split of
-least estimated time, where such tiles run in one wave; an M of MID_M rows (256 to 512) with a
-K-major B and an N not narrow takes the block tile (64 or 128 rows, 64 to 256 columns) and K
-split of least estimated time by a per-tile cost model (MID_TILES, MID_SPLIT), and so does an M
-of more than NARROW_M and at most SWAP_M rows whose narrow tiles cannot run in one wave (a wide
-N: 64 x 32768 x 512 in 128 tiles of 64 x 256 rather than swapped); a small M (and no
-bias, which runs along N) is moved to wgmma's narrow N by computing C^T = B^T A^T (swapped
-operands), and so is an M of up to SWAP_LONG_K_M rows whose tiles leave the SMs idle over a K at
-least twice N; a narrow N takes the smallest tile of 64, 128 or 256 rows that runs in one wave,
-and K is split into as many slices as keep one wave and DECODE_SLICE_TILES K tiles per slice; a
-problem of more than SWAP_M rows takes the block tile of least estimated time (whole waves x the
-tile's work / the tile's measured efficiency), and splits K where its tiles leave half the SMs
-idle or, above SMALL_M rows, in the tiles past the last whole wave (TAIL_SPLIT); the ring is as
-deep as shared memory allows; a C that TMA cannot store to gets direct stores. Each rule states
-its reason, which ``explain`` prints. The tile constants come from the table builder's
-measurements (``gemmgen.tune.table`` over the LLM-layer suite, H200); the split and swap
-constants and the 64 x 64 tile's efficiency were fitted on the small-M sweep of the LLM suite's
-layers (M = 1 to 256, H200 and H100: ``benchmarks/results/small_m_*.json``, which also reports
-them on seven other model families' layers).
+weight) takes one 64-row tile over M and narrow tiles over N (NARROW_BNS) with the K split of least
+estimated time, where such tiles run in one wave; an M of MID_M rows (256 to 512) with a K-major B
+and an N not narrow takes the block tile (64 or 128 rows, 64 to 256 columns) and K split of least
+estimated time by a per-tile cost model (MID_TILES, MID_SPLIT), and so does an M of more than
+NARROW_M and at most SWAP_M rows whose narrow tiles cannot run in one wave (a wide N; unbatched, no
+bias: 64 x 32768 x 512 in 128 tiles of 64 x 256 rather than swapped); a small M (and no bias, which
+runs along N) is moved to wgmma's narrow N by computing C^T = B^T A^T (swapped operands), and so is
+an M of up to SWAP_LONG_K_M rows whose tiles leave the SMs idle over a K at least twice N; a narrow
+N takes the smallest tile of 64, 128 or 256 rows that runs in one wave, and K is split into as many
+slices as keep one wave and DECODE_SLICE_TILES K tiles per slice; a problem of more than SWAP_M rows
+takes the block tile of least estimated time (whole waves x the tile's work / the tile's measured
+efficiency), and splits K where its tiles leave half the SMs idle or, above SMALL_M rows, in the
+tiles past the last whole wave (TAIL_SPLIT); the ring is as deep as shared memory allows; a C that
+TMA cannot store to gets direct stores. Each rule states its reason, which ``explain`` prints. The
+tile constants come from the table builder's measurements (``gemmgen.tune.table`` over the LLM-layer
+suite, H200); the split and swap constants and the 64 x 64 tile's efficiency were fitted on the
+small-M sweep of the LLM suite's layers (M = 1 to 256, H200 and H100:
+``benchmarks/results/small_m_*.json``, which also reports them on seven other model families'
+layers).
 """
 from __future__ import annotations
 
@@ -96,13 +96,14 @@ def narrow_tile(bn: int) -> dict:
 
 
 MID_M = (256, 512)
-"""From this many rows to this many (operands kept, a K-major B, 16-bit inputs, N not narrow),
-the block tile and split-K come from MID_TILES and MID_SPLIT: the choice of least estimated
-time (``_mid``). So too from NARROW_M to SWAP_M rows where the narrow-N rule finds no tiles that
-run in one wave (a wide N), instead of the swap: on mid_widths.py's M = 64 sweep (H200) its
-picks ran 1.064 against 1.056 x F.linear over the training layers and 0.976 against 0.96 over
-the held-out ones; beside the swap in one run at M = 48 and 64, each of the 18 layers it
-changes ran 1.028x to 1.201x as fast (mid_widths_ab_NVIDIA_H200_M48_64.json)."""
+"""From this many rows to this many (operands kept, a K-major B, 16-bit inputs, N not narrow), the
+block tile and split-K come from MID_TILES and MID_SPLIT: the choice of least estimated time
+(``_mid``). So too from NARROW_M to SWAP_M rows where the narrow-N rule finds no tiles that run in
+one wave (a wide N), instead of the swap (unbatched, without a bias or tree, as measured): on
+mid_widths.py's M = 64 sweep (H200) its picks ran 1.064 against 1.056 x F.linear over the training
+layers and 0.976 against 0.96 over the held-out ones; beside the swap in one run at M = 48 and 64,
+each of the 18 layers it changes ran 1.028x to 1.201x as fast
+(mid_widths_ab_NVIDIA_H200_M48_64.json)."""
 MID_TILES = {(64, 64): (0.1279, 1.99), (64, 80): (0.1384, 2.74), (64, 96): (0.1441, 3.0),
              (64, 112): (0.1569, 3.41), (64, 128): (0.1729, 2.95), (64, 144): (0.1888, 3.89),
              (64, 160): (0.2107, 3.02), (64, 176): (0.2174, 4.27), (64, 192): (0.2334, 3.5),
@@ -143,7 +144,8 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
     narrow = _narrow(cfg, m, n, k, batch, reasons) if applies else None
     mid_ok = (layout[1] == "c" and cfg.dtype in ("fp16", "bf16")
               and max(8, -(-n // 8) * 8) >= cfg.bn)
-    wide = applies and narrow is None and m <= SWAP_M and mid_ok  # no narrow tiles in one wave
+    wide = (applies and narrow is None and m <= SWAP_M and mid_ok and batch == 1
+            and not keeps_sides(epilogue))  # the swap's case, with no narrow tiles in one wave
     if wide:
         reasons.append(f"M = {m}: no narrow tiles ({'/'.join(map(str, NARROW_BNS))} columns) "
                        f"over N = {n} run in one wave on {cost.SMS} SMs: the mid-M rule's "
