@@ -130,11 +130,16 @@ def test_preset_compiles_without_spills_and_with_the_model_smem(preset_reports, 
     report = preset_reports[name]
     assert not isinstance(report, BuildError), report
     for arch in preset_archs(name):
-        res = report[arch]
-        assert res.spills == 0, f"{arch}: {res}"
-        assert res.stack_bytes == 0, f"{arch}: local-memory stack frame {res}"
-        assert res.smem_bytes == cfg.static_smem_bytes
-        assert 0 < res.registers <= 255
+        _assert_clean(cfg, report[arch], arch)
+
+
+def _assert_clean(cfg, res, arch) -> None:
+    """A preset's ptxas report on ``arch``: no spills, no stack, the model's static shared
+    memory, 1 to 255 registers."""
+    assert res.spills == 0, f"{arch}: {res}"
+    assert res.stack_bytes == 0, f"{arch}: local-memory stack frame {res}"
+    assert res.smem_bytes == cfg.static_smem_bytes
+    assert 0 < res.registers <= 255
 
 
 @pytest.mark.slow
@@ -143,9 +148,7 @@ def test_wmma_presets_also_assemble_for_hopper(nvcc):
     names = [n for n in NON_TMA_PRESETS if PRESETS[n].config.family == "wmma"]
     for n, done in zip(names, compile_batched([PRESETS[n].config for n in names], "sm_90")):
         assert not isinstance(done, BuildError), done
-        res = done[1]
-        assert res.spills == 0 and res.stack_bytes == 0, f"{n}: {res}"
-        assert res.smem_bytes == PRESETS[n].config.static_smem_bytes and 0 < res.registers <= 255
+        _assert_clean(PRESETS[n].config, done[1], f"{n} sm_90")
 
 
 # mma rules: tests/test_mma.py fires every breaker in one nvcc call.

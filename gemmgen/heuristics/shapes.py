@@ -144,8 +144,8 @@ def shaped(cfg, m, n, k, layout, epilogue, c_aligned, batch, reasons) -> tuple:
     narrow = _narrow(cfg, m, n, k, batch, reasons) if applies else None
     mid_ok = (layout[1] == "c" and cfg.dtype in ("fp16", "bf16")
               and max(8, -(-n // 8) * 8) >= cfg.bn)
-    wide = (applies and narrow is None and m <= SWAP_M and mid_ok and batch == 1
-            and not keeps_sides(epilogue))  # the swap's case, with no narrow tiles in one wave
+    wide = (applies and narrow is None and m <= SWAP_M and mid_ok and batch == 1  # measured
+            and _swap(m, n, k, layout, epilogue, [])[0])  # where the swap ran before
     if wide:
         reasons.append(f"M = {m}: no narrow tiles ({'/'.join(map(str, NARROW_BNS))} columns) "
                        f"over N = {n} run in one wave on {cost.SMS} SMs: the mid-M rule's "

@@ -16,13 +16,14 @@ more CTAs 0.754 and 0.939, the clusters' launch costing more than the inline red
 
 SMALL_CLUSTER = {"ctas": 96, "min_slice_tiles": 6}
 """Where the rules split K for a caller's M of at most 64 rows in a decode tile or the narrow-N
-rule's (not the block tiles of an M that keeps its operands: unmeasured), the split becomes
-the most slices (up to 8) whose tiles x slices are at most ``ctas`` CTAs and whose slices
-hold at least ``min_slice_tiles`` K tiles, summed in a cluster; K is not split where none
-fits. The point of a grid (``ctas`` 64 to 112, ``min_slice_tiles`` 2 to 12, unsplit or the rules' inline split where none fits) of best training geomean x
-F.linear (ties to the fewest slices), the other families scored after (split_count.py ``fit``,
-H200, bf16 rcr, M = 1 to 64, the 74 layer shapes where the rules split;
-split_count_NVIDIA_H200.json): training 1.12 -> 1.2, held out 1.032 -> 1.082."""
+rule's (not the block tiles of an M that keeps its operands: unmeasured), the split becomes the
+most slices (up to 8) whose tiles x slices are at most ``ctas`` CTAs and whose slices hold at
+least ``min_slice_tiles`` K tiles, summed in a cluster; K is not split where none fits. The
+point of a grid (``ctas`` 64 to 112, ``min_slice_tiles`` 2 to 12, unsplit or the rules' inline
+split where none fits) of best training geomean x F.linear (ties to the fewest slices), the
+other families scored after (split_count.py ``fit``, H200, bf16 rcr, M = 1 to 64, the 74 layer
+shapes where the rules split; split_count_NVIDIA_H200.json): training 1.12 -> 1.2, held out
+1.032 -> 1.082."""
 
 
 def small_split(cfg, small: bool, split: int, tiles: int, best, k: int, changes,
